@@ -1,0 +1,203 @@
+// Package config reads the service's configuration from environment
+// variables (envconfig) and checks all of it at once, so that an operator
+// sees every problem in one message instead of one per restart.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/kelseyhightower/envconfig"
+)
+
+// Config is the whole configuration of one instance. Every field is read from
+// the environment variable named in its envconfig tag; `billing --help`
+// prints the table built from these tags.
+type Config struct {
+	KafkaBrokers          []string      `envconfig:"KAFKA_BROKERS" required:"true" desc:"Kafka bootstrap brokers, comma separated (host:port)"`
+	KafkaTopic            string        `envconfig:"KAFKA_TOPIC" default:"billing-events" desc:"topic of billing events"`
+	KafkaGroup            string        `envconfig:"KAFKA_GROUP" default:"billing-ledger" desc:"consumer group; also scopes the offsets stored in MySQL"`
+	KafkaSessionTimeout   time.Duration `envconfig:"KAFKA_SESSION_TIMEOUT" default:"10s" desc:"group session timeout: a member silent this long loses its partitions"`
+	KafkaRebalanceTimeout time.Duration `envconfig:"KAFKA_REBALANCE_TIMEOUT" default:"60s" desc:"time a member has to finish its checkpoint and release partitions in a rebalance; must exceed CHECKPOINT_TIMEOUT"`
+	KafkaMaxPollRecords   int           `envconfig:"KAFKA_MAX_POLL_RECORDS" default:"5000" desc:"records taken from the client per poll"`
+
+	MySQLDSN             string        `envconfig:"MYSQL_DSN" required:"true" desc:"control server DSN (go-sql-driver/mysql format): offsets, decisions, and the first shard of results"`
+	MySQLShardDSNs       []string      `envconfig:"MYSQL_SHARD_DSNS" desc:"further MySQL servers holding shards of the results, comma separated; accounts and event ids are placed by hash, so this list must not change once data exists"`
+	MySQLBranches        int           `envconfig:"MYSQL_BRANCHES" default:"2" desc:"parallel XA branches (connections) per server in each checkpoint"`
+	MySQLLockWaitTimeout time.Duration `envconfig:"MYSQL_LOCK_WAIT_TIMEOUT" default:"5s" desc:"innodb_lock_wait_timeout of branch connections; a checkpoint blocked longer aborts and replays"`
+
+	CheckpointInterval   time.Duration `envconfig:"CHECKPOINT_INTERVAL" default:"1s" desc:"a checkpoint is taken this often"`
+	CheckpointTimeout    time.Duration `envconfig:"CHECKPOINT_TIMEOUT" default:"30s" desc:"a checkpoint that has not decided within this time aborts; undecided branches older than this may be rolled back by any instance"`
+	CheckpointMaxRecords int           `envconfig:"CHECKPOINT_MAX_RECORDS" default:"50000" desc:"a checkpoint is taken early once this many records are buffered; fetching pauses at twice this"`
+
+	DedupTTL             time.Duration `envconfig:"DEDUP_TTL" default:"24h" desc:"an event id is remembered this long after its first arrival (processing time)"`
+	DedupCacheKeys       int           `envconfig:"DEDUP_CACHE_KEYS" default:"500000" desc:"in-memory budget of remembered event ids; beyond it, ids are checked against MySQL only"`
+	DedupCleanupInterval time.Duration `envconfig:"DEDUP_CLEANUP_INTERVAL" default:"5s" desc:"how often expired dedup keys are deleted"`
+	DedupCleanupBatch    int           `envconfig:"DEDUP_CLEANUP_BATCH" default:"1000" desc:"expired dedup keys deleted per statement (short transactions, no long locks)"`
+
+	BillingWindow   time.Duration `envconfig:"BILLING_WINDOW" default:"1h" desc:"size of the tumbling billing windows over occurred_at (UTC, aligned to the Unix epoch)"`
+	MaxPayloadBytes int           `envconfig:"MAX_PAYLOAD_BYTES" default:"65536" desc:"larger record values are dead-lettered as payload_too_large"`
+
+	RecoveryInterval  time.Duration `envconfig:"RECOVERY_INTERVAL" default:"10s" desc:"how often in-doubt XA branches are looked for and resolved"`
+	DecisionRetention time.Duration `envconfig:"DECISION_RETENTION" default:"24h" desc:"checkpoint decision rows older than this, with no branch left in doubt, are deleted"`
+
+	HTTPAddr        string        `envconfig:"HTTP_ADDR" default:":8080" desc:"address of /metrics, /healthz and /readyz; empty disables"`
+	ReadyMaxAge     time.Duration `envconfig:"READY_MAX_CHECKPOINT_AGE" default:"60s" desc:"/readyz fails when the last checkpoint is older than this"`
+	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"30s" desc:"bound on a graceful shutdown (SIGTERM); a second signal exits at once"`
+	LogFormat       string        `envconfig:"LOG_FORMAT" default:"auto" desc:"json, text, or auto (text on a terminal, json otherwise)"`
+	LogLevel        string        `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
+
+	Failpoints string `envconfig:"BILLING_FAILPOINTS" desc:"testing only: failpoints to arm, name=action[,name=action] (see internal/failpoint)"`
+}
+
+// Error lists every problem found in the environment. Load returns it; the
+// command prints it and exits with status 2.
+type Error struct {
+	Problems []string
+}
+
+func (e *Error) Error() string {
+	return "invalid configuration:\n  - " + strings.Join(e.Problems, "\n  - ")
+}
+
+// Load reads every variable and validates the result. Unlike a plain
+// envconfig.Process, which stops at the first bad variable, it parses each
+// field on its own (still through envconfig, so tags, defaults and required
+// behave as documented) and reports all problems together as an *Error.
+func Load() (Config, error) {
+	var c Config
+	var problems []string
+	v := reflect.ValueOf(&c).Elem()
+	t := v.Type()
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		one := reflect.New(reflect.StructOf([]reflect.StructField{{Name: f.Name, Type: f.Type, Tag: f.Tag}}))
+		if err := envconfig.Process("", one.Interface()); err != nil {
+			problems = append(problems, describe(f, err))
+			continue
+		}
+		v.Field(i).Set(one.Elem().Field(0))
+	}
+	if len(problems) == 0 {
+		problems = c.validate()
+	}
+	if len(problems) > 0 {
+		return c, &Error{Problems: problems}
+	}
+	return c, nil
+}
+
+func describe(f reflect.StructField, err error) string {
+	name := f.Tag.Get("envconfig")
+	var pe *envconfig.ParseError
+	if errors.As(err, &pe) {
+		return fmt.Sprintf("%s=%q: not a valid %s", name, pe.Value, pe.TypeName)
+	}
+	if f.Tag.Get("required") == "true" {
+		if _, ok := os.LookupEnv(name); !ok {
+			return fmt.Sprintf("%s is required: %s", name, f.Tag.Get("desc"))
+		}
+	}
+	return fmt.Sprintf("%s: %v", name, err)
+}
+
+// validate checks what the types cannot: ranges and relations between
+// settings. It returns every problem, not the first.
+func (c *Config) validate() []string {
+	var p []string
+	bad := func(format string, args ...any) { p = append(p, fmt.Sprintf(format, args...)) }
+	for _, b := range c.KafkaBrokers {
+		if strings.TrimSpace(b) == "" || !strings.Contains(b, ":") {
+			bad("KAFKA_BROKERS: %q is not host:port", b)
+		}
+	}
+	if c.KafkaTopic == "" || len(c.KafkaTopic) > 249 {
+		bad("KAFKA_TOPIC must be 1 to 249 characters")
+	}
+	if c.KafkaGroup == "" || len(c.KafkaGroup) > 255 {
+		bad("KAFKA_GROUP must be 1 to 255 characters")
+	}
+	positive := map[string]time.Duration{
+		"KAFKA_SESSION_TIMEOUT":    c.KafkaSessionTimeout,
+		"CHECKPOINT_INTERVAL":      c.CheckpointInterval,
+		"CHECKPOINT_TIMEOUT":       c.CheckpointTimeout,
+		"DEDUP_TTL":                c.DedupTTL,
+		"DEDUP_CLEANUP_INTERVAL":   c.DedupCleanupInterval,
+		"RECOVERY_INTERVAL":        c.RecoveryInterval,
+		"DECISION_RETENTION":       c.DecisionRetention,
+		"SHUTDOWN_TIMEOUT":         c.ShutdownTimeout,
+		"READY_MAX_CHECKPOINT_AGE": c.ReadyMaxAge,
+	}
+	for _, name := range slices.Sorted(maps.Keys(positive)) {
+		if positive[name] <= 0 {
+			bad("%s must be positive, got %s", name, positive[name])
+		}
+	}
+	if c.MySQLLockWaitTimeout < time.Second {
+		bad("MYSQL_LOCK_WAIT_TIMEOUT must be at least 1s (whole seconds), got %s", c.MySQLLockWaitTimeout)
+	}
+	if c.KafkaRebalanceTimeout <= c.CheckpointTimeout {
+		bad("KAFKA_REBALANCE_TIMEOUT (%s) must exceed CHECKPOINT_TIMEOUT (%s): a revoke waits for the checkpoint in flight", c.KafkaRebalanceTimeout, c.CheckpointTimeout)
+	}
+	if c.CheckpointTimeout <= c.CheckpointInterval {
+		bad("CHECKPOINT_TIMEOUT (%s) must exceed CHECKPOINT_INTERVAL (%s)", c.CheckpointTimeout, c.CheckpointInterval)
+	}
+	if c.DecisionRetention < 2*c.CheckpointTimeout {
+		bad("DECISION_RETENTION (%s) must be at least twice CHECKPOINT_TIMEOUT", c.DecisionRetention)
+	}
+	if c.BillingWindow < time.Second || c.BillingWindow%time.Second != 0 {
+		bad("BILLING_WINDOW must be a whole number of seconds, at least 1s, got %s", c.BillingWindow)
+	}
+	ints := []struct {
+		name     string
+		v, lo, h int
+	}{
+		{"KAFKA_MAX_POLL_RECORDS", c.KafkaMaxPollRecords, 1, 1 << 20},
+		{"MYSQL_BRANCHES", c.MySQLBranches, 1, 64},
+		{"CHECKPOINT_MAX_RECORDS", c.CheckpointMaxRecords, 1, 10 << 20},
+		{"DEDUP_CACHE_KEYS", c.DedupCacheKeys, 0, 1 << 30},
+		{"DEDUP_CLEANUP_BATCH", c.DedupCleanupBatch, 1, 100000},
+		{"MAX_PAYLOAD_BYTES", c.MaxPayloadBytes, 64, 16 << 20},
+	}
+	for _, i := range ints {
+		if i.v < i.lo || i.v > i.h {
+			bad("%s must be between %d and %d, got %d", i.name, i.lo, i.h, i.v)
+		}
+	}
+	if len(c.MySQLShardDSNs)+1 > 16 {
+		bad("at most 15 MYSQL_SHARD_DSNS")
+	}
+	switch c.LogFormat {
+	case "auto", "json", "text":
+	default:
+		bad("LOG_FORMAT must be auto, json or text, got %q", c.LogFormat)
+	}
+	switch strings.ToLower(c.LogLevel) {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("LOG_LEVEL must be debug, info, warn or error, got %q", c.LogLevel)
+	}
+	return p
+}
+
+// DSNs returns the control server's DSN followed by the shard servers'.
+func (c *Config) DSNs() []string {
+	return append([]string{c.MySQLDSN}, c.MySQLShardDSNs...)
+}
+
+// Usage writes the table of environment variables, defaults and meanings.
+func Usage(w io.Writer) error {
+	var c Config
+	return envconfig.Usagef("", &c, w, usageFormat)
+}
+
+const usageFormat = `VARIABLE	DEFAULT	MEANING
+{{range .}}{{usage_key .}}	{{usage_default .}}	{{usage_description .}}{{if usage_required .}} (required){{end}}
+{{end}}`
