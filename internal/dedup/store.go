@@ -1,0 +1,130 @@
+package dedup
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+)
+
+// chunk bounds the rows of one statement: large enough to amortise the
+// round trip, small enough for max_allowed_packet and short lock lists.
+const chunk = 1000
+
+// Querier runs a query inside a checkpoint's branch (txsink.Branch).
+type Querier interface {
+	Select(ctx context.Context, dest any, query string, args ...any) error
+}
+
+// Execer runs a statement inside a checkpoint's branch (txsink.Branch).
+type Execer interface {
+	Exec(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+type row struct {
+	ID          []byte    `db:"event_id"`
+	Fingerprint []byte    `db:"fingerprint"`
+	ExpiresAt   time.Time `db:"expires_at"`
+}
+
+// Lookup reads the stored rows of ids, expired ones included, with a
+// consistent (non-locking) read: a key committed concurrently by another
+// instance is caught by the primary key when this checkpoint inserts it.
+func Lookup(ctx context.Context, q Querier, ids []string, into map[string]Seen) error {
+	for start := 0; start < len(ids); start += chunk {
+		part := ids[start:min(start+chunk, len(ids))]
+		args := make([]any, len(part))
+		for i, id := range part {
+			args[i] = id
+		}
+		var rows []row
+		if err := q.Select(ctx, &rows, `SELECT event_id, fingerprint, expires_at FROM dedup_keys WHERE event_id IN (`+placeholders(len(part))+`)`, args...); err != nil {
+			return fmt.Errorf("dedup lookup: %w", err)
+		}
+		for _, r := range rows {
+			var s Seen
+			copy(s.Fingerprint[:], r.Fingerprint)
+			s.ExpiresAt = r.ExpiresAt
+			into[string(r.ID)] = s
+		}
+	}
+	return nil
+}
+
+// Store writes new keys, deleting the expired rows they replace first. Keys
+// are written in id order so that concurrent checkpoints lock in one order.
+func Store(ctx context.Context, ex Execer, inserts []Insert, now time.Time) error {
+	slices.SortFunc(inserts, func(a, b Insert) int { return strings.Compare(a.ID, b.ID) })
+	var replace []any
+	for _, in := range inserts {
+		if in.Replace {
+			replace = append(replace, in.ID)
+		}
+	}
+	for start := 0; start < len(replace); start += chunk {
+		part := replace[start:min(start+chunk, len(replace))]
+		args := append(part[:len(part):len(part)], now)
+		if _, err := ex.Exec(ctx, `DELETE FROM dedup_keys WHERE event_id IN (`+placeholders(len(part))+`) AND expires_at <= ?`, args...); err != nil {
+			return fmt.Errorf("dedup replace expired: %w", err)
+		}
+	}
+	var b strings.Builder
+	for start := 0; start < len(inserts); start += chunk {
+		part := inserts[start:min(start+chunk, len(inserts))]
+		b.Reset()
+		b.WriteString(`INSERT INTO dedup_keys (event_id, fingerprint, expires_at) VALUES `)
+		args := make([]any, 0, 3*len(part))
+		for i, in := range part {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString("(?,?,?)")
+			args = append(args, in.ID, in.Fingerprint[:], in.ExpiresAt)
+		}
+		if _, err := ex.Exec(ctx, b.String(), args...); err != nil {
+			return fmt.Errorf("dedup insert: %w", err)
+		}
+	}
+	return nil
+}
+
+// Cleanup deletes keys expired at now from one server, batch keys per
+// statement, until none is left, max keys were deleted, or ctx ends. Each
+// batch is selected without locks and deleted by primary key in its own
+// short transaction; a key re-inserted meanwhile (with a later expiry) is
+// not touched.
+func Cleanup(ctx context.Context, db *sqlx.DB, now time.Time, batch, max int) (int64, error) {
+	var total int64
+	for total < int64(max) {
+		var ids [][]byte
+		if err := db.SelectContext(ctx, &ids, `SELECT event_id FROM dedup_keys WHERE expires_at <= ? ORDER BY expires_at LIMIT ?`, now, batch); err != nil {
+			return total, fmt.Errorf("dedup cleanup: %w", err)
+		}
+		if len(ids) == 0 {
+			return total, nil
+		}
+		args := make([]any, 0, len(ids)+1)
+		for _, id := range ids {
+			args = append(args, id)
+		}
+		args = append(args, now)
+		r, err := db.ExecContext(ctx, `DELETE FROM dedup_keys WHERE event_id IN (`+placeholders(len(ids))+`) AND expires_at <= ?`, args...)
+		if err != nil {
+			return total, fmt.Errorf("dedup cleanup: %w", err)
+		}
+		n, _ := r.RowsAffected()
+		total += n
+		if len(ids) < batch {
+			return total, nil
+		}
+	}
+	return total, nil
+}
+
+func placeholders(n int) string {
+	return strings.Repeat("?,", n-1) + "?"
+}
