@@ -1,0 +1,433 @@
+// Package harness gives integration tests the Kafka cluster and the
+// MySQL-compatible server they run against, plus throwaway databases and
+// topics so tests never share state.
+//
+// Where the services come from, in order:
+//
+//  1. KAFKA_BROKERS (comma-separated host:port list) and MYSQL_DSN (an admin
+//     DSN without a database, e.g. root:root@tcp(127.0.0.1:3306)/). `make
+//     test` starts local services with scripts/services.sh and sets both.
+//  2. Containers through testcontainers-go when a Docker engine is reachable
+//     (Kafka: confluentinc/confluent-local:7.6.0, MySQL: mysql:8.4 as root).
+//     They are started at most once per test binary and left for Ryuk, the
+//     testcontainers reaper, to remove when the binary exits.
+//  3. Otherwise the test is skipped, telling how to run it. With CI=true a
+//     missing service fails the test instead: CI must never pass by
+//     silently skipping the integration suite.
+//
+// A variable that is set but points at a service that does not answer
+// always fails the test: that is a broken setup, not an absent one.
+//
+// In -short mode (`make test-unit`) every test that asks for a service is
+// skipped.
+package harness
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/testcontainers/testcontainers-go"
+	tckafka "github.com/testcontainers/testcontainers-go/modules/kafka"
+	tcmysql "github.com/testcontainers/testcontainers-go/modules/mysql"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Environment variables and container images the harness uses.
+const (
+	EnvKafkaBrokers = "KAFKA_BROKERS"
+	EnvMySQLDSN     = "MYSQL_DSN"
+
+	KafkaImage = "confluentinc/confluent-local:7.6.0"
+	MySQLImage = "mysql:8.4"
+)
+
+// howToRun ends every skip or CI failure message.
+const howToRun = "run `make test` (starts local Kafka and MariaDB with scripts/services.sh), " +
+	"or set " + EnvKafkaBrokers + " (e.g. 127.0.0.1:9092) and " + EnvMySQLDSN +
+	" (admin DSN without database, e.g. root:root@tcp(127.0.0.1:3306)/), " +
+	"or make a Docker engine reachable for testcontainers"
+
+// Env is everything an integration test can connect to.
+type Env struct {
+	KafkaBrokers []string
+	// MySQLAdminDSN may create and drop databases; it names no database.
+	MySQLAdminDSN string
+}
+
+// Services resolves both Kafka and MySQL; see the package documentation.
+func Services(t testing.TB) Env {
+	t.Helper()
+	return Env{KafkaBrokers: Kafka(t), MySQLAdminDSN: MySQL(t)}
+}
+
+// errAbsent marks "no service configured and no Docker": the one case that
+// skips (outside CI) rather than fails.
+var errAbsent = errors.New("service not available")
+
+// once memoizes a service lookup for the life of the test binary, so all
+// tests in a package share one check and, with Docker, one container.
+type once[T any] struct {
+	sync.Once
+	val T
+	err error
+}
+
+var (
+	kafkaOnce  once[[]string]
+	mysqlOnce  once[string]
+	dockerOnce once[struct{}]
+)
+
+// Kafka returns seed brokers of a cluster that supports transactions.
+func Kafka(t testing.TB) []string {
+	t.Helper()
+	requireIntegration(t)
+	kafkaOnce.Do(func() { kafkaOnce.val, kafkaOnce.err = resolveKafka() })
+	check(t, "Kafka", kafkaOnce.err)
+	return slices.Clone(kafkaOnce.val)
+}
+
+// MySQL returns an admin DSN (no database) for a MySQL-compatible server
+// with XA support. Tests should use NewDatabase rather than the admin DSN.
+func MySQL(t testing.TB) string {
+	t.Helper()
+	requireIntegration(t)
+	mysqlOnce.Do(func() { mysqlOnce.val, mysqlOnce.err = resolveMySQL() })
+	check(t, "MySQL", mysqlOnce.err)
+	return mysqlOnce.val
+}
+
+func requireIntegration(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("integration test: skipped in -short mode")
+	}
+}
+
+func check(t testing.TB, what string, err error) {
+	t.Helper()
+	switch {
+	case err == nil:
+	case errors.Is(err, errAbsent) && !inCI():
+		t.Skipf("integration test needs %s: %v; %s", what, err, howToRun)
+	case errors.Is(err, errAbsent):
+		t.Fatalf("integration test needs %s and CI=true forbids skipping: %v; %s", what, err, howToRun)
+	default:
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+func inCI() bool {
+	ci, _ := strconv.ParseBool(os.Getenv("CI"))
+	return ci
+}
+
+func resolveKafka() ([]string, error) {
+	if v := strings.TrimSpace(os.Getenv(EnvKafkaBrokers)); v != "" {
+		var brokers []string
+		for _, b := range strings.Split(v, ",") {
+			if b = strings.TrimSpace(b); b != "" {
+				brokers = append(brokers, b)
+			}
+		}
+		if err := pingKafka(brokers); err != nil {
+			return nil, fmt.Errorf("%s=%s is set but Kafka does not answer: %w", EnvKafkaBrokers, v, err)
+		}
+		return brokers, nil
+	}
+	if err := dockerHealthy(); err != nil {
+		return nil, fmt.Errorf("%w: %s is not set and Docker is not reachable (%v)", errAbsent, EnvKafkaBrokers, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	ctr, err := tckafka.Run(ctx, KafkaImage, tckafka.WithClusterID("billing-integration"))
+	if err != nil {
+		// Remove a half-started container now; a started one stays for
+		// the whole binary and Ryuk reaps it.
+		_ = testcontainers.TerminateContainer(ctr)
+		return nil, fmt.Errorf("start Kafka container %s: %w", KafkaImage, err)
+	}
+	brokers, err := ctr.Brokers(ctx)
+	if err != nil {
+		_ = testcontainers.TerminateContainer(ctr)
+		return nil, fmt.Errorf("Kafka container brokers: %w", err)
+	}
+	return brokers, pingKafka(brokers)
+}
+
+func resolveMySQL() (string, error) {
+	if v := strings.TrimSpace(os.Getenv(EnvMySQLDSN)); v != "" {
+		cfg, err := mysql.ParseDSN(v)
+		if err != nil {
+			return "", fmt.Errorf("%s is not a valid DSN: %w", EnvMySQLDSN, err)
+		}
+		if cfg.DBName != "" {
+			return "", fmt.Errorf("%s must name no database (admin DSN such as root:root@tcp(127.0.0.1:3306)/), got database %q",
+				EnvMySQLDSN, cfg.DBName)
+		}
+		if err := pingMySQL(v); err != nil {
+			return "", fmt.Errorf("%s is set but MySQL does not answer: %w", EnvMySQLDSN, err)
+		}
+		return v, nil
+	}
+	if err := dockerHealthy(); err != nil {
+		return "", fmt.Errorf("%w: %s is not set and Docker is not reachable (%v)", errAbsent, EnvMySQLDSN, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	ctr, err := tcmysql.Run(ctx, MySQLImage,
+		tcmysql.WithUsername("root"),
+		tcmysql.WithPassword("root"),
+		// Same server settings as scripts/services.sh gives MariaDB.
+		testcontainers.WithCmdArgs(
+			"--transaction-isolation=REPEATABLE-READ",
+			"--innodb-flush-log-at-trx-commit=1",
+			"--innodb-lock-wait-timeout=10",
+			"--max-connections=1000",
+		),
+	)
+	if err != nil {
+		_ = testcontainers.TerminateContainer(ctr)
+		return "", fmt.Errorf("start MySQL container %s: %w", MySQLImage, err)
+	}
+	endpoint, err := ctr.PortEndpoint(ctx, "3306/tcp", "")
+	if err != nil {
+		_ = testcontainers.TerminateContainer(ctr)
+		return "", fmt.Errorf("MySQL container endpoint: %w", err)
+	}
+	dsn := "root:root@tcp(" + endpoint + ")/"
+	return dsn, pingMySQL(dsn)
+}
+
+// dockerHealthy is testcontainers.SkipIfProviderIsNotHealthy without the
+// skip: the caller decides between skipping and failing.
+func dockerHealthy() error {
+	dockerOnce.Do(func() {
+		dockerOnce.err = func() (err error) {
+			// Provider lookup panics in some misconfigured environments.
+			defer func() {
+				if r := recover(); r != nil {
+					err = fmt.Errorf("testcontainers provider: %v", r)
+				}
+			}()
+			provider, err := testcontainers.ProviderDefault.GetProvider()
+			if err != nil {
+				return err
+			}
+			defer provider.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			return provider.Health(ctx)
+		}()
+	})
+	return dockerOnce.err
+}
+
+func pingKafka(brokers []string) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	md, err := kadm.NewClient(cl).BrokerMetadata(ctx)
+	if err != nil {
+		return err
+	}
+	if len(md.Brokers) == 0 {
+		return errors.New("metadata lists no brokers")
+	}
+	return nil
+}
+
+func pingMySQL(dsn string) error {
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	return db.PingContext(ctx)
+}
+
+// randomHex returns 2n lowercase hex digits.
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b)
+}
+
+// NewDatabase creates an empty database named t_<16 hex digits> through
+// the admin DSN and returns a DSN for it; the database is dropped when the
+// test ends.
+//
+// The DSN spells out parseTime=true&multiStatements=false&interpolateParams=false:
+// times scan into time.Time, and statements with arguments run as real
+// server-side prepared statements, the way the service runs them.
+func NewDatabase(t testing.TB) string {
+	t.Helper()
+	admin := MySQL(t)
+	name := "t_" + randomHex(8)
+
+	db, err := sql.Open("mysql", admin)
+	if err != nil {
+		t.Fatalf("open admin DSN: %v", err)
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// The name is generated above from hex digits, so quoting is safe.
+	if _, err := db.ExecContext(ctx, "CREATE DATABASE `"+name+"`"); err != nil {
+		t.Fatalf("create database %s: %v", name, err)
+	}
+	t.Cleanup(func() { dropDatabase(t, admin, name) })
+
+	dsn, err := databaseDSN(admin, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dsn
+}
+
+func dropDatabase(t testing.TB, admin, name string) {
+	t.Helper()
+	db, err := sql.Open("mysql", admin)
+	if err != nil {
+		t.Errorf("drop database %s: %v", name, err)
+		return
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Errorf("drop database %s: %v", name, err)
+		return
+	}
+	defer conn.Close()
+	// A prepared XA transaction that a test left behind keeps its metadata
+	// locks and would make DROP wait for lock_wait_timeout (default: a
+	// year). Fail after 30 s instead, and say why.
+	if _, err := conn.ExecContext(ctx, "SET SESSION lock_wait_timeout = 30"); err != nil {
+		t.Errorf("drop database %s: %v", name, err)
+		return
+	}
+	if _, err := conn.ExecContext(ctx, "DROP DATABASE IF EXISTS `"+name+"`"); err != nil {
+		t.Errorf("drop database %s: %v (a prepared XA transaction left by the test holds its locks? see XA RECOVER)", name, err)
+	}
+}
+
+// databaseDSN turns the admin DSN into one for database name.
+func databaseDSN(admin, name string) (string, error) {
+	cfg, err := mysql.ParseDSN(admin)
+	if err != nil {
+		return "", fmt.Errorf("parse admin DSN: %w", err)
+	}
+	cfg.DBName = name
+	cfg.ParseTime = true
+	cfg.MultiStatements = false
+	cfg.InterpolateParams = false
+	dsn := cfg.FormatDSN()
+	// FormatDSN leaves out parameters at their default (false); write them
+	// anyway so the DSN states the settings tests rely on.
+	sep := "?"
+	if strings.Contains(dsn, "?") {
+		sep = "&"
+	}
+	return dsn + sep + "multiStatements=false&interpolateParams=false", nil
+}
+
+var topicUnsafe = regexp.MustCompile(`[^a-zA-Z0-9._-]+`)
+
+// NewTopic creates a topic with the given number of partitions and the
+// cluster's default replication factor, waits until every partition has a
+// leader, and deletes it when the test ends. The name is t-<test name>-<12
+// hex digits>, unique per call and recognisable in broker logs.
+func NewTopic(t testing.TB, brokers []string, partitions int) string {
+	t.Helper()
+	if partitions < 1 {
+		t.Fatalf("NewTopic: partitions must be >= 1, got %d", partitions)
+	}
+	label := strings.Trim(topicUnsafe.ReplaceAllString(t.Name(), "-"), "-")
+	if len(label) > 60 {
+		label = label[:60]
+	}
+	name := "t-" + label + "-" + randomHex(6)
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatalf("kafka client: %v", err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	// Replication factor -1: the broker's default.replication.factor.
+	if _, err := adm.CreateTopic(ctx, int32(partitions), -1, nil, name); err != nil {
+		t.Fatalf("create topic %s: %v", name, err)
+	}
+	t.Cleanup(func() { deleteTopic(t, brokers, name) })
+
+	// CreateTopics returns once the controller committed the topic; brokers
+	// learn it a moment later. Wait, so the test's first produce or fetch
+	// does not race metadata propagation.
+	for {
+		md, err := adm.Metadata(ctx, name)
+		if err == nil && topicReady(md, name, partitions) {
+			return name
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("topic %s: partitions without leader after 1m (last error: %v)", name, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func topicReady(md kadm.Metadata, name string, partitions int) bool {
+	td, ok := md.Topics[name]
+	if !ok || td.Err != nil || len(td.Partitions) != partitions {
+		return false
+	}
+	for _, p := range td.Partitions {
+		if p.Err != nil || p.Leader < 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func deleteTopic(t testing.TB, brokers []string, name string) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Logf("delete topic %s: %v", name, err)
+		return
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// A leftover topic is harmless (names are unique) and a test that
+	// restarts Kafka may leave it briefly unreachable: log, do not fail.
+	if _, err := kadm.NewClient(cl).DeleteTopic(ctx, name); err != nil && !errors.Is(err, kerr.UnknownTopicOrPartition) {
+		t.Logf("delete topic %s: %v", name, err)
+	}
+}
