@@ -106,6 +106,7 @@ func (s *Set) Inject(name string) error {
 		fmt.Fprintf(os.Stderr, "failpoint %s: exit 3\n", name)
 		os.Exit(3)
 	case "sleep":
+		fmt.Fprintf(os.Stderr, "failpoint %s: sleeping %s\n", name, a.sleep)
 		time.Sleep(a.sleep)
 	case "error":
 		return fmt.Errorf("%w at %s", ErrInjected, name)

@@ -31,9 +31,18 @@ type Branch struct {
 	Participant int
 	xid         Xid
 	server      *server
-	conn        *sqlx.Conn
+	sink        *Sink
+	pc          *pinned
+	conn        *sqlx.Conn // pc.conn while the branch holds it
 	state       branchState
 	wrote       bool
+}
+
+// pinned is a participant's connection, kept across checkpoints with its
+// server-side id (needed in the bqual).
+type pinned struct {
+	conn *sqlx.Conn
+	id   uint64
 }
 
 // Exec runs a statement that changes data inside the branch.
@@ -92,11 +101,8 @@ func (b *Branch) release(clean bool) {
 	if b.conn == nil {
 		return
 	}
-	if !clean {
-		discard(b.conn)
-	}
-	_ = b.conn.Close()
-	b.conn = nil
+	b.sink.putBack(b.Participant, b.pc, clean)
+	b.conn, b.pc = nil, nil
 }
 
 // discard marks a connection bad so that Close drops it instead of pooling

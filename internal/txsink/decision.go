@@ -69,7 +69,9 @@ func (t *Txn) Decide(ctx context.Context, cuts []PartitionCut) error {
 
 type ambiguousError struct{ err error }
 
-func (e *ambiguousError) Error() string { return "commit of the decision is ambiguous: " + e.err.Error() }
+func (e *ambiguousError) Error() string {
+	return "commit of the decision is ambiguous: " + e.err.Error()
+}
 
 func (t *Txn) decideCommit(ctx context.Context, cuts []PartitionCut) (err error) {
 	s := t.s

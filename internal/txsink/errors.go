@@ -67,7 +67,7 @@ type FencedError struct {
 }
 
 func (e *FencedError) Error() string {
-	return fmt.Sprintf("partition %d: held at epoch %d, stored epoch %d owned by %q", e.Partition, e.HeldEpoch, e.StoredEpoch, e.StoredOwner)
+	return fmt.Sprintf("partition %d fenced: held at epoch %d, stored epoch %d owned by %q", e.Partition, e.HeldEpoch, e.StoredEpoch, e.StoredOwner)
 }
 
 func (e *FencedError) Unwrap() error { return ErrFenced }

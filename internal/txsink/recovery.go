@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -78,8 +79,21 @@ func (s *Sink) Recover(ctx context.Context, minAge time.Duration) (RecoveryResul
 			if o == outcomeCommit {
 				verb = "COMMIT"
 			}
-			if err := s.resolveXid(ctx, sv, b.Xid, verb); err != nil {
-				errs = append(errs, err)
+			err := s.xaOnce(ctx, sv, b.Xid, verb)
+			if errors.Is(err, errUnknownXid) {
+				// Listed, yet unknown to XA COMMIT/ROLLBACK: on MariaDB the
+				// branch is still attached to the connection that prepared
+				// it. Past minAge its coordinator is dead, frozen or cut
+				// off; ending that connection detaches the branch, and the
+				// next pass resolves it by the same decision.
+				res.Remaining[b.Xid.Gtrid] = true
+				if time.Since(b.ID.Created) >= minAge {
+					s.killHolder(ctx, sv, b)
+				}
+				continue
+			}
+			if err != nil {
+				errs = append(errs, fmt.Errorf("XA %s %s/%s on server %d: %w", verb, b.Xid.Gtrid, b.Xid.Bqual, sv.index, err))
 				res.Remaining[b.Xid.Gtrid] = true
 				continue
 			}
@@ -115,7 +129,7 @@ func (s *Sink) listInDoubt(ctx context.Context, sv *server) ([]InDoubt, error) {
 		}
 		x := Xid{Gtrid: string(data[:glen]), Bqual: string(data[glen : glen+blen])}
 		id, ok := ParseGlobalID(x.Gtrid)
-		if _, okb := parseBqual(x.Bqual); !ok || !okb {
+		if _, _, okb := parseBqual(x.Bqual); !ok || !okb {
 			continue
 		}
 		out = append(out, InDoubt{Server: sv.index, Xid: x, ID: id})
@@ -124,6 +138,21 @@ func (s *Sink) listInDoubt(ctx context.Context, sv *server) ([]InDoubt, error) {
 		return nil, fmt.Errorf("XA RECOVER on server %d: %w", sv.index, err)
 	}
 	return out, nil
+}
+
+// killHolder ends the connection that holds a prepared branch, named in
+// its bqual. It needs no privilege when the service's user owns that
+// connection (CONNECTION ADMIN otherwise). Killing a connection that no
+// longer holds the branch is harmless: at worst a live checkpoint on it
+// fails and replays.
+func (s *Sink) killHolder(ctx context.Context, sv *server, b InDoubt) {
+	_, conn, ok := parseBqual(b.Xid.Bqual)
+	if !ok {
+		return
+	}
+	_, err := sv.db.ExecContext(ctx, "KILL CONNECTION "+strconv.FormatUint(conn, 10))
+	s.log.Warn("ended the connection holding an old in-doubt branch", "gtrid", b.Xid.Gtrid, "bqual", b.Xid.Bqual,
+		"server", sv.index, "connection", conn, "age", time.Since(b.ID.Created).Round(time.Millisecond), "err", err)
 }
 
 // InDoubtBranches lists this service's prepared branches on every server.

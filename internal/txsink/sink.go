@@ -82,6 +82,9 @@ type Sink struct {
 	instance string
 	servers  []*server
 	log      *slog.Logger
+
+	mu   sync.Mutex // guards idle
+	idle []*pinned  // per participant: its connection between checkpoints
 }
 
 // Open connects to every server. The instance id is new at every Open: it is
@@ -101,6 +104,7 @@ func Open(ctx context.Context, cfg Config) (*Sink, error) {
 		return nil, fmt.Errorf("txsink: instance id: %w", err)
 	}
 	s := &Sink{cfg: cfg, instance: hex.EncodeToString(id[:]), log: cfg.Logger}
+	s.idle = make([]*pinned, len(cfg.DSNs)*cfg.Branches)
 	for i, dsn := range cfg.DSNs {
 		db, err := OpenDB(dsn, cfg.LockWaitTimeout, cfg.Branches+8)
 		if err != nil {
@@ -145,8 +149,16 @@ func OpenDB(dsn string, lockWait time.Duration, maxOpen int) (*sqlx.DB, error) {
 	return db, nil
 }
 
-// Close closes every pool.
+// Close closes every connection.
 func (s *Sink) Close() {
+	s.mu.Lock()
+	for i, pc := range s.idle {
+		if pc != nil {
+			_ = pc.conn.Close()
+			s.idle[i] = nil
+		}
+	}
+	s.mu.Unlock()
 	for _, sv := range s.servers {
 		_ = sv.db.Close()
 	}
@@ -216,19 +228,70 @@ func (t *Txn) branch(ctx context.Context, participant int) (*Branch, error) {
 		return b, nil
 	}
 	sv := t.s.serverOf(participant)
-	conn, err := sv.db.Connx(ctx)
-	if err != nil {
-		return nil, &StatementError{Participant: participant, Err: err}
-	}
-	b = &Branch{Participant: participant, server: sv, conn: conn, xid: Xid{Gtrid: t.gtrid, Bqual: bqual(participant)}}
-	if err := b.xa(ctx, "START"); err != nil {
+	// A connection kept from an earlier checkpoint may have died with the
+	// server in between: one retry on a fresh connection.
+	var err error
+	for try := 0; try < 2; try++ {
+		var pc *pinned
+		if pc, err = t.s.acquire(ctx, participant); err != nil {
+			continue
+		}
+		b = &Branch{Participant: participant, server: sv, sink: t.s, pc: pc, conn: pc.conn,
+			xid: Xid{Gtrid: t.gtrid, Bqual: bqual(participant, pc.id)}}
+		if err = b.xa(ctx, "START"); err == nil {
+			break
+		}
 		b.release(false)
+		b = nil
+	}
+	if err != nil {
 		return nil, &StatementError{Participant: participant, Err: err}
 	}
 	t.mu.Lock()
 	t.branches[participant] = b
 	t.mu.Unlock()
 	return b, nil
+}
+
+// acquire takes the participant's kept connection, or opens one.
+func (s *Sink) acquire(ctx context.Context, participant int) (*pinned, error) {
+	s.mu.Lock()
+	pc := s.idle[participant]
+	s.idle[participant] = nil
+	s.mu.Unlock()
+	if pc != nil {
+		return pc, nil
+	}
+	conn, err := s.serverOf(participant).db.Connx(ctx)
+	if err != nil {
+		return nil, err
+	}
+	pc = &pinned{conn: conn}
+	if err := conn.GetContext(ctx, &pc.id, "SELECT CONNECTION_ID()"); err != nil {
+		discard(conn)
+		_ = conn.Close()
+		return nil, err
+	}
+	return pc, nil
+}
+
+// putBack keeps a connection whose branch ended cleanly for the
+// participant's next checkpoint, and drops any other, so that no
+// connection in an XA state is ever reused.
+func (s *Sink) putBack(participant int, pc *pinned, clean bool) {
+	if clean {
+		s.mu.Lock()
+		if s.idle[participant] == nil {
+			s.idle[participant] = pc
+			pc = nil
+		}
+		s.mu.Unlock()
+	} else {
+		discard(pc.conn)
+	}
+	if pc != nil {
+		_ = pc.conn.Close()
+	}
 }
 
 // Each runs fn on the branch of every listed participant, in parallel,
@@ -437,34 +500,43 @@ func (s *Sink) resolveBranch(ctx context.Context, b *Branch, verb string) error 
 	return err
 }
 
-// resolveXid delivers XA COMMIT or ROLLBACK for xid through pooled
-// connections, retrying with backoff until it succeeds, the xid is unknown
-// to the server, or ctx ends.
+// errUnknownXid is XAER_NOTA: the server knows no prepared branch by that
+// xid that this connection may resolve. Either the branch was resolved, or
+// (MariaDB) it is still attached to the live connection that prepared it.
+var errUnknownXid = errors.New("txsink: xid unknown to the server (XAER_NOTA)")
+
+// xaOnce sends XA COMMIT or ROLLBACK for xid once, on a pooled connection.
+func (s *Sink) xaOnce(ctx context.Context, sv *server, xid Xid, verb string) error {
+	conn, err := sv.db.Connx(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = conn.ExecContext(ctx, "XA "+verb+" "+xid.sql())
+	if err != nil && mysqlCode(err) != erXAERNota {
+		discard(conn)
+	}
+	_ = conn.Close()
+	if mysqlCode(err) == erXAERNota {
+		return errUnknownXid
+	}
+	return err
+}
+
+// resolveXid delivers XA COMMIT or ROLLBACK for a branch of this process
+// whose own connection broke, through pooled connections, retrying with
+// backoff until it succeeds, the xid is unknown (the broken connection is
+// gone, so unknown means resolved), or ctx ends.
 func (s *Sink) resolveXid(ctx context.Context, sv *server, xid Xid, verb string) error {
 	backoff := 50 * time.Millisecond
 	for {
-		err := func() error {
-			conn, err := sv.db.Connx(ctx)
-			if err != nil {
-				return err
-			}
-			_, err = conn.ExecContext(ctx, "XA "+verb+" "+xid.sql())
-			if err != nil && mysqlCode(err) != erXAERNota {
-				discard(conn)
-			}
-			_ = conn.Close()
-			if mysqlCode(err) == erXAERNota {
-				return nil
-			}
-			return err
-		}()
-		if err == nil {
+		err := s.xaOnce(ctx, sv, xid, verb)
+		if err == nil || errors.Is(err, errUnknownXid) {
 			return nil
 		}
 		s.log.Warn("XA resolution failed, retrying", "verb", verb, "gtrid", xid.Gtrid, "bqual", xid.Bqual, "server", sv.index, "err", err)
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("XA %s %s/%s on server %d: %w (last error: %v)", verb, xid.Gtrid, xid.Bqual, sv.index, ctx.Err(), err)
+			return fmt.Errorf("XA %s %s/%s on server %d: %w (last error: %w)", verb, xid.Gtrid, xid.Bqual, sv.index, ctx.Err(), err)
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, time.Second)

@@ -3,7 +3,9 @@ package txsink
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"strings"
 	"log/slog"
 	"testing"
 	"time"
@@ -166,7 +168,7 @@ func TestReadOnlyBranchIsNotPrepared(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := inDoubt(t, s)
-	if len(b) != 1 || b[0].Xid.Bqual != "p0" {
+	if len(b) != 1 || !strings.HasPrefix(b[0].Xid.Bqual, "p0-c") {
 		t.Fatalf("in doubt = %+v, want only p0", b)
 	}
 	if err := tx.Abort(ctx); err != nil {
@@ -219,7 +221,7 @@ func TestRecoveryCommitsDecidedBranches(t *testing.T) {
 	claim(t, dead, 0)
 	tx := dead.Begin(7)
 	if err := tx.Each(ctx, []int{0, 1}, func(ctx context.Context, b *Branch) error {
-		return writeBalance("r"+b.xid.Bqual, 42)(ctx, b)
+		return writeBalance(fmt.Sprintf("r%d", b.Participant), 42)(ctx, b)
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +244,7 @@ func TestRecoveryCommitsDecidedBranches(t *testing.T) {
 	if res.Committed != 2 || res.RolledBack != 0 {
 		t.Fatalf("recovery = %+v", res)
 	}
-	for _, a := range []string{"rp0", "rp1"} {
+	for _, a := range []string{"r0", "r1"} {
 		if v, ok := balance(t, next, a); !ok || v != 42 {
 			t.Fatalf("%s = %d,%v after recovery", a, v, ok)
 		}
@@ -291,6 +293,53 @@ func TestRecoveryAbortsOldUndecidedBranches(t *testing.T) {
 	}
 }
 
+// Property (recovery of a frozen coordinator): on MariaDB a prepared branch
+// stays attached to the live connection that prepared it, and XA ROLLBACK
+// from anywhere else answers XAER_NOTA. Recovery must not take that for
+// "resolved": it ends the holding connection once the branch is old, then
+// rolls it back; the frozen coordinator, thawed, cannot commit.
+func TestRecoveryDetachesBranchOfFrozenCoordinator(t *testing.T) {
+	ctx := context.Background()
+	dsn := newDatabase(t)
+	frozen := newSink(t, dsn, 1)
+	claim(t, frozen, 0)
+	tx := frozen.Begin(1)
+	if err := tx.Each(ctx, []int{0}, writeBalance("f", 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The coordinator keeps its connection open, as a frozen process does.
+	other := newSink(t, dsn, 1)
+	res, err := other.Recover(ctx, 0)
+	if err != nil || res.RolledBack != 0 || !res.Remaining[tx.Gtrid()] {
+		t.Fatalf("first pass: %+v, %v; want the attached branch still in doubt", res, err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for res.RolledBack == 0 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+		if res, err = other.Recover(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if res.RolledBack != 1 || len(inDoubt(t, frozen)) != 0 {
+		t.Fatalf("after ending the holder: %+v, in doubt %d", res, len(inDoubt(t, frozen)))
+	}
+	// A row the branch locked is free again.
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := other.Control().ExecContext(lctx, `INSERT INTO account_balances VALUES ('f', 'EUR', 7, 1, NOW(6))`); err != nil {
+		t.Fatalf("row still locked: %v", err)
+	}
+	if err := tx.Decide(ctx, []PartitionCut{{Partition: 0, Epoch: 1, NextOffset: 5}}); !errors.Is(err, ErrAborted) {
+		t.Fatalf("thawed coordinator's Decide = %v, want ErrAborted", err)
+	}
+	if v, _ := balance(t, other, "f"); v != 7 {
+		t.Fatalf("balance = %d, want only the later insert", v)
+	}
+}
+
 // Property: decision rows are pruned only when old and no branch of their
 // checkpoint is in doubt.
 func TestPruneDecisionsKeepsInDoubt(t *testing.T) {
@@ -310,6 +359,19 @@ func TestPruneDecisionsKeepsInDoubt(t *testing.T) {
 	}
 	if _, found, _ := s.lookupDecision(ctx, "blg1-aa-2-1"); !found {
 		t.Fatal("in-doubt checkpoint's decision was pruned")
+	}
+}
+
+func TestBqualRoundTrip(t *testing.T) {
+	b := bqual(12, 0xdeadbeef)
+	p, c, ok := parseBqual(b)
+	if !ok || p != 12 || c != 0xdeadbeef {
+		t.Fatalf("%q -> %d %x %v", b, p, c, ok)
+	}
+	for _, bad := range []string{"", "p", "p1", "p-c1", "px-c1", "p1-cz", "q1-c1"} {
+		if _, _, ok := parseBqual(bad); ok {
+			t.Errorf("parsed %q", bad)
+		}
 	}
 }
 

@@ -23,8 +23,12 @@ const gtridPrefix = "blg1-"
 // hex: instance is random per process start and checkpoint increases per
 // attempt, so a gtrid is never reused across retries or restarts (XAER_DUPID
 // cannot happen); created, in Unix milliseconds, lets any instance judge the
-// age of an undecided branch. bqual is "p<participant index>". Both stay
-// under 64 bytes and are plain ASCII, so XA RECOVER output parses back.
+// age of an undecided branch. bqual is "p<participant>-c<connection id>",
+// the connection id in hex: on MariaDB a prepared branch stays attached to
+// the connection that prepared it (XA COMMIT or ROLLBACK from elsewhere
+// answer XAER_NOTA) until that connection ends, so a recoverer facing a
+// frozen coordinator needs to know which connection to end. Both stay under
+// 64 bytes and are plain ASCII, so XA RECOVER output parses back.
 type Xid struct {
 	Gtrid string
 	Bqual string
@@ -61,11 +65,16 @@ func ParseGlobalID(gtrid string) (GlobalID, bool) {
 	return GlobalID{Instance: parts[0], Checkpoint: ckpt, Created: time.UnixMilli(ms)}, true
 }
 
-func bqual(participant int) string { return "p" + strconv.Itoa(participant) }
+func bqual(participant int, conn uint64) string {
+	return "p" + strconv.Itoa(participant) + "-c" + strconv.FormatUint(conn, 16)
+}
 
-func parseBqual(b string) (int, bool) {
-	n, err := strconv.Atoi(strings.TrimPrefix(b, "p"))
-	return n, err == nil && strings.HasPrefix(b, "p") && n >= 0
+// parseBqual returns the participant and the connection id of a bqual.
+func parseBqual(b string) (participant int, conn uint64, ok bool) {
+	ps, cs, found := strings.Cut(strings.TrimPrefix(b, "p"), "-c")
+	n, err1 := strconv.Atoi(ps)
+	c, err2 := strconv.ParseUint(cs, 16, 64)
+	return n, c, found && strings.HasPrefix(b, "p") && err1 == nil && err2 == nil && n >= 0
 }
 
 // sql renders the xid as XA statements take it: hex literals, so that no
