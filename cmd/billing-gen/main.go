@@ -1,0 +1,255 @@
+// Command billing-gen produces a reproducible billing workload to Kafka and
+// writes the ledger the service must end up with.
+//
+// It produces -events valid, distinct events keyed by account (Zipf-skewed
+// over -accounts accounts, several currencies, times spread over -windows
+// windows before -base-time, some of them late), and around them: exact
+// duplicates (half keyed to land on another partition), conflicting
+// duplicates (same key as the original, after it), malformed records of
+// every kind the decoder rejects, int64 overflow cases on dedicated
+// accounts, and records inside Kafka transactions that are then aborted.
+// The committed records go through one idempotent producer (acks=all), so
+// each partition keeps the produced order.
+//
+// The expected ledger (balances, windows, dead letters by reason) is
+// computed while producing, by the contract model in internal/ledgercheck,
+// and written atomically to -expected only if every record was acknowledged
+// and every aborted transaction was aborted; any produce error exits 1 and
+// leaves the expected file untouched (records already produced stay in the
+// topic: use a fresh topic and database for the next run). Usage errors exit
+// 2.
+//
+// The same -seed and flags (and the same partition count) produce the same
+// records and the same expected file; the seed is printed at start. The
+// model assumes the service consumes the whole run within its DEDUP_TTL
+// (repeats follow their original within 1000 records), uses BILLING_WINDOW
+// equal to -window and a maximum payload equal to -max-payload, and starts
+// from empty tables.
+//
+// The run is bounded: -events (at most 1e9; the model keeps every event id,
+// about 150 bytes each) and -timeout. -rate paces all records, committed and
+// aborted, in records per second. Progress goes to stderr (-progress), the
+// seed and the summary to stdout.
+//
+// Usage:
+//
+//	billing-gen -brokers 127.0.0.1:9092 -topic billing-events -create-topic -partitions 6 \
+//	    -events 100000 -expected expected.json
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// options are the parsed command-line flags.
+type options struct {
+	brokers      []string
+	expectedPath string
+	rate         float64
+	progress     string
+	createTopic  bool
+	partitions   int
+	replication  int
+	maxInFlight  int
+	timeout      time.Duration
+	seedSet      bool
+	gen          genConfig
+	params       map[string]string
+}
+
+// envOr returns the environment variable's value, or def when it is unset
+// or empty.
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// parseFlags parses and validates args. It returns flag.ErrHelp for -h.
+func parseFlags(args []string, stderr io.Writer) (*options, error) {
+	fs := flag.NewFlagSet("billing-gen", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		o          options
+		brokers    string
+		currencies string
+		baseTime   string
+		seed       uint64
+	)
+	fs.StringVar(&brokers, "brokers", envOr("KAFKA_BROKERS", "127.0.0.1:9092"), "comma-separated Kafka seed brokers (env KAFKA_BROKERS)")
+	fs.StringVar(&o.gen.Topic, "topic", envOr("KAFKA_TOPIC", "billing-events"), "topic to produce to (env KAFKA_TOPIC)")
+	fs.Int64Var(&o.gen.Events, "events", 10000, "valid distinct billable events to produce")
+	fs.Float64Var(&o.rate, "rate", 0, "records per second (0 = as fast as possible)")
+	fs.IntVar(&o.gen.Accounts, "accounts", 1000, "number of accounts")
+	fs.Float64Var(&o.gen.ZipfS, "zipf-s", 1.1, "Zipf skew of account popularity (> 1)")
+	fs.StringVar(&currencies, "currencies", "EUR,USD,GBP,JPY", "comma-separated currencies (3 upper-case letters each)")
+	fs.Float64Var(&o.gen.DupRatio, "dup-ratio", 0.05, "fraction of valid events sent again with identical content (half keyed to another partition)")
+	fs.Float64Var(&o.gen.ConflictRatio, "conflict-ratio", 0.005, "fraction of valid events followed by a conflicting duplicate (same key, different content)")
+	fs.Float64Var(&o.gen.MalformedRatio, "malformed-ratio", 0.01, "malformed records per valid event, spread over every malformed kind")
+	fs.Float64Var(&o.gen.AbortedRatio, "aborted-ratio", 0.01, "records produced in aborted transactions, per valid event")
+	fs.IntVar(&o.gen.OverflowCases, "overflow-cases", 2, "int64 overflow cases, each on a dedicated account")
+	fs.DurationVar(&o.gen.Window, "window", time.Hour, "billing window; must equal the service's BILLING_WINDOW")
+	fs.IntVar(&o.gen.Windows, "windows", 24, "event times span this many windows before -base-time")
+	fs.StringVar(&baseTime, "base-time", "2026-11-29T00:00:00Z", "RFC 3339 end of the event-time span")
+	fs.Float64Var(&o.gen.LateRatio, "late-ratio", 0.05, "fraction of valid events moved back to older windows (out of order)")
+	fs.Uint64Var(&seed, "seed", 0, "random seed (default: from the clock; always printed)")
+	fs.IntVar(&o.gen.MaxPayload, "max-payload", 64*1024, "the service's maximum payload in bytes; payload_too_large records exceed it by 6 KiB")
+	fs.StringVar(&o.expectedPath, "expected", "expected.json", "where to write the expected ledger")
+	fs.StringVar(&o.progress, "progress", "auto", "progress display: auto (bar on a terminal, else log lines), bar, log or none")
+	fs.BoolVar(&o.createTopic, "create-topic", false, "create the topic if it does not exist")
+	fs.IntVar(&o.partitions, "partitions", 6, "partitions of a created topic")
+	fs.IntVar(&o.replication, "replication-factor", -1, "replication factor of a created topic (-1 = broker default)")
+	fs.IntVar(&o.maxInFlight, "max-in-flight", 10000, "maximum records buffered or in flight")
+	fs.DurationVar(&o.timeout, "timeout", 30*time.Minute, "give up (exit 1) after this long")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "seed" {
+			o.seedSet = true
+		}
+	})
+	if !o.seedSet {
+		seed = uint64(time.Now().UnixNano())
+		if err := fs.Set("seed", fmt.Sprint(seed)); err != nil {
+			return nil, err
+		}
+	}
+	o.gen.Seed = seed
+
+	for _, b := range strings.Split(brokers, ",") {
+		if b = strings.TrimSpace(b); b != "" {
+			o.brokers = append(o.brokers, b)
+		}
+	}
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	if len(o.brokers) == 0 {
+		bad("-brokers is empty")
+	}
+	if o.gen.Topic == "" || len(o.gen.Topic) > 249 {
+		bad("-topic must be 1-249 characters")
+	}
+	seen := map[string]bool{}
+	for _, c := range strings.Split(currencies, ",") {
+		c = strings.TrimSpace(c)
+		if len(c) != 3 || strings.Trim(c, "ABCDEFGHIJKLMNOPQRSTUVWXYZ") != "" || seen[c] {
+			bad("-currencies: %q is not a distinct code of 3 letters A-Z", c)
+		}
+		seen[c] = true
+		o.gen.Currencies = append(o.gen.Currencies, c)
+	}
+	if o.gen.Events < 0 || o.gen.Events > 1e9 {
+		bad("-events must be 0..1e9")
+	}
+	if o.rate < 0 {
+		bad("-rate must not be negative")
+	}
+	if o.gen.Accounts < 1 || o.gen.Accounts > 1e8 {
+		bad("-accounts must be 1..1e8")
+	}
+	if !(o.gen.ZipfS > 1) || o.gen.ZipfS > 100 {
+		bad("-zipf-s must be > 1 (and at most 100)")
+	}
+	for name, r := range map[string]float64{"dup-ratio": o.gen.DupRatio, "conflict-ratio": o.gen.ConflictRatio,
+		"malformed-ratio": o.gen.MalformedRatio, "aborted-ratio": o.gen.AbortedRatio, "late-ratio": o.gen.LateRatio} {
+		if !(r >= 0 && r <= 1) {
+			bad("-%s must be in [0, 1]", name)
+		}
+	}
+	if o.gen.OverflowCases < 0 || o.gen.OverflowCases > 1000 {
+		bad("-overflow-cases must be 0..1000")
+	}
+	if o.gen.Window < time.Second || o.gen.Window%time.Second != 0 || o.gen.Window > 366*24*time.Hour {
+		bad("-window must be a whole number of seconds, 1s..366d")
+	}
+	if o.gen.Windows < 1 || o.gen.Windows > 100000 {
+		bad("-windows must be 1..100000")
+	}
+	bt, err := time.Parse(time.RFC3339, baseTime)
+	if err != nil {
+		bad("-base-time: %w", err)
+	}
+	o.gen.BaseTime = bt.UTC()
+	if err == nil && len(errs) == 0 {
+		first := o.gen.BaseTime.Add(-time.Duration(o.gen.Windows) * o.gen.Window)
+		if first.Year() < 1000 || o.gen.BaseTime.Year() > 9998 {
+			bad("-base-time and -windows put event times outside years 1000-9998 (DATETIME range)")
+		}
+	}
+	if o.gen.MaxPayload < 1024 || o.gen.MaxPayload > 512*1024 {
+		bad("-max-payload must be 1024..524288 (the too-large record must still fit a Kafka message)")
+	}
+	switch o.progress {
+	case "auto", "bar", "log", "none":
+	default:
+		bad("-progress must be auto, bar, log or none")
+	}
+	if o.partitions < 1 || o.partitions > 10000 {
+		bad("-partitions must be 1..10000")
+	}
+	if o.replication == 0 || o.replication < -1 || o.replication > 32767 {
+		bad("-replication-factor must be -1 or 1..32767")
+	}
+	if o.maxInFlight < 1 {
+		bad("-max-in-flight must be positive")
+	}
+	if o.timeout <= 0 {
+		bad("-timeout must be positive")
+	}
+	if o.expectedPath == "" {
+		bad("-expected is empty")
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	o.params = map[string]string{}
+	fs.VisitAll(func(f *flag.Flag) { o.params[f.Name] = f.Value.String() })
+	return &o, nil
+}
+
+func main() {
+	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run is the command; it returns the exit status: 0 success, 1 failure
+// (nothing written to -expected), 2 usage error.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	o, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "billing-gen: %v\n", err)
+		return 2
+	}
+	fmt.Fprintf(stdout, "billing-gen: seed %d (replay with -seed %d and the same flags)\n", o.gen.Seed, o.gen.Seed)
+
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	if sent, err := produceRun(ctx, o, stdout, stderr); err != nil {
+		fmt.Fprintf(stderr, "billing-gen: FAILED: %v\n", err)
+		fmt.Fprintf(stderr, "billing-gen: %s was not written", o.expectedPath)
+		if sent > 0 {
+			fmt.Fprintf(stderr, "; up to %d records already sent may be in topic %q (use a fresh topic and database)", sent, o.gen.Topic)
+		}
+		fmt.Fprintln(stderr)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/billing/ledger/internal/ledgercheck"
+)
+
+func TestParseFlagsDSNs(t *testing.T) {
+	t.Setenv("MYSQL_DSN", "")
+	t.Setenv("MYSQL_SHARD_DSNS", "u:p@tcp(h2:3306)/db,u:p@tcp(h3:3306)/db")
+	var stderr bytes.Buffer
+	o, err := parseFlags([]string{"-dsn", "u:p@tcp(h1:3306)/db"}, &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(o.dsns) != 3 {
+		t.Errorf("env shards not used: %q", o.dsns)
+	}
+	o, err = parseFlags([]string{"-dsn", "u:p@tcp(h1:3306)/db", "-shard-dsns", "u:p@tcp(h1:3306)/db,u:p@tcp(h4:3306)/db",
+		"-shard-dsns", "u:p@tcp(h5:3306)/db"}, &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(o.dsns, " ") != "u:p@tcp(h1:3306)/db u:p@tcp(h4:3306)/db u:p@tcp(h5:3306)/db" {
+		t.Errorf("flags must override env, repeats dropped: %q", o.dsns)
+	}
+	if _, err := parseFlags(nil, &stderr); err != nil {
+		t.Errorf("env alone: %v", err)
+	}
+	t.Setenv("MYSQL_SHARD_DSNS", "")
+	if _, err := parseFlags(nil, &stderr); err == nil {
+		t.Error("no DSN accepted")
+	}
+}
+
+func TestRunExitCodes(t *testing.T) {
+	t.Setenv("MYSQL_DSN", "")
+	t.Setenv("MYSQL_SHARD_DSNS", "")
+	dir := t.TempDir()
+	good := filepath.Join(dir, "expected.json")
+	l, _ := ledgercheck.NewLedger(time.Hour)
+	if err := ledgercheck.WriteFile(good, l.Expected()); err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(dir, "bad.json")
+	if err := os.WriteFile(bad, []byte(`{"version": 9}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		args []string
+		want int
+	}{
+		{[]string{"-expected", good}, exitError},                                                            // no DSN
+		{[]string{"-dsn", "u:p@tcp(127.0.0.1:1)/db", "-expected", bad}, exitError},                          // bad file
+		{[]string{"-dsn", "u:p@tcp(127.0.0.1:1)/db", "-expected", filepath.Join(dir, "x")}, exitError},      // no file
+		{[]string{"-dsn", "u:p@tcp(127.0.0.1:1)/db", "-expected", good, "-query-timeout", "2s"}, exitError}, // no server
+		{[]string{"-max-diffs", "-1", "-dsn", "u:p@tcp(h)/db"}, exitError},
+		{[]string{"-h"}, exitExact},
+	}
+	for _, tc := range tests {
+		var out, errb bytes.Buffer
+		if got := run(t.Context(), tc.args, &out, &errb); got != tc.want {
+			t.Errorf("%q: exit %d, want %d\n%s%s", tc.args, got, tc.want, out.String(), errb.String())
+		}
+		if strings.Contains(out.String()+errb.String(), "u:p@") {
+			t.Errorf("%q: password printed:\n%s%s", tc.args, out.String(), errb.String())
+		}
+	}
+}

@@ -1,0 +1,45 @@
+// Package ledgercheck models the billing service's contract independently of
+// the service, so that a load generator can predict the result tables and a
+// verifier can compare them exactly.
+//
+// # The model
+//
+// A [Ledger] is fed the records of one run in the order the service will see
+// them for each account: Kafka key = account, so one account's records share
+// a partition and are consumed in produced order. [Ledger.Add] applies the
+// contract to one well-formed event:
+//
+//   - an event id already counted with identical content (account, amount,
+//     currency and the UTC instant of occurred_at) is dropped: not counted,
+//     no dead letter;
+//   - an event id already counted with different content is dead-lettered
+//     as conflicting_duplicate and not counted;
+//   - an event whose amount would overflow int64 in its account balance or
+//     in its window sum is dead-lettered as amount_overflow and counts
+//     nowhere (neither balance nor window);
+//   - otherwise the event is counted in its (account, currency) balance and
+//     in its (account, currency, window) sum, and its id is remembered.
+//
+// Dead-lettered events are not remembered, so a later record with the same id
+// is judged afresh. [Ledger.DeadLetter] records a malformed record that the
+// decoder rejects; [MalformedKind.Reason] is the single table that maps each
+// malformed kind the generator produces to the reason the decoder stores.
+//
+// The model assumes a whole run is processed within the service's DEDUP_TTL
+// (the generator repeats ids only a bounded number of records later), and it
+// does not model Kafka transactions: records in aborted transactions are
+// never shown to it, because the service reads read_committed.
+//
+// Results only depend on per-account order: exact duplicates may be consumed
+// from another partition before or after their original, which changes which
+// copy counts but not the totals; a conflicting duplicate must share its
+// original's partition and follow it, so the original always counts.
+//
+// # Files and tables
+//
+// [Expected] is the expected-ledger file written by cmd/billing-gen and read
+// by cmd/billing-verify (JSON, written atomically by [WriteFile], read and
+// validated by [ReadFile]). [ReadActual] reads the service's tables from one
+// or more MySQL servers (accounts are sharded, each account on one server)
+// and [Compare] diffs them against the expectation row by row.
+package ledgercheck

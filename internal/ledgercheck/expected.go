@@ -1,0 +1,438 @@
+package ledgercheck
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"math/big"
+	"slices"
+	"time"
+)
+
+// FileVersion is the version of the expected-ledger file format written by
+// [WriteFile]. [ReadFile] rejects any other version.
+const FileVersion = 1
+
+// Event is one well-formed billing event as the service's decoder yields it.
+// OccurredAt may carry any location; the model uses its UTC instant.
+type Event struct {
+	EventID     string
+	AccountID   string
+	AmountMinor int64
+	Currency    string
+	OccurredAt  time.Time
+}
+
+// BalanceRow is one row of account_balances.
+type BalanceRow struct {
+	AccountID    string `json:"account_id"`
+	Currency     string `json:"currency"`
+	BalanceMinor int64  `json:"balance_minor"`
+	EventCount   int64  `json:"event_count"`
+}
+
+// Key returns the row's primary key.
+func (r BalanceRow) Key() BalanceKey { return BalanceKey{r.AccountID, r.Currency} }
+
+// WindowRow is one row of billing_windows. WindowStart is in UTC.
+type WindowRow struct {
+	AccountID   string    `json:"account_id"`
+	Currency    string    `json:"currency"`
+	WindowStart time.Time `json:"window_start"`
+	AmountMinor int64     `json:"amount_minor"`
+	EventCount  int64     `json:"event_count"`
+}
+
+// Key returns the row's primary key.
+func (r WindowRow) Key() WindowKey {
+	return WindowKey{r.AccountID, r.Currency, r.WindowStart.UnixMicro()}
+}
+
+// BalanceKey is the primary key of account_balances.
+type BalanceKey struct {
+	AccountID string
+	Currency  string
+}
+
+// String formats the key for messages; the account id is quoted because it
+// may hold arbitrary bytes.
+func (k BalanceKey) String() string { return fmt.Sprintf("%q/%s", k.AccountID, k.Currency) }
+
+// WindowKey is the primary key of billing_windows; StartMicros is the window
+// start in microseconds since the Unix epoch (DATETIME(6) precision).
+type WindowKey struct {
+	AccountID   string
+	Currency    string
+	StartMicros int64
+}
+
+// Start returns the window start as a UTC time.
+func (k WindowKey) Start() time.Time { return time.UnixMicro(k.StartMicros).UTC() }
+
+// String formats the key for messages.
+func (k WindowKey) String() string {
+	return fmt.Sprintf("%q/%s@%s", k.AccountID, k.Currency, k.Start().Format(time.RFC3339Nano))
+}
+
+// Produced counts what the generator wrote to Kafka. It is informational:
+// [Compare] does not use it.
+type Produced struct {
+	// Records committed to the topic (everything below except Aborted).
+	Records int64 `json:"records"`
+	// Valid distinct billable events (the -events flag; excludes overflow
+	// cases).
+	Valid int64 `json:"valid"`
+	// Duplicates: exact re-sends of valid events, of which
+	// CrossPartitionDuplicates were keyed to land on another partition.
+	Duplicates               int64 `json:"duplicates"`
+	CrossPartitionDuplicates int64 `json:"cross_partition_duplicates"`
+	// Conflicts: same event id as a counted event, different content.
+	Conflicts int64 `json:"conflicts"`
+	// Malformed records, all kinds.
+	Malformed int64 `json:"malformed"`
+	// Aborted records, in AbortedTransactions aborted transactions.
+	Aborted             int64 `json:"aborted"`
+	AbortedTransactions int64 `json:"aborted_transactions"`
+	// OverflowEvents: records of the overflow cases (counted or not).
+	OverflowEvents int64 `json:"overflow_events"`
+	// Late: valid events whose occurred_at was moved to an older window.
+	Late int64 `json:"late"`
+}
+
+// Expected is the expected-ledger file: the exact content the service's
+// result tables must reach once it has consumed the run.
+type Expected struct {
+	Version int `json:"version"`
+	// Seed that reproduces the run (with Params).
+	Seed uint64 `json:"seed"`
+	// Topic and Partitions the run was produced to (informational).
+	Topic      string `json:"topic,omitempty"`
+	Partitions int    `json:"partitions,omitempty"`
+	// Window is the tumbling-window size; it must equal the service's
+	// BILLING_WINDOW.
+	Window Duration `json:"window"`
+	// EventsValid is the number of events counted: the sum of event_count
+	// over Balances (and over Windows).
+	EventsValid int64 `json:"events_valid"`
+	// DeadLetters counts dead_letters rows by reason.
+	DeadLetters map[string]int64 `json:"dead_letters"`
+	Produced    Produced         `json:"produced"`
+	// Params are the generator's flags, for replay.
+	Params map[string]string `json:"params,omitempty"`
+	// Balances and Windows are sorted by primary key (byte order of the
+	// account id, then currency, then window start).
+	Balances []BalanceRow `json:"balances"`
+	Windows  []WindowRow  `json:"windows"`
+}
+
+// DeadLetterTotal returns the number of dead letters expected.
+func (e *Expected) DeadLetterTotal() int64 {
+	var n int64
+	for _, c := range e.DeadLetters {
+		n += c
+	}
+	return n
+}
+
+// Validate checks the internal consistency of e: version, window, sorted and
+// unique keys, aligned windows, positive counts, and that the windows of each
+// (account, currency) add up to its balance, in amount and count, and that
+// both add up to EventsValid. A file that fails Validate cannot be compared
+// meaningfully.
+func (e *Expected) Validate() error {
+	if e.Version != FileVersion {
+		return fmt.Errorf("unsupported version %d (want %d)", e.Version, FileVersion)
+	}
+	w := time.Duration(e.Window)
+	if err := checkWindow(w); err != nil {
+		return err
+	}
+	type sum struct{ amount, count int64 }
+	sums := make(map[BalanceKey]sum, len(e.Balances))
+	var total int64
+	for i, b := range e.Balances {
+		if i > 0 && compareBalanceKeys(e.Balances[i-1].Key(), b.Key()) >= 0 {
+			return fmt.Errorf("balances not sorted or not unique at row %d (%v)", i, b.Key())
+		}
+		if b.EventCount <= 0 {
+			return fmt.Errorf("balance %v: event_count %d is not positive", b.Key(), b.EventCount)
+		}
+		total += b.EventCount
+		sums[b.Key()] = sum{}
+	}
+	if total != e.EventsValid {
+		return fmt.Errorf("balances count %d events, events_valid is %d", total, e.EventsValid)
+	}
+	total = 0
+	for i, r := range e.Windows {
+		if i > 0 && compareWindowKeys(e.Windows[i-1].Key(), r.Key()) >= 0 {
+			return fmt.Errorf("windows not sorted or not unique at row %d (%v)", i, r.Key())
+		}
+		if r.EventCount <= 0 {
+			return fmt.Errorf("window %v: event_count %d is not positive", r.Key(), r.EventCount)
+		}
+		if !WindowStart(r.WindowStart, w).Equal(r.WindowStart) {
+			return fmt.Errorf("window %v: start is not aligned to %v", r.Key(), w)
+		}
+		bk := BalanceKey{r.AccountID, r.Currency}
+		s, ok := sums[bk]
+		if !ok {
+			return fmt.Errorf("window %v has no balance row", r.Key())
+		}
+		// Partial sums may leave the int64 range while the total (which
+		// is a balance) does not; two's complement wrapping addition is
+		// exact modulo 2^64, so the wrapped total is the true total.
+		s.amount += r.AmountMinor
+		s.count += r.EventCount
+		sums[bk] = s
+		total += r.EventCount
+	}
+	if total != e.EventsValid {
+		return fmt.Errorf("windows count %d events, events_valid is %d", total, e.EventsValid)
+	}
+	for _, b := range e.Balances {
+		s := sums[b.Key()]
+		if s.amount != b.BalanceMinor || s.count != b.EventCount {
+			return fmt.Errorf("balance %v (%d, %d events) differs from the sum of its windows (%d, %d events)",
+				b.Key(), b.BalanceMinor, b.EventCount, s.amount, s.count)
+		}
+	}
+	for reason, n := range e.DeadLetters {
+		if reason == "" || n < 0 {
+			return fmt.Errorf("dead_letters: invalid entry %q: %d", reason, n)
+		}
+	}
+	return nil
+}
+
+// Duration is a time.Duration that encodes to JSON as a Go duration string
+// ("1h0m0s").
+type Duration time.Duration
+
+// MarshalText implements encoding.TextMarshaler.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return fmt.Errorf("window: %w", err)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// WindowStart returns the start of the tumbling window of the given size
+// that contains t: the greatest multiple of size since the Unix epoch that is
+// not after t, in UTC. It floors (rather than truncating towards zero), so it
+// is also correct before 1970, and it is exact for every time.Time. It panics
+// if size is not positive.
+func WindowStart(t time.Time, size time.Duration) time.Time {
+	if size <= 0 {
+		panic("ledgercheck: window size must be positive")
+	}
+	sec, nsec := t.Unix(), int64(t.Nanosecond()) // 0 <= nsec < 1e9
+	if size%time.Second == 0 {
+		s := int64(size / time.Second)
+		return time.Unix(floorDiv(sec, s)*s, 0).UTC()
+	}
+	// General case, on the exact nanosecond count (which may not fit in an
+	// int64). big.Int's Div and DivMod are Euclidean: for a positive divisor
+	// they floor and the modulus is non-negative.
+	n := new(big.Int).Mul(big.NewInt(sec), big.NewInt(1e9))
+	n.Add(n, big.NewInt(nsec))
+	d := big.NewInt(int64(size))
+	n.Div(n, d).Mul(n, d)
+	s, ns := new(big.Int).DivMod(n, big.NewInt(1e9), new(big.Int))
+	return time.Unix(s.Int64(), ns.Int64()).UTC()
+}
+
+// floorDiv returns floor(a/b) for b > 0.
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
+}
+
+// checkWindow reports whether w is usable as a window size: positive and a
+// whole number of microseconds (window_start is a DATETIME(6)).
+func checkWindow(w time.Duration) error {
+	if w <= 0 || w%time.Microsecond != 0 {
+		return fmt.Errorf("window %v must be a positive whole number of microseconds", w)
+	}
+	return nil
+}
+
+// addInt64 returns a+b and true, or 0 and false if the sum overflows int64.
+func addInt64(a, b int64) (int64, bool) {
+	if (b > 0 && a > math.MaxInt64-b) || (b < 0 && a < math.MinInt64-b) {
+		return 0, false
+	}
+	return a + b, true
+}
+
+// Outcome is what the service does with one well-formed event.
+type Outcome int
+
+// Outcomes of [Ledger.Add].
+const (
+	// Counted: added to its balance and window; its id is remembered.
+	Counted Outcome = iota + 1
+	// Duplicate: same id and content as a counted event; dropped.
+	Duplicate
+	// Conflict: same id as a counted event, different content; dead letter
+	// conflicting_duplicate.
+	Conflict
+	// Overflow: would overflow its balance or window sum; dead letter
+	// amount_overflow.
+	Overflow
+)
+
+// String returns the outcome's name.
+func (o Outcome) String() string {
+	switch o {
+	case Counted:
+		return "counted"
+	case Duplicate:
+		return "duplicate"
+	case Conflict:
+		return ReasonConflictingDuplicate
+	case Overflow:
+		return ReasonAmountOverflow
+	}
+	return fmt.Sprintf("outcome(%d)", int(o))
+}
+
+// content is the part of an event that decides whether a repeated id is an
+// exact or a conflicting duplicate (the service's fingerprint).
+type content struct {
+	accountID string
+	amount    int64
+	currency  string
+	sec       int64
+	nsec      int
+}
+
+func contentOf(e Event) content {
+	return content{e.AccountID, e.AmountMinor, e.Currency, e.OccurredAt.Unix(), e.OccurredAt.Nanosecond()}
+}
+
+// totals is an amount and an event count.
+type totals struct {
+	amount int64
+	count  int64
+}
+
+// Ledger is the contract's model of the service's result tables. It is not
+// safe for concurrent use. Memory grows with the number of distinct event ids
+// (about 100 bytes each), since every counted id is remembered.
+type Ledger struct {
+	window   time.Duration
+	balances map[BalanceKey]totals
+	windows  map[WindowKey]totals
+	seen     map[string]content
+	dead     map[string]int64
+	counted  int64
+}
+
+// NewLedger returns an empty ledger with tumbling windows of the given size,
+// which must be a positive whole number of microseconds.
+func NewLedger(window time.Duration) (*Ledger, error) {
+	if err := checkWindow(window); err != nil {
+		return nil, err
+	}
+	return &Ledger{
+		window:   window,
+		balances: make(map[BalanceKey]totals),
+		windows:  make(map[WindowKey]totals),
+		seen:     make(map[string]content),
+		dead:     make(map[string]int64),
+	}, nil
+}
+
+// Window returns the ledger's window size.
+func (l *Ledger) Window() time.Duration { return l.window }
+
+// Add applies the contract to one well-formed event and returns what
+// happened to it (see the package documentation). It does not validate e:
+// the caller must only pass events the decoder accepts. Dedup is checked
+// before overflow, so an exact duplicate is dropped even if counting it again
+// would overflow.
+func (l *Ledger) Add(e Event) Outcome {
+	c := contentOf(e)
+	if prev, ok := l.seen[e.EventID]; ok {
+		if prev == c {
+			return Duplicate
+		}
+		l.dead[ReasonConflictingDuplicate]++
+		return Conflict
+	}
+	bk := BalanceKey{e.AccountID, e.Currency}
+	wk := WindowKey{e.AccountID, e.Currency, WindowStart(e.OccurredAt, l.window).UnixMicro()}
+	b, w := l.balances[bk], l.windows[wk]
+	nb, ok1 := addInt64(b.amount, e.AmountMinor)
+	nw, ok2 := addInt64(w.amount, e.AmountMinor)
+	if !ok1 || !ok2 {
+		l.dead[ReasonAmountOverflow]++
+		return Overflow
+	}
+	// Event counts cannot realistically reach 2^63; no check needed.
+	l.balances[bk] = totals{nb, b.count + 1}
+	l.windows[wk] = totals{nw, w.count + 1}
+	l.seen[e.EventID] = c
+	l.counted++
+	return Counted
+}
+
+// DeadLetter records one record rejected with reason (a malformed record the
+// decoder refuses). It has no other effect: the record's id, if any, is not
+// remembered.
+func (l *Ledger) DeadLetter(reason string) { l.dead[reason]++ }
+
+// Counted returns the number of events counted so far.
+func (l *Ledger) Counted() int64 { return l.counted }
+
+// Expected returns the ledger's current tables as a new [Expected] with
+// Version, Window, EventsValid, Balances, Windows and DeadLetters filled in
+// and sorted; the caller adds the run's metadata.
+func (l *Ledger) Expected() *Expected {
+	e := &Expected{
+		Version:     FileVersion,
+		Window:      Duration(l.window),
+		EventsValid: l.counted,
+		DeadLetters: make(map[string]int64, len(l.dead)),
+		Balances:    make([]BalanceRow, 0, len(l.balances)),
+		Windows:     make([]WindowRow, 0, len(l.windows)),
+	}
+	for r, n := range l.dead {
+		e.DeadLetters[r] = n
+	}
+	for k, t := range l.balances {
+		e.Balances = append(e.Balances, BalanceRow{k.AccountID, k.Currency, t.amount, t.count})
+	}
+	for k, t := range l.windows {
+		e.Windows = append(e.Windows, WindowRow{k.AccountID, k.Currency, k.Start(), t.amount, t.count})
+	}
+	sortBalances(e.Balances)
+	sortWindows(e.Windows)
+	return e
+}
+
+func compareBalanceKeys(a, b BalanceKey) int {
+	return cmp.Or(cmp.Compare(a.AccountID, b.AccountID), cmp.Compare(a.Currency, b.Currency))
+}
+
+func compareWindowKeys(a, b WindowKey) int {
+	return cmp.Or(cmp.Compare(a.AccountID, b.AccountID), cmp.Compare(a.Currency, b.Currency),
+		cmp.Compare(a.StartMicros, b.StartMicros))
+}
+
+func sortBalances(rows []BalanceRow) {
+	slices.SortFunc(rows, func(a, b BalanceRow) int { return compareBalanceKeys(a.Key(), b.Key()) })
+}
+
+func sortWindows(rows []WindowRow) {
+	slices.SortFunc(rows, func(a, b WindowRow) int { return compareWindowKeys(a.Key(), b.Key()) })
+}

@@ -1,0 +1,306 @@
+package ledgercheck
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/jmoiron/sqlx"
+)
+
+// migrationPath is the ledger schema, relative to this package.
+const migrationPath = "../../migrations/00001_ledger.sql"
+
+// gooseUp returns the statements of the "-- +goose Up" section of a goose
+// SQL migration: comment lines dropped, split at semicolons outside quotes,
+// StatementBegin/End blocks kept whole.
+func gooseUp(src string) ([]string, error) {
+	var (
+		stmts   []string
+		cur     strings.Builder
+		inUp    bool
+		inBlock bool
+	)
+	flush := func() {
+		if s := strings.TrimSpace(cur.String()); s != "" {
+			stmts = append(stmts, s)
+		}
+		cur.Reset()
+	}
+	for _, line := range strings.Split(src, "\n") {
+		trim := strings.TrimSpace(line)
+		switch {
+		case strings.HasPrefix(trim, "-- +goose Up"):
+			inUp = true
+			continue
+		case strings.HasPrefix(trim, "-- +goose Down"):
+			flush()
+			return stmts, nil
+		case strings.HasPrefix(trim, "-- +goose StatementBegin"):
+			inBlock = true
+			continue
+		case strings.HasPrefix(trim, "-- +goose StatementEnd"):
+			inBlock = false
+			flush()
+			continue
+		case !inUp || strings.HasPrefix(trim, "--"):
+			continue
+		}
+		if inBlock {
+			cur.WriteString(line + "\n")
+			continue
+		}
+		// Split at semicolons outside single, double and back quotes.
+		var quote rune
+		for _, r := range line {
+			switch {
+			case quote != 0:
+				if r == quote {
+					quote = 0
+				}
+			case r == '\'' || r == '"' || r == '`':
+				quote = r
+			case r == ';':
+				flush()
+				continue
+			}
+			cur.WriteRune(r)
+		}
+		cur.WriteByte('\n')
+	}
+	if !inUp {
+		return nil, fmt.Errorf("no -- +goose Up section")
+	}
+	flush()
+	return stmts, nil
+}
+
+func TestGooseUp(t *testing.T) {
+	src := "-- header; ignored\n-- +goose Up\nCREATE TABLE a (x INT COMMENT 'a;b');\nCREATE TABLE b (\n y INT\n);\n" +
+		"-- +goose StatementBegin\nCREATE PROCEDURE p() BEGIN SELECT 1; END;\n-- +goose StatementEnd\n-- +goose Down\nDROP TABLE a;\n"
+	got, err := gooseUp(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"CREATE TABLE a (x INT COMMENT 'a;b')", "CREATE TABLE b (\n y INT\n)", "CREATE PROCEDURE p() BEGIN SELECT 1; END;"}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("got %q\nwant %q", got, want)
+	}
+	data, err := os.ReadFile(migrationPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stmts, err := gooseUp(string(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(stmts) < 3 || !strings.HasPrefix(stmts[0], "CREATE TABLE account_balances") {
+		t.Errorf("ledger migration parsed as %q", stmts)
+	}
+}
+
+// testDB is a throwaway database on the server of MYSQL_DSN.
+type testDB struct {
+	dsn string // DSN of the throwaway database
+	db  *sqlx.DB
+}
+
+// newTestDB creates a database with the ledger schema and drops it when the
+// test ends. It skips the test when MYSQL_DSN is not set.
+func newTestDB(ctx context.Context, t *testing.T) *testDB {
+	t.Helper()
+	admin := os.Getenv("MYSQL_DSN")
+	if admin == "" {
+		t.Skip("MYSQL_DSN not set (an admin DSN such as root:root@tcp(127.0.0.1:3306)/)")
+	}
+	cfg, err := mysql.ParseDSN(admin)
+	if err != nil {
+		t.Fatalf("MYSQL_DSN: %v", err)
+	}
+	cfg.DBName = ""
+	root, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = root.Close() })
+	var suffix [6]byte
+	_, _ = rand.Read(suffix[:])
+	name := "ledgercheck_test_" + hex.EncodeToString(suffix[:])
+	if _, err := root.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
+		t.Fatalf("create database: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := root.ExecContext(ctx, "DROP DATABASE "+name); err != nil {
+			t.Errorf("drop database %s: %v", name, err)
+		}
+	})
+	cfg.DBName = name
+	dsn := cfg.FormatDSN()
+	db, err := OpenDB(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	src, err := os.ReadFile(migrationPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stmts, err := gooseUp(string(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range stmts {
+		if _, err := db.ExecContext(ctx, s); err != nil {
+			t.Fatalf("apply schema: %v\n%s", err, s)
+		}
+	}
+	return &testDB{dsn, db}
+}
+
+func (d *testDB) exec(ctx context.Context, t *testing.T, q string, args ...any) {
+	t.Helper()
+	if _, err := d.db.ExecContext(ctx, q, args...); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+}
+
+func insertBalance(ctx context.Context, t *testing.T, d *testDB, b BalanceRow) {
+	d.exec(ctx, t, `INSERT INTO account_balances (account_id, currency, balance_minor, event_count, updated_at)
+		VALUES (?, ?, ?, ?, UTC_TIMESTAMP(6))`, []byte(b.AccountID), b.Currency, b.BalanceMinor, b.EventCount)
+}
+
+func insertWindow(ctx context.Context, t *testing.T, d *testDB, w WindowRow) {
+	d.exec(ctx, t, `INSERT INTO billing_windows (account_id, currency, window_start, amount_minor, event_count, updated_at)
+		VALUES (?, ?, ?, ?, ?, UTC_TIMESTAMP(6))`, []byte(w.AccountID), w.Currency, w.WindowStart.UTC(), w.AmountMinor, w.EventCount)
+}
+
+func insertDeadLetter(ctx context.Context, t *testing.T, d *testDB, topic string, partition int32, offset int64, reason string) {
+	d.exec(ctx, t, `INSERT INTO dead_letters (kafka_topic, kafka_partition, kafka_offset, reason, detail,
+		event_id, record_key, payload, payload_size, checkpoint_id, created_at)
+		VALUES (?, ?, ?, ?, 'test', NULL, NULL, 'x', 1, 'cp-test', UTC_TIMESTAMP(6))`, topic, partition, offset, reason)
+}
+
+// TestVerifierAgainstMariaDB loads an expectation into two throwaway
+// databases (two "servers", accounts split between them), checks that the
+// union reads back exactly, then breaks it in several ways.
+func TestVerifierAgainstMariaDB(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	shards := []*testDB{newTestDB(ctx, t), newTestDB(ctx, t)}
+
+	// An expectation with extreme amounts and a pre-1970 window.
+	l, err := NewLedger(time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range []Event{
+		{"e1", "acct-1", 1250, "EUR", at("2026-11-29T13:05:00Z")},
+		{"e2", "acct-1", -250, "EUR", at("2026-11-29T13:55:00+02:00")},
+		{"e3", "acct-1", 10, "USD", at("1969-12-31T23:59:59Z")},
+		{"e4", "acct-2", 1 << 62, "JPY", at("2026-11-29T10:00:00Z")},
+		{"e5", "acct-2", 1<<62 - 1, "JPY", at("2026-11-29T11:00:00Z")}, // balance MaxInt64
+		{"e6", "acct-2", 1 << 62, "JPY", at("2026-11-29T12:00:00Z")},   // balance overflow
+		{"e7", "acct-2 ", 1, "JPY", at("2026-11-29T12:00:00Z")},        // trailing space: another account
+		{"e8", "ovf", -1 << 63, "GBP", at("2026-11-29T12:00:00Z")},
+	} {
+		l.Add(e)
+	}
+	l.DeadLetter(ReasonInvalidJSON)
+	l.DeadLetter(ReasonEmptyPayload)
+	exp := l.Expected()
+	if err := exp.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	shardOf := func(account string) *testDB {
+		if account == "acct-1" || account == "ovf" {
+			return shards[0]
+		}
+		return shards[1]
+	}
+	for _, b := range exp.Balances {
+		insertBalance(ctx, t, shardOf(b.AccountID), b)
+	}
+	for _, w := range exp.Windows {
+		insertWindow(ctx, t, shardOf(w.AccountID), w)
+	}
+	insertDeadLetter(ctx, t, shards[0], "billing", 0, 10, ReasonInvalidJSON)
+	insertDeadLetter(ctx, t, shards[1], "billing", 1, 10, ReasonEmptyPayload)
+	insertDeadLetter(ctx, t, shards[1], "billing", 1, 11, ReasonAmountOverflow)
+	insertDeadLetter(ctx, t, shards[1], "other-topic", 0, 1, ReasonInvalidJSON) // filtered out by topic
+
+	var dbs []*sqlx.DB
+	for _, s := range shards {
+		db, err := OpenDB(ctx, s.dsn) // as the verifier does: parseTime/loc forced
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		dbs = append(dbs, db)
+	}
+	check := func(wantExact bool, topic string, wantVerdict ...string) *Report {
+		t.Helper()
+		act, err := ReadActual(ctx, dbs, topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := Compare(exp, act)
+		var b strings.Builder
+		_ = r.WriteDiffs(&b, 0)
+		t.Logf("%s\n%s", r.Verdict(), b.String())
+		if r.Exact() != wantExact {
+			t.Fatalf("exact = %v, want %v", r.Exact(), wantExact)
+		}
+		for _, s := range wantVerdict {
+			if !strings.Contains(r.Verdict(), s) {
+				t.Errorf("verdict %q lacks %q", r.Verdict(), s)
+			}
+		}
+		return r
+	}
+
+	check(true, "billing", fmt.Sprintf("EXACT: %d balances, %d windows, 3 dead letters, %d events",
+		len(exp.Balances), len(exp.Windows), exp.EventsValid))
+	// Without the topic filter the other topic's dead letter is extra.
+	check(false, "", "1 extra dead letter")
+
+	// One event counted twice (balance and window), one window lost.
+	shards[0].exec(ctx, t, `UPDATE account_balances SET balance_minor = balance_minor + 1250, event_count = event_count + 1
+		WHERE account_id = 'acct-1' AND currency = 'EUR'`)
+	shards[0].exec(ctx, t, `UPDATE billing_windows SET amount_minor = amount_minor + 1250, event_count = event_count + 1
+		WHERE account_id = 'acct-1' AND currency = 'EUR' AND window_start = '2026-11-29 13:00:00'`)
+	shards[1].exec(ctx, t, `DELETE FROM billing_windows WHERE account_id = 'acct-2' AND window_start = '2026-11-29 10:00:00'`)
+	r := check(false, "billing", "counted twice 1 event", "windows: lost 1, counted twice 1 event")
+	if r.CountedTwice != 1 || r.WindowLost != 1 || r.WindowCountedTwice != 1 || len(r.Diffs) != 3 {
+		t.Errorf("classification %+v", r)
+	}
+
+	// Back to exact, then the same balance row on both servers.
+	load := func() {
+		for _, d := range shards {
+			d.exec(ctx, t, `DELETE FROM account_balances`)
+			d.exec(ctx, t, `DELETE FROM billing_windows`)
+		}
+		for _, b := range exp.Balances {
+			insertBalance(ctx, t, shardOf(b.AccountID), b)
+		}
+		for _, w := range exp.Windows {
+			insertWindow(ctx, t, shardOf(w.AccountID), w)
+		}
+	}
+	load()
+	check(true, "billing", "EXACT")
+	insertBalance(ctx, t, shards[1], exp.Balances[0]) // acct-1 lives on server 0
+	r = check(false, "billing", "1 row on more than one server")
+	if r.Duplicates != 1 {
+		t.Errorf("duplicates %d", r.Duplicates)
+	}
+}

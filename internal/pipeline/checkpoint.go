@@ -1,0 +1,342 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/billing/ledger/internal/dedup"
+	"github.com/billing/ledger/internal/event"
+	"github.com/billing/ledger/internal/txsink"
+)
+
+// snapshot is one sealed checkpoint: the cut of every partition that moved
+// and the records below the cuts.
+type snapshot struct {
+	cuts    []txsink.PartitionCut
+	records []record
+	dead    []deadLetter
+}
+
+type inflight struct {
+	snap *snapshot
+	done chan struct{} // closed when out is set
+	out  outcome
+}
+
+// outcome is what the source needs to know: whether the offsets moved
+// (decided), and the error if anything failed.
+type outcome struct {
+	decided bool
+	err     error
+}
+
+// errNeedCareful asks for the checkpoint to be retried in careful mode: an
+// amount sum may overflow 64 bits, which only per-event checks against the
+// stored values can settle.
+var errNeedCareful = errors.New("possible amount overflow")
+
+// runCheckpoint commits one snapshot, bounded by CheckpointTimeout. It
+// retries once in careful mode when the fast path suspects an overflow;
+// otherwise a failure aborts it and the source replays from MySQL.
+func (p *Pipeline) runCheckpoint(ctx context.Context, s *snapshot) outcome {
+	p.ckptMu.Lock()
+	defer p.ckptMu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.CheckpointTimeout)
+	defer cancel()
+	careful := false
+	for {
+		info := p.attempt(ctx, s, careful)
+		p.report(info)
+		if errors.Is(info.Err, errNeedCareful) && !careful && ctx.Err() == nil {
+			careful = true
+			continue
+		}
+		return outcome{decided: info.Decided, err: info.Err}
+	}
+}
+
+// work is what one participant writes in a checkpoint.
+type work struct {
+	inserts  []dedup.Insert
+	balances []balanceRow
+	windows  []windowRow
+	dead     []deadLetter
+}
+
+// attempt runs the checkpoint protocol once:
+//
+//  1. dedup: ids not in the cache are looked up on their participants (a
+//     branch per participant, in parallel) and every record is classified
+//     in arrival order;
+//  2. aggregate the new events per account and per window (careful mode:
+//     starting from the stored values, read under row locks);
+//  3. write dedup keys, aggregates and dead letters, each participant its
+//     share, in parallel;
+//  4. prepare every branch that wrote, decide (fenced), commit.
+//
+// Any failure before the decision aborts every branch. After the decision
+// the checkpoint is committed even if delivering XA COMMIT fails (recovery
+// rolls it forward).
+func (p *Pipeline) attempt(ctx context.Context, s *snapshot, careful bool) (info CheckpointInfo) {
+	now := time.Now()
+	p.seq++
+	tx := p.sink.Begin(p.seq)
+	info = CheckpointInfo{Gtrid: tx.Gtrid(), Started: now, Careful: careful, Records: len(s.records) + len(s.dead),
+		Partitions: len(s.cuts), Phases: map[string]time.Duration{}, DeadLetters: map[string]int{}}
+	mark := now
+	phase := func(name string) {
+		t := time.Now()
+		info.Phases[name] = t.Sub(mark)
+		mark = t
+	}
+	fail := func(phaseName string, err error) CheckpointInfo {
+		info.Err, info.FailedPhase = err, phaseName
+		if aerr := tx.Abort(ctx); aerr != nil {
+			p.log.Warn("abort incomplete; recovery resolves the rest", "checkpoint", info.Gtrid, "err", aerr)
+		}
+		info.Duration = time.Since(now)
+		return info
+	}
+	P := p.sink.Participants()
+
+	// 1. Dedup.
+	keys := make([]dedup.Key, len(s.records))
+	known := map[string]dedup.Seen{}
+	lookups := make([][]string, P)
+	queued := make(map[string]struct{}, len(s.records))
+	for i := range s.records {
+		ev := &s.records[i].ev
+		keys[i] = dedup.Key{ID: ev.EventID, Fingerprint: ev.Fingerprint()}
+		if seen, ok := p.cache.Get(ev.EventID, now); ok {
+			known[ev.EventID] = seen
+			continue
+		}
+		if _, ok := queued[ev.EventID]; !ok {
+			queued[ev.EventID] = struct{}{}
+			at := p.sink.Route(ev.EventID)
+			lookups[at] = append(lookups[at], ev.EventID)
+		}
+	}
+	found := make([]map[string]dedup.Seen, P)
+	err := tx.Each(ctx, nonEmpty(lookups), func(ctx context.Context, b *txsink.Branch) error {
+		found[b.Participant] = map[string]dedup.Seen{}
+		return dedup.Lookup(ctx, b, lookups[b.Participant], found[b.Participant])
+	})
+	if err != nil {
+		return fail("dedup", err)
+	}
+	for _, m := range found {
+		maps.Copy(known, m)
+	}
+	verdicts, inserts := dedup.Classify(now, p.cfg.DedupTTL, keys, known)
+	phase("dedup")
+
+	// 2. Aggregate.
+	agg := newAggregate(p.cfg.BillingWindow, careful)
+	dead := slices.Clone(s.dead)
+	var fresh []int
+	for i, v := range verdicts {
+		switch v {
+		case dedup.Duplicate:
+			info.Duplicates++
+		case dedup.Conflict:
+			dead = append(dead, p.deadLetter(&s.records[i], string(event.ReasonConflictingDuplicate),
+				fmt.Sprintf("event_id %q was first seen with different content (account, amount, currency or occurred_at)", s.records[i].ev.EventID)))
+		case dedup.New:
+			fresh = append(fresh, i)
+		}
+	}
+	if careful {
+		if err := p.seed(ctx, tx, agg, s.records, fresh); err != nil {
+			return fail("aggregate", err)
+		}
+	}
+	overflowed := map[string]bool{}
+	for _, i := range fresh {
+		r := &s.records[i]
+		if agg.add(&r.ev) {
+			info.Counted++
+			continue
+		}
+		if !careful {
+			return fail("aggregate", errNeedCareful)
+		}
+		overflowed[r.ev.EventID] = true
+		dead = append(dead, p.deadLetter(r, string(event.ReasonAmountOverflow),
+			fmt.Sprintf("adding amount_minor %d to account %q %s would overflow a signed 64-bit sum", r.ev.AmountMinor, r.ev.AccountID, r.ev.Currency)))
+	}
+	phase("aggregate")
+
+	// 3. Write, every participant its share.
+	works := make([]work, P)
+	for _, in := range inserts {
+		if !overflowed[in.ID] {
+			at := p.sink.Route(in.ID)
+			works[at].inserts = append(works[at].inserts, in)
+		}
+	}
+	for _, r := range agg.balanceRows() {
+		at := p.sink.Route(r.account)
+		works[at].balances = append(works[at].balances, r)
+	}
+	for _, r := range agg.windowRows() {
+		at := p.sink.Route(r.account)
+		works[at].windows = append(works[at].windows, r)
+	}
+	for _, d := range dead {
+		at := int(d.partition) % P
+		works[at].dead = append(works[at].dead, d)
+		info.DeadLetters[d.reason]++
+	}
+	var writers []int
+	for i, w := range works {
+		if len(w.inserts)+len(w.balances)+len(w.windows)+len(w.dead) > 0 {
+			writers = append(writers, i)
+		}
+	}
+	err = tx.Each(ctx, writers, func(ctx context.Context, b *txsink.Branch) error {
+		w := &works[b.Participant]
+		if err := dedup.Store(ctx, b, w.inserts, now); err != nil {
+			return err
+		}
+		if err := writeBalances(ctx, b, w.balances, careful, now); err != nil {
+			return err
+		}
+		if err := writeWindows(ctx, b, w.windows, careful, now); err != nil {
+			return err
+		}
+		return writeDeadLetters(ctx, b, p.cfg.Topic, info.Gtrid, w.dead, now)
+	})
+	if err != nil {
+		if txsink.IsOverflow(err) && !careful {
+			err = fmt.Errorf("%w: %w", errNeedCareful, err)
+		}
+		return fail("write", err)
+	}
+	phase("write")
+
+	// 4. Two-phase commit.
+	if err := ctx.Err(); err != nil {
+		return fail("prepare", fmt.Errorf("checkpoint timeout before prepare: %w", err))
+	}
+	if err := tx.Prepare(ctx); err != nil {
+		return fail("prepare", err)
+	}
+	phase("prepare")
+	if err := ctx.Err(); err != nil {
+		// Past the deadline a recoverer may abort these branches: do not
+		// race it.
+		return fail("decide", fmt.Errorf("checkpoint timeout before decision: %w", err))
+	}
+	if err := tx.Decide(ctx, s.cuts); err != nil {
+		return fail("decide", err)
+	}
+	phase("decide")
+	info.Decided = true
+	if err := tx.Commit(ctx); err != nil {
+		info.Err, info.FailedPhase = err, "commit"
+		p.log.Error("checkpoint decided but not fully committed; recovery will roll it forward", "checkpoint", info.Gtrid, "err", err)
+	}
+	phase("commit")
+	info.Duration = time.Since(now)
+
+	for _, in := range inserts {
+		if !overflowed[in.ID] {
+			p.cache.Add(in.ID, dedup.Seen{Fingerprint: in.Fingerprint, ExpiresAt: in.ExpiresAt}, now)
+		}
+	}
+	p.stats.Counted.Add(int64(info.Counted))
+	p.stats.Duplicates.Add(int64(info.Duplicates))
+	p.stats.DeadLetters.Add(int64(len(dead)))
+	p.stats.Checkpoints.Add(1)
+	p.stats.LastCheckpoint.Store(time.Now().UnixNano())
+	if p.cfg.OnCheckpoint != nil {
+		info.RecordTimes = make([]time.Time, len(s.records))
+		for i := range s.records {
+			info.RecordTimes[i] = s.records[i].ts
+		}
+	}
+	return info
+}
+
+// seed reads, under row locks, the stored balances and window sums that the
+// new events touch, each from the participant that owns the account.
+func (p *Pipeline) seed(ctx context.Context, tx *txsink.Txn, agg *aggregate, recs []record, fresh []int) error {
+	P := p.sink.Participants()
+	bkeys := make([][]balanceKey, P)
+	wkeys := make([][]windowKey, P)
+	seenB := map[balanceKey]bool{}
+	seenW := map[windowKey]bool{}
+	for _, i := range fresh {
+		bk, wk := agg.keys(&recs[i].ev)
+		at := p.sink.Route(bk.account)
+		if !seenB[bk] {
+			seenB[bk] = true
+			bkeys[at] = append(bkeys[at], bk)
+		}
+		if !seenW[wk] {
+			seenW[wk] = true
+			wkeys[at] = append(wkeys[at], wk)
+		}
+	}
+	balances := make([]map[balanceKey]total, P)
+	windows := make([]map[windowKey]total, P)
+	err := tx.Each(ctx, nonEmpty(bkeys), func(ctx context.Context, b *txsink.Branch) error {
+		var err error
+		if balances[b.Participant], err = readBalances(ctx, b, bkeys[b.Participant]); err != nil {
+			return err
+		}
+		windows[b.Participant], err = readWindows(ctx, b, wkeys[b.Participant])
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	for i := range P {
+		for k, t := range balances[i] {
+			agg.seedBalance(k, t.amount, t.count)
+		}
+		for k, t := range windows[i] {
+			agg.seedWindow(k, t.amount, t.count)
+		}
+	}
+	return nil
+}
+
+func (p *Pipeline) deadLetter(r *record, reason, detail string) deadLetter {
+	return deadLetter{partition: r.partition, offset: r.offset, reason: reason, detail: detail, eventID: r.ev.EventID, key: r.key, value: r.value}
+}
+
+func (p *Pipeline) report(info CheckpointInfo) {
+	if info.Err != nil {
+		if !info.Decided {
+			p.stats.Aborts.Add(1)
+		}
+		lvl := p.log.Warn
+		if errors.Is(info.Err, errNeedCareful) {
+			lvl = p.log.Info
+		}
+		lvl("checkpoint failed", "checkpoint", info.Gtrid, "phase", info.FailedPhase, "decided", info.Decided,
+			"records", info.Records, "partitions", info.Partitions, "err", info.Err)
+	} else {
+		p.log.Debug("checkpoint committed", "checkpoint", info.Gtrid, "records", info.Records, "counted", info.Counted,
+			"duplicates", info.Duplicates, "duration", info.Duration)
+	}
+	if p.cfg.OnCheckpoint != nil {
+		p.cfg.OnCheckpoint(info)
+	}
+}
+
+func nonEmpty[T any](by [][]T) []int {
+	var out []int
+	for i, v := range by {
+		if len(v) > 0 {
+			out = append(out, i)
+		}
+	}
+	return out
+}

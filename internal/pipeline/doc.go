@@ -1,0 +1,77 @@
+// Package pipeline is the exactly-once billing job: Kafka source → decode →
+// TTL dedup → aggregation → two-phase-commit sink into MySQL, checkpointed
+// the way Flink checkpoints a streaming job, in one Go process.
+//
+// # Stream and table
+//
+// The result tables (account_balances, billing_windows, dead_letters) are
+// the materialised result of a continuous query over the event stream: each
+// checkpoint upserts the change its events make, so the sequence of
+// committed checkpoints is the table's changelog. A table row is only ever
+// changed by a committed checkpoint, and every input offset is covered by
+// exactly one committed checkpoint; hence every event counts once.
+//
+// # Operators and their state
+//
+//   - The source (source.go) is a consumer-group member reading
+//     read_committed. Its state is each partition's position; the
+//     authoritative copy lives in MySQL (partition_offsets) and is written
+//     only by committed checkpoints.
+//   - The dedup operator (package dedup) is keyed by event id; its state is
+//     the dedup_keys table, cached in memory within a budget.
+//   - The aggregation operator (aggregate.go) is keyed by (account,
+//     currency) and by (account, currency, window); its state is the result
+//     tables themselves.
+//
+// # Checkpoints
+//
+// A checkpoint starts with a barrier: under one lock, the source cuts every
+// assigned partition at its current position and hands the records below
+// the cuts to the checkpoint (sealLocked). With a single source task the
+// barrier is aligned by construction: nothing of the next checkpoint can
+// overtake it. Polling then continues at once while the checkpoint runs on
+// its own goroutine (asynchronous snapshot); at most one checkpoint is in
+// flight, and fetching pauses when twice CHECKPOINT_MAX_RECORDS are
+// buffered behind it.
+//
+// The checkpoint itself (checkpoint.go) is one global XA transaction over
+// the participants of package txsink: parallel branches on separate
+// connections, on one or several MySQL servers, event ids and accounts
+// placed by hash. Dedup lookups, dedup inserts, aggregate upserts and dead
+// letters all run inside those branches, so the state of both operators is
+// snapshotted at the same barrier as the input position. Then:
+//
+//  1. pre-commit: XA END and XA PREPARE on every branch that wrote;
+//  2. decision: one local transaction on the control server checks the
+//     partitions' epochs (fencing), writes the cuts as the new positions and
+//     inserts the commit decision (compare-and-set on its primary key);
+//  3. commit: XA COMMIT on every branch, then, for lag tools only, the
+//     positions are committed to the Kafka group.
+//
+// A failure before the decision rolls every branch back; the source then
+// discards everything it buffered and rereads its positions from MySQL
+// (replay from the last committed checkpoint). After the decision the
+// checkpoint is committed, whatever happens: recovery rolls forward the
+// branches a crash left prepared.
+//
+// # Rebalances and zombies
+//
+// The client blocks rebalances while a poll is being processed
+// (BlockRebalanceOnPoll), so callbacks and processing alternate. Newly
+// assigned partitions are claimed in MySQL (epoch + 1, owner = this
+// instance) before they are fetched, from the positions stored there. A
+// revoke first checkpoints what is buffered, so the next owner continues
+// exactly there. An instance that lost its partitions without knowing it (a
+// paused process, a network cut) still holds old epochs: its decision fails
+// the epoch check, and nothing it prepared commits.
+//
+// # Dead letters and overflow
+//
+// A record that cannot be decoded, a conflicting repeat, or an event whose
+// amount would overflow a 64-bit sum becomes a dead_letters row committed
+// in the same checkpoint as the offsets that passed it: it never blocks the
+// partition and is never lost. Sums are first computed per checkpoint from
+// zero and added with upserts; if that could overflow (in memory or as
+// reported by the server), the checkpoint is retried once in careful mode,
+// which reads the stored values under row locks and checks every event.
+package pipeline

@@ -1,0 +1,193 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/billing/ledger/internal/dedup"
+)
+
+// The result tables' SQL. Every statement is portable between MySQL 8.4 and
+// MariaDB 10.11: upserts use VALUES() in ON DUPLICATE KEY UPDATE (MySQL 8.4
+// warns 1287 and accepts it; its row alias does not exist on MariaDB).
+
+const rowsPerStatement = 1000
+
+// upsertSQL returns the ON DUPLICATE KEY UPDATE clause that adds (fast mode)
+// or sets (careful mode, rows locked and values absolute) the given columns.
+func upsertSQL(careful bool, cols ...string) string {
+	var b strings.Builder
+	b.WriteString(" ON DUPLICATE KEY UPDATE ")
+	for i, c := range cols {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		if careful {
+			fmt.Fprintf(&b, "%s = VALUES(%s)", c, c)
+		} else {
+			fmt.Fprintf(&b, "%s = %s + VALUES(%s)", c, c, c)
+		}
+	}
+	b.WriteString(", updated_at = VALUES(updated_at)")
+	return b.String()
+}
+
+// batches runs one multi-row INSERT per rowsPerStatement rows.
+func batches(ctx context.Context, ex dedup.Execer, n int, head, tuple, tail string, args func(i int) []any) error {
+	var b strings.Builder
+	for start := 0; start < n; start += rowsPerStatement {
+		end := min(start+rowsPerStatement, n)
+		b.Reset()
+		b.WriteString(head)
+		var all []any
+		for i := start; i < end; i++ {
+			if i > start {
+				b.WriteByte(',')
+			}
+			b.WriteString(tuple)
+			all = append(all, args(i)...)
+		}
+		b.WriteString(tail)
+		if _, err := ex.Exec(ctx, b.String(), all...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func writeBalances(ctx context.Context, ex dedup.Execer, rows []balanceRow, careful bool, now time.Time) error {
+	return batches(ctx, ex, len(rows),
+		`INSERT INTO account_balances (account_id, currency, balance_minor, event_count, updated_at) VALUES `,
+		"(?,?,?,?,?)", upsertSQL(careful, "balance_minor", "event_count"),
+		func(i int) []any {
+			r := rows[i]
+			return []any{r.account, r.currency, r.amount, r.count, now}
+		})
+}
+
+func writeWindows(ctx context.Context, ex dedup.Execer, rows []windowRow, careful bool, now time.Time) error {
+	return batches(ctx, ex, len(rows),
+		`INSERT INTO billing_windows (account_id, currency, window_start, amount_minor, event_count, updated_at) VALUES `,
+		"(?,?,?,?,?,?)", upsertSQL(careful, "amount_minor", "event_count"),
+		func(i int) []any {
+			r := rows[i]
+			return []any{r.account, r.currency, time.Unix(r.start, 0).UTC(), r.amount, r.count, now}
+		})
+}
+
+// deadLetter is a record that was not counted, with the reason.
+type deadLetter struct {
+	partition int32
+	offset    int64
+	reason    string
+	detail    string
+	eventID   string // empty when the payload named none
+	key       []byte
+	value     []byte
+}
+
+const (
+	maxStoredPayload = 1 << 20
+	maxStoredKey     = 1024
+	maxDetail        = 500
+)
+
+func writeDeadLetters(ctx context.Context, ex dedup.Execer, topic, checkpoint string, dls []deadLetter, now time.Time) error {
+	return batches(ctx, ex, len(dls),
+		`INSERT INTO dead_letters (kafka_topic, kafka_partition, kafka_offset, reason, detail, event_id, record_key, payload, payload_size, checkpoint_id, created_at) VALUES `,
+		"(?,?,?,?,?,?,?,?,?,?,?)", "",
+		func(i int) []any {
+			d := dls[i]
+			var id any
+			if d.eventID != "" {
+				id = d.eventID
+			}
+			var key any
+			if d.key != nil {
+				key = truncate(d.key, maxStoredKey)
+			}
+			payload := truncate(d.value, maxStoredPayload)
+			if payload == nil {
+				payload = []byte{}
+			}
+			return []any{topic, d.partition, d.offset, d.reason, truncateText(d.detail, maxDetail), id, key, payload, len(d.value), checkpoint, now}
+		})
+}
+
+func truncate(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[:n]
+	}
+	return b
+}
+
+// truncateText cuts s to at most n bytes on a rune boundary and makes it
+// valid UTF-8, so that it fits a VARCHAR column.
+func truncateText(s string, n int) string {
+	s = strings.ToValidUTF8(s, "?")
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+// readBalances locks and reads the stored balances of keys (careful mode).
+func readBalances(ctx context.Context, q dedup.Querier, keys []balanceKey) (map[balanceKey]total, error) {
+	out := make(map[balanceKey]total, len(keys))
+	for start := 0; start < len(keys); start += rowsPerStatement {
+		part := keys[start:min(start+rowsPerStatement, len(keys))]
+		args := make([]any, 0, 2*len(part))
+		for _, k := range part {
+			args = append(args, k.account, k.currency)
+		}
+		var rows []struct {
+			Account  []byte `db:"account_id"`
+			Currency string `db:"currency"`
+			Amount   int64  `db:"balance_minor"`
+			Count    int64  `db:"event_count"`
+		}
+		q2 := `SELECT account_id, currency, balance_minor, event_count FROM account_balances WHERE (account_id, currency) IN (` +
+			strings.Repeat("(?,?),", len(part)-1) + `(?,?)) FOR UPDATE`
+		if err := q.Select(ctx, &rows, q2, args...); err != nil {
+			return nil, err
+		}
+		for _, r := range rows {
+			out[balanceKey{string(r.Account), r.Currency}] = total{amount: r.Amount, count: r.Count, exists: true}
+		}
+	}
+	return out, nil
+}
+
+// readWindows locks and reads the stored window sums of keys (careful mode).
+func readWindows(ctx context.Context, q dedup.Querier, keys []windowKey) (map[windowKey]total, error) {
+	out := make(map[windowKey]total, len(keys))
+	for start := 0; start < len(keys); start += rowsPerStatement {
+		part := keys[start:min(start+rowsPerStatement, len(keys))]
+		args := make([]any, 0, 3*len(part))
+		for _, k := range part {
+			args = append(args, k.account, k.currency, time.Unix(k.start, 0).UTC())
+		}
+		var rows []struct {
+			Account  []byte    `db:"account_id"`
+			Currency string    `db:"currency"`
+			Start    time.Time `db:"window_start"`
+			Amount   int64     `db:"amount_minor"`
+			Count    int64     `db:"event_count"`
+		}
+		q2 := `SELECT account_id, currency, window_start, amount_minor, event_count FROM billing_windows WHERE (account_id, currency, window_start) IN (` +
+			strings.Repeat("(?,?,?),", len(part)-1) + `(?,?,?)) FOR UPDATE`
+		if err := q.Select(ctx, &rows, q2, args...); err != nil {
+			return nil, err
+		}
+		for _, r := range rows {
+			out[windowKey{string(r.Account), r.Currency, r.Start.Unix()}] = total{amount: r.Amount, count: r.Count, exists: true}
+		}
+	}
+	return out, nil
+}

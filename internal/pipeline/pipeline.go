@@ -1,0 +1,247 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/billing/ledger/internal/dedup"
+	"github.com/billing/ledger/internal/event"
+	"github.com/billing/ledger/internal/txsink"
+)
+
+// Config is what the pipeline needs; cmd/billing fills it from the
+// environment (internal/config).
+type Config struct {
+	Topic, Group         string
+	CheckpointInterval   time.Duration
+	CheckpointTimeout    time.Duration
+	CheckpointMaxRecords int
+	MaxPollRecords       int
+	DedupTTL             time.Duration
+	DedupCacheKeys       int
+	DedupCleanupInterval time.Duration
+	DedupCleanupBatch    int
+	BillingWindow        time.Duration
+	MaxPayloadBytes      int
+	RecoveryInterval     time.Duration
+	DecisionRetention    time.Duration
+	// ShutdownTimeout bounds the final checkpoint when Run's context ends.
+	ShutdownTimeout time.Duration
+
+	// KafkaOpts are the client's connection options (brokers, TLS, SASL,
+	// timeouts); the pipeline adds the consumer-group options it relies on.
+	KafkaOpts []kgo.Opt
+	Logger    *slog.Logger
+	// OnCheckpoint, if set, is called after every checkpoint attempt, from
+	// the goroutine that ran it. It must not block.
+	OnCheckpoint func(CheckpointInfo)
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	if c.Topic == "" || c.Group == "" {
+		errs = append(errs, errors.New("Topic and Group are required"))
+	}
+	for name, d := range map[string]time.Duration{
+		"CheckpointInterval": c.CheckpointInterval, "CheckpointTimeout": c.CheckpointTimeout, "DedupTTL": c.DedupTTL,
+		"BillingWindow": c.BillingWindow, "RecoveryInterval": c.RecoveryInterval, "DedupCleanupInterval": c.DedupCleanupInterval,
+		"ShutdownTimeout": c.ShutdownTimeout, "DecisionRetention": c.DecisionRetention,
+	} {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("%s must be positive", name))
+		}
+	}
+	if c.CheckpointMaxRecords < 1 || c.MaxPollRecords < 1 || c.DedupCleanupBatch < 1 || c.MaxPayloadBytes < 1 {
+		errs = append(errs, errors.New("CheckpointMaxRecords, MaxPollRecords, DedupCleanupBatch and MaxPayloadBytes must be positive"))
+	}
+	return errors.Join(errs...)
+}
+
+// CheckpointInfo describes one checkpoint attempt, for metrics and
+// benchmarks.
+type CheckpointInfo struct {
+	Gtrid       string
+	Records     int            // records covered (valid and dead-lettered)
+	Counted     int            // events added to the ledger
+	Duplicates  int            // repeats dropped
+	DeadLetters map[string]int // by reason
+	Partitions  int
+	Careful     bool // a retry with per-event overflow checks against stored values
+	Started     time.Time
+	Duration    time.Duration
+	Phases      map[string]time.Duration // dedup, write, prepare, decide, commit
+	Err         error                    // nil when committed
+	FailedPhase string
+	Decided     bool        // the commit decision is durable (even if Err is a late XA COMMIT failure)
+	RecordTimes []time.Time // Kafka timestamps of the records, for end-to-end latency
+}
+
+// Stats are running totals of what the pipeline has committed.
+type Stats struct {
+	Consumed        atomic.Int64 // records taken from Kafka (a replay counts again)
+	Counted         atomic.Int64 // events committed to the ledger
+	Duplicates      atomic.Int64 // repeats dropped in committed checkpoints
+	DeadLetters     atomic.Int64 // dead letters committed
+	Checkpoints     atomic.Int64 // checkpoints committed
+	Aborts          atomic.Int64 // checkpoint attempts aborted
+	LastCheckpoint  atomic.Int64 // Unix nanos of the last committed checkpoint
+	AssignedParts   atomic.Int64
+	RecoveredCommit atomic.Int64 // in-doubt branches rolled forward
+	RecoveredAbort  atomic.Int64 // in-doubt branches rolled back
+}
+
+// Pipeline consumes the topic as a group member and commits the ledger
+// exactly once. See the package documentation for the design.
+type Pipeline struct {
+	cfg   Config
+	log   *slog.Logger
+	sink  *txsink.Sink
+	cl    *kgo.Client
+	adm   *kadm.Client
+	dec   *event.Decoder
+	stats Stats
+
+	// mu guards the partition states and the checkpoint in flight. The
+	// poll loop holds it while it processes a poll; the rebalance callbacks
+	// hold it while they run (BlockRebalanceOnPoll makes the two
+	// alternate); the assignment hook holds it to add partitions.
+	mu       sync.Mutex
+	parts    map[int32]*partition
+	inflight *inflight
+	lastSeal time.Time
+
+	// ckptMu serialises checkpoint execution; the checkpoint that holds it
+	// owns cache and seq.
+	ckptMu sync.Mutex
+	cache  *dedup.Cache
+	seq    uint64
+
+	groupMu      sync.Mutex // guards groupPending
+	groupPending map[int32]kgo.EpochOffset
+	groupSignal  chan struct{}
+
+	wake atomic.Pointer[context.CancelFunc] // cancels the poll in progress
+	wg   sync.WaitGroup                     // checkpoint goroutines
+}
+
+// New builds a pipeline over an open sink. The Kafka client is created here
+// and joins the group when Run starts polling.
+func New(cfg Config, sink *txsink.Sink) (*Pipeline, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("pipeline: %w", err)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	p := &Pipeline{
+		cfg:   cfg,
+		log:   cfg.Logger,
+		sink:  sink,
+		dec:   event.NewDecoder(cfg.MaxPayloadBytes),
+		parts: map[int32]*partition{},
+		cache: dedup.NewCache(cfg.DedupCacheKeys),
+
+		groupSignal: make(chan struct{}, 1),
+	}
+	opts := append([]kgo.Opt{}, cfg.KafkaOpts...)
+	opts = append(opts,
+		kgo.ConsumerGroup(cfg.Group),
+		kgo.ConsumeTopics(cfg.Topic),
+		kgo.DisableAutoCommit(),
+		kgo.BlockRebalanceOnPoll(),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		// Positions come from MySQL; an out-of-range one means events were
+		// deleted before they were counted: fail loudly, never skip.
+		kgo.ConsumeResetOffset(kgo.NoResetOffset()),
+		kgo.AdjustFetchOffsetsFn(p.onAssigned),
+		kgo.OnPartitionsRevoked(p.onRevoked),
+		kgo.OnPartitionsLost(p.onLost),
+		kgo.WithLogger(kgoLogger{p.log}),
+	)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("pipeline: kafka client: %w", err)
+	}
+	p.cl = cl
+	p.adm = kadm.NewClient(cl)
+	return p, nil
+}
+
+// Stats returns the running totals.
+func (p *Pipeline) Stats() *Stats { return &p.stats }
+
+// Client is the pipeline's Kafka client (for lag metrics).
+func (p *Pipeline) Client() *kgo.Client { return p.cl }
+
+// Run consumes until ctx ends, then shuts down: it stops fetching, waits
+// for the checkpoint in flight, takes a final checkpoint bounded by
+// ShutdownTimeout, and leaves the group. It returns nil after a clean
+// shutdown; whatever it could not commit is replayed by the next owner.
+func (p *Pipeline) Run(ctx context.Context) error {
+	if res, err := p.sink.Recover(ctx, p.cfg.CheckpointTimeout); err != nil {
+		p.log.Warn("recovery at start incomplete; retried in the background", "err", err)
+	} else {
+		p.recovered(res)
+	}
+	hctx, stopHousekeeping := context.WithCancel(context.WithoutCancel(ctx))
+	var hk sync.WaitGroup
+	hk.Add(2)
+	go func() {
+		defer hk.Done()
+		p.housekeeping(hctx)
+	}()
+	go func() {
+		defer hk.Done()
+		p.groupCommitter(hctx)
+	}()
+
+	p.poll(ctx)
+
+	// Shutdown: the final checkpoint, then leave the group (Close revokes,
+	// and onRevoked commits whatever is still buffered).
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.ShutdownTimeout)
+	defer cancel()
+	p.mu.Lock()
+	p.drainLocked(sctx)
+	p.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		p.cl.Close()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-sctx.Done():
+		p.log.Error("leaving the group did not finish within SHUTDOWN_TIMEOUT")
+	}
+	p.wg.Wait()
+	stopHousekeeping()
+	hk.Wait()
+	return nil
+}
+
+func (p *Pipeline) recovered(r txsink.RecoveryResult) {
+	p.stats.RecoveredCommit.Add(int64(r.Committed))
+	p.stats.RecoveredAbort.Add(int64(r.RolledBack))
+}
+
+// kgoLogger forwards franz-go's warnings and errors to slog.
+type kgoLogger struct{ l *slog.Logger }
+
+func (k kgoLogger) Level() kgo.LogLevel { return kgo.LogLevelWarn }
+
+func (k kgoLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
+	lv := slog.LevelWarn
+	if level == kgo.LogLevelError {
+		lv = slog.LevelError
+	}
+	k.l.Log(context.Background(), lv, "kafka: "+msg, keyvals...)
+}

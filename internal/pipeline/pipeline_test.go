@@ -1,0 +1,251 @@
+package pipeline
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/billing/ledger/integration/harness"
+	"github.com/billing/ledger/internal/txsink"
+	"github.com/billing/ledger/migrations"
+)
+
+// env is one test's topic and database.
+type env struct {
+	brokers []string
+	topic   string
+	dsn     string
+	db      *sqlx.DB
+}
+
+func newEnv(t *testing.T, partitions int) *env {
+	t.Helper()
+	e := &env{brokers: harness.Kafka(t)}
+	e.topic = harness.NewTopic(t, e.brokers, partitions)
+	e.dsn = harness.NewDatabase(t)
+	db, err := txsink.OpenDB(e.dsn, 5*time.Second, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if err := migrations.Up(context.Background(), db.DB, quiet()); err != nil {
+		t.Fatal(err)
+	}
+	e.db = db
+	return e
+}
+
+func quiet() *slog.Logger {
+	if os.Getenv("TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+type ev struct {
+	ID       string `json:"event_id"`
+	Account  string `json:"account_id"`
+	Amount   int64  `json:"amount_minor"`
+	Currency string `json:"currency"`
+	At       string `json:"occurred_at"`
+}
+
+func (e ev) record(key string) *kgo.Record {
+	b, _ := json.Marshal(e)
+	if key == "" {
+		key = e.Account
+	}
+	return &kgo.Record{Key: []byte(key), Value: b}
+}
+
+func produce(t *testing.T, e *env, recs ...*kgo.Record) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...), kgo.DefaultProduceTopic(e.topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// instance is one in-process pipeline.
+type instance struct {
+	p      *Pipeline
+	sink   *txsink.Sink
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func start(t *testing.T, e *env, mod func(*Config, *txsink.Config)) *instance {
+	t.Helper()
+	scfg := txsink.Config{DSNs: []string{e.dsn}, Branches: 2, Group: "g-" + e.topic, Topic: e.topic,
+		LockWaitTimeout: 2 * time.Second, StepTimeout: 10 * time.Second, Logger: quiet()}
+	cfg := Config{
+		Topic: e.topic, Group: "g-" + e.topic,
+		CheckpointInterval: 100 * time.Millisecond, CheckpointTimeout: 10 * time.Second, CheckpointMaxRecords: 10000,
+		MaxPollRecords: 1000, DedupTTL: time.Hour, DedupCacheKeys: 1000, DedupCleanupInterval: time.Second,
+		DedupCleanupBatch: 100, BillingWindow: time.Hour, MaxPayloadBytes: 4096, RecoveryInterval: time.Second,
+		DecisionRetention: time.Hour, ShutdownTimeout: 10 * time.Second,
+		KafkaOpts: []kgo.Opt{kgo.SeedBrokers(e.brokers...), kgo.SessionTimeout(6 * time.Second), kgo.RebalanceTimeout(20 * time.Second)},
+		Logger:    quiet(),
+	}
+	if mod != nil {
+		mod(&cfg, &scfg)
+	}
+	ctx := context.Background()
+	sink, err := txsink.Open(ctx, scfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(cfg, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	in := &instance{p: p, sink: sink, cancel: cancel, done: make(chan error, 1)}
+	go func() { in.done <- p.Run(rctx) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-in.done:
+				if err != nil {
+					t.Errorf("Run: %v", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Error("Run did not return within 30s of cancellation")
+			}
+			sink.Close()
+		})
+	}
+	t.Cleanup(stop)
+	return in
+}
+
+func (in *instance) stop(t *testing.T) {
+	in.cancel()
+	select {
+	case <-in.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return")
+	}
+}
+
+type balance struct {
+	Account  string `db:"account_id"`
+	Currency string `db:"currency"`
+	Amount   int64  `db:"balance_minor"`
+	Count    int64  `db:"event_count"`
+}
+
+func balances(t *testing.T, db *sqlx.DB) map[string]balance {
+	t.Helper()
+	var rows []balance
+	if err := db.Select(&rows, `SELECT account_id, currency, balance_minor, event_count FROM account_balances`); err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]balance{}
+	for _, r := range rows {
+		m[r.Account+"/"+r.Currency] = r
+	}
+	return m
+}
+
+func deadReasons(t *testing.T, db *sqlx.DB) map[string]int {
+	t.Helper()
+	var rows []struct {
+		Reason string `db:"reason"`
+		N      int    `db:"n"`
+	}
+	if err := db.Select(&rows, `SELECT reason, COUNT(*) AS n FROM dead_letters GROUP BY reason`); err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]int{}
+	for _, r := range rows {
+		m[r.Reason] = r.N
+	}
+	return m
+}
+
+// waitCounted waits until the ledger holds want events in total.
+func waitCounted(t *testing.T, db *sqlx.DB, want int64, dead int) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	var got, gotDead int64
+	for time.Now().Before(deadline) {
+		_ = db.Get(&got, `SELECT COALESCE(SUM(event_count), 0) FROM account_balances`)
+		_ = db.Get(&gotDead, `SELECT COUNT(*) FROM dead_letters`)
+		if got >= want && gotDead >= int64(dead) {
+			time.Sleep(300 * time.Millisecond) // would a surplus show up?
+			_ = db.Get(&got, `SELECT COALESCE(SUM(event_count), 0) FROM account_balances`)
+			_ = db.Get(&gotDead, `SELECT COUNT(*) FROM dead_letters`)
+			if got != want || gotDead != int64(dead) {
+				t.Fatalf("counted %d events and %d dead letters, want %d and %d", got, gotDead, want, dead)
+			}
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("timed out: counted %d events and %d dead letters, want %d and %d", got, gotDead, want, dead)
+}
+
+const t0 = "2026-11-29T13:05:00Z"
+
+// Guarantees 1–3 in one pass: valid events count once, repeats within the
+// TTL are dropped (also across partitions and checkpoints), conflicting
+// repeats and bad input become dead letters.
+func TestEndToEndDedupAndDeadLetters(t *testing.T) {
+	e := newEnv(t, 4)
+	var recs []*kgo.Record
+	for i := range 50 {
+		recs = append(recs, ev{fmt.Sprintf("e-%d", i), fmt.Sprintf("acct-%d", i%5), int64(100 + i), "EUR", t0}.record(""))
+	}
+	// Exact repeats, keyed elsewhere so they land on other partitions.
+	for i := range 10 {
+		recs = append(recs, ev{fmt.Sprintf("e-%d", i), fmt.Sprintf("acct-%d", i%5), int64(100 + i), "EUR", t0}.record(fmt.Sprintf("other-%d", i)))
+	}
+	produce(t, e, recs...)
+	in := start(t, e, nil)
+	waitCounted(t, e.db, 50, 0)
+
+	// A later checkpoint: repeats of committed events, a conflicting
+	// repeat, and malformed records.
+	produce(t, e,
+		ev{"e-1", "acct-1", 101, "EUR", t0}.record(""),
+		ev{"e-2", "acct-2", 999, "EUR", t0}.record(""),
+		&kgo.Record{Key: []byte("acct-1"), Value: []byte(`{"event_id":`)},
+		&kgo.Record{Key: []byte("acct-1"), Value: []byte(`{"event_id":"x","account_id":"a","amount_minor":1.5,"currency":"EUR","occurred_at":"2026-11-29T13:05:00Z"}`)},
+		ev{"e-100", "acct-1", 7, "eur", t0}.record(""),
+	)
+	waitCounted(t, e.db, 50, 4)
+	got := balances(t, e.db)
+	for a := range 5 {
+		var want int64
+		for i := a; i < 50; i += 5 {
+			want += int64(100 + i)
+		}
+		if b := got[fmt.Sprintf("acct-%d/EUR", a)]; b.Amount != want || b.Count != 10 {
+			t.Errorf("acct-%d = %+v, want %d over 10 events", a, b, want)
+		}
+	}
+	reasons := deadReasons(t, e.db)
+	if reasons["conflicting_duplicate"] != 1 || reasons["invalid_json"] != 1 || reasons["amount_not_integer"] != 1 || reasons["invalid_currency"] != 1 {
+		t.Errorf("dead letters by reason = %v", reasons)
+	}
+	st := in.p.Stats()
+	if st.Duplicates.Load() != 11 {
+		t.Errorf("duplicates = %d, want 11", st.Duplicates.Load())
+	}
+}
