@@ -18,30 +18,36 @@ type windowKey struct {
 	start             int64 // Unix seconds, UTC
 }
 
-// total is a running sum and count. base holds what MySQL had when the
-// checkpoint read it (careful mode); exists says MySQL had a row.
+// total is a running sum and count. absolute says it started from the
+// value stored in MySQL (read under a row lock), so it is written as is;
+// otherwise it started from zero and is added to the stored value.
 type total struct {
 	amount, count int64
-	exists        bool
+	exists        bool // MySQL had a row (absolute totals only)
+	absolute      bool
 }
 
 // aggregate is the keyed aggregation operator of one checkpoint: balances
 // per (account, currency) and sums per (account, currency, window).
 //
-// In fast mode it starts every key at zero and the checkpoint adds its sums
-// to MySQL's with an upsert. In careful mode it starts every key at the
-// value read from MySQL under a row lock and writes absolute values, so that
-// it can refuse exactly the events whose addition would overflow 64 bits
-// (detected per event, never by the database halfway through a statement).
+// Overflow is judged per event, in arrival order: an event whose addition
+// would take its balance or its window sum beyond 64 bits is refused. Most
+// keys can be added to MySQL as a delta (an upsert adding the checkpoint's
+// sum): if the checkpoint's running sum for a key never leaves the range
+// between 0 and its final value, any intermediate overflow would also
+// overflow the final sum, which the server refuses (error 1690) and the
+// checkpoint is retried with every key seeded. A key whose running sum does
+// leave that range (say +1 then -1 on a balance at the maximum) is "risky":
+// its stored value is read under a row lock first (seed), and each event is
+// checked against it exactly.
 type aggregate struct {
 	window   time.Duration
-	careful  bool
 	balances map[balanceKey]*total
 	windows  map[windowKey]*total
 }
 
-func newAggregate(window time.Duration, careful bool) *aggregate {
-	return &aggregate{window: window, careful: careful, balances: map[balanceKey]*total{}, windows: map[windowKey]*total{}}
+func newAggregate(window time.Duration) *aggregate {
+	return &aggregate{window: window, balances: map[balanceKey]*total{}, windows: map[windowKey]*total{}}
 }
 
 func (a *aggregate) keys(ev *event.Event) (balanceKey, windowKey) {
@@ -49,13 +55,16 @@ func (a *aggregate) keys(ev *event.Event) (balanceKey, windowKey) {
 	return b, windowKey{ev.AccountID, ev.Currency, event.Window(ev.OccurredAt, a.window).Unix()}
 }
 
-// seed records the stored value of a key before any event is added.
-func (a *aggregate) seedBalance(k balanceKey, amount, count int64) {
-	a.balances[k] = &total{amount: amount, count: count, exists: true}
+// seed records the stored value of a key before any event is added; the key
+// is then written as an absolute value.
+func (a *aggregate) seedBalance(k balanceKey, t total) {
+	t.absolute = true
+	a.balances[k] = &t
 }
 
-func (a *aggregate) seedWindow(k windowKey, amount, count int64) {
-	a.windows[k] = &total{amount: amount, count: count, exists: true}
+func (a *aggregate) seedWindow(k windowKey, t total) {
+	t.absolute = true
+	a.windows[k] = &t
 }
 
 // add counts ev unless its amount would overflow the balance or the window
@@ -82,6 +91,57 @@ func (a *aggregate) add(ev *event.Event) bool {
 	}
 	b.amount, w.amount, b.count, w.count = nb, nw, cb, cw
 	return true
+}
+
+// walk follows a key's running sum within one checkpoint.
+type walk struct {
+	sum, lo, hi int64
+	broken      bool // the running sum itself overflowed
+}
+
+func (w *walk) step(x int64) {
+	s, ok := addInt64(w.sum, x)
+	if !ok {
+		w.broken = true
+		return
+	}
+	w.sum, w.lo, w.hi = s, min(w.lo, s), max(w.hi, s)
+}
+
+// risky reports whether an intermediate overflow could go unnoticed by the
+// server when only the final sum is added.
+func (w *walk) risky() bool {
+	return w.broken || w.hi > max(0, w.sum) || w.lo < min(0, w.sum)
+}
+
+// riskyKeys returns the keys of the events (in arrival order) that need
+// seeding; with all set, every key does.
+func (a *aggregate) riskyKeys(evs []*event.Event, all bool) (map[balanceKey]bool, map[windowKey]bool) {
+	bw := map[balanceKey]*walk{}
+	ww := map[windowKey]*walk{}
+	for _, ev := range evs {
+		bk, wk := a.keys(ev)
+		if bw[bk] == nil {
+			bw[bk] = &walk{}
+		}
+		if ww[wk] == nil {
+			ww[wk] = &walk{}
+		}
+		bw[bk].step(ev.AmountMinor)
+		ww[wk].step(ev.AmountMinor)
+	}
+	rb, rw := map[balanceKey]bool{}, map[windowKey]bool{}
+	for k, w := range bw {
+		if all || w.risky() {
+			rb[k] = true
+		}
+	}
+	for k, w := range ww {
+		if all || w.risky() {
+			rw[k] = true
+		}
+	}
+	return rb, rw
 }
 
 // addInt64 returns a+b and whether it did not overflow.

@@ -1,11 +1,13 @@
 package pipeline
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/billing/ledger/internal/dedup"
@@ -34,14 +36,14 @@ type outcome struct {
 	err     error
 }
 
-// errNeedCareful asks for the checkpoint to be retried in careful mode: an
-// amount sum may overflow 64 bits, which only per-event checks against the
-// stored values can settle.
-var errNeedCareful = errors.New("possible amount overflow")
+// errNeedCareful asks for the checkpoint to be retried in careful mode: the
+// server refused a sum as out of range, and only per-event checks against
+// the stored values can tell which events to refuse.
+var errNeedCareful = errors.New("amount sum out of range")
 
 // runCheckpoint commits one snapshot, bounded by CheckpointTimeout. It
-// retries once in careful mode when the fast path suspects an overflow;
-// otherwise a failure aborts it and the source replays from MySQL.
+// retries once in careful mode (every key seeded) when the server refused a
+// sum; otherwise a failure aborts it and the source replays from MySQL.
 func (p *Pipeline) runCheckpoint(ctx context.Context, s *snapshot) outcome {
 	p.ckptMu.Lock()
 	defer p.ckptMu.Unlock()
@@ -72,8 +74,9 @@ type work struct {
 //  1. dedup: ids not in the cache are looked up on their participants (a
 //     branch per participant, in parallel) and every record is classified
 //     in arrival order;
-//  2. aggregate the new events per account and per window (careful mode:
-//     starting from the stored values, read under row locks);
+//  2. aggregate the new events per account and per window, checking 64-bit
+//     overflow per event (keys whose overflow the server could miss start
+//     from their stored values, read under row locks; see aggregate);
 //  3. write dedup keys, aggregates and dead letters, each participant its
 //     share, in parallel;
 //  4. prepare every branch that wrote, decide (fenced), commit.
@@ -136,9 +139,9 @@ func (p *Pipeline) attempt(ctx context.Context, s *snapshot, careful bool) (info
 	phase("dedup")
 
 	// 2. Aggregate.
-	agg := newAggregate(p.cfg.BillingWindow, careful)
+	agg := newAggregate(p.cfg.BillingWindow)
 	dead := slices.Clone(s.dead)
-	var fresh []int
+	var fresh []*record
 	for i, v := range verdicts {
 		switch v {
 		case dedup.Duplicate:
@@ -147,23 +150,25 @@ func (p *Pipeline) attempt(ctx context.Context, s *snapshot, careful bool) (info
 			dead = append(dead, p.deadLetter(&s.records[i], string(event.ReasonConflictingDuplicate),
 				fmt.Sprintf("event_id %q was first seen with different content (account, amount, currency or occurred_at)", s.records[i].ev.EventID)))
 		case dedup.New:
-			fresh = append(fresh, i)
+			fresh = append(fresh, &s.records[i])
 		}
 	}
-	if careful {
-		if err := p.seed(ctx, tx, agg, s.records, fresh); err != nil {
+	evs := make([]*event.Event, len(fresh))
+	for i, r := range fresh {
+		evs[i] = &r.ev
+	}
+	rb, rw := agg.riskyKeys(evs, careful)
+	if len(rb)+len(rw) > 0 {
+		info.Careful = true
+		if err := p.seed(ctx, tx, agg, rb, rw); err != nil {
 			return fail("aggregate", err)
 		}
 	}
 	overflowed := map[string]bool{}
-	for _, i := range fresh {
-		r := &s.records[i]
+	for _, r := range fresh {
 		if agg.add(&r.ev) {
 			info.Counted++
 			continue
-		}
-		if !careful {
-			return fail("aggregate", errNeedCareful)
 		}
 		overflowed[r.ev.EventID] = true
 		dead = append(dead, p.deadLetter(r, string(event.ReasonAmountOverflow),
@@ -203,10 +208,10 @@ func (p *Pipeline) attempt(ctx context.Context, s *snapshot, careful bool) (info
 		if err := dedup.Store(ctx, b, w.inserts, now); err != nil {
 			return err
 		}
-		if err := writeBalances(ctx, b, w.balances, careful, now); err != nil {
+		if err := writeBalances(ctx, b, w.balances, now); err != nil {
 			return err
 		}
-		if err := writeWindows(ctx, b, w.windows, careful, now); err != nil {
+		if err := writeWindows(ctx, b, w.windows, now); err != nil {
 			return err
 		}
 		return writeDeadLetters(ctx, b, p.cfg.Topic, info.Gtrid, w.dead, now)
@@ -263,29 +268,38 @@ func (p *Pipeline) attempt(ctx context.Context, s *snapshot, careful bool) (info
 	return info
 }
 
-// seed reads, under row locks, the stored balances and window sums that the
-// new events touch, each from the participant that owns the account.
-func (p *Pipeline) seed(ctx context.Context, tx *txsink.Txn, agg *aggregate, recs []record, fresh []int) error {
+// seed reads, under row locks, the stored balances and window sums of the
+// given keys, each from the participant that owns the account.
+func (p *Pipeline) seed(ctx context.Context, tx *txsink.Txn, agg *aggregate, rb map[balanceKey]bool, rw map[windowKey]bool) error {
 	P := p.sink.Participants()
 	bkeys := make([][]balanceKey, P)
 	wkeys := make([][]windowKey, P)
-	seenB := map[balanceKey]bool{}
-	seenW := map[windowKey]bool{}
-	for _, i := range fresh {
-		bk, wk := agg.keys(&recs[i].ev)
-		at := p.sink.Route(bk.account)
-		if !seenB[bk] {
-			seenB[bk] = true
-			bkeys[at] = append(bkeys[at], bk)
-		}
-		if !seenW[wk] {
-			seenW[wk] = true
-			wkeys[at] = append(wkeys[at], wk)
+	for k := range rb {
+		at := p.sink.Route(k.account)
+		bkeys[at] = append(bkeys[at], k)
+	}
+	for k := range rw {
+		at := p.sink.Route(k.account)
+		wkeys[at] = append(wkeys[at], k)
+	}
+	for i := range P {
+		// Lock in key order, as the writes do.
+		slices.SortFunc(bkeys[i], func(x, y balanceKey) int {
+			return cmp.Or(strings.Compare(x.account, y.account), strings.Compare(x.currency, y.currency))
+		})
+		slices.SortFunc(wkeys[i], func(x, y windowKey) int {
+			return cmp.Or(strings.Compare(x.account, y.account), strings.Compare(x.currency, y.currency), cmp.Compare(x.start, y.start))
+		})
+	}
+	participants := nonEmpty(bkeys)
+	for _, i := range nonEmpty(wkeys) {
+		if len(bkeys[i]) == 0 {
+			participants = append(participants, i)
 		}
 	}
 	balances := make([]map[balanceKey]total, P)
 	windows := make([]map[windowKey]total, P)
-	err := tx.Each(ctx, nonEmpty(bkeys), func(ctx context.Context, b *txsink.Branch) error {
+	err := tx.Each(ctx, participants, func(ctx context.Context, b *txsink.Branch) error {
 		var err error
 		if balances[b.Participant], err = readBalances(ctx, b, bkeys[b.Participant]); err != nil {
 			return err
@@ -296,12 +310,19 @@ func (p *Pipeline) seed(ctx context.Context, tx *txsink.Txn, agg *aggregate, rec
 	if err != nil {
 		return err
 	}
+	// A key without a stored row starts at zero, written as absolute too.
+	for k := range rb {
+		agg.seedBalance(k, total{})
+	}
+	for k := range rw {
+		agg.seedWindow(k, total{})
+	}
 	for i := range P {
 		for k, t := range balances[i] {
-			agg.seedBalance(k, t.amount, t.count)
+			agg.seedBalance(k, t)
 		}
 		for k, t := range windows[i] {
-			agg.seedWindow(k, t.amount, t.count)
+			agg.seedWindow(k, t)
 		}
 	}
 	return nil

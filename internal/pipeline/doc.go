@@ -70,8 +70,10 @@
 // A record that cannot be decoded, a conflicting repeat, or an event whose
 // amount would overflow a 64-bit sum becomes a dead_letters row committed
 // in the same checkpoint as the offsets that passed it: it never blocks the
-// partition and is never lost. Sums are first computed per checkpoint from
-// zero and added with upserts; if that could overflow (in memory or as
-// reported by the server), the checkpoint is retried once in careful mode,
-// which reads the stored values under row locks and checks every event.
+// partition and is never lost. Overflow is judged per event, in arrival
+// order. Most keys are written as an adding upsert of the checkpoint's sum;
+// a key whose running sum within the checkpoint leaves the range between 0
+// and its final value is first read under a row lock and checked event by
+// event (see aggregate). If the server still refuses a sum (error 1690),
+// the checkpoint is retried once with every key read that way.
 package pipeline

@@ -16,16 +16,17 @@ import (
 
 const rowsPerStatement = 1000
 
-// upsertSQL returns the ON DUPLICATE KEY UPDATE clause that adds (fast mode)
-// or sets (careful mode, rows locked and values absolute) the given columns.
-func upsertSQL(careful bool, cols ...string) string {
+// upsertSQL returns the ON DUPLICATE KEY UPDATE clause that adds a delta to
+// the given columns or, for absolute values read under a row lock, sets
+// them.
+func upsertSQL(absolute bool, cols ...string) string {
 	var b strings.Builder
 	b.WriteString(" ON DUPLICATE KEY UPDATE ")
 	for i, c := range cols {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		if careful {
+		if absolute {
 			fmt.Fprintf(&b, "%s = VALUES(%s)", c, c)
 		} else {
 			fmt.Fprintf(&b, "%s = %s + VALUES(%s)", c, c, c)
@@ -58,24 +59,51 @@ func batches(ctx context.Context, ex dedup.Execer, n int, head, tuple, tail stri
 	return nil
 }
 
-func writeBalances(ctx context.Context, ex dedup.Execer, rows []balanceRow, careful bool, now time.Time) error {
-	return batches(ctx, ex, len(rows),
-		`INSERT INTO account_balances (account_id, currency, balance_minor, event_count, updated_at) VALUES `,
-		"(?,?,?,?,?)", upsertSQL(careful, "balance_minor", "event_count"),
-		func(i int) []any {
-			r := rows[i]
-			return []any{r.account, r.currency, r.amount, r.count, now}
-		})
+// writeBalances writes delta rows with an adding upsert and absolute rows
+// (seeded under a row lock) with a setting one.
+func writeBalances(ctx context.Context, ex dedup.Execer, rows []balanceRow, now time.Time) error {
+	for _, abs := range []bool{false, true} {
+		var part []balanceRow
+		for _, r := range rows {
+			if r.absolute == abs {
+				part = append(part, r)
+			}
+		}
+		err := batches(ctx, ex, len(part),
+			`INSERT INTO account_balances (account_id, currency, balance_minor, event_count, updated_at) VALUES `,
+			"(?,?,?,?,?)", upsertSQL(abs, "balance_minor", "event_count"),
+			func(i int) []any {
+				r := part[i]
+				return []any{r.account, r.currency, r.amount, r.count, now}
+			})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
-func writeWindows(ctx context.Context, ex dedup.Execer, rows []windowRow, careful bool, now time.Time) error {
-	return batches(ctx, ex, len(rows),
-		`INSERT INTO billing_windows (account_id, currency, window_start, amount_minor, event_count, updated_at) VALUES `,
-		"(?,?,?,?,?,?)", upsertSQL(careful, "amount_minor", "event_count"),
-		func(i int) []any {
-			r := rows[i]
-			return []any{r.account, r.currency, time.Unix(r.start, 0).UTC(), r.amount, r.count, now}
-		})
+// writeWindows is writeBalances for billing_windows.
+func writeWindows(ctx context.Context, ex dedup.Execer, rows []windowRow, now time.Time) error {
+	for _, abs := range []bool{false, true} {
+		var part []windowRow
+		for _, r := range rows {
+			if r.absolute == abs {
+				part = append(part, r)
+			}
+		}
+		err := batches(ctx, ex, len(part),
+			`INSERT INTO billing_windows (account_id, currency, window_start, amount_minor, event_count, updated_at) VALUES `,
+			"(?,?,?,?,?,?)", upsertSQL(abs, "amount_minor", "event_count"),
+			func(i int) []any {
+				r := part[i]
+				return []any{r.account, r.currency, time.Unix(r.start, 0).UTC(), r.amount, r.count, now}
+			})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // deadLetter is a record that was not counted, with the reason.
@@ -137,9 +165,12 @@ func truncateText(s string, n int) string {
 	return s[:n]
 }
 
-// readBalances locks and reads the stored balances of keys (careful mode).
+// readBalances locks and reads the stored balances of keys (seeding).
 func readBalances(ctx context.Context, q dedup.Querier, keys []balanceKey) (map[balanceKey]total, error) {
 	out := make(map[balanceKey]total, len(keys))
+	if len(keys) == 0 {
+		return out, nil
+	}
 	for start := 0; start < len(keys); start += rowsPerStatement {
 		part := keys[start:min(start+rowsPerStatement, len(keys))]
 		args := make([]any, 0, 2*len(part))
@@ -164,9 +195,12 @@ func readBalances(ctx context.Context, q dedup.Querier, keys []balanceKey) (map[
 	return out, nil
 }
 
-// readWindows locks and reads the stored window sums of keys (careful mode).
+// readWindows locks and reads the stored window sums of keys (seeding).
 func readWindows(ctx context.Context, q dedup.Querier, keys []windowKey) (map[windowKey]total, error) {
 	out := make(map[windowKey]total, len(keys))
+	if len(keys) == 0 {
+		return out, nil
+	}
 	for start := 0; start < len(keys); start += rowsPerStatement {
 		part := keys[start:min(start+rowsPerStatement, len(keys))]
 		args := make([]any, 0, 3*len(part))

@@ -1,0 +1,129 @@
+package pipeline
+
+import (
+	"fmt"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/billing/ledger/internal/event"
+)
+
+func TestAddInt64(t *testing.T) {
+	tests := []struct {
+		a, b int64
+		ok   bool
+	}{
+		{1, 2, true},
+		{math.MaxInt64, 0, true},
+		{math.MaxInt64, 1, false},
+		{math.MaxInt64, -1, true},
+		{math.MinInt64, -1, false},
+		{math.MinInt64, 1, true},
+		{math.MinInt64, math.MaxInt64, true},
+		{-1, math.MinInt64, false},
+		{math.MaxInt64, math.MaxInt64, false},
+	}
+	for _, tt := range tests {
+		s, ok := addInt64(tt.a, tt.b)
+		if ok != tt.ok || (ok && s != tt.a+tt.b) {
+			t.Errorf("addInt64(%d, %d) = %d, %v; want ok=%v", tt.a, tt.b, s, ok, tt.ok)
+		}
+	}
+}
+
+func at(s string) time.Time {
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		panic(err)
+	}
+	return t
+}
+
+// An event is counted in its balance and its window together or not at all:
+// a window sum that would overflow refuses the event even when the balance
+// would not.
+func TestAggregateBothOrNeither(t *testing.T) {
+	a := newAggregate(time.Hour)
+	a.seedBalance(balanceKey{"a", "EUR"}, total{})
+	e1 := event.Event{EventID: "1", AccountID: "a", Currency: "EUR", AmountMinor: math.MaxInt64, OccurredAt: at("2026-11-29T10:00:00Z")}
+	e2 := event.Event{EventID: "2", AccountID: "a", Currency: "EUR", AmountMinor: -math.MaxInt64, OccurredAt: at("2026-11-29T11:00:00Z")}
+	e3 := event.Event{EventID: "3", AccountID: "a", Currency: "EUR", AmountMinor: 1, OccurredAt: at("2026-11-29T10:30:00Z")}
+	if !a.add(&e1) || !a.add(&e2) {
+		t.Fatal("valid events refused")
+	}
+	if a.add(&e3) {
+		t.Fatal("event that overflows its window sum was counted")
+	}
+	b := a.balanceRows()
+	if len(b) != 1 || b[0].amount != 0 || b[0].count != 2 {
+		t.Fatalf("balance = %+v, want 0 over 2 events", b)
+	}
+	w := a.windowRows()
+	if len(w) != 2 || w[0].amount != math.MaxInt64 || w[0].count != 1 || w[1].amount != -math.MaxInt64 {
+		t.Fatalf("windows = %+v", w)
+	}
+}
+
+// Window keys follow event.Window: tumbling, UTC, aligned to the epoch; a
+// late event lands in its own (old) window.
+func TestAggregateWindows(t *testing.T) {
+	a := newAggregate(time.Hour)
+	for _, s := range []string{"2026-11-29T13:05:00Z", "2026-11-29T13:59:59Z", "2026-11-29T14:00:00+01:00", "2026-11-29T09:00:00Z"} {
+		e := event.Event{EventID: s, AccountID: "a", Currency: "EUR", AmountMinor: 1, OccurredAt: at(s).UTC()}
+		if !a.add(&e) {
+			t.Fatal("refused")
+		}
+	}
+	w := a.windowRows()
+	want := []struct {
+		start string
+		n     int64
+	}{{"2026-11-29T09:00:00Z", 1}, {"2026-11-29T13:00:00Z", 3}}
+	if len(w) != len(want) {
+		t.Fatalf("windows = %+v", w)
+	}
+	for i, x := range want {
+		if time.Unix(w[i].start, 0).UTC().Format(time.RFC3339) != x.start || w[i].count != x.n {
+			t.Errorf("window %d = %+v, want %s x%d", i, w[i], x.start, x.n)
+		}
+	}
+}
+
+// A key whose running sum leaves the range between 0 and its final value is
+// risky (the server, seeing only the final sum, could miss an intermediate
+// overflow); one that stays inside is not.
+func TestRiskyKeys(t *testing.T) {
+	mk := func(amounts ...int64) []*event.Event {
+		var evs []*event.Event
+		for i, a := range amounts {
+			evs = append(evs, &event.Event{EventID: fmt.Sprint(i), AccountID: "a", Currency: "EUR", AmountMinor: a, OccurredAt: at("2026-11-29T10:00:00Z")})
+		}
+		return evs
+	}
+	tests := []struct {
+		name    string
+		amounts []int64
+		risky   bool
+	}{
+		{"monotone up", []int64{1, 2, 3}, false},
+		{"monotone down", []int64{-1, -2}, false},
+		{"up then down", []int64{1, -1}, true},
+		{"down then up", []int64{-5, 3}, true},
+		{"running sum overflows", []int64{math.MaxInt64, 1, -1}, true},
+		{"zero", []int64{0, 0}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := newAggregate(time.Hour)
+			rb, rw := a.riskyKeys(mk(tt.amounts...), false)
+			if got := len(rb) == 1 && len(rw) == 1; got != tt.risky {
+				t.Fatalf("risky = %v/%v, want %v", rb, rw, tt.risky)
+			}
+			rb, _ = a.riskyKeys(mk(tt.amounts...), true)
+			if len(rb) != 1 {
+				t.Fatal("all: key not seeded")
+			}
+		})
+	}
+}
