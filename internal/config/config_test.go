@@ -2,13 +2,27 @@ package config
 
 import (
 	"errors"
+	"maps"
+	"os"
+	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 )
 
+// setenv sets exactly kv: every variable Config reads is unset first, so
+// that the environment of the test process (make test exports MYSQL_DSN and
+// KAFKA_BROKERS) cannot leak in.
 func setenv(t *testing.T, kv map[string]string) {
 	t.Helper()
+	typ := reflect.TypeOf(Config{})
+	for i := 0; i < typ.NumField(); i++ {
+		if name := typ.Field(i).Tag.Get("envconfig"); name != "" {
+			t.Setenv(name, "") // restores the old value after the test
+			os.Unsetenv(name)
+		}
+	}
 	for k, v := range kv {
 		t.Setenv(k, v)
 	}
@@ -56,7 +70,7 @@ func TestLoadListsEveryProblem(t *testing.T) {
 
 func TestValidate(t *testing.T) {
 	base := func() map[string]string {
-		return map[string]string{"KAFKA_BROKERS": "127.0.0.1:9092", "MYSQL_DSN": "x"}
+		return map[string]string{"KAFKA_BROKERS": "127.0.0.1:9092", "MYSQL_DSN": "u:p@tcp(127.0.0.1:3306)/billing"}
 	}
 	tests := []struct {
 		name string
@@ -70,6 +84,9 @@ func TestValidate(t *testing.T) {
 		{"branches", map[string]string{"MYSQL_BRANCHES": "0"}, "MYSQL_BRANCHES must be between 1 and 64"},
 		{"log format", map[string]string{"LOG_FORMAT": "xml"}, "LOG_FORMAT must be"},
 		{"interval beyond timeout", map[string]string{"CHECKPOINT_INTERVAL": "1m"}, "CHECKPOINT_TIMEOUT (30s) must exceed CHECKPOINT_INTERVAL"},
+		{"bad DSN", map[string]string{"MYSQL_DSN": "u:p@tcp(h/d"}, "MYSQL_DSN is not a valid DSN"},
+		{"bad shard DSN", map[string]string{"MYSQL_SHARD_DSNS": "u:p@tcp(h:1)/d,nonsense"}, "MYSQL_SHARD_DSNS[1] is not a valid DSN"},
+		{"sample interval", map[string]string{"METRICS_SAMPLE_INTERVAL": "0s"}, "METRICS_SAMPLE_INTERVAL must be positive"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -95,5 +112,93 @@ func TestUsageListsEveryVariable(t *testing.T) {
 		if !strings.Contains(b.String(), v) {
 			t.Errorf("usage lacks %s", v)
 		}
+	}
+}
+
+// TestSecurityValidation covers the TLS, SASL and secret-file settings: each
+// misconfiguration is reported, and no message contains a secret.
+func TestSecurityValidation(t *testing.T) {
+	const secret = "hunter2-secret"
+	dir := t.TempDir()
+	file := filepath.Join(dir, "f.pem")
+	if err := os.WriteFile(file, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := map[string]string{"KAFKA_BROKERS": "127.0.0.1:9092", "MYSQL_DSN": "u:" + secret + "@tcp(127.0.0.1:3306)/billing"}
+	tests := []struct {
+		name string
+		env  map[string]string
+		want string // empty: valid
+	}{
+		{"scram with password", map[string]string{"KAFKA_SASL_MECHANISM": "SCRAM-SHA-512", "KAFKA_SASL_USERNAME": "u", "KAFKA_SASL_PASSWORD": secret}, ""},
+		{"scram with password file", map[string]string{"KAFKA_SASL_MECHANISM": "scram-sha-256", "KAFKA_SASL_USERNAME": "u", "KAFKA_SASL_PASSWORD_FILE": file}, ""},
+		{"plain with tls", map[string]string{"KAFKA_TLS_ENABLED": "true", "KAFKA_TLS_CA_FILE": file, "KAFKA_SASL_MECHANISM": "PLAIN", "KAFKA_SASL_USERNAME": "u", "KAFKA_SASL_PASSWORD": secret}, ""},
+		{"mysql tls with CA and password file", map[string]string{"MYSQL_TLS": "true", "MYSQL_TLS_CA_FILE": file, "MYSQL_PASSWORD_FILE": file}, ""},
+		{"plain without tls", map[string]string{"KAFKA_SASL_MECHANISM": "PLAIN", "KAFKA_SASL_USERNAME": "u", "KAFKA_SASL_PASSWORD": secret}, "sends the password in clear"},
+		{"unknown mechanism", map[string]string{"KAFKA_SASL_MECHANISM": "GSSAPI", "KAFKA_SASL_USERNAME": "u", "KAFKA_SASL_PASSWORD": secret}, "KAFKA_SASL_MECHANISM must be"},
+		{"no user", map[string]string{"KAFKA_SASL_MECHANISM": "SCRAM-SHA-256", "KAFKA_SASL_PASSWORD": secret}, "needs KAFKA_SASL_USERNAME"},
+		{"no password", map[string]string{"KAFKA_SASL_MECHANISM": "SCRAM-SHA-256", "KAFKA_SASL_USERNAME": "u"}, "needs KAFKA_SASL_PASSWORD or KAFKA_SASL_PASSWORD_FILE"},
+		{"both passwords", map[string]string{"KAFKA_SASL_MECHANISM": "SCRAM-SHA-256", "KAFKA_SASL_USERNAME": "u", "KAFKA_SASL_PASSWORD": secret, "KAFKA_SASL_PASSWORD_FILE": file}, "not both"},
+		{"password without mechanism", map[string]string{"KAFKA_SASL_PASSWORD": secret}, "KAFKA_SASL_MECHANISM is empty"},
+		{"tls file without tls", map[string]string{"KAFKA_TLS_CA_FILE": file}, "KAFKA_TLS_CA_FILE is set but KAFKA_TLS_ENABLED is false"},
+		{"kafka cert without key", map[string]string{"KAFKA_TLS_ENABLED": "true", "KAFKA_TLS_CERT_FILE": file}, "KAFKA_TLS_CERT_FILE and KAFKA_TLS_KEY_FILE go together"},
+		{"missing file", map[string]string{"MYSQL_PASSWORD_FILE": filepath.Join(dir, "absent")}, "MYSQL_PASSWORD_FILE: stat"},
+		{"directory as file", map[string]string{"KAFKA_SASL_MECHANISM": "SCRAM-SHA-256", "KAFKA_SASL_USERNAME": "u", "KAFKA_SASL_PASSWORD_FILE": dir}, "is a directory"},
+		{"mysql tls mode", map[string]string{"MYSQL_TLS": "required"}, "MYSQL_TLS must be"},
+		{"mysql CA without verify", map[string]string{"MYSQL_TLS": "skip-verify", "MYSQL_TLS_CA_FILE": file}, "needs TLS mode true"},
+		{"bad DSN keeps its password", map[string]string{"MYSQL_DSN": "u:" + secret + "@tcp(h:1)/d?tls=" + secret}, "MYSQL_DSN is not a valid DSN"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := maps.Clone(base)
+			maps.Copy(env, tt.env)
+			setenv(t, env)
+			_, err := Load()
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("Load: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("want error containing %q, got %v", tt.want, err)
+			}
+			if strings.Contains(err.Error(), secret) {
+				t.Fatalf("error leaks a secret: %v", err)
+			}
+		})
+	}
+}
+
+// TestUsageAligned: --help prints one row per variable, columns aligned.
+func TestUsageAligned(t *testing.T) {
+	var b strings.Builder
+	if err := Usage(&b); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimRight(b.String(), "\n"), "\n")
+	if n := reflect.TypeFor[Config]().NumField(); len(lines) != n+1 {
+		t.Fatalf("%d lines, want a header and %d variables", len(lines), n)
+	}
+	head := lines[0]
+	defCol, meanCol := strings.Index(head, "DEFAULT"), strings.Index(head, "MEANING")
+	if !strings.HasPrefix(head, "VARIABLE ") || defCol < 0 || meanCol < defCol {
+		t.Fatalf("bad header %q", head)
+	}
+	for _, l := range lines[1:] {
+		if strings.Contains(l, "\t") {
+			t.Fatalf("tab left in %q", l)
+		}
+		// The meaning starts at the MEANING column, after blanks.
+		if len(l) <= meanCol || l[meanCol-1] != ' ' || l[meanCol] == ' ' {
+			t.Errorf("meaning not aligned at column %d: %q", meanCol, l)
+		}
+		// The default, if any, starts at the DEFAULT column.
+		if def := l[defCol:meanCol]; l[defCol-1] != ' ' || strings.TrimSpace(def) != "" && def[0] == ' ' {
+			t.Errorf("default not aligned at column %d: %q", defCol, l)
+		}
+	}
+	if !strings.Contains(b.String(), "CHECKPOINT_INTERVAL       1s") {
+		t.Errorf("defaults missing or misaligned:\n%s", b.String())
 	}
 }

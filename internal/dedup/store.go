@@ -55,7 +55,9 @@ func Lookup(ctx context.Context, q Querier, ids []string, into map[string]Seen) 
 	return nil
 }
 
-// Store writes new keys, deleting the expired rows they replace first. Keys
+// Store writes new keys, deleting the expired rows they replace first.
+// Deletes name the primary key (multi-table form: single-table DELETE takes
+// no index hint): a scan would wait on rows other branches hold. Keys
 // are written in id order so that concurrent checkpoints lock in one order.
 func Store(ctx context.Context, ex Execer, inserts []Insert, now time.Time) error {
 	slices.SortFunc(inserts, func(a, b Insert) int { return strings.Compare(a.ID, b.ID) })
@@ -68,7 +70,7 @@ func Store(ctx context.Context, ex Execer, inserts []Insert, now time.Time) erro
 	for start := 0; start < len(replace); start += chunk {
 		part := replace[start:min(start+chunk, len(replace))]
 		args := append(part[:len(part):len(part)], now)
-		if _, err := ex.Exec(ctx, `DELETE FROM dedup_keys WHERE event_id IN (`+placeholders(len(part))+`) AND expires_at <= ?`, args...); err != nil {
+		if _, err := ex.Exec(ctx, `DELETE d FROM dedup_keys AS d FORCE INDEX (PRIMARY) WHERE d.event_id IN (`+placeholders(len(part))+`) AND d.expires_at <= ?`, args...); err != nil {
 			return fmt.Errorf("dedup replace expired: %w", err)
 		}
 	}
@@ -112,7 +114,7 @@ func Cleanup(ctx context.Context, db *sqlx.DB, now time.Time, batch, max int) (i
 			args = append(args, id)
 		}
 		args = append(args, now)
-		r, err := db.ExecContext(ctx, `DELETE FROM dedup_keys WHERE event_id IN (`+placeholders(len(ids))+`) AND expires_at <= ?`, args...)
+		r, err := db.ExecContext(ctx, `DELETE d FROM dedup_keys AS d FORCE INDEX (PRIMARY) WHERE d.event_id IN (`+placeholders(len(ids))+`) AND d.expires_at <= ?`, args...)
 		if err != nil {
 			return total, fmt.Errorf("dedup cleanup: %w", err)
 		}

@@ -23,7 +23,7 @@ type windowKey struct {
 // otherwise it started from zero and is added to the stored value.
 type total struct {
 	amount, count int64
-	exists        bool // MySQL had a row (absolute totals only)
+	exists        bool // MySQL had a row when it was seeded
 	absolute      bool
 }
 
@@ -55,15 +55,19 @@ func (a *aggregate) keys(ev *event.Event) (balanceKey, windowKey) {
 	return b, windowKey{ev.AccountID, ev.Currency, event.Window(ev.OccurredAt, a.window).Unix()}
 }
 
-// seed records the stored value of a key before any event is added; the key
-// is then written as an absolute value.
+// seed records the stored value of a key, read under a row lock, before any
+// event is added; the key is then written as an absolute value. A key
+// without a stored row starts from zero and stays a delta: nothing locks a
+// row that does not exist (READ COMMITTED takes no gap locks), so another
+// transaction may create it meanwhile, and only an adding upsert keeps its
+// contribution.
 func (a *aggregate) seedBalance(k balanceKey, t total) {
-	t.absolute = true
+	t.absolute = t.exists
 	a.balances[k] = &t
 }
 
 func (a *aggregate) seedWindow(k windowKey, t total) {
-	t.absolute = true
+	t.absolute = t.exists
 	a.windows[k] = &t
 }
 

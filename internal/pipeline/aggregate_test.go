@@ -45,7 +45,7 @@ func at(s string) time.Time {
 // would not.
 func TestAggregateBothOrNeither(t *testing.T) {
 	a := newAggregate(time.Hour)
-	a.seedBalance(balanceKey{"a", "EUR"}, total{})
+	a.seedBalance(balanceKey{"a", "EUR"}, total{exists: true})
 	e1 := event.Event{EventID: "1", AccountID: "a", Currency: "EUR", AmountMinor: math.MaxInt64, OccurredAt: at("2026-11-29T10:00:00Z")}
 	e2 := event.Event{EventID: "2", AccountID: "a", Currency: "EUR", AmountMinor: -math.MaxInt64, OccurredAt: at("2026-11-29T11:00:00Z")}
 	e3 := event.Event{EventID: "3", AccountID: "a", Currency: "EUR", AmountMinor: 1, OccurredAt: at("2026-11-29T10:30:00Z")}

@@ -166,6 +166,12 @@ func truncateText(s string, n int) string {
 }
 
 // readBalances locks and reads the stored balances of keys (seeding).
+//
+// Every locking statement here names the primary key: when the list covers
+// much of a small table the optimizer prefers a full scan, and a locking
+// scan waits on every row another branch of the same checkpoint has locked,
+// a wait InnoDB cannot see as a deadlock (the branches are separate
+// transactions): the checkpoint then hangs until the lock wait times out.
 func readBalances(ctx context.Context, q dedup.Querier, keys []balanceKey) (map[balanceKey]total, error) {
 	out := make(map[balanceKey]total, len(keys))
 	if len(keys) == 0 {
@@ -183,7 +189,7 @@ func readBalances(ctx context.Context, q dedup.Querier, keys []balanceKey) (map[
 			Amount   int64  `db:"balance_minor"`
 			Count    int64  `db:"event_count"`
 		}
-		q2 := `SELECT account_id, currency, balance_minor, event_count FROM account_balances WHERE (account_id, currency) IN (` +
+		q2 := `SELECT account_id, currency, balance_minor, event_count FROM account_balances FORCE INDEX (PRIMARY) WHERE (account_id, currency) IN (` +
 			strings.Repeat("(?,?),", len(part)-1) + `(?,?)) FOR UPDATE`
 		if err := q.Select(ctx, &rows, q2, args...); err != nil {
 			return nil, err
@@ -214,7 +220,7 @@ func readWindows(ctx context.Context, q dedup.Querier, keys []windowKey) (map[wi
 			Amount   int64     `db:"amount_minor"`
 			Count    int64     `db:"event_count"`
 		}
-		q2 := `SELECT account_id, currency, window_start, amount_minor, event_count FROM billing_windows WHERE (account_id, currency, window_start) IN (` +
+		q2 := `SELECT account_id, currency, window_start, amount_minor, event_count FROM billing_windows FORCE INDEX (PRIMARY) WHERE (account_id, currency, window_start) IN (` +
 			strings.Repeat("(?,?,?),", len(part)-1) + `(?,?,?)) FOR UPDATE`
 		if err := q.Select(ctx, &rows, q2, args...); err != nil {
 			return nil, err

@@ -111,7 +111,7 @@ func (s *Sink) checkFence(ctx context.Context, tx *sqlx.Tx, cuts []PartitionCut)
 	for _, c := range cuts {
 		args = append(args, c.Partition)
 	}
-	q := `SELECT kafka_partition, epoch, owner FROM partition_offsets
+	q := `SELECT kafka_partition, epoch, owner FROM partition_offsets FORCE INDEX (PRIMARY)
 		WHERE consumer_group = ? AND kafka_topic = ? AND kafka_partition IN (` + placeholders(len(cuts)) + `) FOR UPDATE`
 	var rows []struct {
 		Partition int32  `db:"kafka_partition"`

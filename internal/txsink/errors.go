@@ -9,12 +9,13 @@ import (
 
 // MySQL and MariaDB error numbers the protocol reacts to.
 const (
-	erDupEntry        = 1062 // ER_DUP_ENTRY
-	erLockWaitTimeout = 1205 // ER_LOCK_WAIT_TIMEOUT
-	erLockDeadlock    = 1213 // ER_LOCK_DEADLOCK
-	erXAERNota        = 1397 // XAER_NOTA: unknown xid
-	erXAERRmfail      = 1399 // XAER_RMFAIL: command not allowed in the branch's state
-	erDataOutOfRange  = 1690 // ER_DATA_OUT_OF_RANGE: BIGINT overflow in an upsert
+	erDupEntry              = 1062 // ER_DUP_ENTRY
+	erUnknownSystemVariable = 1193 // ER_UNKNOWN_SYSTEM_VARIABLE
+	erLockWaitTimeout       = 1205 // ER_LOCK_WAIT_TIMEOUT
+	erLockDeadlock          = 1213 // ER_LOCK_DEADLOCK
+	erXAERNota              = 1397 // XAER_NOTA: unknown xid
+	erXAERRmfail            = 1399 // XAER_RMFAIL: command not allowed in the branch's state
+	erDataOutOfRange        = 1690 // ER_DATA_OUT_OF_RANGE: BIGINT overflow in an upsert
 )
 
 func mysqlCode(err error) uint16 {

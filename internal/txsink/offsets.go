@@ -91,7 +91,7 @@ func (s *Sink) positions(ctx context.Context, q queryer, partitions []int32, loc
 		Epoch      int64  `db:"epoch"`
 		Owner      string `db:"owner"`
 	}
-	err := q.SelectContext(ctx, &rows, `SELECT kafka_partition, next_offset, epoch, owner FROM partition_offsets
+	err := q.SelectContext(ctx, &rows, `SELECT kafka_partition, next_offset, epoch, owner FROM partition_offsets FORCE INDEX (PRIMARY)
 		WHERE consumer_group = ? AND kafka_topic = ? AND kafka_partition IN (`+placeholders(len(partitions))+`)`+lock, args...)
 	if err != nil {
 		return nil, err

@@ -122,8 +122,18 @@ func Open(ctx context.Context, cfg Config) (*Sink, error) {
 }
 
 // OpenDB opens a pool with the session settings the protocol relies on:
-// client-side interpolation (one round trip per statement), UTC times, and a
-// bounded lock wait.
+// client-side interpolation (one round trip per statement), UTC times, a
+// bounded lock wait, and READ COMMITTED.
+//
+// READ COMMITTED matters for liveness, not safety. Under REPEATABLE READ a
+// locking read of a row that does not exist yet takes a gap lock; two
+// instances seeding new accounts in the same gap both get it, and then
+// block each other's inserts: a deadlock, repeated at every retry. Under
+// READ COMMITTED locking reads lock records only. Safety rests on record
+// locks and unique keys (the dedup key's primary key, the decision's
+// compare-and-set, the partition row's epoch), which every level keeps.
+// MySQL 8 names the session variable transaction_isolation; MariaDB (before
+// 11.1) tx_isolation: the first that the server knows is used.
 func OpenDB(dsn string, lockWait time.Duration, maxOpen int) (*sqlx.DB, error) {
 	mc, err := mysql.ParseDSN(dsn)
 	if err != nil {
@@ -138,15 +148,32 @@ func OpenDB(dsn string, lockWait time.Duration, maxOpen int) (*sqlx.DB, error) {
 	}
 	mc.Params["time_zone"] = "'+00:00'"
 	mc.Params["innodb_lock_wait_timeout"] = strconv.Itoa(int(lockWait / time.Second))
-	conn, err := mysql.NewConnector(mc)
-	if err != nil {
-		return nil, err
+	var lastErr error
+	for _, isolation := range []string{"transaction_isolation", "tx_isolation"} {
+		delete(mc.Params, "transaction_isolation")
+		delete(mc.Params, "tx_isolation")
+		mc.Params[isolation] = "'READ-COMMITTED'"
+		conn, err := mysql.NewConnector(mc)
+		if err != nil {
+			return nil, err
+		}
+		db := sqlx.NewDb(sql.OpenDB(conn), "mysql")
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err = db.PingContext(ctx)
+		cancel()
+		if mysqlCode(err) == erUnknownSystemVariable {
+			_ = db.Close()
+			lastErr = err
+			continue
+		}
+		// Other errors (server down) surface at first use; the pool
+		// retries connecting then.
+		db.SetMaxOpenConns(maxOpen)
+		db.SetMaxIdleConns(maxOpen)
+		db.SetConnMaxIdleTime(5 * time.Minute)
+		return db, nil
 	}
-	db := sqlx.NewDb(sql.OpenDB(conn), "mysql")
-	db.SetMaxOpenConns(maxOpen)
-	db.SetMaxIdleConns(maxOpen)
-	db.SetConnMaxIdleTime(5 * time.Minute)
-	return db, nil
+	return nil, fmt.Errorf("set READ COMMITTED: %w", lastErr)
 }
 
 // Close closes every connection.

@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -389,5 +389,34 @@ func TestXidRoundTrip(t *testing.T) {
 		if _, ok := ParseGlobalID(bad); ok {
 			t.Errorf("parsed %q", bad)
 		}
+	}
+}
+
+// Branch sessions run READ COMMITTED, whichever name the server gives the
+// variable: under REPEATABLE READ, locking reads of absent rows take gap
+// locks that deadlock instances seeding new accounts.
+func TestBranchesRunReadCommitted(t *testing.T) {
+	ctx := context.Background()
+	s := newSink(t, newDatabase(t), 1)
+	tx := s.Begin(1)
+	var level string
+	err := tx.Each(ctx, []int{0}, func(ctx context.Context, b *Branch) error {
+		var v []string
+		if err := b.Select(ctx, &v, `SELECT @@session.tx_isolation`); err != nil {
+			if err2 := b.Select(ctx, &v, `SELECT @@session.transaction_isolation`); err2 != nil {
+				return errors.Join(err, err2)
+			}
+		}
+		level = v[0]
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if level != "READ-COMMITTED" {
+		t.Fatalf("isolation = %q", level)
+	}
+	if err := tx.Abort(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
