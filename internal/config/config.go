@@ -12,9 +12,12 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/kelseyhightower/envconfig"
+
+	"github.com/billing/ledger/internal/mysqlconn"
 )
 
 // Config is the whole configuration of one instance. Every field is read from
@@ -28,10 +31,25 @@ type Config struct {
 	KafkaRebalanceTimeout time.Duration `envconfig:"KAFKA_REBALANCE_TIMEOUT" default:"60s" desc:"time a member has to finish its checkpoint and release partitions in a rebalance; must exceed CHECKPOINT_TIMEOUT"`
 	KafkaMaxPollRecords   int           `envconfig:"KAFKA_MAX_POLL_RECORDS" default:"5000" desc:"records taken from the client per poll"`
 
+	KafkaTLSEnabled       bool   `envconfig:"KAFKA_TLS_ENABLED" default:"false" desc:"connect to the brokers over TLS (1.2+, certificates always verified)"`
+	KafkaTLSCAFile        string `envconfig:"KAFKA_TLS_CA_FILE" desc:"PEM CA bundle trusted for the brokers instead of the system roots"`
+	KafkaTLSCertFile      string `envconfig:"KAFKA_TLS_CERT_FILE" desc:"PEM client certificate for mutual TLS (with KAFKA_TLS_KEY_FILE)"`
+	KafkaTLSKeyFile       string `envconfig:"KAFKA_TLS_KEY_FILE" desc:"PEM private key of KAFKA_TLS_CERT_FILE"`
+	KafkaTLSServerName    string `envconfig:"KAFKA_TLS_SERVER_NAME" desc:"name the brokers' certificates must carry (default: the host dialled)"`
+	KafkaSASLMechanism    string `envconfig:"KAFKA_SASL_MECHANISM" desc:"SASL mechanism: empty (none), PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; PLAIN only with TLS"`
+	KafkaSASLUsername     string `envconfig:"KAFKA_SASL_USERNAME" desc:"SASL user"`
+	KafkaSASLPassword     string `envconfig:"KAFKA_SASL_PASSWORD" desc:"SASL password (prefer KAFKA_SASL_PASSWORD_FILE)"`
+	KafkaSASLPasswordFile string `envconfig:"KAFKA_SASL_PASSWORD_FILE" desc:"file holding the SASL password (trailing newlines ignored)"`
+
 	MySQLDSN             string        `envconfig:"MYSQL_DSN" required:"true" desc:"control server DSN (go-sql-driver/mysql format): offsets, decisions, and the first shard of results"`
 	MySQLShardDSNs       []string      `envconfig:"MYSQL_SHARD_DSNS" desc:"further MySQL servers holding shards of the results, comma separated; accounts and event ids are placed by hash, so this list must not change once data exists"`
 	MySQLBranches        int           `envconfig:"MYSQL_BRANCHES" default:"2" desc:"parallel XA branches (connections) per server in each checkpoint"`
 	MySQLLockWaitTimeout time.Duration `envconfig:"MYSQL_LOCK_WAIT_TIMEOUT" default:"5s" desc:"innodb_lock_wait_timeout of branch connections; a checkpoint blocked longer aborts and replays"`
+	MySQLPasswordFile    string        `envconfig:"MYSQL_PASSWORD_FILE" desc:"file holding the MySQL password; replaces the password of every DSN (trailing newlines ignored)"`
+	MySQLTLS             string        `envconfig:"MYSQL_TLS" desc:"TLS to MySQL for every DSN: false, true (verified), skip-verify or preferred; empty keeps each DSN's tls parameter"`
+	MySQLTLSCAFile       string        `envconfig:"MYSQL_TLS_CA_FILE" desc:"PEM CA bundle trusted for MySQL instead of the system roots (needs MYSQL_TLS=true)"`
+	MySQLTLSCertFile     string        `envconfig:"MYSQL_TLS_CERT_FILE" desc:"PEM client certificate for MySQL (with MYSQL_TLS_KEY_FILE; needs MYSQL_TLS=true)"`
+	MySQLTLSKeyFile      string        `envconfig:"MYSQL_TLS_KEY_FILE" desc:"PEM private key of MYSQL_TLS_CERT_FILE"`
 
 	CheckpointInterval   time.Duration `envconfig:"CHECKPOINT_INTERVAL" default:"1s" desc:"a checkpoint is taken this often"`
 	CheckpointTimeout    time.Duration `envconfig:"CHECKPOINT_TIMEOUT" default:"30s" desc:"a checkpoint that has not decided within this time aborts; undecided branches older than this may be rolled back by any instance"`
@@ -49,7 +67,8 @@ type Config struct {
 	DecisionRetention time.Duration `envconfig:"DECISION_RETENTION" default:"24h" desc:"checkpoint decision rows older than this, with no branch left in doubt, are deleted"`
 
 	HTTPAddr        string        `envconfig:"HTTP_ADDR" default:":8080" desc:"address of /metrics, /healthz and /readyz; empty disables"`
-	ReadyMaxAge     time.Duration `envconfig:"READY_MAX_CHECKPOINT_AGE" default:"60s" desc:"/readyz fails when the last checkpoint is older than this"`
+	ReadyMaxAge     time.Duration `envconfig:"READY_MAX_CHECKPOINT_AGE" default:"60s" desc:"/readyz fails when the last checkpoint is older than this while records wait to be checkpointed"`
+	MetricsSample   time.Duration `envconfig:"METRICS_SAMPLE_INTERVAL" default:"15s" desc:"how often consumer lag and the dedup_keys row estimates are sampled for /metrics"`
 	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"30s" desc:"bound on a graceful shutdown (SIGTERM); a second signal exits at once"`
 	LogFormat       string        `envconfig:"LOG_FORMAT" default:"auto" desc:"json, text, or auto (text on a terminal, json otherwise)"`
 	LogLevel        string        `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
@@ -134,10 +153,21 @@ func (c *Config) validate() []string {
 		"DECISION_RETENTION":       c.DecisionRetention,
 		"SHUTDOWN_TIMEOUT":         c.ShutdownTimeout,
 		"READY_MAX_CHECKPOINT_AGE": c.ReadyMaxAge,
+		"METRICS_SAMPLE_INTERVAL":  c.MetricsSample,
 	}
 	for _, name := range slices.Sorted(maps.Keys(positive)) {
 		if positive[name] <= 0 {
 			bad("%s must be positive, got %s", name, positive[name])
+		}
+	}
+	p = append(p, c.securityProblems()...)
+	for i, dsn := range c.DSNs() {
+		name := "MYSQL_DSN"
+		if i > 0 {
+			name = fmt.Sprintf("MYSQL_SHARD_DSNS[%d]", i-1)
+		}
+		if err := mysqlconn.CheckDSN(dsn); err != nil {
+			bad("%s is not a valid DSN: %v", name, err)
 		}
 	}
 	if c.MySQLLockWaitTimeout < time.Second {
@@ -192,10 +222,15 @@ func (c *Config) DSNs() []string {
 	return append([]string{c.MySQLDSN}, c.MySQLShardDSNs...)
 }
 
-// Usage writes the table of environment variables, defaults and meanings.
+// Usage writes the table of environment variables, defaults and meanings,
+// its columns aligned with spaces (text/tabwriter).
 func Usage(w io.Writer) error {
 	var c Config
-	return envconfig.Usagef("", &c, w, usageFormat)
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	if err := envconfig.Usagef("", &c, tw, usageFormat); err != nil {
+		return err
+	}
+	return tw.Flush()
 }
 
 const usageFormat = `VARIABLE	DEFAULT	MEANING

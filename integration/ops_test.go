@@ -1,0 +1,944 @@
+package integration_test
+
+// Production-operations tests (issue 5): graceful shutdown under load,
+// metrics and health endpoints, dead-letter reinjection, least-privilege
+// grants, MySQL over TLS. Helpers here are prefixed with ops so that they
+// never collide with the other test files of the package.
+
+import (
+	"bufio"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/jmoiron/sqlx"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/billing/ledger/integration/harness"
+	"github.com/billing/ledger/internal/mysqlconn"
+	"github.com/billing/ledger/internal/testcert"
+)
+
+const opsBillingPkg = "github.com/billing/ledger/cmd/billing"
+
+// opsEnv is one test's topic, database and service binary.
+type opsEnv struct {
+	brokers []string
+	topic   string
+	group   string
+	dsn     string // root, on the test's own database
+	db      *sqlx.DB
+	bin     string
+}
+
+func newOpsEnv(t *testing.T, partitions int) *opsEnv {
+	t.Helper()
+	e := &opsEnv{brokers: harness.Kafka(t), bin: harness.Binary(t, opsBillingPkg)}
+	e.topic = harness.NewTopic(t, e.brokers, partitions)
+	e.group = "g-" + e.topic
+	e.dsn = harness.NewDatabase(t)
+	db, err := sqlx.Open("mysql", e.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	e.db = db
+	return e
+}
+
+// env is the service's configuration: short intervals, JSON logs.
+func (e *opsEnv) env(extra map[string]string) map[string]string {
+	env := map[string]string{
+		"KAFKA_BROKERS":           strings.Join(e.brokers, ","),
+		"KAFKA_TOPIC":             e.topic,
+		"KAFKA_GROUP":             e.group,
+		"MYSQL_DSN":               e.dsn,
+		"MYSQL_SHARD_DSNS":        "",
+		"MYSQL_BRANCHES":          "2",
+		"CHECKPOINT_INTERVAL":     "200ms",
+		"CHECKPOINT_TIMEOUT":      "10s",
+		"CHECKPOINT_MAX_RECORDS":  "2000",
+		"KAFKA_MAX_POLL_RECORDS":  "500",
+		"KAFKA_SESSION_TIMEOUT":   "10s",
+		"KAFKA_REBALANCE_TIMEOUT": "30s",
+		"RECOVERY_INTERVAL":       "2s",
+		"SHUTDOWN_TIMEOUT":        "20s",
+		"METRICS_SAMPLE_INTERVAL": "1s",
+		"HTTP_ADDR":               "",
+		"LOG_FORMAT":              "json",
+		"LOG_LEVEL":               "info",
+		"BILLING_FAILPOINTS":      "",
+	}
+	maps.Copy(env, extra)
+	return env
+}
+
+// cli runs a billing subcommand to completion and returns its output and
+// exit status.
+func (e *opsEnv) cli(t *testing.T, extra map[string]string, args ...string) (string, int) {
+	t.Helper()
+	p := harness.Start(t, "billing "+strings.Join(args, " "), e.bin, e.env(extra), args...)
+	err := p.Wait(t, 2*time.Minute)
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return p.Output(), 0
+	case errors.As(err, &ee):
+		return p.Output(), ee.ExitCode()
+	default:
+		t.Fatalf("billing %v: %v", args, err)
+		return "", -1
+	}
+}
+
+// opsWait polls cond every 100ms until it holds; at the deadline it fails
+// the test with cond's last description.
+func opsWait(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not reached within %s (last: %s)", what, timeout, state)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func opsFreeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func opsGet(url string) (int, string) {
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// opsMetric returns the sum of the samples of a metric whose series match
+// the label filter (a substring of the label set, empty for all), and how
+// many series matched.
+func opsMetric(body, name, filter string) (float64, int) {
+	var sum float64
+	var n int
+	sc := bufio.NewScanner(strings.NewReader(body))
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name) || strings.HasPrefix(line, "#") {
+			continue
+		}
+		rest := line[len(name):]
+		if rest == "" || (rest[0] != ' ' && rest[0] != '{') || !strings.Contains(rest, filter) {
+			continue
+		}
+		f := strings.Fields(rest)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			continue
+		}
+		sum += v
+		n++
+	}
+	return sum, n
+}
+
+// opsEvent is a billing event as the producer writes it.
+type opsEvent struct {
+	ID       string `json:"event_id"`
+	Account  string `json:"account_id"`
+	Amount   int64  `json:"amount_minor"`
+	Currency string `json:"currency"`
+	At       string `json:"occurred_at"`
+}
+
+type opsTotal struct{ amount, count int64 }
+
+// opsProduced is one record as written: where it landed and what it says.
+type opsProduced struct {
+	partition int32
+	offset    int64
+	ev        opsEvent
+}
+
+// opsExpected is the ledger the records imply: each event id counts once
+// (the repeats in these tests are exact duplicates, so which copy counts
+// does not matter).
+func opsExpected(recs []opsProduced, below map[int32]int64) (map[string]opsTotal, int64) {
+	seen := map[string]bool{}
+	want := map[string]opsTotal{}
+	var n int64
+	for _, r := range recs {
+		if below != nil && r.offset >= below[r.partition] {
+			continue
+		}
+		if seen[r.ev.ID] {
+			continue
+		}
+		seen[r.ev.ID] = true
+		k := r.ev.Account + "/" + r.ev.Currency
+		t := want[k]
+		t.amount += r.ev.Amount
+		t.count++
+		want[k] = t
+		n++
+	}
+	return want, n
+}
+
+// opsLedger reads account_balances.
+func opsLedger(t *testing.T, db *sqlx.DB) map[string]opsTotal {
+	t.Helper()
+	var rows []struct {
+		Account  []byte `db:"account_id"`
+		Currency string `db:"currency"`
+		Amount   int64  `db:"balance_minor"`
+		Count    int64  `db:"event_count"`
+	}
+	if err := db.Select(&rows, `SELECT account_id, currency, balance_minor, event_count FROM account_balances`); err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]opsTotal{}
+	for _, r := range rows {
+		m[string(r.Account)+"/"+r.Currency] = opsTotal{r.Amount, r.Count}
+	}
+	return m
+}
+
+func opsCompare(t *testing.T, what string, got, want map[string]opsTotal) {
+	t.Helper()
+	var diffs []string
+	for _, k := range slices.Sorted(maps.Keys(want)) {
+		if got[k] != want[k] {
+			diffs = append(diffs, fmt.Sprintf("%s: got %+v want %+v", k, got[k], want[k]))
+		}
+	}
+	for k, g := range got {
+		if _, ok := want[k]; !ok {
+			diffs = append(diffs, fmt.Sprintf("%s: got %+v, want no row", k, g))
+		}
+	}
+	if len(diffs) > 0 {
+		t.Fatalf("%s: %d balances differ:\n%s", what, len(diffs), strings.Join(diffs[:min(len(diffs), 20)], "\n"))
+	}
+}
+
+// opsPositions reads partition_offsets.next_offset per partition; a
+// partition never checkpointed (-2) has consumed nothing.
+func opsPositions(t *testing.T, e *opsEnv) map[int32]int64 {
+	t.Helper()
+	var rows []struct {
+		Partition int32 `db:"kafka_partition"`
+		Next      int64 `db:"next_offset"`
+	}
+	err := e.db.Select(&rows, `SELECT kafka_partition, next_offset FROM partition_offsets WHERE consumer_group = ? AND kafka_topic = ?`, e.group, e.topic)
+	var me *mysql.MySQLError
+	if errors.As(err, &me) && me.Number == 1146 { // no table yet
+		return map[int32]int64{}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	pos := map[int32]int64{}
+	for _, r := range rows {
+		pos[r.Partition] = max(r.Next, 0)
+	}
+	return pos
+}
+
+func opsSum(m map[int32]int64) int64 {
+	var s int64
+	for _, v := range m {
+		s += v
+	}
+	return s
+}
+
+// opsStoppedCounted parses the "stopped" log line of a JSON-logging
+// service and returns the events it counted.
+func opsStoppedCounted(t *testing.T, out string) int64 {
+	t.Helper()
+	for _, line := range strings.Split(out, "\n") {
+		var l struct {
+			Msg     string `json:"msg"`
+			Counted *int64 `json:"counted"`
+		}
+		if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "stopped" && l.Counted != nil {
+			return *l.Counted
+		}
+	}
+	t.Fatalf("no \"stopped\" log line in the output")
+	return 0
+}
+
+// TestGracefulShutdownUnderLoad: SIGTERM while records are being produced
+// and consumed. The service exits 0 within SHUTDOWN_TIMEOUT, leaves the
+// consumer group (no member remains, long before the session timeout could
+// have expired one), and the ledger matches the offsets it committed
+// exactly: every event below the stored cut counted once, none above it.
+// Restarted, it finishes the topic and the ledger is exact for everything
+// produced; the two runs' counted totals add up to the distinct events.
+// /metrics, /readyz (including "idle" once caught up) and the lag metric
+// are checked along the way.
+func TestGracefulShutdownUnderLoad(t *testing.T) {
+	const (
+		partitions = 4
+		total      = 20000
+		batch      = 100
+	)
+	e := newOpsEnv(t, partitions)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+
+	addr := opsFreeAddr(t)
+	svc := harness.Start(t, "billing-1", e.bin, e.env(map[string]string{"HTTP_ADDR": addr, "KAFKA_SESSION_TIMEOUT": "45s"}))
+	opsWait(t, 2*time.Minute, "/readyz answers 200 (partitions assigned)", func() (bool, string) {
+		if svc.Exited() {
+			t.Fatalf("service exited early:\n%s", svc.Output())
+		}
+		code, body := opsGet("http://" + addr + "/readyz")
+		return code == 200, fmt.Sprintf("%d %s", code, body)
+	})
+
+	// Producer: 20,000 records (every 25th an exact duplicate of an
+	// earlier event, same key) at about 1,000 records/s, started once the
+	// service consumes, so that the SIGTERM below lands while it runs.
+	var (
+		mu       sync.Mutex
+		produced []opsProduced
+	)
+	prodDone := make(chan error, 1)
+	go func() {
+		prodDone <- func() error {
+			cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...), kgo.DefaultProduceTopic(e.topic))
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			base := time.Date(2026, 11, 29, 8, 0, 0, 0, time.UTC)
+			var evs []opsEvent
+			for i := 0; i < total; i += batch {
+				recs := make([]*kgo.Record, 0, batch)
+				for j := i; j < i+batch; j++ {
+					ev := opsEvent{ID: fmt.Sprintf("gs-%d", j), Account: fmt.Sprintf("acct-%02d", j%50),
+						Amount: int64(j%23*10 - 50), Currency: []string{"EUR", "USD"}[j%2], At: base.Add(time.Duration(j) * time.Second).Format(time.RFC3339)}
+					if j%25 == 24 {
+						ev = evs[j-1-(j/25)%23] // an exact repeat, of varying accounts
+					}
+					evs = append(evs, ev)
+					b, _ := json.Marshal(ev)
+					recs = append(recs, &kgo.Record{Key: []byte(ev.Account), Value: b})
+				}
+				if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+					return err
+				}
+				mu.Lock()
+				for k, r := range recs {
+					produced = append(produced, opsProduced{r.Partition, r.Offset, evs[i+k]})
+				}
+				mu.Unlock()
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(100 * time.Millisecond):
+				}
+			}
+			return nil
+		}()
+	}()
+
+	opsWait(t, 2*time.Minute, "first run makes progress", func() (bool, string) {
+		if svc.Exited() {
+			t.Fatalf("service exited early:\n%s", svc.Output())
+		}
+		n := opsSum(opsPositions(t, e))
+		return n >= 2000, fmt.Sprintf("%d records committed", n)
+	})
+	if code, body := opsGet("http://" + addr + "/healthz"); code != 200 {
+		t.Fatalf("/healthz = %d %s", code, body)
+	}
+	_, metrics := opsGet("http://" + addr + "/metrics")
+	for _, name := range []string{"billing_records_consumed_total", "billing_events_counted_total", "billing_checkpoints_total"} {
+		if v, n := opsMetric(metrics, name, ""); n == 0 || v <= 0 {
+			t.Errorf("metric %s = %v (%d series), want > 0", name, v, n)
+		}
+	}
+	if _, n := opsMetric(metrics, "billing_dead_letters_total", `reason="invalid_currency"`); n != 1 {
+		t.Errorf("billing_dead_letters_total{reason=\"invalid_currency\"} not pre-registered")
+	}
+
+	// SIGTERM under load.
+	mu.Lock()
+	inFlight := len(produced) < total
+	mu.Unlock()
+	t.Logf("SIGTERM with %d records committed, producer still running: %v", opsSum(opsPositions(t, e)), inFlight)
+	svc.Signal(syscall.SIGTERM)
+	if err := svc.Wait(t, 20*time.Second+40*time.Second); err != nil {
+		t.Fatalf("exit after SIGTERM: %v, want status 0\n%s", err, svc.Output())
+	}
+	counted1 := opsStoppedCounted(t, svc.Output())
+
+	// The member left the group: with a 45s session timeout, only a
+	// LeaveGroup can have removed it this fast.
+	adm := kadmClient(t, e.brokers)
+	opsWait(t, 10*time.Second, "group has no members", func() (bool, string) {
+		gs, err := adm.DescribeGroups(ctx, e.group)
+		if err != nil {
+			return false, err.Error()
+		}
+		g := gs[e.group]
+		return g.Err == nil && len(g.Members) == 0, fmt.Sprintf("state %s, %d members, err %v", g.State, len(g.Members), g.Err)
+	})
+
+	if err := <-prodDone; err != nil {
+		t.Fatalf("producer: %v", err)
+	}
+	mu.Lock()
+	all := slices.Clone(produced)
+	mu.Unlock()
+	// Offsets are dense (no transactions): a partition's records are at
+	// 0..n-1, so next_offset is also the number of records below the cut.
+	perPart := map[int32][]int64{}
+	for _, r := range all {
+		perPart[r.partition] = append(perPart[r.partition], r.offset)
+	}
+	for p, offs := range perPart {
+		slices.Sort(offs)
+		if offs[0] != 0 || offs[len(offs)-1] != int64(len(offs)-1) {
+			t.Fatalf("partition %d: offsets not dense from 0 (%d records, last %d)", p, len(offs), offs[len(offs)-1])
+		}
+	}
+	cut := opsPositions(t, e)
+	wantCut, nCut := opsExpected(all, cut)
+	t.Logf("cut: %v (%d records, %d distinct events)", cut, opsSum(cut), nCut)
+	for p, next := range cut {
+		if next > int64(len(perPart[p])) {
+			t.Fatalf("partition %d: next_offset %d beyond the %d records produced", p, next, len(perPart[p]))
+		}
+	}
+	opsCompare(t, "ledger at the shutdown cut", opsLedger(t, e.db), wantCut)
+	if counted1 != nCut {
+		t.Errorf("first run counted %d events, the cut holds %d distinct events", counted1, nCut)
+	}
+
+	// Restart: the rest of the topic, exactly.
+	svc2 := harness.Start(t, "billing-2", e.bin, e.env(map[string]string{"HTTP_ADDR": addr, "READY_MAX_CHECKPOINT_AGE": "2s"}))
+	opsWait(t, 3*time.Minute, "second run consumes everything", func() (bool, string) {
+		if svc2.Exited() {
+			t.Fatalf("service exited early:\n%s", svc2.Output())
+		}
+		n := opsSum(opsPositions(t, e))
+		return n == int64(len(all)), fmt.Sprintf("%d of %d records committed", n, len(all))
+	})
+	wantAll, nAll := opsExpected(all, nil)
+	opsCompare(t, "ledger after the restart", opsLedger(t, e.db), wantAll)
+
+	// Caught up: every owned partition's lag is 0, and once the last
+	// checkpoint is older than READY_MAX_CHECKPOINT_AGE the instance is
+	// still ready, as idle.
+	opsWait(t, 30*time.Second, "lag metric reaches 0 on every partition, dedup_keys sampled", func() (bool, string) {
+		_, body := opsGet("http://" + addr + "/metrics")
+		v, n := opsMetric(body, "billing_consumer_lag_records", "")
+		_, rows := opsMetric(body, "billing_dedup_keys_estimate", `server="0"`)
+		return n == partitions && v == 0 && rows == 1, fmt.Sprintf("%d lag series, sum %v; %d dedup_keys estimate", n, v, rows)
+	})
+	opsWait(t, 30*time.Second, "/readyz says idle", func() (bool, string) {
+		code, body := opsGet("http://" + addr + "/readyz")
+		return code == 200 && strings.Contains(body, "idle"), fmt.Sprintf("%d %s", code, body)
+	})
+	svc2.Signal(syscall.SIGTERM)
+	if err := svc2.Wait(t, time.Minute); err != nil {
+		t.Fatalf("second run exit: %v\n%s", err, svc2.Output())
+	}
+	if counted2 := opsStoppedCounted(t, svc2.Output()); counted1+counted2 != nAll {
+		t.Errorf("runs counted %d + %d events, want %d distinct events", counted1, counted2, nAll)
+	}
+}
+
+func kadmClient(t *testing.T, brokers []string) *kadm.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return kadm.NewClient(cl)
+}
+
+// opsBalance reads one account's balance and count (zero when absent).
+func opsBalance(t *testing.T, db *sqlx.DB, account, currency string) opsTotal {
+	t.Helper()
+	var r opsTotal
+	err := db.QueryRow(`SELECT balance_minor, event_count FROM account_balances WHERE account_id = ? AND currency = ?`, account, currency).Scan(&r.amount, &r.count)
+	if errors.Is(err, sql.ErrNoRows) {
+		return opsTotal{}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func opsDeadLetters(t *testing.T, db *sqlx.DB) []string {
+	t.Helper()
+	var reasons []string
+	if err := db.Select(&reasons, `SELECT reason FROM dead_letters ORDER BY id`); err != nil {
+		var me *mysql.MySQLError
+		if errors.As(err, &me) && me.Number == 1146 {
+			return nil
+		}
+		t.Fatal(err)
+	}
+	return reasons
+}
+
+// TestDeadLetterReinjectCountsOnce: a record dead-lettered for an invalid
+// currency is listed, shown (payload exported), refused for reinjection as
+// is (it would not decode), reinjected with a corrected payload and counted
+// once. Reinjecting it again is refused; forcing it produces a copy that
+// the pipeline drops as a duplicate, and a forced, different payload is
+// dead-lettered as a conflict: the event still counts exactly once.
+func TestDeadLetterReinjectCountsOnce(t *testing.T) {
+	e := newOpsEnv(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...), kgo.DefaultProduceTopic(e.topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	bad := `{"event_id":"dl-b","account_id":"acct-b","amount_minor":250,"currency":"eur","occurred_at":"2026-11-29T10:00:00Z"}`
+	fixed := strings.Replace(bad, `"eur"`, `"EUR"`, 1)
+	conflicting := strings.Replace(fixed, `250`, `999`, 1)
+	recs := []*kgo.Record{
+		{Key: []byte("acct-a"), Value: []byte(`{"event_id":"dl-a","account_id":"acct-a","amount_minor":100,"currency":"EUR","occurred_at":"2026-11-29T10:00:00Z"}`)},
+		{Key: []byte("acct-b"), Value: []byte(bad)},
+		{Key: []byte("acct-c"), Value: []byte(`{"event_id":"dl-c","account_id":"acct-c","amount_minor":7,"currency":"USD","occurred_at":"2026-11-29T10:00:00Z"}`)},
+	}
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	badOffset := recs[1].Offset
+
+	svc := harness.Start(t, "billing", e.bin, e.env(nil))
+	waitConsumed := func(n int64) {
+		t.Helper()
+		opsWait(t, 2*time.Minute, fmt.Sprintf("%d records committed", n), func() (bool, string) {
+			if svc.Exited() {
+				t.Fatalf("service exited:\n%s", svc.Output())
+			}
+			got := opsSum(opsPositions(t, e))
+			return got == n, fmt.Sprintf("%d", got)
+		})
+	}
+	waitConsumed(3)
+	if got := opsDeadLetters(t, e.db); !slices.Equal(got, []string{"invalid_currency"}) {
+		t.Fatalf("dead letters %v, want [invalid_currency]", got)
+	}
+	if got := opsBalance(t, e.db, "acct-b", "EUR"); got != (opsTotal{}) {
+		t.Fatalf("dead-lettered event counted: %+v", got)
+	}
+	var id int64
+	if err := e.db.Get(&id, `SELECT id FROM dead_letters WHERE kafka_offset = ?`, badOffset); err != nil {
+		t.Fatal(err)
+	}
+	ID := strconv.FormatInt(id, 10)
+
+	out, code := e.cli(t, nil, "deadletters", "list", "--reason", "invalid_currency")
+	if code != 0 || !regexp.MustCompile(`(?m)^`+ID+`\s.*invalid_currency\s+`+regexp.QuoteMeta(e.topic)+`/0/`+strconv.FormatInt(badOffset, 10)+`\s`).MatchString(out) {
+		t.Fatalf("list: exit %d\n%s", code, out)
+	}
+	exported := filepath.Join(t.TempDir(), "payload.json")
+	out, code = e.cli(t, nil, "deadletters", "show", ID, "--payload-out", exported)
+	if code != 0 || !strings.Contains(out, "(verbatim)") || !strings.Contains(out, bad) {
+		t.Fatalf("show: exit %d\n%s", code, out)
+	}
+	if b, err := os.ReadFile(exported); err != nil || string(b) != bad {
+		t.Fatalf("exported payload %q, %v", b, err)
+	}
+
+	// As is, it would be dead-lettered again: refused, and not marked.
+	out, code = e.cli(t, nil, "deadletters", "reinject", ID)
+	if code != 1 || !strings.Contains(out, "does not decode") || !strings.Contains(out, "invalid_currency") {
+		t.Fatalf("reinject of the invalid payload: exit %d\n%s", code, out)
+	}
+	fixedFile := filepath.Join(t.TempDir(), "fixed.json")
+	if err := os.WriteFile(fixedFile, []byte(fixed), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, code = e.cli(t, nil, "deadletters", "reinject", ID, "--payload-file", fixedFile)
+	if code != 0 || !strings.Contains(out, "reinjected dead letter "+ID) {
+		t.Fatalf("reinject: exit %d\n%s", code, out)
+	}
+	waitConsumed(4)
+	if got := opsBalance(t, e.db, "acct-b", "EUR"); got != (opsTotal{250, 1}) {
+		t.Fatalf("after reinject: acct-b %+v, want 250 once", got)
+	}
+
+	// Twice: refused.
+	out, code = e.cli(t, nil, "deadletters", "reinject", ID, "--payload-file", fixedFile)
+	if code != 1 || !strings.Contains(out, "already reinjected") {
+		t.Fatalf("second reinject: exit %d, want 1 (already reinjected)\n%s", code, out)
+	}
+	out, _ = e.cli(t, nil, "deadletters", "list", "--pending")
+	if regexp.MustCompile(`(?m)^` + ID + `\s`).MatchString(out) {
+		t.Fatalf("list --pending still shows the reinjected row:\n%s", out)
+	}
+
+	// Forced: the copy is produced but dropped as a duplicate.
+	out, code = e.cli(t, nil, "deadletters", "reinject", ID, "--payload-file", fixedFile, "--force")
+	if code != 0 || !strings.Contains(out, "WARNING") || !strings.Contains(out, "already counted") {
+		t.Fatalf("forced reinject: exit %d\n%s", code, out)
+	}
+	// Forced with different content: dead-lettered as a conflict.
+	if err := os.WriteFile(fixedFile, []byte(conflicting), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, code = e.cli(t, nil, "deadletters", "reinject", ID, "--payload-file", fixedFile, "--force")
+	if code != 0 {
+		t.Fatalf("forced conflicting reinject: exit %d\n%s", code, out)
+	}
+	waitConsumed(6)
+	if got := opsBalance(t, e.db, "acct-b", "EUR"); got != (opsTotal{250, 1}) {
+		t.Fatalf("after forced reinjects: acct-b %+v, want 250 once", got)
+	}
+	if got := opsDeadLetters(t, e.db); !slices.Equal(got, []string{"invalid_currency", "conflicting_duplicate"}) {
+		t.Fatalf("dead letters %v, want [invalid_currency conflicting_duplicate]", got)
+	}
+	opsCompare(t, "ledger", opsLedger(t, e.db), map[string]opsTotal{
+		"acct-a/EUR": {100, 1}, "acct-b/EUR": {250, 1}, "acct-c/USD": {7, 1},
+	})
+	svc.Signal(syscall.SIGTERM)
+	if err := svc.Wait(t, time.Minute); err != nil {
+		t.Fatalf("exit: %v", err)
+	}
+}
+
+// opsAdmin opens the admin DSN on the test's database.
+func opsAdmin(t *testing.T, dsn string) (*sql.DB, *mysql.Config) {
+	t.Helper()
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db, cfg
+}
+
+// opsCreateUser creates a throwaway account with the given privileges on
+// one database (plus XA_RECOVER_ADMIN on MySQL 8, where XA RECOVER needs
+// it) and returns its name and password; it is dropped after the test.
+func opsCreateUser(t *testing.T, admin *sql.DB, database string, privileges string) (string, string) {
+	t.Helper()
+	user := "u_" + strings.ReplaceAll(strconv.FormatInt(time.Now().UnixNano(), 36), "-", "")
+	pass := "pw-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	// Identifiers are generated above (alphanumerics), database comes from
+	// harness.NewDatabase (t_ + hex): quoting is safe.
+	stmts := []string{
+		fmt.Sprintf("CREATE USER '%s'@'%%' IDENTIFIED BY '%s'", user, pass),
+		fmt.Sprintf("GRANT %s ON `%s`.* TO '%s'@'%%'", privileges, database, user),
+	}
+	var version string
+	if err := admin.QueryRow("SELECT VERSION()").Scan(&version); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(strings.ToLower(version), "mariadb") {
+		stmts = append(stmts, fmt.Sprintf("GRANT XA_RECOVER_ADMIN ON *.* TO '%s'@'%%'", user))
+	}
+	for _, s := range stmts {
+		if _, err := admin.Exec(s); err != nil {
+			t.Fatalf("%s: %v", strings.Replace(s, pass, "…", 1), err)
+		}
+	}
+	t.Cleanup(func() { _, _ = admin.Exec(fmt.Sprintf("DROP USER IF EXISTS '%s'@'%%'", user)) })
+	return user, pass
+}
+
+// TestLeastPrivilegeGrants: the grants documented in docs/operations.md
+// are enough and each is needed. The schema is migrated by an admin
+// (`billing migrate`); the service then runs as an account with only
+// SELECT, INSERT, UPDATE, DELETE on its database (+ XA_RECOVER_ADMIN on
+// MySQL 8), its password from MYSQL_PASSWORD_FILE: it counts a few events
+// and that account can run XA RECOVER. An account without DELETE is
+// stopped at start with a message naming the missing privilege, and the
+// DML-only account cannot migrate a fresh database (the decision to keep
+// DDL out of the service account) and is told what to do.
+func TestLeastPrivilegeGrants(t *testing.T) {
+	e := newOpsEnv(t, 2)
+	admin, adminCfg := opsAdmin(t, e.dsn)
+	database := adminCfg.DBName
+
+	out, code := e.cli(t, nil, "migrate")
+	if code != 0 {
+		t.Fatalf("billing migrate as admin: exit %d\n%s", code, out)
+	}
+
+	user, pass := opsCreateUser(t, admin, database, "SELECT, INSERT, UPDATE, DELETE")
+	userCfg := adminCfg.Clone()
+	userCfg.User, userCfg.Passwd = user, ""
+	pwFile := filepath.Join(t.TempDir(), "mysql-password")
+	if err := os.WriteFile(pwFile, []byte(pass+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	userEnv := map[string]string{"MYSQL_DSN": userCfg.FormatDSN(), "MYSQL_PASSWORD_FILE": pwFile}
+
+	var recs []*kgo.Record
+	want := map[string]opsTotal{}
+	for i := range 40 {
+		ev := opsEvent{ID: fmt.Sprintf("lp-%d", i), Account: fmt.Sprintf("acct-%d", i%4), Amount: int64(i), Currency: "EUR", At: "2026-11-29T10:00:00Z"}
+		b, _ := json.Marshal(ev)
+		recs = append(recs, &kgo.Record{Key: []byte(ev.Account), Value: b})
+		w := want[ev.Account+"/EUR"]
+		w.amount += ev.Amount
+		w.count++
+		want[ev.Account+"/EUR"] = w
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...), kgo.DefaultProduceTopic(e.topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+
+	svc := harness.Start(t, "billing as "+user, e.bin, e.env(userEnv))
+	opsWait(t, 2*time.Minute, "events counted by the least-privilege account", func() (bool, string) {
+		if svc.Exited() {
+			t.Fatalf("service exited:\n%s", svc.Output())
+		}
+		n := opsSum(opsPositions(t, e))
+		return n == int64(len(recs)), fmt.Sprintf("%d records committed", n)
+	})
+	opsCompare(t, "ledger", opsLedger(t, e.db), want)
+	if strings.Contains(svc.Output(), pass) {
+		t.Fatal("the service logged the password read from MYSQL_PASSWORD_FILE")
+	}
+
+	userCfg.Passwd = pass
+	udb, err := sql.Open("mysql", userCfg.FormatDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer udb.Close()
+	rows, err := udb.Query("XA RECOVER")
+	if err != nil {
+		t.Fatalf("XA RECOVER as the service account: %v", err)
+	}
+	rows.Close()
+	svc.Signal(syscall.SIGTERM)
+	if err := svc.Wait(t, time.Minute); err != nil {
+		t.Fatalf("exit: %v\n%s", err, svc.Output())
+	}
+
+	// One grant short: refused at start, naming what is missing.
+	short, shortPass := opsCreateUser(t, admin, database, "SELECT, INSERT, UPDATE")
+	shortCfg := adminCfg.Clone()
+	shortCfg.User, shortCfg.Passwd = short, shortPass
+	p := harness.Start(t, "billing without DELETE", e.bin, e.env(map[string]string{"MYSQL_DSN": shortCfg.FormatDSN()}))
+	if err := p.Wait(t, 2*time.Minute); err == nil {
+		t.Fatalf("service without DELETE kept running or exited 0:\n%s", p.Output())
+	}
+	if out := p.Output(); !strings.Contains(out, "lacks DELETE on") || !strings.Contains(out, "docs/operations.md") || strings.Contains(out, shortPass) {
+		t.Fatalf("want a clear error naming DELETE (and no password):\n%s", out)
+	}
+
+	// The DML-only account cannot create the schema of a fresh database.
+	fresh := harness.NewDatabase(t)
+	freshCfg, _ := mysql.ParseDSN(fresh)
+	dml, dmlPass := opsCreateUser(t, admin, freshCfg.DBName, "SELECT, INSERT, UPDATE, DELETE")
+	freshCfg.User, freshCfg.Passwd = dml, dmlPass
+	out, code = e.cli(t, map[string]string{"MYSQL_DSN": freshCfg.FormatDSN()}, "migrate")
+	if code != 1 || !strings.Contains(out, "billing migrate") || !strings.Contains(out, "CREATE") {
+		t.Fatalf("migrate as the DML-only account: exit %d, want 1 with advice\n%s", code, out)
+	}
+}
+
+// TestMySQLTLSPrivateServer starts a private MariaDB (mariadbd from PATH,
+// its own datadir and port) that serves TLS with a certificate generated
+// here and refuses plaintext (require_secure_transport). A connection with
+// MYSQL_TLS=true and MYSQL_TLS_CA_FILE succeeds and is encrypted; one
+// without TLS, or trusting only the system roots, fails. `billing migrate`
+// through the same variables (password from MYSQL_PASSWORD_FILE) works.
+func TestMySQLTLSPrivateServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test: skipped in -short mode")
+	}
+	mariadbd, err1 := exec.LookPath("mariadbd")
+	installDB, err2 := exec.LookPath("mariadb-install-db")
+	if err1 != nil || err2 != nil {
+		t.Skip("needs mariadbd and mariadb-install-db in PATH (package mariadb-server; `make services` installs it)")
+	}
+	certs := testcert.New(t, "mariadb")
+	dir, err := os.MkdirTemp("", "mtls") // short: the socket path must fit 108 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	addr := opsFreeAddr(t)
+	_, port, _ := net.SplitHostPort(addr)
+	const pass = "tls-Pass-1"
+	initSQL := filepath.Join(dir, "init.sql")
+	if err := os.WriteFile(initSQL, []byte(`CREATE DATABASE IF NOT EXISTS tlsdb;
+CREATE USER IF NOT EXISTS 'tlsuser'@'%' IDENTIFIED BY '`+pass+`' REQUIRE SSL;
+GRANT ALL ON tlsdb.* TO 'tlsuser'@'%';
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	userLine := ""
+	if os.Geteuid() == 0 {
+		userLine = "user = root\n"
+	}
+	cnf := filepath.Join(dir, "my.cnf")
+	if err := os.WriteFile(cnf, []byte(`[mariadbd]
+`+userLine+`datadir = `+filepath.Join(dir, "data")+`
+socket = `+filepath.Join(dir, "sock")+`
+pid-file = `+filepath.Join(dir, "pid")+`
+log-error = `+filepath.Join(dir, "error.log")+`
+bind-address = 127.0.0.1
+port = `+port+`
+skip-name-resolve
+innodb_buffer_pool_size = 32M
+transaction-isolation = REPEATABLE-READ
+ssl-ca = `+certs.CAFile+`
+ssl-cert = `+certs.ServerCertFile+`
+ssl-key = `+certs.ServerKeyFile+`
+require_secure_transport = ON
+init-file = `+initSQL+`
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(installDB, "--defaults-file="+cnf, "--auth-root-authentication-method=socket", "--skip-test-db").CombinedOutput(); err != nil {
+		t.Fatalf("mariadb-install-db: %v\n%s", err, out)
+	}
+	srv := exec.Command(mariadbd, "--defaults-file="+cnf)
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = srv.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = srv.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			_ = srv.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			b, _ := os.ReadFile(filepath.Join(dir, "error.log"))
+			t.Logf("mariadbd error log:\n%s", b)
+		}
+	})
+
+	dsn := "tlsuser:" + pass + "@tcp(" + addr + ")/tlsdb?timeout=5s"
+	open := func(o mysqlconn.Options, dsn string) error {
+		dsns, err := o.Apply([]string{dsn})
+		if err != nil {
+			return err
+		}
+		db, err := sql.Open("mysql", dsns[0])
+		if err != nil {
+			return err
+		}
+		defer db.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		var name, cipher string
+		if err := db.QueryRowContext(ctx, "SHOW SESSION STATUS LIKE 'Ssl_cipher'").Scan(&name, &cipher); err != nil {
+			return err
+		}
+		if cipher == "" {
+			return errors.New("connected without TLS")
+		}
+		return nil
+	}
+	verified := mysqlconn.Options{TLS: mysqlconn.TLSVerify, CAFile: certs.CAFile}
+	opsWait(t, time.Minute, "private MariaDB answers over TLS", func() (bool, string) {
+		select {
+		case <-exited:
+			t.Fatal("mariadbd exited")
+		default:
+		}
+		err := open(verified, dsn)
+		return err == nil, fmt.Sprint(err)
+	})
+	if err := open(mysqlconn.Options{TLS: mysqlconn.TLSOff}, dsn); err == nil {
+		t.Error("a plaintext connection was accepted")
+	}
+	if err := open(mysqlconn.Options{TLS: mysqlconn.TLSVerify}, dsn); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Errorf("TLS trusting only the system roots: want a certificate error, got %v", err)
+	}
+	if err := open(mysqlconn.Options{TLS: mysqlconn.TLSVerify, CAFile: testcert.New(t, "other").CAFile}, dsn); err == nil {
+		t.Error("TLS with another CA was accepted")
+	}
+
+	// The binary, configured by environment variables only.
+	pwFile := filepath.Join(dir, "pw")
+	if err := os.WriteFile(pwFile, []byte(pass+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bin := harness.Binary(t, opsBillingPkg)
+	p := harness.Start(t, "billing migrate over TLS", bin, map[string]string{
+		"KAFKA_BROKERS":       "127.0.0.1:1", // not contacted by migrate
+		"MYSQL_DSN":           "tlsuser@tcp(" + addr + ")/tlsdb",
+		"MYSQL_SHARD_DSNS":    "",
+		"MYSQL_PASSWORD_FILE": pwFile,
+		"MYSQL_TLS":           "true",
+		"MYSQL_TLS_CA_FILE":   certs.CAFile,
+		"LOG_FORMAT":          "json",
+	}, "migrate")
+	if err := p.Wait(t, 2*time.Minute); err != nil {
+		t.Fatalf("billing migrate over TLS: %v\n%s", err, p.Output())
+	}
+	if strings.Contains(p.Output(), pass) {
+		t.Fatal("migrate logged the password")
+	}
+	db, err := sql.Open("mysql", func() string { d, _ := verified.Apply([]string{dsn}); return d[0] }())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var n int
+	if err := db.QueryRow(`SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'tlsdb' AND TABLE_NAME = 'account_balances'`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("schema not created over TLS: %d, %v", n, err)
+	}
+}

@@ -1,0 +1,318 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/billing/ledger/internal/event"
+	"github.com/billing/ledger/internal/pipeline"
+	"github.com/billing/ledger/internal/txsink"
+)
+
+func newTest(t *testing.T) (*Metrics, *pipeline.Stats, *time.Time) {
+	t.Helper()
+	st := &pipeline.Stats{}
+	now := time.Unix(1_700_000_000, 0)
+	m := New(Options{Stats: st, Now: func() time.Time { return now }, DedupCacheKeys: func() int { return 42 }})
+	return m, st, &now
+}
+
+// TestRegistryLintAndPreregistration: the metric set passes promlint, and
+// every dead-letter reason, phase and error kind is exported at 0 before
+// anything happens (dashboards and alerts see complete series).
+func TestRegistryLintAndPreregistration(t *testing.T) {
+	m, _, _ := newTest(t)
+	mfs, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	problems, err := promlint.NewWithMetricFamilies(mfs).Lint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+	}
+	for _, r := range event.AllReasons() {
+		if v := value(t, m, "billing_dead_letters_total", map[string]string{"reason": string(r)}); v != 0 {
+			t.Errorf("reason %s starts at %v", r, v)
+		}
+	}
+	if n := len(series(t, m, "billing_dead_letters_total")); n != len(event.AllReasons())+1 {
+		t.Errorf("dead letter series = %d, want every reason + other = %d", n, len(event.AllReasons())+1)
+	}
+	if n := len(series(t, m, "billing_mysql_errors_total")); n != len(ErrorKinds()) {
+		t.Errorf("mysql error series = %d, want %d", n, len(ErrorKinds()))
+	}
+	if n := len(series(t, m, "billing_checkpoint_failures_total")); n != len(phases)+1 {
+		t.Errorf("failure series = %d, want %d", n, len(phases)+1)
+	}
+}
+
+// TestStatsExported: the running totals of pipeline.Stats appear as
+// counters and gauges with their current values.
+func TestStatsExported(t *testing.T) {
+	m, st, now := newTest(t)
+	st.Consumed.Store(10)
+	st.Counted.Store(7)
+	st.Duplicates.Store(2)
+	st.Checkpoints.Store(3)
+	st.Aborts.Store(1)
+	st.RecoveredCommit.Store(4)
+	st.RecoveredAbort.Store(5)
+	st.AssignedParts.Store(6)
+	*now = now.Add(90 * time.Second)
+	checks := []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"billing_records_consumed_total", nil, 10},
+		{"billing_events_counted_total", nil, 7},
+		{"billing_duplicates_dropped_total", nil, 2},
+		{"billing_checkpoints_total", map[string]string{"outcome": "committed"}, 3},
+		{"billing_checkpoints_total", map[string]string{"outcome": "aborted"}, 1},
+		{"billing_indoubt_resolved_total", map[string]string{"outcome": "committed"}, 4},
+		{"billing_indoubt_resolved_total", map[string]string{"outcome": "rolled_back"}, 5},
+		{"billing_partitions_assigned", nil, 6},
+		{"billing_dedup_keys_memory", nil, 42},
+		{"billing_last_checkpoint_age_seconds", nil, 90}, // since start: no checkpoint yet
+		{"billing_last_checkpoint_timestamp_seconds", nil, 0},
+	}
+	for _, c := range checks {
+		if got := value(t, m, c.name, c.labels); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+	st.LastCheckpoint.Store(now.Add(-5 * time.Second).UnixNano())
+	if got := value(t, m, "billing_last_checkpoint_age_seconds", nil); got != 5 {
+		t.Errorf("age after a checkpoint = %v, want 5", got)
+	}
+	if got := value(t, m, "billing_last_checkpoint_timestamp_seconds", nil); got != float64(now.Add(-5*time.Second).Unix()) {
+		t.Errorf("timestamp = %v", got)
+	}
+}
+
+// value gathers the registry and returns the value of the series name with
+// exactly labels; it fails the test if there is none.
+func value(t *testing.T, m *Metrics, name string, labels map[string]string) float64 {
+	t.Helper()
+	for _, s := range series(t, m, name) {
+		if matches(s, labels) {
+			switch {
+			case s.Counter != nil:
+				return s.Counter.GetValue()
+			case s.Gauge != nil:
+				return s.Gauge.GetValue()
+			case s.Histogram != nil:
+				return float64(s.Histogram.GetSampleCount())
+			}
+		}
+	}
+	t.Fatalf("no series %s%v", name, labels)
+	return 0
+}
+
+// series returns the series of one metric family.
+func series(t *testing.T, m *Metrics, name string) []*dto.Metric {
+	t.Helper()
+	mfs, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()
+		}
+	}
+	return nil
+}
+
+func matches(s *dto.Metric, labels map[string]string) bool {
+	if len(s.GetLabel()) != len(labels) {
+		return false
+	}
+	for _, l := range s.GetLabel() {
+		if v, ok := labels[l.GetName()]; !ok || v != l.GetValue() {
+			return false
+		}
+	}
+	return true
+}
+
+func TestOnCheckpoint(t *testing.T) {
+	m, _, _ := newTest(t)
+	start := time.Unix(1_700_000_000, 0)
+	// Committed: durations, dead letters by reason (an unknown one folds
+	// into other), commit latency per record.
+	m.OnCheckpoint(pipeline.CheckpointInfo{
+		Decided: true, Started: start, Duration: 2 * time.Second,
+		Phases:      map[string]time.Duration{"dedup": time.Second, "commit": time.Second, "weird-phase": time.Second},
+		DeadLetters: map[string]int{"invalid_json": 3, "conflicting_duplicate": 1, "secret payload here": 2},
+		RecordTimes: []time.Time{start.Add(-3 * time.Second), start.Add(-8 * time.Second)},
+	})
+	// Failed before the decision, with a lock wait timeout: counted as a
+	// failure and a MySQL error; its dead letters are not committed.
+	m.OnCheckpoint(pipeline.CheckpointInfo{
+		Err:         &txsink.PhaseError{Phase: "write", Err: fmt.Errorf("branch 1: %w", &mysql.MySQLError{Number: 1205, Message: "Lock wait timeout exceeded"})},
+		FailedPhase: "write", DeadLetters: map[string]int{"invalid_json": 100},
+	})
+	// Decided, then XA COMMIT failed: its dead letters count, its failure
+	// too.
+	m.OnCheckpoint(pipeline.CheckpointInfo{
+		Decided: true, Err: errors.New("commit: driver: bad connection"), FailedPhase: "commit",
+		DeadLetters: map[string]int{"invalid_json": 1},
+	})
+	checks := []struct {
+		name string
+		got  float64
+		want float64
+	}{
+		{"invalid_json", value(t, m, "billing_dead_letters_total", map[string]string{"reason": "invalid_json"}), 4},
+		{"conflicting_duplicate", value(t, m, "billing_dead_letters_total", map[string]string{"reason": "conflicting_duplicate"}), 1},
+		{"other reason", value(t, m, "billing_dead_letters_total", map[string]string{"reason": "other"}), 2},
+		{"write failures", value(t, m, "billing_checkpoint_failures_total", map[string]string{"phase": "write"}), 1},
+		{"commit failures", value(t, m, "billing_checkpoint_failures_total", map[string]string{"phase": "commit"}), 1},
+		{"lock wait timeouts", value(t, m, "billing_mysql_errors_total", map[string]string{"kind": KindLockWaitTimeout}), 1},
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
+		}
+	}
+	if n := len(series(t, m, "billing_dead_letters_total")); n != len(event.AllReasons())+1 {
+		t.Errorf("an unknown reason created a series: %d series", n)
+	}
+	if n := len(series(t, m, "billing_checkpoint_phase_duration_seconds")); n != len(phases)+1 {
+		t.Errorf("phase series = %d, want %d (known phases + other)", n, len(phases)+1)
+	}
+	if n := len(series(t, m, "billing_checkpoint_duration_seconds")); n != 1 {
+		t.Errorf("checkpoint duration series = %d", n)
+	}
+	// Histogram sample counts: one committed checkpoint, two latencies.
+	body := scrape(t, m)
+	for _, want := range []string{
+		"billing_checkpoint_duration_seconds_count 1",
+		"billing_checkpoint_duration_seconds_sum 2",
+		"billing_commit_latency_seconds_count 2",
+		"billing_commit_latency_seconds_sum 15", // (2+3) + (2+8)
+		`billing_checkpoint_phase_duration_seconds_count{phase="dedup"} 1`,
+	} {
+		if !strings.Contains(body, want+"\n") {
+			t.Errorf("scrape lacks %q", want)
+		}
+	}
+	if strings.Contains(body, "secret payload here") {
+		t.Error("an unknown reason leaked into a label value")
+	}
+}
+
+func scrape(t *testing.T, m *Metrics) string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	if rec.Code != 200 {
+		t.Fatalf("scrape status %d", rec.Code)
+	}
+	b, _ := io.ReadAll(rec.Body)
+	return string(b)
+}
+
+func TestErrorKind(t *testing.T) {
+	my := func(n uint16) error { return &mysql.MySQLError{Number: n, Message: "x"} }
+	tests := []struct {
+		name string
+		err  error
+		kind string
+		ok   bool
+	}{
+		{"nil", nil, "", false},
+		{"lock wait", my(1205), KindLockWaitTimeout, true},
+		{"deadlock wrapped", fmt.Errorf("write: %w", my(1213)), KindDeadlock, true},
+		{"duplicate", my(1062), KindDuplicateKey, true},
+		{"out of range", my(1690), KindOutOfRange, true},
+		{"xa nota", my(1397), KindXA, true},
+		{"xa rmfail in a join", errors.Join(errors.New("a"), my(1399)), KindXA, true},
+		{"xa dupid", my(1440), KindXA, true},
+		{"server gone", my(2006), KindConnection, true},
+		{"access denied", my(1142), KindOther, true},
+		{"bad conn", fmt.Errorf("x: %w", mysql.ErrInvalidConn), KindConnection, true},
+		{"net error", &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}, KindConnection, true},
+		{"deadline is not MySQL", fmt.Errorf("checkpoint timeout: %w", contextDeadline()), "", false},
+		{"fenced is not MySQL", txsink.ErrFenced, "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			kind, ok := ErrorKind(tt.err)
+			if kind != tt.kind || ok != tt.ok {
+				t.Fatalf("ErrorKind = %q, %v; want %q, %v", kind, ok, tt.kind, tt.ok)
+			}
+		})
+	}
+}
+
+func TestComputeLag(t *testing.T) {
+	const topic = "t"
+	off := func(m map[int32]int64) kadm.ListedOffsets {
+		l := kadm.ListedOffsets{topic: {}}
+		for p, o := range m {
+			l[topic][p] = kadm.ListedOffset{Topic: topic, Partition: p, Offset: o}
+		}
+		return l
+	}
+	ends := off(map[int32]int64{0: 100, 1: 50, 2: 10, 3: 7})
+	starts := off(map[int32]int64{0: 0, 1: 20, 2: 0, 3: 0})
+	pos := map[int32]int64{0: 60, 1: startOffset, 2: 12, 5: 3}
+	lag, err := computeLag(topic, pos, ends, starts)
+	if err == nil || !strings.Contains(err.Error(), "partition 5") {
+		t.Errorf("a partition without end offset must be reported, got %v", err)
+	}
+	want := map[int32]int64{0: 40, 1: 30, 2: 0}
+	if len(lag) != len(want) {
+		t.Fatalf("lag = %v, want %v", lag, want)
+	}
+	for p, w := range want {
+		if lag[p] != w {
+			t.Errorf("partition %d: lag %d, want %d", p, lag[p], w)
+		}
+	}
+}
+
+func TestSetLagDropsStalePartitions(t *testing.T) {
+	m, _, _ := newTest(t)
+	m.SetLag(map[int32]int64{0: 5, 1: 7})
+	m.SetLag(map[int32]int64{1: 2})
+	if n := len(series(t, m, "billing_consumer_lag_records")); n != 1 {
+		t.Fatalf("lag series = %d, want 1 (partition 0 no longer owned)", n)
+	}
+	if v := value(t, m, "billing_consumer_lag_records", map[string]string{"partition": "1"}); v != 2 {
+		t.Fatalf("lag of partition 1 = %v", v)
+	}
+	m.SetDedupRows(1, 1234)
+	if v := value(t, m, "billing_dedup_keys_estimate", map[string]string{"server": "1"}); v != 1234 {
+		t.Fatalf("dedup rows = %v", v)
+	}
+}
+
+func contextDeadline() error {
+	ctx, cancel := contextWithDeadlinePassed()
+	defer cancel()
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func contextWithDeadlinePassed() (context.Context, context.CancelFunc) {
+	return context.WithDeadline(context.Background(), time.Unix(0, 0))
+}
