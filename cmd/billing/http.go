@@ -41,23 +41,17 @@ func handler(ctx context.Context, m *metrics.Metrics, r *readiness) http.Handler
 
 // readiness decides /readyz. An instance is ready when it owns partitions
 // and either its last committed checkpoint (or its start, before the first)
-// is younger than READY_MAX_CHECKPOINT_AGE, or it is idle.
-//
-// Idle is approximated from outside the pipeline: no record was consumed
-// since the last committed checkpoint finished, and no attempt failed
-// since. Blind spot: records consumed while that checkpoint ran and never
-// checkpointed afterwards (the pipeline hung right then) look idle. The
-// exact signal needs a pipeline stat (records buffered and not yet
-// decided); see the report.
+// is younger than READY_MAX_CHECKPOINT_AGE, or it is idle: nothing consumed
+// waits for a checkpoint (Stats.Pending) and no attempt failed since the
+// last commit.
 type readiness struct {
 	stats   *pipeline.Stats
 	maxAge  time.Duration
 	started time.Time
 	now     func() time.Time
 
-	mu               sync.Mutex
-	consumedAtCommit int64
-	failedSince      bool
+	mu          sync.Mutex
+	failedSince bool
 }
 
 func newReadiness(maxAge time.Duration) *readiness {
@@ -67,14 +61,12 @@ func newReadiness(maxAge time.Duration) *readiness {
 // OnCheckpoint follows checkpoint outcomes (chained into
 // pipeline.Config.OnCheckpoint).
 func (r *readiness) OnCheckpoint(info pipeline.CheckpointInfo) {
-	consumed := r.stats.Consumed.Load()
+	if info.Retrying {
+		return
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if info.Decided {
-		r.consumedAtCommit, r.failedSince = consumed, false
-	} else {
-		r.failedSince = true
-	}
+	r.failedSince = !info.Decided
 }
 
 // Ready reports readiness and a short reason.
@@ -95,8 +87,8 @@ func (r *readiness) Ready() (bool, string) {
 	switch {
 	case r.failedSince:
 		return false, fmt.Sprintf("no checkpoint committed for %s and the last attempt failed", age.Round(time.Second))
-	case r.stats.Consumed.Load() != r.consumedAtCommit:
-		return false, fmt.Sprintf("no checkpoint committed for %s while records wait", age.Round(time.Second))
+	case r.stats.Pending.Load() != 0:
+		return false, fmt.Sprintf("no checkpoint committed for %s while %d records wait", age.Round(time.Second), r.stats.Pending.Load())
 	default:
 		return true, "idle"
 	}

@@ -173,39 +173,39 @@ func TestReadiness(t *testing.T) {
 		assigned int64
 		lastCkpt time.Duration // after start; 0 = none
 		now      time.Duration // after start
-		consumed int64         // now
+		pending  int64         // records no decided checkpoint covers
 		events   []pipeline.CheckpointInfo
-		atEvent  []int64 // Consumed when each event is reported
 		ready    bool
 		why      string
 	}{
 		{name: "no partitions", assigned: 0, now: time.Second, why: "no partitions assigned"},
-		{name: "fresh start", assigned: 3, now: 10 * time.Second, consumed: 500, ready: true, why: "checkpointing"},
-		{name: "recent checkpoint", assigned: 3, lastCkpt: 5 * time.Minute, now: 5*time.Minute + 30*time.Second, consumed: 9, ready: true, why: "checkpointing"},
-		{name: "idle after a checkpoint", assigned: 3, lastCkpt: time.Minute, now: time.Hour, consumed: 100,
-			events: []pipeline.CheckpointInfo{{Decided: true}}, atEvent: []int64{100}, ready: true, why: "idle"},
+		{name: "fresh start", assigned: 3, now: 10 * time.Second, pending: 500, ready: true, why: "checkpointing"},
+		{name: "recent checkpoint", assigned: 3, lastCkpt: 5 * time.Minute, now: 5*time.Minute + 30*time.Second, pending: 9, ready: true, why: "checkpointing"},
+		{name: "idle after a checkpoint", assigned: 3, lastCkpt: time.Minute, now: time.Hour,
+			events: []pipeline.CheckpointInfo{{Decided: true}}, ready: true, why: "idle"},
 		{name: "idle from the start", assigned: 3, now: time.Hour, ready: true, why: "idle"},
-		{name: "records wait, no checkpoint", assigned: 3, lastCkpt: time.Minute, now: time.Hour, consumed: 150,
-			events: []pipeline.CheckpointInfo{{Decided: true}}, atEvent: []int64{100}, why: "while records wait"},
-		{name: "backlog never checkpointed", assigned: 3, now: 2 * time.Minute, consumed: 10, why: "while records wait"},
-		{name: "failing checkpoints", assigned: 3, lastCkpt: time.Minute, now: time.Hour, consumed: 100,
-			events: []pipeline.CheckpointInfo{{Decided: true}, {Err: context.DeadlineExceeded}}, atEvent: []int64{100, 100}, why: "last attempt failed"},
-		{name: "recovered after a failure", assigned: 3, lastCkpt: time.Minute, now: time.Hour, consumed: 120,
-			events: []pipeline.CheckpointInfo{{Err: context.DeadlineExceeded}, {Decided: true}}, atEvent: []int64{100, 120}, ready: true, why: "idle"},
+		{name: "records wait, no checkpoint", assigned: 3, lastCkpt: time.Minute, now: time.Hour, pending: 50,
+			events: []pipeline.CheckpointInfo{{Decided: true}}, why: "while 50 records wait"},
+		{name: "backlog never checkpointed", assigned: 3, now: 2 * time.Minute, pending: 10, why: "while 10 records wait"},
+		{name: "failing checkpoints", assigned: 3, lastCkpt: time.Minute, now: time.Hour,
+			events: []pipeline.CheckpointInfo{{Decided: true}, {Err: context.DeadlineExceeded}}, why: "last attempt failed"},
+		{name: "careful retry is not a failure", assigned: 3, lastCkpt: time.Minute, now: time.Hour,
+			events: []pipeline.CheckpointInfo{{Decided: true}, {Err: context.DeadlineExceeded, Retrying: true}}, ready: true, why: "idle"},
+		{name: "recovered after a failure", assigned: 3, lastCkpt: time.Minute, now: time.Hour,
+			events: []pipeline.CheckpointInfo{{Err: context.DeadlineExceeded}, {Decided: true}}, ready: true, why: "idle"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			st := &pipeline.Stats{}
 			r := &readiness{stats: st, maxAge: maxAge, started: start, now: func() time.Time { return start.Add(tt.now) }}
 			st.AssignedParts.Store(tt.assigned)
-			for i, ev := range tt.events {
-				st.Consumed.Store(tt.atEvent[i])
+			for _, ev := range tt.events {
 				r.OnCheckpoint(ev)
 			}
 			if tt.lastCkpt != 0 {
 				st.LastCheckpoint.Store(start.Add(tt.lastCkpt).UnixNano())
 			}
-			st.Consumed.Store(tt.consumed)
+			st.Pending.Store(tt.pending)
 			ok, why := r.Ready()
 			if ok != tt.ready || !strings.Contains(why, tt.why) {
 				t.Fatalf("Ready() = %v, %q; want %v, %q", ok, why, tt.ready, tt.why)

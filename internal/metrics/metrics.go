@@ -159,7 +159,7 @@ func (m *Metrics) lastCheckpoint() time.Time {
 // OnCheckpoint records one checkpoint attempt. It is meant to be chained
 // into pipeline.Config.OnCheckpoint; it never blocks.
 func (m *Metrics) OnCheckpoint(info pipeline.CheckpointInfo) {
-	if info.Err != nil {
+	if info.Err != nil && !info.Retrying {
 		m.ckptFailures.WithLabelValues(known(info.FailedPhase, phases)).Inc()
 		if kind, ok := ErrorKind(info.Err); ok {
 			m.mysqlErrors.WithLabelValues(kind).Inc()

@@ -52,8 +52,9 @@ func (p *Pipeline) runCheckpoint(ctx context.Context, s *snapshot) outcome {
 	careful := false
 	for {
 		info := p.attempt(ctx, s, careful)
+		info.Retrying = errors.Is(info.Err, errNeedCareful) && !careful && ctx.Err() == nil
 		p.report(info)
-		if errors.Is(info.Err, errNeedCareful) && !careful && ctx.Err() == nil {
+		if info.Retrying {
 			careful = true
 			continue
 		}
@@ -254,6 +255,7 @@ func (p *Pipeline) attempt(ctx context.Context, s *snapshot, careful bool) (info
 			p.cache.Add(in.ID, dedup.Seen{Fingerprint: in.Fingerprint, ExpiresAt: in.ExpiresAt}, now)
 		}
 	}
+	p.cacheLen.Store(int64(p.cache.Len()))
 	p.stats.Counted.Add(int64(info.Counted))
 	p.stats.Duplicates.Add(int64(info.Duplicates))
 	p.stats.DeadLetters.Add(int64(len(dead)))
@@ -338,7 +340,7 @@ func (p *Pipeline) report(info CheckpointInfo) {
 			p.stats.Aborts.Add(1)
 		}
 		lvl := p.log.Warn
-		if errors.Is(info.Err, errNeedCareful) {
+		if info.Retrying {
 			lvl = p.log.Info
 		}
 		lvl("checkpoint failed", "checkpoint", info.Gtrid, "phase", info.FailedPhase, "decided", info.Decided,

@@ -81,19 +81,24 @@ type CheckpointInfo struct {
 	Err         error                    // nil when committed
 	FailedPhase string
 	Decided     bool        // the commit decision is durable (even if Err is a late XA COMMIT failure)
+	Retrying    bool        // Err is the expected refusal of the fast path; the checkpoint is retried at once in careful mode
 	RecordTimes []time.Time // Kafka timestamps of the records, for end-to-end latency
 }
 
 // Stats are running totals of what the pipeline has committed.
 type Stats struct {
-	Consumed        atomic.Int64 // records taken from Kafka (a replay counts again)
-	Counted         atomic.Int64 // events committed to the ledger
-	Duplicates      atomic.Int64 // repeats dropped in committed checkpoints
-	DeadLetters     atomic.Int64 // dead letters committed
-	Checkpoints     atomic.Int64 // checkpoints committed
-	Aborts          atomic.Int64 // checkpoint attempts aborted
-	LastCheckpoint  atomic.Int64 // Unix nanos of the last committed checkpoint
-	AssignedParts   atomic.Int64
+	Consumed       atomic.Int64 // records taken from Kafka (a replay counts again)
+	Counted        atomic.Int64 // events committed to the ledger
+	Duplicates     atomic.Int64 // repeats dropped in committed checkpoints
+	DeadLetters    atomic.Int64 // dead letters committed
+	Checkpoints    atomic.Int64 // checkpoints committed
+	Aborts         atomic.Int64 // checkpoint attempts aborted
+	LastCheckpoint atomic.Int64 // Unix nanos of the last committed checkpoint
+	AssignedParts  atomic.Int64
+	// Pending is the number of records consumed and not yet covered by a
+	// decided checkpoint (buffered or in flight): 0 means caught up with
+	// everything fetched.
+	Pending         atomic.Int64
 	RecoveredCommit atomic.Int64 // in-doubt branches rolled forward
 	RecoveredAbort  atomic.Int64 // in-doubt branches rolled back
 }
@@ -120,9 +125,10 @@ type Pipeline struct {
 
 	// ckptMu serialises checkpoint execution; the checkpoint that holds it
 	// owns cache and seq.
-	ckptMu sync.Mutex
-	cache  *dedup.Cache
-	seq    uint64
+	ckptMu   sync.Mutex
+	cache    *dedup.Cache
+	seq      uint64
+	cacheLen atomic.Int64 // cache.Len() after the last checkpoint, for metrics
 
 	groupMu      sync.Mutex // guards groupPending
 	groupPending map[int32]kgo.EpochOffset
@@ -177,6 +183,10 @@ func New(cfg Config, sink *txsink.Sink) (*Pipeline, error) {
 
 // Stats returns the running totals.
 func (p *Pipeline) Stats() *Stats { return &p.stats }
+
+// DedupCacheKeys is the number of event ids held in the in-memory dedup
+// cache after the last checkpoint.
+func (p *Pipeline) DedupCacheKeys() int { return int(p.cacheLen.Load()) }
 
 // Client is the pipeline's Kafka client (for lag metrics).
 func (p *Pipeline) Client() *kgo.Client { return p.cl }

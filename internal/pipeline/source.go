@@ -72,6 +72,7 @@ func (p *Pipeline) poll(ctx context.Context) {
 		if p.inflight != nil && p.bufferedLocked() >= 2*p.cfg.CheckpointMaxRecords {
 			wait = p.inflight.done
 		}
+		p.updatePendingLocked()
 		p.mu.Unlock()
 		p.cl.AllowRebalance()
 		if wait != nil {
@@ -132,6 +133,16 @@ func (p *Pipeline) processLocked(fetches kgo.Fetches) {
 		}
 		pt.records = append(pt.records, record{ev: ev, partition: r.Partition, offset: r.Offset, key: r.Key, value: r.Value, ts: r.Timestamp})
 	})
+}
+
+// updatePendingLocked publishes how many consumed records no decided
+// checkpoint covers yet.
+func (p *Pipeline) updatePendingLocked() {
+	n := p.bufferedLocked()
+	if p.inflight != nil {
+		n += len(p.inflight.snap.records) + len(p.inflight.snap.dead)
+	}
+	p.stats.Pending.Store(int64(n))
 }
 
 func (p *Pipeline) bufferedLocked() int {
@@ -243,6 +254,7 @@ func (p *Pipeline) drainLocked(ctx context.Context) {
 	if snap := p.sealLocked(); snap != nil {
 		p.finishLocked(snap, p.runCheckpoint(ctx, snap))
 	}
+	p.updatePendingLocked()
 }
 
 // rewindLocked rereads the committed position of every partition whose
@@ -381,6 +393,7 @@ func (p *Pipeline) onLost(ctx context.Context, _ *kgo.Client, lost map[string][]
 	for _, id := range lost[p.cfg.Topic] {
 		delete(p.parts, id)
 	}
+	p.updatePendingLocked()
 	p.stats.AssignedParts.Store(int64(len(p.parts)))
 	p.log.Warn("partitions lost", "partitions", lost[p.cfg.Topic])
 }
