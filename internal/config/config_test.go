@@ -202,3 +202,19 @@ func TestUsageAligned(t *testing.T) {
 		t.Errorf("defaults missing or misaligned:\n%s", b.String())
 	}
 }
+
+// The README's configuration table is the operators' reference: every
+// variable must be in it.
+func TestReadmeListsEveryVariable(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	typ := reflect.TypeOf(Config{})
+	for i := 0; i < typ.NumField(); i++ {
+		name := typ.Field(i).Tag.Get("envconfig")
+		if !strings.Contains(string(readme), "`"+name+"`") {
+			t.Errorf("README.md does not document %s", name)
+		}
+	}
+}
