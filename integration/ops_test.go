@@ -38,56 +38,37 @@ import (
 	"github.com/billing/ledger/internal/testcert"
 )
 
-const opsBillingPkg = "github.com/billing/ledger/cmd/billing"
-
-// opsEnv is one test's topic, database and service binary.
+// opsEnv is testEnv (ledger_test.go) with the settings the operations tests
+// need: longer timeouts (a graceful shutdown under load must fit them),
+// JSON logs that the tests parse, and fast metric sampling.
 type opsEnv struct {
-	brokers []string
-	topic   string
-	group   string
-	dsn     string // root, on the test's own database
-	db      *sqlx.DB
-	bin     string
+	*testEnv
+	group string
 }
 
 func newOpsEnv(t *testing.T, partitions int) *opsEnv {
 	t.Helper()
-	e := &opsEnv{brokers: harness.Kafka(t), bin: harness.Binary(t, opsBillingPkg)}
-	e.topic = harness.NewTopic(t, e.brokers, partitions)
-	e.group = "g-" + e.topic
-	e.dsn = harness.NewDatabase(t)
-	db, err := sqlx.Open("mysql", e.dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	e.db = db
-	return e
+	e := newTestEnv(t, partitions)
+	return &opsEnv{testEnv: e, group: "g-" + e.topic}
 }
 
-// env is the service's configuration: short intervals, JSON logs.
 func (e *opsEnv) env(extra map[string]string) map[string]string {
-	env := map[string]string{
-		"KAFKA_BROKERS":           strings.Join(e.brokers, ","),
-		"KAFKA_TOPIC":             e.topic,
-		"KAFKA_GROUP":             e.group,
-		"MYSQL_DSN":               e.dsn,
+	env := e.serviceEnv(map[string]string{
 		"MYSQL_SHARD_DSNS":        "",
-		"MYSQL_BRANCHES":          "2",
 		"CHECKPOINT_INTERVAL":     "200ms",
 		"CHECKPOINT_TIMEOUT":      "10s",
 		"CHECKPOINT_MAX_RECORDS":  "2000",
 		"KAFKA_MAX_POLL_RECORDS":  "500",
 		"KAFKA_SESSION_TIMEOUT":   "10s",
 		"KAFKA_REBALANCE_TIMEOUT": "30s",
+		"MYSQL_LOCK_WAIT_TIMEOUT": "5s",
 		"RECOVERY_INTERVAL":       "2s",
 		"SHUTDOWN_TIMEOUT":        "20s",
 		"METRICS_SAMPLE_INTERVAL": "1s",
-		"HTTP_ADDR":               "",
 		"LOG_FORMAT":              "json",
 		"LOG_LEVEL":               "info",
 		"BILLING_FAILPOINTS":      "",
-	}
+	})
 	maps.Copy(env, extra)
 	return env
 }
@@ -916,7 +897,7 @@ init-file = `+initSQL+`
 	if err := os.WriteFile(pwFile, []byte(pass+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	bin := harness.Binary(t, opsBillingPkg)
+	bin := harness.Binary(t, billingPkg)
 	p := harness.Start(t, "billing migrate over TLS", bin, map[string]string{
 		"KAFKA_BROKERS":       "127.0.0.1:1", // not contacted by migrate
 		"MYSQL_DSN":           "tlsuser@tcp(" + addr + ")/tlsdb",
