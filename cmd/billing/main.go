@@ -24,6 +24,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"syscall"
@@ -33,7 +34,17 @@ import (
 	"github.com/billing/ledger/internal/config"
 )
 
+// defaultMemoryLimit is the Go runtime's soft memory limit when GOMEMLIMIT
+// is not set: the heap (dedup cache, buffered records, fetched batches)
+// stays well below the 512 MiB a container of this service is sized for,
+// because the collector works harder as the limit nears instead of letting
+// the heap double between cycles. Set GOMEMLIMIT to override it.
+const defaultMemoryLimit = 400 << 20
+
 func main() {
+	if _, ok := os.LookupEnv("GOMEMLIMIT"); !ok {
+		debug.SetMemoryLimit(defaultMemoryLimit)
+	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
