@@ -25,7 +25,7 @@ MYSQL_DSN = root:root@tcp(127.0.0.1:$(MYSQL_PORT))/
 # scripts/services.sh reads the ports from the environment.
 export KAFKA_PORT KAFKA_CONTROLLER_PORT MYSQL_PORT
 
-.PHONY: services services-down services-status build vet test test-unit
+.PHONY: services services-down services-status build vet test test-unit demo
 
 ## services: start (or reuse) local Kafka and MariaDB under .services/
 services:
@@ -49,17 +49,62 @@ vet:
 		echo "gofmt: these files need formatting (run gofmt -w):" >&2; echo "$$unformatted" >&2; exit 1; \
 	fi
 
-## test: everything, integration tests included, against local services
+## test: everything, integration tests included, against local services,
+## then the CI-sized chaos run (CHAOS_IN_TEST= skips it)
 test: services
 	$(GO) vet ./...
 	KAFKA_BROKERS='$(KAFKA_BROKERS)' MYSQL_DSN='$(MYSQL_DSN)' \
 		$(GO) test -count=1 -timeout $(GO_TEST_TIMEOUT) $(GOTESTFLAGS) ./...
+	$(if $(CHAOS_IN_TEST),$(call chaos-run,$(CHAOS_IN_TEST),$(CHAOS_TIMEOUT)))
 
 ## test-unit: fast tests only; needs no services (-short skips integration tests)
 test-unit:
 	$(GO) test -short -count=1 $(GOTESTFLAGS) ./...
 
 # Placeholders, added by others:
-# demo:        (to be added)
-# bench:       (to be added)
-# chaos-long:  (to be added)
+## demo: the main job in one command: services, a topic, the service, the
+## generator, and an exact comparison of the ledger (DEMO_EVENTS=100000)
+demo:
+	scripts/demo.sh
+
+## bench: the service against its limits (Kafka read alone, its SQL alone)
+## and against the naive at-least-once job, on the services `make services`
+## starts (override KAFKA_BROKERS / MYSQL_DSN like `make test`). Variants
+## default, large-state and many-accounts, BENCH_EVENTS each (about 12
+## minutes at 1,000,000 on 2 cores; BENCH_EVENTS=200000 takes about 4). More
+## flags through BENCH_FLAGS, e.g. BENCH_FLAGS='-variants default -profile
+## -service-env MYSQL_BRANCHES=1'; `bin/billing-bench -h` lists them.
+## Results, logs and profiles go to bin/bench-results/<time>/. See
+## docs/performance.md.
+BENCH_EVENTS ?= 1000000
+BENCH_FLAGS ?=
+.PHONY: bench
+bench: services
+	$(GO) build -o bin/ ./cmd/billing-bench ./cmd/billing-gen
+	bin/billing-bench -brokers '$(KAFKA_BROKERS)' -mysql-dsn '$(MYSQL_DSN)' -events $(BENCH_EVENTS) \
+		-out "bin/bench-results/$$(date +%Y%m%d-%H%M%S)" $(BENCH_FLAGS)
+
+# The chaos suite (integration/chaos_test.go, docs/chaos.md): three service
+# instances, the generator, and a seeded driver that kills, stops and
+# restarts them and restarts (or crashes) Kafka and MariaDB through
+# scripts/services.sh. It restarts the shared services, so it runs alone
+# (-p 1) and, in `make test`, after every other test. Seeds and the fault
+# schedule are printed; replay with CHAOS_SEED=... CHAOS_GEN_SEED=...
+# (other knobs: CHAOS_EVENTS, CHAOS_RATE, CHAOS_FAULTS, CHAOS_KINDS,
+# CHAOS_KEEP_LOGS, CHAOS_LOG_DIR, CHAOS_REPORT).
+CHAOS_IN_TEST ?= ci
+CHAOS_TIMEOUT ?= 15m
+CHAOS_LONG_TIMEOUT ?= 90m
+CHAOS_GOTESTFLAGS ?=
+chaos-run = KAFKA_BROKERS='$(KAFKA_BROKERS)' MYSQL_DSN='$(MYSQL_DSN)' CHAOS=$(1) \
+	$(GO) test -p 1 -count=1 -v -timeout $(2) -run '^TestChaos$$' $(CHAOS_GOTESTFLAGS) ./integration/
+
+.PHONY: chaos chaos-long
+## chaos: the CI-sized chaos run (about 2-3 minutes on 2 cores)
+chaos: services
+	$(call chaos-run,ci,$(CHAOS_TIMEOUT))
+
+## chaos-long: a million events and 130 faults (about 25 minutes); the
+## logs and report.json are kept, their folder is printed
+chaos-long: services
+	CHAOS_KEEP_LOGS=1 $(call chaos-run,long,$(CHAOS_LONG_TIMEOUT))

@@ -5,6 +5,17 @@
 #   scripts/services.sh down     stop both, leaving no process behind
 #   scripts/services.sh status   print the state of both
 #
+# One service at a time (NAME is kafka or mariadb), for fault-injection
+# tests (integration/chaos_test.go, docs/chaos.md) and manual experiments:
+#
+#   scripts/services.sh stop NAME     graceful stop (SIGTERM, SIGKILL after the timeout)
+#   scripts/services.sh kill NAME     SIGKILL: a crash, no shutdown work at all
+#   scripts/services.sh start NAME    start it (idempotent) and wait until it answers
+#   scripts/services.sh restart NAME  stop, then start
+#
+# A crash followed by start exercises recovery: Kafka's log recovery and
+# MariaDB's InnoDB crash recovery (prepared XA branches must survive it).
+#
 # No Docker is needed: Kafka runs from Maven Central jars, MariaDB from the
 # Debian package. Everything (jars, data, logs, pid files, sockets) lives in
 # the git-ignored .services/ folder at the repository root; the only change
@@ -534,20 +545,94 @@ cmd_up() {
 	log "up in $((SECONDS - t0))s: KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT MYSQL_DSN='root:root@tcp(127.0.0.1:$MYSQL_PORT)/'"
 }
 
-cmd_down() {
+# stop_service NAME: graceful stop of one service; a no-op when it is not
+# running. The pid file goes either way: a stale one must not name a
+# recycled pid later (pid_matches guards against that too).
+stop_service() {
 	local pid
-	if pid=$(kafka_pid); then
-		stop_pid kafka "$pid"
-	else
-		log "kafka: not running"
+	case $1 in
+	kafka)
+		if pid=$(kafka_pid); then
+			stop_pid kafka "$pid"
+		else
+			log "kafka: not running"
+		fi
+		rm -f "$KAFKA_PID"
+		;;
+	mariadb)
+		if pid=$(mariadb_pid); then
+			stop_pid mariadb "$pid"
+		else
+			log "mariadb: not running"
+		fi
+		rm -f "$MARIADB_PID"
+		;;
+	esac
+}
+
+cmd_down() {
+	stop_service kafka
+	stop_service mariadb
+}
+
+# service_name NAME: dies unless NAME is a service this script manages.
+service_name() {
+	case ${1:-} in
+	kafka | mariadb) ;;
+	*)
+		echo "usage: $0 start|stop|kill|restart kafka|mariadb" >&2
+		exit 2
+		;;
+	esac
+}
+
+# cmd_kill NAME: SIGKILL, as a crash or an OOM kill would; the server gets
+# no chance to flush or to shut down cleanly. Returns once the process is
+# gone, so a following start never races the dying one for its port.
+cmd_kill() {
+	local pid i
+	if ! pid=$("${1}_pid"); then
+		log "$1: not running"
+		return 0
 	fi
-	rm -f "$KAFKA_PID"
-	if pid=$(mariadb_pid); then
-		stop_pid mariadb "$pid"
-	else
-		log "mariadb: not running"
-	fi
-	rm -f "$MARIADB_PID"
+	log "$1: killing (SIGKILL, pid $pid)"
+	kill -KILL "$pid" 2>/dev/null || true
+	for ((i = 0; i < 100; i++)); do
+		kill -0 "$pid" 2>/dev/null || {
+			log "$1: killed"
+			return 0
+		}
+		sleep 0.1
+	done
+	die "$1: pid $pid survived SIGKILL"
+}
+
+# cmd_start NAME: like up, for one service. The other service is left
+# alone whatever its state.
+cmd_start() {
+	local t0=$SECONDS
+	mkdir -p "$SVC"
+	ensure_packages
+	case $1 in
+	kafka)
+		if kafka_preflight; then
+			log "kafka: already running (pid $(kafka_pid))"
+		else
+			kafka_start
+		fi
+		kafka_wait
+		log "kafka: ready on 127.0.0.1:$KAFKA_PORT (started in $((SECONDS - t0))s)"
+		;;
+	mariadb)
+		if mariadb_preflight; then
+			log "mariadb: already running (pid $(mariadb_pid))"
+		else
+			mariadb_start
+		fi
+		mariadb_wait
+		log "mariadb: ready on 127.0.0.1:$MYSQL_PORT (started in $((SECONDS - t0))s)"
+		;;
+	esac
 }
 
 # status_line NAME PID_FN PORT: running, starting (process up, port closed),
@@ -581,8 +666,20 @@ case ${1:-} in
 up) cmd_up ;;
 down) cmd_down ;;
 status) cmd_status ;;
+start | stop | kill | restart)
+	service_name "${2:-}"
+	case $1 in
+	start) cmd_start "$2" ;;
+	stop) stop_service "$2" ;;
+	kill) cmd_kill "$2" ;;
+	restart)
+		stop_service "$2"
+		cmd_start "$2"
+		;;
+	esac
+	;;
 *)
-	echo "usage: $0 up|down|status" >&2
+	echo "usage: $0 up|down|status, or start|stop|kill|restart kafka|mariadb" >&2
 	exit 2
 	;;
 esac

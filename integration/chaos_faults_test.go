@@ -1,0 +1,394 @@
+package integration_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// faultKind names one kind of fault the chaos driver injects.
+type faultKind string
+
+// The faults. Instance faults hit one of the billing processes; service
+// faults hit the one Kafka broker or the one MariaDB server that every
+// instance shares.
+const (
+	// kill -9 an instance, restart it after a short delay.
+	faultKill faultKind = "kill"
+	// SIGTERM an instance (graceful shutdown: final checkpoint, leave the
+	// group), restart it once it exited.
+	faultTerm faultKind = "term"
+	// SIGSTOP an instance for longer than its session timeout, then SIGCONT
+	// it: the group has moved its partitions on, and whatever the thawed
+	// process still tries to commit must be fenced.
+	faultZombie faultKind = "zombie"
+	// kill -9 an instance and restart it with a failpoint that kills it
+	// (SIGKILL, from inside) when it reaches a given step of the commit
+	// protocol for the n-th time: crashes at the exact protocol steps a
+	// random kill rarely hits.
+	faultStepKill faultKind = "step-kill"
+	// Graceful restart of MariaDB (services.sh restart mariadb).
+	faultRestartMariaDB faultKind = "restart-mariadb"
+	// SIGKILL of mariadbd, then start: InnoDB crash recovery, prepared XA
+	// branches must survive it.
+	faultCrashMariaDB faultKind = "crash-mariadb"
+	// Graceful restart of the Kafka broker.
+	faultRestartKafka faultKind = "restart-kafka"
+	// SIGKILL of the broker, then start: log recovery, group coordinator
+	// and transaction coordinator reloaded.
+	faultCrashKafka faultKind = "crash-kafka"
+)
+
+var allFaultKinds = []faultKind{faultKill, faultTerm, faultZombie, faultStepKill,
+	faultRestartMariaDB, faultCrashMariaDB, faultRestartKafka, faultCrashKafka}
+
+func (k faultKind) instanceFault() bool {
+	return k == faultKill || k == faultTerm || k == faultZombie || k == faultStepKill
+}
+
+// protocolSteps are the failpoints of package txsink, in protocol order.
+var protocolSteps = []string{"before-prepare", "between-prepares", "after-prepare", "after-decision", "between-commits", "after-commit"}
+
+// plannedFault is one entry of the fault schedule. The schedule is derived
+// from the fault seed alone, so a seed replays the same faults in the same
+// order with the same parameters (the service's timing still varies).
+type plannedFault struct {
+	N    int
+	Kind faultKind
+	Slot int           // instance faults: which instance
+	Gap  time.Duration // quiet time before the fault (after progress resumed)
+	// Hold: kill, term, step-kill: restart delay; zombie: time stopped
+	// beyond the session timeout; crash-*: downtime before the start.
+	Hold time.Duration
+	Step string // step-kill: failpoint step
+	Nth  int    // step-kill: fire at the n-th time the step is reached
+}
+
+func (f plannedFault) String() string {
+	s := fmt.Sprintf("#%-3d %-15s", f.N, f.Kind)
+	if f.Kind.instanceFault() {
+		s += fmt.Sprintf(" billing-%d", f.Slot+1)
+	} else {
+		s += "          "
+	}
+	s += fmt.Sprintf(" after %-5s", f.Gap.Round(100*time.Millisecond))
+	switch f.Kind {
+	case faultKill, faultTerm:
+		s += fmt.Sprintf(" restart after %s", f.Hold.Round(100*time.Millisecond))
+	case faultZombie:
+		s += fmt.Sprintf(" stopped for session timeout + %s", f.Hold.Round(100*time.Millisecond))
+	case faultStepKill:
+		s += fmt.Sprintf(" failpoint %s=kill@%d", f.Step, f.Nth)
+	case faultCrashMariaDB, faultCrashKafka:
+		s += fmt.Sprintf(" down for %s", f.Hold.Round(100*time.Millisecond))
+	}
+	return s
+}
+
+// planFaults draws the schedule: one fault of each required group (a
+// group is a set of kinds, one of which is drawn), the rest drawn by
+// weight, all in a seeded random order. Kinds not in allowed are never
+// drawn.
+func planFaults(seed uint64, p chaosProfile, allowed []faultKind, instances int) []plannedFault {
+	rng := rand.New(rand.NewPCG(seed, 0x6368616f73)) // "chaos"
+	var kinds []faultKind
+	for _, group := range p.Required {
+		var in []faultKind
+		for _, k := range group {
+			if slices.Contains(allowed, k) {
+				in = append(in, k)
+			}
+		}
+		if len(in) > 0 && len(kinds) < p.Faults {
+			kinds = append(kinds, in[rng.IntN(len(in))])
+		}
+	}
+	var pool []faultKind
+	total := 0
+	for _, k := range allFaultKinds {
+		if slices.Contains(allowed, k) {
+			pool = append(pool, k)
+			total += p.Weights[k]
+		}
+	}
+	for len(kinds) < p.Faults && total > 0 {
+		x := rng.IntN(total)
+		for _, k := range pool {
+			if x < p.Weights[k] {
+				kinds = append(kinds, k)
+				break
+			}
+			x -= p.Weights[k]
+		}
+	}
+	rng.Shuffle(len(kinds), func(i, j int) { kinds[i], kinds[j] = kinds[j], kinds[i] })
+
+	between := func(lo, hi time.Duration) time.Duration {
+		if hi <= lo {
+			return lo
+		}
+		return lo + time.Duration(rng.Int64N(int64(hi-lo)))
+	}
+	// Failpoint steps: step-kills alternate between a step before the
+	// commit decision and one after it, each group cycling through its
+	// steps in a seeded order, so that even two step-kills cover both
+	// sides of the commit point and a long run covers every step.
+	pre, post := slices.Clone(protocolSteps[:3]), slices.Clone(protocolSteps[3:])
+	rng.Shuffle(len(pre), func(i, j int) { pre[i], pre[j] = pre[j], pre[i] })
+	rng.Shuffle(len(post), func(i, j int) { post[i], post[j] = post[j], post[i] })
+	stepKills := 0
+	out := make([]plannedFault, len(kinds))
+	for i, k := range kinds {
+		// Every field is drawn for every fault, in a fixed order, so that
+		// the schedule of one kind does not shift the others' draws.
+		f := plannedFault{N: i + 1, Kind: k, Slot: rng.IntN(instances), Gap: between(p.Gap[0], p.Gap[1])}
+		hold := rng.Float64()
+		f.Nth = 1 + rng.IntN(4)
+		if k == faultStepKill {
+			if stepKills%2 == 0 {
+				f.Step = pre[(stepKills/2)%len(pre)]
+			} else {
+				f.Step = post[(stepKills/2)%len(post)]
+			}
+			stepKills++
+		}
+		switch k {
+		case faultKill, faultTerm, faultStepKill:
+			f.Hold = time.Duration(float64(3*time.Second) * hold)
+		case faultZombie:
+			f.Hold = time.Second + time.Duration(float64(5*time.Second)*hold)
+		case faultCrashMariaDB, faultCrashKafka:
+			f.Hold = time.Duration(float64(4*time.Second) * hold)
+		}
+		if k != faultStepKill {
+			f.Step, f.Nth = "", 0
+		}
+		if !k.instanceFault() {
+			f.Slot = 0
+		}
+		out[i] = f
+	}
+	return out
+}
+
+// faultResult is what happened when a planned fault was injected.
+type faultResult struct {
+	plannedFault
+	At       time.Duration // since the faults began
+	Took     time.Duration // until the fault's own recovery step ended (restart, SIGCONT)
+	Recovery time.Duration // then until the ledger moved again (or was caught up)
+	Victim   string        // instance id, for instance faults
+	Note     string
+}
+
+// faultDriver injects the schedule, one fault at a time: wait the gap, inject,
+// then wait until the service makes progress again before the next one, so
+// that every fault hits a working system and a stuck service is noticed
+// (bounded by the profile's Progress deadline) instead of masked by the
+// next fault.
+type faultDriver struct {
+	r       *chaosRun
+	results []faultResult
+}
+
+func (d *faultDriver) run(ctx context.Context, schedule []plannedFault) error {
+	r := d.r
+	began := time.Now()
+	how, err := r.awaitProgress(ctx, 0)
+	if err != nil {
+		return fmt.Errorf("before the first fault: %w", err)
+	}
+	r.logf("service running (%s after %s)", how, time.Since(began).Round(100*time.Millisecond))
+	for _, f := range schedule {
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(f.Gap):
+		}
+		res := faultResult{plannedFault: f, At: time.Since(began)}
+		r.logf("fault %s", f)
+		t0 := time.Now()
+		err := d.inject(ctx, f, &res)
+		res.Took = time.Since(t0)
+		if err != nil {
+			d.results = append(d.results, res)
+			return fmt.Errorf("fault #%d %s: %w", f.N, f.Kind, err)
+		}
+		// Progress counts from the end of the fault (services back, the
+		// victim restarted or thawed): a checkpoint committed while a
+		// server was still going down proves nothing.
+		t1 := time.Now()
+		base, err := r.offsetSum(ctx)
+		if err != nil {
+			base = -1 // not answering yet: any progress after the first read
+		}
+		how, err := r.awaitProgress(ctx, base)
+		res.Recovery = time.Since(t1)
+		if err != nil {
+			d.results = append(d.results, res)
+			return fmt.Errorf("after fault #%d %s: %w", f.N, f.Kind, err)
+		}
+		r.logf("fault #%d %s done in %s (%s), %s after %s", f.N, f.Kind, res.Took.Round(time.Millisecond), res.Note, how, res.Recovery.Round(time.Millisecond))
+		d.results = append(d.results, res)
+	}
+	return nil
+}
+
+// inject applies one fault and its recovery step.
+func (d *faultDriver) inject(ctx context.Context, f plannedFault, res *faultResult) error {
+	r := d.r
+	switch f.Kind {
+	case faultKill, faultTerm, faultZombie, faultStepKill:
+		in := r.instances[f.Slot]
+		inc, err := r.running(ctx, in)
+		if err != nil {
+			return err
+		}
+		res.Victim = instanceID(inc.logPath)
+		switch f.Kind {
+		case faultKill:
+			return d.kill(ctx, in, inc, "kill -9", f.Hold, nil, res)
+		case faultTerm:
+			return d.term(ctx, in, inc, f.Hold, res)
+		case faultZombie:
+			return d.zombie(ctx, inc, f.Hold, res)
+		case faultStepKill:
+			return d.stepKill(ctx, in, inc, f, res)
+		}
+	case faultRestartMariaDB:
+		return d.services(ctx, res, []string{"restart", "mariadb"})
+	case faultCrashMariaDB:
+		return d.services(ctx, res, []string{"kill", "mariadb"}, f.Hold, []string{"start", "mariadb"})
+	case faultRestartKafka:
+		return d.services(ctx, res, []string{"restart", "kafka"})
+	case faultCrashKafka:
+		return d.services(ctx, res, []string{"kill", "kafka"}, f.Hold, []string{"start", "kafka"})
+	}
+	return fmt.Errorf("unknown fault kind %q", f.Kind)
+}
+
+// kill sends SIGKILL and waits until the supervisor has started the next
+// incarnation (with nextEnv).
+func (d *faultDriver) kill(ctx context.Context, in *instance, inc *incarnation, reason string, delay time.Duration, nextEnv []string, res *faultResult) error {
+	if in.end(reason, syscall.SIGKILL, delay, nextEnv) == nil {
+		res.Note = "had already exited"
+	}
+	<-inc.done
+	next, err := in.awaitNext(ctx, inc)
+	if err != nil {
+		return err
+	}
+	if res.Note == "" {
+		res.Note = fmt.Sprintf("%s, restarted as #%d", inc.exitText(), next.n)
+	}
+	return nil
+}
+
+// term sends SIGTERM and waits for the graceful shutdown, which is bounded
+// by SHUTDOWN_TIMEOUT; a shutdown that hangs far beyond it is killed and
+// reported.
+func (d *faultDriver) term(ctx context.Context, in *instance, inc *incarnation, delay time.Duration, res *faultResult) error {
+	t0 := time.Now()
+	if in.end("SIGTERM", syscall.SIGTERM, delay, nil) == nil {
+		res.Note = "had already exited"
+	}
+	if _, ok := inc.waitFor(ctx, d.r.prof.ShutdownGrace); !ok {
+		d.r.anomaly("billing-%d#%d (%s) did not exit within %s of SIGTERM; killed", in.slot, inc.n, res.Victim, d.r.prof.ShutdownGrace)
+		inc.signal(syscall.SIGKILL)
+		<-inc.done
+	} else if inc.err != nil && res.Note == "" {
+		// A graceful shutdown should end with status 0: not a data
+		// problem, but worth a look.
+		d.r.anomaly("billing-%d#%d (%s) ended with %q after SIGTERM", in.slot, inc.n, res.Victim, inc.exitText())
+	}
+	next, err := in.awaitNext(ctx, inc)
+	if err != nil {
+		return err
+	}
+	if res.Note == "" {
+		res.Note = fmt.Sprintf("%s after %s, restarted as #%d", inc.exitText(), inc.ended.Sub(t0).Round(10*time.Millisecond), next.n)
+	}
+	return nil
+}
+
+// zombie freezes the process beyond its session timeout and thaws it.
+func (d *faultDriver) zombie(ctx context.Context, inc *incarnation, hold time.Duration, res *faultResult) error {
+	stopFor := d.r.sessionTimeout + hold
+	inc.signal(syscall.SIGSTOP)
+	select {
+	case <-ctx.Done():
+	case <-time.After(stopFor):
+	}
+	inc.signal(syscall.SIGCONT)
+	res.Note = fmt.Sprintf("stopped for %s", stopFor.Round(100*time.Millisecond))
+	return ctx.Err()
+}
+
+// stepKill restarts the instance with a failpoint that kills it at a
+// protocol step, waits for the failpoint to fire and for the clean restart
+// after it. An incarnation that never reaches the step within the
+// profile's deadline (it may have been given no partition) is restarted
+// without the failpoint, and that is noted.
+func (d *faultDriver) stepKill(ctx context.Context, in *instance, inc *incarnation, f plannedFault, res *faultResult) error {
+	spec := fmt.Sprintf("%s=kill@%d", f.Step, f.Nth)
+	if err := d.kill(ctx, in, inc, "kill -9 (to arm a failpoint)", f.Hold, []string{"BILLING_FAILPOINTS=" + spec}, res); err != nil {
+		return err
+	}
+	armed, _ := in.current()
+	// Wait for the failpoint; give up early once everything produced is
+	// consumed, since then no checkpoint will reach the step.
+	fired, idle := false, false
+	for deadline := time.Now().Add(d.r.prof.FailpointWait); !fired && !idle && time.Now().Before(deadline) && ctx.Err() == nil; {
+		_, fired = armed.waitFor(ctx, time.Second)
+		if !fired {
+			idle, _, _ = d.r.caughtUp(ctx)
+		}
+	}
+	if !fired {
+		in.end("SIGTERM (failpoint "+spec+" did not fire)", syscall.SIGTERM, 0, nil)
+		if _, ok := armed.waitFor(ctx, d.r.prof.ShutdownGrace); !ok {
+			armed.signal(syscall.SIGKILL)
+			<-armed.done
+		}
+		res.Note = fmt.Sprintf("failpoint %s did not fire within %s", spec, d.r.prof.FailpointWait)
+		if idle {
+			res.Note = fmt.Sprintf("failpoint %s did not fire: everything produced was consumed, no checkpoint to reach it", spec)
+		}
+	} else {
+		res.Note = fmt.Sprintf("#%d armed with %s: %s after %s", armed.n, spec, armed.exitText(), armed.ended.Sub(armed.started).Round(time.Millisecond))
+		if !strings.Contains(armed.exitText(), "killed") {
+			d.r.anomaly("billing-%d#%d armed with %s ended with %q, not by the failpoint", in.slot, armed.n, spec, armed.exitText())
+		}
+	}
+	_, err := in.awaitNext(ctx, armed)
+	return err
+}
+
+// services runs services.sh steps; a time.Duration between steps is a
+// pause.
+func (d *faultDriver) services(ctx context.Context, res *faultResult, steps ...any) error {
+	var notes []string
+	for _, s := range steps {
+		switch s := s.(type) {
+		case time.Duration:
+			select {
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			case <-time.After(s):
+			}
+		case []string:
+			t0 := time.Now()
+			out, err := d.r.svc.run(ctx, d.r.prof.ServiceTimeout, s...)
+			if err != nil {
+				return fmt.Errorf("services.sh %s: %w\n%s", strings.Join(s, " "), err, out)
+			}
+			notes = append(notes, fmt.Sprintf("%s %s", s[0], time.Since(t0).Round(100*time.Millisecond)))
+		}
+	}
+	res.Note = strings.Join(notes, ", ")
+	return nil
+}
