@@ -1,0 +1,658 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/billing/ledger/internal/config"
+	"github.com/billing/ledger/internal/event"
+	"github.com/billing/ledger/internal/naive"
+	"github.com/billing/ledger/internal/pipeline"
+	"github.com/billing/ledger/internal/txsink"
+)
+
+// Every variant of the measurement runs in a child process of the bench
+// command (the same binary, re-executed with -child), so that its peak RSS
+// is its own. The parent and the child talk over pipes:
+//
+//	child → parent (stdout): "BENCH caught-up <json>", "BENCH result <json>"
+//	parent → child (stdin):  "live-start", "live-end <records>", "stop"
+//
+// The catch-up phase consumes the pre-produced topic as fast as possible
+// (throughput, checkpoint durations, round trips). The live phase, for the
+// naive job and the service, follows records that the parent produces at a
+// fixed rate while the child runs (end-to-end latency).
+
+// Modes.
+const (
+	modeConsume = "consume-only"
+	modeSink    = "sink-only"
+	modeNaive   = "naive"
+	modeService = "service"
+)
+
+type childSpec struct {
+	Mode        string            `json:"mode"`
+	Brokers     []string          `json:"brokers"`
+	Topic       string            `json:"topic"`
+	Group       string            `json:"group"`
+	DSN         string            `json:"dsn"` // through countingNet
+	Records     int64             `json:"records"`
+	Ends        map[int32]int64   `json:"ends"`
+	LiveTopic   string            `json:"live_topic"` // empty, same partitions
+	ServiceEnv  map[string]string `json:"service_env"`
+	NaiveBatch  int               `json:"naive_batch"`
+	NaiveWait   time.Duration     `json:"naive_wait"`
+	SinkChunk   int               `json:"sink_chunk"`
+	Timeout     time.Duration     `json:"timeout"`
+	Watch       map[string]int    `json:"watch"` // local server processes whose CPU is sampled
+	CPUProfile  string            `json:"cpu_profile"`
+	HeapProfile string            `json:"heap_profile"`
+}
+
+// childResult is what a child reports.
+type childResult struct {
+	Mode      string  `json:"mode"`
+	Records   int64   `json:"records"`    // catch-up records consumed or committed
+	CatchUpS  float64 `json:"catch_up_s"` // wall time of the catch-up, start-up included
+	TimedOut  bool    `json:"timed_out"`
+	Failed    int     `json:"failed_attempts"`
+	Invalid   int64   `json:"invalid,omitempty"`
+	CatchUp   unitStats
+	CPU       map[string]float64 `json:"cpu_cores"` // during the catch-up
+	RoundTrip float64            `json:"round_trips_per_unit"`
+	RTKinds   map[string]float64 `json:"round_trips_per_unit_by_kind"`
+
+	LiveRecords int64     `json:"live_records"`
+	Live        unitStats `json:"live"`
+	LatP50      float64   `json:"latency_p50_ms"`
+	LatP99      float64   `json:"latency_p99_ms"`
+	LatMax      float64   `json:"latency_max_ms"`
+	LiveRT      float64   `json:"live_round_trips_per_unit"`
+	LiveTimeout bool      `json:"live_timed_out"`
+
+	PeakRSSMiB float64 `json:"peak_rss_mib"`
+	Err        string  `json:"error,omitempty"`
+}
+
+// collector gathers units from the OnCheckpoint / OnBatch hooks.
+type collector struct {
+	mu        sync.Mutex
+	live      bool
+	liveStart time.Time
+	committed int64
+	catchUp   []unit
+	liveUnits []unit
+	lat       []float64
+	failed    int
+	changed   chan struct{}
+}
+
+func newCollector() *collector { return &collector{changed: make(chan struct{}, 1)} }
+
+func (c *collector) add(u unit, visible time.Time, times []time.Time) {
+	c.mu.Lock()
+	c.committed += int64(u.records)
+	if c.live {
+		c.liveUnits = append(c.liveUnits, u)
+		for _, ts := range times {
+			if !ts.Before(c.liveStart) {
+				c.lat = append(c.lat, ms(visible.Sub(ts)))
+			}
+		}
+	} else {
+		c.catchUp = append(c.catchUp, u)
+	}
+	c.mu.Unlock()
+	select {
+	case c.changed <- struct{}{}:
+	default:
+	}
+}
+
+func (c *collector) fail() {
+	c.mu.Lock()
+	c.failed++
+	c.mu.Unlock()
+}
+
+func (c *collector) startLive() {
+	c.mu.Lock()
+	c.liveStart = time.Now()
+	c.mu.Unlock()
+}
+
+func (c *collector) total() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.committed
+}
+
+// waitFor waits until n records are committed; false on timeout.
+func (c *collector) waitFor(n int64, timeout time.Duration) bool {
+	deadline := time.After(timeout)
+	for c.total() < n {
+		select {
+		case <-c.changed:
+		case <-deadline:
+			return false
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return true
+}
+
+// child runs one mode and writes its reports to stdout.
+func child(spec childSpec) error {
+	registerCountingNet()
+	for k, v := range spec.ServiceEnv {
+		os.Setenv(k, v)
+	}
+	os.Setenv("KAFKA_BROKERS", strings.Join(spec.Brokers, ","))
+	os.Setenv("KAFKA_TOPIC", spec.Topic)
+	os.Setenv("KAFKA_GROUP", spec.Group)
+	dsn := spec.DSN
+	if dsn == "" {
+		dsn = "bench:bench@tcp(127.0.0.1:3306)/unused"
+	}
+	os.Setenv("MYSQL_DSN", dsn)
+	os.Setenv("HTTP_ADDR", "")
+	cfg, err := config.Load()
+	if err != nil {
+		return err
+	}
+	in := bufio.NewScanner(os.Stdin)
+	cmds := make(chan string, 4)
+	go func() {
+		for in.Scan() {
+			cmds <- in.Text()
+		}
+		close(cmds)
+	}()
+	var res childResult
+	switch spec.Mode {
+	case modeConsume:
+		res, err = consumeOnly(spec)
+	case modeSink:
+		res, err = sinkOnly(spec, cfg)
+	case modeNaive, modeService:
+		res, err = streaming(spec, cfg, cmds)
+	default:
+		return fmt.Errorf("unknown mode %q", spec.Mode)
+	}
+	if err != nil {
+		res.Err = err.Error()
+	}
+	res.Mode = spec.Mode
+	res.PeakRSSMiB = peakRSS()
+	report("result", res)
+	return nil
+}
+
+// logCheckpoint writes one line per checkpoint attempt to the child's log.
+func logCheckpoint(info pipeline.CheckpointInfo) {
+	errText := ""
+	if info.Err != nil {
+		errText = info.Err.Error()
+	}
+	phases := map[string]float64{}
+	for k, v := range info.Phases {
+		phases[k] = ms(v)
+	}
+	b, _ := json.Marshal(map[string]any{"gtrid": info.Gtrid, "records": info.Records, "counted": info.Counted,
+		"duplicates": info.Duplicates, "partitions": info.Partitions, "careful": info.Careful, "ms": ms(info.Duration),
+		"phases_ms": phases, "decided": info.Decided, "failed_phase": info.FailedPhase, "err": errText})
+	fmt.Fprintf(os.Stderr, "checkpoint %s\n", b)
+}
+
+func report(kind string, v any) {
+	b, _ := json.Marshal(v)
+	fmt.Printf("BENCH %s %s\n", kind, b)
+}
+
+// childLogger logs to the child's log file, at info (the service logs
+// little at info: assignments, revocations, failures).
+func childLogger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+// consumeOnly reads the topic from the start to the end offsets with a plain
+// franz-go consumer assigned every partition (read_committed, as the
+// service), and does nothing else with the records.
+func consumeOnly(spec childSpec) (childResult, error) {
+	var res childResult
+	start := time.Now()
+	cpu := newCPUMeter(spec.Watch)
+	assign := map[int32]kgo.Offset{}
+	for p := range spec.Ends {
+		assign[p] = kgo.NewOffset().AtStart()
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(spec.Brokers...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{spec.Topic: assign}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	if err != nil {
+		return res, err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), spec.Timeout)
+	defer cancel()
+	next := map[int32]int64{}
+	var units []unit
+
+	done := func() bool {
+		for p, end := range spec.Ends {
+			if next[p] < end {
+				return false
+			}
+		}
+		return true
+	}
+	for !done() {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			res.TimedOut = true
+			break
+		}
+		if err := fs.Err0(); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			return res, err
+		}
+		n := 0
+		fs.EachRecord(func(r *kgo.Record) {
+			n++
+			next[r.Partition] = r.Offset + 1
+		})
+		if n > 0 {
+			units = append(units, unit{end: time.Now(), records: n})
+			res.Records += int64(n)
+		}
+	}
+	res.CatchUpS = time.Since(start).Seconds()
+	res.CPU = cpu.cores()
+	res.CatchUp = summarize(units, start)
+	res.CatchUp.P50, res.CatchUp.P99, res.CatchUp.Max = 0, 0, 0 // a poll has no meaningful duration
+	return res, nil
+}
+
+// readAll consumes the whole topic and decodes it, in poll order (the
+// order the service sees it in).
+func readAll(spec childSpec, maxPayload int) ([]pipeline.BenchRecord, int64, error) {
+	assign := map[int32]kgo.Offset{}
+	for p := range spec.Ends {
+		assign[p] = kgo.NewOffset().AtStart()
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(spec.Brokers...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{spec.Topic: assign}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	if err != nil {
+		return nil, 0, err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), spec.Timeout)
+	defer cancel()
+	dec := event.NewDecoder(maxPayload)
+	recs := make([]pipeline.BenchRecord, 0, spec.Records)
+	var invalid int64
+	next := map[int32]int64{}
+	for {
+		finished := true
+		for p, end := range spec.Ends {
+			finished = finished && next[p] >= end
+		}
+		if finished {
+			return recs, invalid, nil
+		}
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return nil, 0, fmt.Errorf("reading the topic: %w", ctx.Err())
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			next[r.Partition] = r.Offset + 1
+			ev, err := dec.Decode(r.Value)
+			if err != nil {
+				invalid++
+				return
+			}
+			recs = append(recs, pipeline.BenchRecord{Event: ev, Partition: r.Partition, Offset: r.Offset, Timestamp: r.Timestamp})
+		})
+	}
+}
+
+func openSink(ctx context.Context, spec childSpec, cfg config.Config) (*txsink.Sink, error) {
+	return txsink.Open(ctx, txsink.Config{
+		DSNs: []string{spec.DSN}, Branches: cfg.MySQLBranches, Group: cfg.KafkaGroup, Topic: cfg.KafkaTopic,
+		LockWaitTimeout: cfg.MySQLLockWaitTimeout, StepTimeout: cfg.CheckpointTimeout, Logger: childLogger(),
+	})
+}
+
+func pipelineConfig(cfg config.Config, onCheckpoint func(pipeline.CheckpointInfo)) pipeline.Config {
+	return pipeline.Config{
+		Topic: cfg.KafkaTopic, Group: cfg.KafkaGroup,
+		CheckpointInterval: cfg.CheckpointInterval, CheckpointTimeout: cfg.CheckpointTimeout,
+		CheckpointMaxRecords: cfg.CheckpointMaxRecords, MaxPollRecords: cfg.KafkaMaxPollRecords,
+		DedupTTL: cfg.DedupTTL, DedupCacheKeys: cfg.DedupCacheKeys,
+		DedupCleanupInterval: cfg.DedupCleanupInterval, DedupCleanupBatch: cfg.DedupCleanupBatch,
+		BillingWindow: cfg.BillingWindow, MaxPayloadBytes: cfg.MaxPayloadBytes,
+		RecoveryInterval: cfg.RecoveryInterval, DecisionRetention: cfg.DecisionRetention,
+		ShutdownTimeout: cfg.ShutdownTimeout,
+		KafkaOpts: []kgo.Opt{kgo.SeedBrokers(cfg.KafkaBrokers...),
+			kgo.SessionTimeout(cfg.KafkaSessionTimeout), kgo.RebalanceTimeout(cfg.KafkaRebalanceTimeout)},
+		Logger:       childLogger(),
+		OnCheckpoint: onCheckpoint,
+	}
+}
+
+// sinkOnly feeds the pre-decoded topic to the checkpoint protocol, chunk by
+// chunk, without Kafka: what MySQL sustains for the service's statements.
+func sinkOnly(spec childSpec, cfg config.Config) (childResult, error) {
+	var res childResult
+	recs, invalid, err := readAll(spec, cfg.MaxPayloadBytes)
+	if err != nil {
+		return res, err
+	}
+	res.Invalid = invalid
+	ctx := context.Background()
+	sink, err := openSink(ctx, spec, cfg)
+	if err != nil {
+		return res, err
+	}
+	defer sink.Close()
+	var parts []int32
+	for p := range spec.Ends {
+		parts = append(parts, p)
+	}
+	pos, err := sink.Claim(ctx, parts)
+	if err != nil {
+		return res, err
+	}
+	col := newCollector()
+	bc, err := pipeline.NewBenchCheckpointer(pipelineConfig(cfg, func(info pipeline.CheckpointInfo) {
+		logCheckpoint(info)
+		if info.Err != nil && !info.Decided {
+			col.fail()
+			return
+		}
+		col.add(unit{end: time.Now(), dur: info.Duration, records: info.Records, phases: info.Phases}, time.Time{}, nil)
+	}), sink)
+	if err != nil {
+		return res, err
+	}
+	rt0, kinds0 := roundTrips.snapshot()
+	cpu := newCPUMeter(spec.Watch)
+	start := time.Now()
+	deadline := start.Add(spec.Timeout)
+	for lo := 0; lo < len(recs); {
+		hi := min(lo+spec.SinkChunk, len(recs))
+		next := map[int32]int64{}
+		for _, r := range recs[lo:hi] {
+			next[r.Partition] = r.Offset + 1
+		}
+		var cuts []txsink.PartitionCut
+		for _, p := range parts {
+			if n, ok := next[p]; ok {
+				cuts = append(cuts, txsink.PartitionCut{Partition: p, Epoch: pos[p].Epoch, NextOffset: n})
+			}
+		}
+		decided, err := bc.Checkpoint(ctx, recs[lo:hi], cuts)
+		if time.Now().After(deadline) {
+			res.TimedOut = true
+			break
+		}
+		if !decided {
+			slog.Warn("sink-only checkpoint failed; retrying it", "err", err)
+			continue
+		}
+		lo = hi
+	}
+	res.CatchUpS = time.Since(start).Seconds()
+	res.CPU = cpu.cores()
+	rt1, kinds1 := roundTrips.snapshot()
+	res.Records = col.total()
+	res.Failed = col.failed
+	res.CatchUp = summarize(col.catchUp, start)
+	res.RoundTrip, res.RTKinds = perUnit(rt1-rt0, kinds0, kinds1, len(col.catchUp))
+	return res, nil
+}
+
+func perUnit(total int64, before, after map[string]int64, units int) (float64, map[string]float64) {
+	if units == 0 {
+		return 0, nil
+	}
+	out := map[string]float64{}
+	for k, v := range after {
+		if d := v - before[k]; d > 0 {
+			out[k] = float64(d) / float64(units)
+		}
+	}
+	return float64(total) / float64(units), out
+}
+
+// instance is a running naive job or service.
+type instance struct {
+	runErr chan error
+	cancel context.CancelFunc
+	close  func()
+	ready  func() bool // assigned and fetching
+}
+
+// stop ends the instance and returns Run's error.
+func (in *instance) stop() error {
+	in.cancel()
+	var err error
+	select {
+	case err = <-in.runErr:
+	case <-time.After(time.Minute):
+		err = errors.New("did not stop within a minute")
+	}
+	in.close()
+	return err
+}
+
+// start runs the naive job or the service on topic, reporting to col.
+func start(spec childSpec, cfg config.Config, topic, group string, col *collector) (*instance, error) {
+	cfg.KafkaTopic, cfg.KafkaGroup = topic, group
+	ctx, cancel := context.WithCancel(context.Background())
+	in := &instance{runErr: make(chan error, 1), cancel: cancel}
+	var run func() error
+	switch spec.Mode {
+	case modeNaive:
+		db, err := naive.OpenDB(spec.DSN)
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		j, err := naive.New(ctx, naive.Config{
+			Topic: topic, Consumer: group, KafkaOpts: []kgo.Opt{kgo.SeedBrokers(cfg.KafkaBrokers...)},
+			BatchRecords: spec.NaiveBatch, BatchWait: spec.NaiveWait, BillingWindow: cfg.BillingWindow,
+			MaxPayloadBytes: cfg.MaxPayloadBytes, Logger: childLogger(),
+			OnBatch: func(b naive.BatchInfo) {
+				col.add(unit{end: time.Now(), dur: b.Duration, records: b.Records, phases: b.Phases}, b.Visible, b.RecordTimes)
+			},
+		}, db)
+		if err != nil {
+			cancel()
+			db.Close()
+			return nil, err
+		}
+		run = func() error { return j.Run(ctx) }
+		in.close = func() { j.Close(); db.Close() }
+		in.ready = func() bool { return true } // assigned at New
+	case modeService:
+		sink, err := openSink(ctx, spec, cfg)
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		p, err := pipeline.New(pipelineConfig(cfg, func(info pipeline.CheckpointInfo) {
+			logCheckpoint(info)
+			if info.Err != nil && !info.Decided {
+				col.fail()
+				return
+			}
+			now := time.Now()
+			col.add(unit{end: now, dur: info.Duration, records: info.Records, phases: info.Phases}, now, info.RecordTimes)
+		}), sink)
+		if err != nil {
+			cancel()
+			sink.Close()
+			return nil, err
+		}
+		run = func() error { return p.Run(ctx) }
+		in.close = sink.Close
+		parts := int64(len(spec.Ends))
+		in.ready = func() bool { return p.Stats().AssignedParts.Load() == parts }
+	}
+	go func() { in.runErr <- run() }()
+	return in, nil
+}
+
+// streaming runs the naive job or the service: the catch-up on the
+// workload topic, then, on an empty topic of its own (so that no live
+// record ever reaches another mode's catch-up), a fresh instance in the
+// same process and database, fed live by the parent.
+func streaming(spec childSpec, cfg config.Config, cmds <-chan string) (childResult, error) {
+	var res childResult
+	col := newCollector()
+	stopProfile := startCPUProfile(spec.CPUProfile)
+	cpu := newCPUMeter(spec.Watch)
+	begin := time.Now()
+	in, err := start(spec, cfg, spec.Topic, spec.Group, col)
+	if err != nil {
+		return res, err
+	}
+	caughtUp := waitOrFail(col, spec.Records, spec.Timeout, in.runErr)
+	res.CatchUpS = time.Since(begin).Seconds()
+	res.CPU = cpu.cores()
+	stopProfile()
+	writeHeapProfile(spec.HeapProfile)
+	rt, kinds := roundTrips.snapshot()
+	if err := in.stop(); err != nil {
+		res.Err = err.Error()
+	}
+	col.mu.Lock()
+	res.Records, res.Failed = col.committed, col.failed
+	res.CatchUp = summarize(col.catchUp, begin)
+	res.RoundTrip, res.RTKinds = perUnit(rt, nil, kinds, len(col.catchUp))
+	col.mu.Unlock()
+	res.TimedOut = !caughtUp
+	res.Mode = spec.Mode
+
+	var live *instance
+	if caughtUp && res.Err == "" && spec.LiveTopic != "" {
+		col.mu.Lock()
+		col.live, col.committed = true, 0
+		col.mu.Unlock()
+		live, err = start(spec, cfg, spec.LiveTopic, spec.Group+"-live", col)
+		if err != nil {
+			res.Err = "live instance: " + err.Error()
+		} else {
+			deadline := time.Now().Add(time.Minute)
+			for !live.ready() && time.Now().Before(deadline) {
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
+	}
+	report("caught-up", res)
+	if live == nil {
+		return res, nil
+	}
+	defer func() {
+		if err := live.stop(); err != nil && res.Err == "" {
+			res.Err = err.Error()
+		}
+	}()
+	for cmd := range cmds {
+		switch {
+		case cmd == "live-start":
+			col.startLive()
+		case strings.HasPrefix(cmd, "live-end "):
+			n, _ := strconv.ParseInt(strings.TrimPrefix(cmd, "live-end "), 10, 64)
+			res.LiveRecords = n
+			rt0, _ := roundTrips.snapshot()
+			ok := waitOrFail(col, n, spec.Timeout, live.runErr)
+			rt1, _ := roundTrips.snapshot()
+			col.mu.Lock()
+			res.LiveTimeout = !ok
+			res.Live = summarize(col.liveUnits, col.liveStart)
+			lat := col.lat
+			res.LatP50, res.LatP99 = quantile(lat, 0.5), quantile(lat, 0.99)
+			if len(lat) > 0 {
+				res.LatMax = lat[len(lat)-1]
+			}
+			if len(col.liveUnits) > 0 {
+				res.LiveRT = float64(rt1-rt0) / float64(len(col.liveUnits))
+			}
+			res.Failed = col.failed
+			col.mu.Unlock()
+			return res, nil
+		case cmd == "stop":
+			return res, nil
+		}
+	}
+	return res, nil
+}
+
+// waitOrFail waits until n records are committed, the timeout passes, or
+// the job fails.
+func waitOrFail(col *collector, n int64, timeout time.Duration, runErr chan error) bool {
+	ok := make(chan bool, 1)
+	go func() { ok <- col.waitFor(n, timeout) }()
+	select {
+	case r := <-ok:
+		return r
+	case err := <-runErr:
+		runErr <- err // for finish
+		return false
+	}
+}
+
+func startCPUProfile(path string) func() {
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		slog.Warn("cpu profile", "err", err)
+		return func() {}
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		slog.Warn("cpu profile", "err", err)
+		f.Close()
+		return func() {}
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			pprof.StopCPUProfile()
+			f.Close()
+		})
+	}
+}
+
+func writeHeapProfile(path string) {
+	if path == "" {
+		return
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		slog.Warn("heap profile", "err", err)
+		return
+	}
+	defer f.Close()
+	runtime.GC()
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		slog.Warn("heap profile", "err", err)
+	}
+}

@@ -1,0 +1,571 @@
+// Command billing-bench measures the billing service against its limits and
+// against the naive approach it replaces, on one Kafka broker and one MySQL
+// server (`make bench`; docs/performance.md has the method and the figures).
+//
+// For each workload variant it produces the workload once into a fresh topic
+// (by running billing-gen: Zipf-skewed accounts, 5% exact duplicates, 6
+// partitions, no malformed records) and then runs, each in a child process
+// of its own (re-executed with -child) and each into a fresh database:
+//
+//   - consume-only: a plain franz-go consumer that only reads the topic
+//     (the Kafka side of the limit);
+//   - sink-only: the service's checkpoint protocol (dedup, upserts, XA
+//     prepare, fenced decision, XA commit) on the pre-decoded records,
+//     without Kafka (the MySQL side of the limit);
+//   - naive: internal/naive, the at-least-once batch job;
+//   - service: the pipeline with exactly-once on, in-process.
+//
+// Each streaming variant first catches up with the backlog (throughput,
+// checkpoint or batch durations, SQL round trips), is checked against the
+// generator's expected ledger, and then follows a live phase in which the
+// parent produces at a fixed rate (end-to-end latency: record timestamp →
+// the commit that makes it visible). Peak RSS is the child's VmHWM. SQL
+// round trips are counted by a dialer that sees every command the MySQL
+// driver sends.
+//
+// The service runs with the service's own configuration: the defaults of
+// internal/config, overridden by the environment and by -service-env.
+//
+// Everything is bounded: -events, -timeout per phase, -live-seconds. Topics
+// and databases are deleted at the end unless -keep.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/billing/ledger/internal/config"
+)
+
+type options struct {
+	brokers     []string
+	admin       string
+	events      int64
+	accounts    int
+	manyAcc     int
+	partitions  int
+	zipfS       float64
+	dupRatio    float64
+	seed        uint64
+	variants    []string
+	modes       []string
+	serviceEnv  map[string]string
+	svc         config.Config
+	naiveBatch  int
+	naiveWait   time.Duration
+	sinkChunk   int
+	lsCache     int
+	lsKeys      int64
+	liveRate    float64
+	liveSeconds time.Duration
+	timeout     time.Duration
+	gen         string
+	out         string
+	profile     bool
+	keep        bool
+	watch       map[string]int
+	topic       string
+	expected    string
+	repeat      int
+}
+
+type variant struct {
+	name      string
+	accounts  int
+	cacheKeys int   // DEDUP_CACHE_KEYS override, 0 = the service's
+	preload   int64 // dedup keys inserted before the run
+	note      string
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func main() {
+	childSpecJSON := flag.String("child", "", "internal: run one measurement as a child process")
+	var o options
+	var brokers, variants, modes, serviceEnv string
+	flag.StringVar(&brokers, "brokers", envOr("KAFKA_BROKERS", "127.0.0.1:9092"), "Kafka seed brokers (env KAFKA_BROKERS)")
+	flag.StringVar(&o.admin, "mysql-dsn", envOr("MYSQL_DSN", "root:root@tcp(127.0.0.1:3306)/"), "admin DSN without database, allowed to create and drop databases (env MYSQL_DSN)")
+	flag.Int64Var(&o.events, "events", 1_000_000, "distinct valid events per variant (duplicates come on top)")
+	flag.IntVar(&o.accounts, "accounts", 10_000, "accounts of the default and large-state variants")
+	flag.IntVar(&o.manyAcc, "many-accounts", 1_000_000, "accounts of the many-accounts variant")
+	flag.IntVar(&o.partitions, "partitions", 6, "partitions of each topic")
+	flag.Float64Var(&o.zipfS, "zipf-s", 1.1, "Zipf skew of account popularity")
+	flag.Float64Var(&o.dupRatio, "dup-ratio", 0.05, "fraction of events sent twice")
+	flag.Uint64Var(&o.seed, "seed", 1, "generator seed")
+	flag.StringVar(&variants, "variants", "default,large-state,many-accounts", "workload variants to run")
+	flag.StringVar(&modes, "modes", "consume-only,sink-only,naive,service", "what to measure per variant")
+	flag.StringVar(&serviceEnv, "service-env", "", "service settings over its defaults, e.g. MYSQL_BRANCHES=1,CHECKPOINT_MAX_RECORDS=20000")
+	flag.IntVar(&o.naiveBatch, "naive-batch", 0, "naive batch size (default: the service's CHECKPOINT_MAX_RECORDS)")
+	flag.DurationVar(&o.naiveWait, "naive-wait", 0, "naive batch fill wait (default: the service's CHECKPOINT_INTERVAL)")
+	flag.IntVar(&o.sinkChunk, "sink-chunk", 0, "records per checkpoint in sink-only (default: twice CHECKPOINT_MAX_RECORDS, the size the service's checkpoints reach in a backlog)")
+	flag.IntVar(&o.lsCache, "large-state-cache", 10_000, "DEDUP_CACHE_KEYS of the large-state variant")
+	flag.Int64Var(&o.lsKeys, "large-state-keys", 2_000_000, "dedup keys already stored when the large-state variant starts")
+	flag.Float64Var(&o.liveRate, "live-rate", 5000, "records/s produced during the live (latency) phase")
+	flag.DurationVar(&o.liveSeconds, "live-duration", 15*time.Second, "length of the live phase")
+	flag.DurationVar(&o.timeout, "timeout", 5*time.Minute, "bound on each phase of each measurement")
+	flag.StringVar(&o.gen, "gen", "", "billing-gen binary (default: next to this one, else go build)")
+	flag.StringVar(&o.out, "out", "", "directory for results, logs and profiles (default bench-results/<time>)")
+	flag.BoolVar(&o.profile, "profile", false, "write CPU and heap profiles of the naive and service catch-up")
+	flag.BoolVar(&o.keep, "keep", false, "keep topics and databases")
+	flag.IntVar(&o.repeat, "repeat", 1, "measure every mode this many times, interleaved; the table shows the median run and the range")
+	flag.StringVar(&o.topic, "topic", "", "measure an existing topic (kept) instead of producing one, e.g. from an earlier -keep run; needs -expected and one variant")
+	flag.StringVar(&o.expected, "expected", "", "billing-gen's expected ledger of -topic")
+	flag.Parse()
+
+	if *childSpecJSON != "" {
+		var spec childSpec
+		if err := json.Unmarshal([]byte(*childSpecJSON), &spec); err != nil {
+			fmt.Fprintln(os.Stderr, "billing-bench child:", err)
+			os.Exit(2)
+		}
+		if err := child(spec); err != nil {
+			fmt.Fprintln(os.Stderr, "billing-bench child:", err)
+			os.Exit(1)
+		}
+		return
+	}
+
+	for _, b := range strings.Split(brokers, ",") {
+		if b = strings.TrimSpace(b); b != "" {
+			o.brokers = append(o.brokers, b)
+		}
+	}
+	o.variants = splitList(variants)
+	o.modes = splitList(modes)
+	o.serviceEnv = map[string]string{}
+	for _, kv := range splitList(serviceEnv) {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			fatalf("-service-env: %q is not KEY=VALUE", kv)
+		}
+		o.serviceEnv[k] = v
+	}
+	for _, m := range o.modes {
+		switch m {
+		case modeConsume, modeSink, modeNaive, modeService:
+		default:
+			fatalf("-modes: unknown mode %q", m)
+		}
+	}
+	if o.repeat < 1 || o.repeat > 20 {
+		fatalf("-repeat must be 1..20")
+	}
+	if o.topic != "" && (o.expected == "" || len(o.variants) != 1) {
+		fatalf("-topic needs -expected and exactly one variant")
+	}
+	if o.events < 1 || o.events > 100_000_000 || o.partitions < 1 || o.liveRate <= 0 {
+		fatalf("-events must be 1..1e8, -partitions and -live-rate positive")
+	}
+	svc, err := serviceConfig(o.serviceEnv)
+	if err != nil {
+		fatalf("service configuration: %v", err)
+	}
+	o.svc = svc
+	if o.naiveBatch == 0 {
+		o.naiveBatch = svc.CheckpointMaxRecords
+	}
+	if o.naiveWait == 0 {
+		o.naiveWait = svc.CheckpointInterval
+	}
+	if o.sinkChunk == 0 {
+		o.sinkChunk = 2 * svc.CheckpointMaxRecords
+	}
+	o.watch = map[string]int{}
+	if pid := localListener(o.brokers[0]); pid > 0 {
+		o.watch["kafka"] = pid
+	}
+	if mc, err := mysql.ParseDSN(o.admin); err == nil && mc.Net == "tcp" {
+		if pid := localListener(mc.Addr); pid > 0 {
+			o.watch["mysql"] = pid
+		}
+	}
+	if o.out == "" {
+		o.out = filepath.Join("bench-results", time.Now().Format("20060102-150405"))
+	}
+	if err := os.MkdirAll(o.out, 0o755); err != nil {
+		fatalf("%v", err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, &o); err != nil {
+		fatalf("%v", err)
+	}
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, x := range strings.Split(s, ",") {
+		if x = strings.TrimSpace(x); x != "" {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+func fatalf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "billing-bench: "+format+"\n", args...)
+	os.Exit(1)
+}
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// serviceConfig is the service's configuration as config.Load sees it with
+// the environment plus env; brokers and DSN are placeholders here (each
+// child sets its own).
+func serviceConfig(env map[string]string) (config.Config, error) {
+	for k, v := range env {
+		os.Setenv(k, v)
+	}
+	if os.Getenv("KAFKA_BROKERS") == "" {
+		os.Setenv("KAFKA_BROKERS", "127.0.0.1:9092")
+	}
+	saved, had := os.LookupEnv("MYSQL_DSN")
+	os.Setenv("MYSQL_DSN", "bench:bench@tcp(127.0.0.1:3306)/bench")
+	defer func() {
+		if had {
+			os.Setenv("MYSQL_DSN", saved)
+		}
+	}()
+	return config.Load()
+}
+
+// measurement is one mode of one variant, as reported.
+type measurement struct {
+	Variant string      `json:"variant"`
+	Mode    string      `json:"mode"`
+	Rep     int         `json:"repetition"`
+	Result  childResult `json:"result"`
+	Ledger  string      `json:"ledger,omitempty"` // check after the catch-up
+	Err     string      `json:"error,omitempty"`
+	WallS   float64     `json:"wall_s"`
+}
+
+type variantInfo struct {
+	Name      string  `json:"name"`
+	Topic     string  `json:"topic"`
+	Records   int64   `json:"records"`
+	Accounts  int     `json:"accounts"`
+	CacheKeys int     `json:"dedup_cache_keys"`
+	Preload   int64   `json:"preloaded_dedup_keys"`
+	ProduceS  float64 `json:"produce_s"`
+	Note      string  `json:"note"`
+}
+
+func run(ctx context.Context, o *options) error {
+	began := time.Now()
+	tmp, err := os.MkdirTemp("", "billing-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	if o.gen, err = findGenerator(o.gen, tmp); err != nil {
+		return err
+	}
+	adm, kcl, err := kafkaAdmin(o.brokers)
+	if err != nil {
+		return err
+	}
+	defer kcl.Close()
+	mi := machineInfo(ctx, o, adm)
+	fmt.Print(mi.String())
+	runID := fmt.Sprintf("%x", time.Now().UnixNano()&0xffffff)
+
+	all := map[string]variant{
+		"default":       {name: "default", accounts: o.accounts, note: "service defaults"},
+		"large-state":   {name: "large-state", accounts: o.accounts, cacheKeys: o.lsCache, preload: o.lsKeys, note: fmt.Sprintf("DEDUP_CACHE_KEYS=%d, %d dedup keys stored beforehand", o.lsCache, o.lsKeys)},
+		"many-accounts": {name: "many-accounts", accounts: o.manyAcc, note: fmt.Sprintf("%d accounts", o.manyAcc)},
+	}
+	var infos []variantInfo
+	var ms []measurement
+	for _, name := range o.variants {
+		v, ok := all[name]
+		if !ok {
+			return fmt.Errorf("unknown variant %q (want default, large-state or many-accounts)", name)
+		}
+		info, got, err := runVariant(ctx, o, v, runID, adm)
+		infos = append(infos, info)
+		ms = append(ms, got...)
+		if err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	mi.LoadEnd = loadAvg()
+	mi.TotalS = time.Since(began).Seconds()
+	table := renderTable(o, infos, ms)
+	fmt.Print("\n" + table)
+	fmt.Printf("\nmachine load average at the end: %s; total time %s\n", mi.LoadEnd, time.Since(began).Round(time.Second))
+	out, _ := json.MarshalIndent(map[string]any{"machine": mi, "variants": infos, "measurements": ms,
+		"service_config": serviceSummary(o), "options": optionSummary(o)}, "", "  ")
+	if err := os.WriteFile(filepath.Join(o.out, "results.json"), out, 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(o.out, "table.txt"), []byte(mi.String()+"\n"+table), 0o644); err != nil {
+		return err
+	}
+	fmt.Printf("results, logs and profiles in %s\n", o.out)
+	return nil
+}
+
+func runVariant(ctx context.Context, o *options, v variant, runID string, adm *kadmClient) (variantInfo, []measurement, error) {
+	info := variantInfo{Name: v.name, Accounts: v.accounts, Preload: v.preload, Note: v.note, CacheKeys: o.svc.DedupCacheKeys}
+	if v.cacheKeys > 0 {
+		info.CacheKeys = v.cacheKeys
+	}
+	topic := fmt.Sprintf("bench-%s-%s", runID, v.name)
+	expected := filepath.Join(o.out, v.name+"-expected.json")
+	var d time.Duration
+	if o.topic != "" {
+		topic, expected = o.topic, o.expected
+		fmt.Printf("\n== %s: existing topic %s\n", v.name, topic)
+	} else {
+		fmt.Printf("\n== %s: producing %d events (%d accounts, %.0f%% duplicates) into %s\n", v.name, o.events, v.accounts, 100*o.dupRatio, topic)
+		logf, err := os.Create(filepath.Join(o.out, v.name+"-billing-gen.log"))
+		if err != nil {
+			return info, nil, err
+		}
+		defer logf.Close()
+		if !o.keep {
+			defer deleteTopic(adm, topic)
+		}
+		if d, err = generate(ctx, o, v, topic, expected, logf); err != nil {
+			return info, nil, err
+		}
+	}
+	info.Topic = topic
+	info.ProduceS = d.Seconds()
+	ends, total, err := endOffsets(ctx, adm, topic)
+	if err != nil {
+		return info, nil, err
+	}
+	info.Records = total
+	if d > 0 {
+		fmt.Printf("   %d records in %s (%.0f records/s)\n", total, d.Round(time.Millisecond), float64(total)/d.Seconds())
+	}
+
+	env := map[string]string{}
+	for k, val := range o.serviceEnv {
+		env[k] = val
+	}
+	if v.cacheKeys > 0 {
+		env["DEDUP_CACHE_KEYS"] = fmt.Sprint(v.cacheKeys)
+	}
+	var out []measurement
+	for rep := 1; rep <= o.repeat; rep++ {
+		for _, mode := range o.modes {
+			if ctx.Err() != nil {
+				return info, out, ctx.Err()
+			}
+			m := measure(ctx, o, v, mode, runID, topic, expected, ends, total, env, adm, rep)
+			out = append(out, m)
+			fmt.Println("   " + oneLine(m))
+		}
+	}
+	return info, out, nil
+}
+
+func measure(ctx context.Context, o *options, v variant, mode, runID, topic, expected string, ends map[int32]int64, total int64, env map[string]string, adm *kadmClient, rep int) (m measurement) {
+	m = measurement{Variant: v.name, Mode: mode, Rep: rep}
+	start := time.Now()
+	defer func() { m.WallS = time.Since(start).Seconds() }()
+	fail := func(err error) measurement {
+		m.Err = err.Error()
+		m.WallS = time.Since(start).Seconds()
+		return m
+	}
+	short := map[string]string{modeConsume: "consume", modeSink: "sink", modeNaive: "naive", modeService: "service"}[mode]
+	if o.repeat > 1 {
+		short += strconv.Itoa(rep)
+	}
+	spec := childSpec{Mode: mode, Brokers: o.brokers, Topic: topic, Group: fmt.Sprintf("bench-%s-%s-%s", runID, v.name, short),
+		Records: total, Ends: ends, ServiceEnv: env, NaiveBatch: o.naiveBatch, NaiveWait: o.naiveWait,
+		SinkChunk: o.sinkChunk, Timeout: o.timeout, Watch: o.watch}
+	dbName := strings.ReplaceAll(fmt.Sprintf("bench_%s_%s_%s", runID, v.name, short), "-", "_")
+	if mode != modeConsume {
+		if err := createDatabase(ctx, o.admin, dbName); err != nil {
+			return fail(err)
+		}
+		if !o.keep {
+			defer dropDatabase(o.admin, dbName)
+		}
+		if v.preload > 0 && (mode == modeSink || mode == modeService) {
+			t := time.Now()
+			if err := preloadDedupKeys(ctx, o.admin, dbName, v.preload, o.svc.DedupTTL); err != nil {
+				return fail(err)
+			}
+			fmt.Printf("   (%s: %d dedup keys stored beforehand in %s)\n", mode, v.preload, time.Since(t).Round(time.Millisecond))
+		}
+		var err error
+		if spec.DSN, err = databaseDSN(o.admin, dbName, true); err != nil {
+			return fail(err)
+		}
+	}
+	if mode == modeService || mode == modeNaive {
+		spec.LiveTopic = topic + "-live-" + short
+		if err := createTopic(ctx, adm, spec.LiveTopic, len(ends)); err != nil {
+			return fail(err)
+		}
+		if !o.keep {
+			defer deleteTopic(adm, spec.LiveTopic)
+		}
+	}
+	if o.profile && (mode == modeService || mode == modeNaive) {
+		spec.CPUProfile = filepath.Join(o.out, fmt.Sprintf("%s-%s.cpu.pprof", v.name, short))
+		spec.HeapProfile = filepath.Join(o.out, fmt.Sprintf("%s-%s.heap.pprof", v.name, short))
+	}
+	specJSON, _ := json.Marshal(spec)
+	self, err := os.Executable()
+	if err != nil {
+		return fail(err)
+	}
+	logf, err := os.Create(filepath.Join(o.out, fmt.Sprintf("%s-%s.log", v.name, short)))
+	if err != nil {
+		return fail(err)
+	}
+	defer logf.Close()
+	cmd := exec.Command(self, "-child", string(specJSON))
+	cmd.Stderr = logf
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return fail(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return fail(err)
+	}
+	if err := cmd.Start(); err != nil {
+		return fail(err)
+	}
+	defer func() {
+		stdin.Close()
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(2 * time.Minute):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	}()
+	lines := make(chan string)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 1<<20), 1<<24)
+		for sc.Scan() {
+			fmt.Fprintln(logf, sc.Text())
+			if strings.HasPrefix(sc.Text(), "BENCH ") {
+				lines <- strings.TrimPrefix(sc.Text(), "BENCH ")
+			}
+		}
+		close(lines)
+	}()
+	next := func(timeout time.Duration) (string, childResult, error) {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				return "", childResult{}, fmt.Errorf("child exited early (see %s)", logf.Name())
+			}
+			kind, body, _ := strings.Cut(l, " ")
+			var r childResult
+			err := json.Unmarshal([]byte(body), &r)
+			return kind, r, err
+		case <-time.After(timeout):
+			return "", childResult{}, errors.New("child did not report in time")
+		case <-ctx.Done():
+			return "", childResult{}, ctx.Err()
+		}
+	}
+	budget := 2*o.timeout + o.liveSeconds + 2*time.Minute
+	kind, r, err := next(budget)
+	if err != nil {
+		_ = cmd.Process.Kill()
+		return fail(err)
+	}
+	m.Result = r
+	if kind == "result" { // consume-only and sink-only end here
+		if mode == modeSink && r.Err == "" && !r.TimedOut {
+			m.Ledger = check(ctx, o, dbName, expected, topic)
+		}
+		return m
+	}
+	// caught-up: check the ledger, then the live phase.
+	if !r.TimedOut && r.Err == "" && spec.LiveTopic != "" {
+		m.Ledger = check(ctx, o, dbName, expected, topic)
+		fmt.Fprintln(stdin, "live-start")
+		n, err := liveProducer(ctx, o.brokers, spec.LiveTopic, fmt.Sprintf("live-%s-%s", runID, short), o.liveRate, o.liveSeconds, v.accounts, o.dupRatio, o.seed)
+		if err != nil {
+			m.Err = "live producer: " + err.Error()
+		}
+		fmt.Fprintf(stdin, "live-end %d\n", n)
+	} else {
+		fmt.Fprintln(stdin, "stop")
+	}
+	kind, r, err = next(o.timeout + time.Minute)
+	if err != nil {
+		_ = cmd.Process.Kill()
+		return fail(err)
+	}
+	m.Result = r
+	return m
+}
+
+func check(ctx context.Context, o *options, dbName, expected, topic string) string {
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	v, _, err := verify(cctx, o.admin, dbName, expected, topic)
+	if err != nil {
+		return "check failed: " + err.Error()
+	}
+	return v
+}
+
+func oneLine(m measurement) string {
+	r := m.Result
+	s := fmt.Sprintf("%-13s %9.0f records/s", m.Mode, r.CatchUp.Rate)
+	if m.Rep > 1 {
+		s = fmt.Sprintf("%-13s %9.0f records/s", fmt.Sprintf("%s #%d", m.Mode, m.Rep), r.CatchUp.Rate)
+	}
+	if r.CatchUp.Count > 0 && m.Mode != modeConsume {
+		s += fmt.Sprintf(", %d units of %.0f records, p50 %.0f ms p99 %.0f ms, %.1f round trips/unit", r.CatchUp.Count, r.CatchUp.Mean, r.CatchUp.P50, r.CatchUp.P99, r.RoundTrip)
+	}
+	if r.Failed > 0 {
+		s += fmt.Sprintf(", %d FAILED attempts", r.Failed)
+	}
+	if r.LatP99 > 0 {
+		s += fmt.Sprintf(", e2e p50 %.0f ms p99 %.0f ms", r.LatP50, r.LatP99)
+	}
+	s += fmt.Sprintf(", peak RSS %.0f MiB", r.PeakRSSMiB)
+	if m.Ledger != "" {
+		s += ", ledger " + m.Ledger
+	}
+	if r.TimedOut {
+		s += ", TIMED OUT"
+	}
+	if m.Err != "" || r.Err != "" {
+		s += ", error: " + strings.TrimSpace(m.Err+" "+r.Err)
+	}
+	return s + fmt.Sprintf(" [%.0fs]", m.WallS)
+}

@@ -1,0 +1,294 @@
+package main
+
+import (
+	"bufio"
+	"cmp"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+)
+
+type kadmClient = kadm.Client
+
+type machine struct {
+	CPUs      int     `json:"cpus"`
+	CPUModel  string  `json:"cpu_model"`
+	MemoryGiB float64 `json:"memory_gib"`
+	Go        string  `json:"go"`
+	MySQL     string  `json:"mysql"`
+	Kafka     string  `json:"kafka"`
+	LoadStart string  `json:"load_start"`
+	LoadEnd   string  `json:"load_end"`
+	TotalS    float64 `json:"total_s"`
+	Command   string  `json:"command"`
+	Build     string  `json:"build"`
+}
+
+func (m machine) String() string {
+	return fmt.Sprintf("machine: %d CPUs (%s), %.1f GiB; %s; MySQL %s; Kafka %s; load average %s\nbuild: %s\ncommand: %s\n",
+		m.CPUs, m.CPUModel, m.MemoryGiB, m.Go, m.MySQL, m.Kafka, m.LoadStart, m.Build, m.Command)
+}
+
+func machineInfo(ctx context.Context, o *options, adm *kadm.Client) machine {
+	m := machine{CPUs: runtime.NumCPU(), Go: runtime.Version(), LoadStart: loadAvg(), Command: strings.Join(os.Args, " "), Build: "unknown"}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		var rev, modified string
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.modified":
+				modified = s.Value
+			}
+		}
+		if rev != "" {
+			m.Build = "commit " + rev[:min(12, len(rev))]
+			if modified == "true" {
+				m.Build += " with uncommitted changes"
+			}
+		}
+	}
+	if m.Build == "unknown" { // built with -buildvcs=false: ask git about the working directory
+		if rev, err := exec.Command("git", "rev-parse", "--short=12", "HEAD").Output(); err == nil {
+			m.Build = "commit " + strings.TrimSpace(string(rev))
+			if st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(st) > 0 {
+				m.Build += " with uncommitted changes"
+			}
+			m.Build += " (working directory)"
+		}
+	}
+	if f, err := os.Open("/proc/cpuinfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPUModel = strings.TrimSpace(v)
+				break
+			}
+		}
+		f.Close()
+	}
+	if f, err := os.Open("/proc/meminfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			var kb float64
+			if _, err := fmt.Sscanf(sc.Text(), "MemTotal: %f kB", &kb); err == nil {
+				m.MemoryGiB = kb / (1 << 20)
+				break
+			}
+		}
+		f.Close()
+	}
+	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if db, err := adminDB(o.admin); err == nil {
+		_ = db.QueryRowContext(cctx, "SELECT VERSION()").Scan(&m.MySQL)
+		db.Close()
+	}
+	if vs, err := adm.ApiVersions(cctx); err == nil {
+		vs.Each(func(v kadm.BrokerApiVersions) {
+			if v.Err == nil {
+				m.Kafka = v.VersionGuess()
+			}
+		})
+	}
+	return m
+}
+
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+func serviceSummary(o *options) map[string]string {
+	c := o.svc
+	return map[string]string{
+		"CHECKPOINT_INTERVAL":     c.CheckpointInterval.String(),
+		"CHECKPOINT_MAX_RECORDS":  fmt.Sprint(c.CheckpointMaxRecords),
+		"MYSQL_BRANCHES":          fmt.Sprint(c.MySQLBranches),
+		"KAFKA_MAX_POLL_RECORDS":  fmt.Sprint(c.KafkaMaxPollRecords),
+		"DEDUP_CACHE_KEYS":        fmt.Sprint(c.DedupCacheKeys),
+		"MYSQL_LOCK_WAIT_TIMEOUT": c.MySQLLockWaitTimeout.String(),
+	}
+}
+
+func optionSummary(o *options) map[string]any {
+	return map[string]any{
+		"events": o.events, "accounts": o.accounts, "many_accounts": o.manyAcc, "partitions": o.partitions,
+		"dup_ratio": o.dupRatio, "zipf_s": o.zipfS, "seed": o.seed, "naive_batch": o.naiveBatch,
+		"naive_wait": o.naiveWait.String(), "sink_chunk": o.sinkChunk, "live_rate": o.liveRate,
+		"live_duration": o.liveSeconds.String(), "timeout": o.timeout.String(), "service_env": o.serviceEnv,
+	}
+}
+
+// renderTable prints one row per measurement and the ratios the targets
+// are stated in.
+func renderTable(o *options, infos []variantInfo, ms []measurement) string {
+	var b strings.Builder
+	sc := serviceSummary(o)
+	keys := make([]string, 0, len(sc))
+	for k := range sc {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var kv []string
+	for _, k := range keys {
+		kv = append(kv, k+"="+sc[k])
+	}
+	fmt.Fprintf(&b, "service configuration: %s\n", strings.Join(kv, " "))
+	fmt.Fprintf(&b, "naive: batch %d records or %s; sink-only: %d records per checkpoint; live phase: %.0f records/s for %s\n",
+		o.naiveBatch, o.naiveWait, o.sinkChunk, o.liveRate, o.liveSeconds)
+	for _, in := range infos {
+		fmt.Fprintf(&b, "variant %s: %d records, %d accounts, DEDUP_CACHE_KEYS %d, %d dedup keys preloaded; produced in %.1fs\n",
+			in.Name, in.Records, in.Accounts, in.CacheKeys, in.Preload, in.ProduceS)
+	}
+	b.WriteString("\n")
+	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "variant\tmode\tevents/s\t÷limit\t÷naive\te2e p50\te2e p99\tunit p50\tunit p99\trecords/unit\tSQL RT/unit\tfailed\tpeak RSS\tcores: self/mysql/kafka\tstall\tledger\t")
+	// Per variant and mode, the run with the median rate stands for all.
+	byKey := map[string]measurement{}
+	rates := map[string][]float64{}
+	groups := map[string][]measurement{}
+	var order []string
+	for _, m := range ms {
+		k := m.Variant + "/" + m.Mode
+		if _, ok := groups[k]; !ok {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], m)
+		rates[k] = append(rates[k], m.Result.CatchUp.Rate)
+	}
+	for k, g := range groups {
+		slices.SortFunc(g, func(a, b measurement) int { return cmp.Compare(a.Result.CatchUp.Rate, b.Result.CatchUp.Rate) })
+		byKey[k] = g[(len(g)-1)/2]
+	}
+	var rows []measurement
+	for _, k := range order {
+		rows = append(rows, byKey[k])
+	}
+	for _, in := range infos {
+		limit := 0.0
+		for _, mode := range []string{modeConsume, modeSink} {
+			if m, ok := byKey[in.Name+"/"+mode]; ok && m.Result.CatchUp.Rate > 0 && !m.Result.TimedOut {
+				if limit == 0 || m.Result.CatchUp.Rate < limit {
+					limit = m.Result.CatchUp.Rate
+				}
+			}
+		}
+		naiveRate := 0.0
+		if m, ok := byKey[in.Name+"/"+modeNaive]; ok && !m.Result.TimedOut {
+			naiveRate = m.Result.CatchUp.Rate
+		}
+		for _, m := range rows {
+			if m.Variant != in.Name {
+				continue
+			}
+			r := m.Result
+			rate := fmtRate(r.CatchUp.Rate)
+			if rs := rates[m.Variant+"/"+m.Mode]; len(rs) > 1 {
+				rate += fmt.Sprintf(" (%s–%s)", fmtRate(slices.Min(rs)), fmtRate(slices.Max(rs)))
+			}
+			if r.TimedOut {
+				rate = fmt.Sprintf("%s (timeout)", fmtRate(float64(r.Records)/r.CatchUpS))
+			}
+			ratio := func(den float64) string {
+				if den == 0 || (m.Mode != modeNaive && m.Mode != modeService) || r.CatchUp.Rate == 0 {
+					return "-"
+				}
+				return fmt.Sprintf("%.2f", r.CatchUp.Rate/den)
+			}
+			vsNaive := "-"
+			if m.Mode == modeService {
+				vsNaive = ratio(naiveRate)
+			}
+			lat := func(x float64) string {
+				if m.Mode == modeConsume || m.Mode == modeSink || x == 0 {
+					return "n/a"
+				}
+				return fmtMs(x)
+			}
+			unitP := func(x float64) string {
+				if m.Mode == modeConsume {
+					return "n/a"
+				}
+				return fmtMs(x)
+			}
+			rt := "-"
+			if m.Mode != modeConsume && r.RoundTrip > 0 {
+				rt = fmt.Sprintf("%.1f", r.RoundTrip)
+			}
+			ledger := m.Ledger
+			if ledger == "" {
+				ledger = "-"
+			}
+			if m.Err != "" || r.Err != "" {
+				ledger += " (error, see log)"
+			}
+			cores := "-"
+			if c, ok := r.CPU["bench process"]; ok {
+				cores = fmt.Sprintf("%.2f", c)
+				for _, name := range []string{"mysql", "kafka"} {
+					if v, ok := r.CPU[name]; ok {
+						cores += fmt.Sprintf("/%.2f", v)
+					} else {
+						cores += "/?"
+					}
+				}
+			}
+			stall := "?"
+			if v, ok := r.CPU["cpu stall"]; ok {
+				stall = fmt.Sprintf("%.0f%%", 100*v)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t%s\t%d\t%.0f MiB\t%s\t%s\t%s\t\n",
+				m.Variant, m.Mode, rate, ratio(limit), vsNaive, lat(r.LatP50), lat(r.LatP99),
+				unitP(r.CatchUp.P50), unitP(r.CatchUp.P99), r.CatchUp.Mean, rt, r.Failed, r.PeakRSSMiB, cores, stall, ledger)
+		}
+	}
+	tw.Flush()
+	b.WriteString(`
+events/s: sustained catch-up rate (records after the first checkpoint/batch/poll, over the time
+  from its end to the last one's end); with -repeat, the median run (the row's other figures are
+  that run's) and the range. ÷limit: over min(consume-only, sink-only); ÷naive: over naive.
+e2e: record timestamp → commit that makes it visible, in the live phase. unit: checkpoint (service,
+  sink-only), batch (naive), poll (consume-only), catch-up phase. SQL RT/unit: client commands sent
+  per unit in the catch-up (start-up and background work included). failed: aborted checkpoint
+  attempts. peak RSS: VmHWM of the child process. cores: CPU used during the catch-up by the child,
+  the MySQL server and the broker (when they run on this machine), in cores; stall: share of that
+  time in which some runnable task on the machine waited for a CPU (/proc/pressure/cpu), a measure
+  of contention and so of noise. ledger: the catch-up
+  result against billing-gen's expected ledger ("N twice": events counted twice).
+`)
+	return b.String()
+}
+
+func fmtRate(r float64) string {
+	switch {
+	case r >= 1e6:
+		return fmt.Sprintf("%.2fM", r/1e6)
+	case r >= 1e3:
+		return fmt.Sprintf("%.1fk", r/1e3)
+	}
+	return fmt.Sprintf("%.0f", r)
+}
+
+func fmtMs(x float64) string {
+	if x >= 10000 {
+		return fmt.Sprintf("%.1f s", x/1000)
+	}
+	return fmt.Sprintf("%.0f ms", x)
+}

@@ -1,0 +1,355 @@
+package main
+
+import (
+	"context"
+	"crypto/md5"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/jmoiron/sqlx"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/billing/ledger/internal/ledgercheck"
+	"github.com/billing/ledger/internal/naive"
+	"github.com/billing/ledger/internal/txsink"
+	"github.com/billing/ledger/migrations"
+)
+
+// findGenerator returns the billing-gen binary: the -gen flag, else the one
+// next to this executable (make bench builds both there), else one built
+// now with go build.
+func findGenerator(flagPath, tmp string) (string, error) {
+	if flagPath != "" {
+		return flagPath, nil
+	}
+	if self, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(self), "billing-gen")
+		if st, err := os.Stat(p); err == nil && !st.IsDir() {
+			return p, nil
+		}
+	}
+	p := filepath.Join(tmp, "billing-gen")
+	out, err := exec.Command("go", "build", "-o", p, "github.com/billing/ledger/cmd/billing-gen").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go build billing-gen: %v\n%s", err, out)
+	}
+	return p, nil
+}
+
+// generate produces the workload with billing-gen into a new topic and
+// returns the path of the expected ledger.
+func generate(ctx context.Context, o *options, v variant, topic, expected string, logf *os.File) (time.Duration, error) {
+	args := []string{
+		"-brokers", strings.Join(o.brokers, ","), "-topic", topic, "-create-topic", "-partitions", strconv.Itoa(o.partitions),
+		"-events", strconv.FormatInt(o.events, 10), "-accounts", strconv.Itoa(v.accounts), "-zipf-s", fmt.Sprint(o.zipfS),
+		"-dup-ratio", fmt.Sprint(o.dupRatio), "-conflict-ratio", "0", "-malformed-ratio", "0", "-aborted-ratio", "0",
+		"-overflow-cases", "0", "-window", o.svc.BillingWindow.String(), "-seed", strconv.FormatUint(o.seed, 10),
+		"-max-in-flight", "100000", "-progress", "none", "-expected", expected, "-timeout", o.timeout.String(),
+	}
+	cmd := exec.CommandContext(ctx, o.gen, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	start := time.Now()
+	if err := cmd.Run(); err != nil {
+		return 0, fmt.Errorf("billing-gen: %w (see %s)", err, logf.Name())
+	}
+	return time.Since(start), nil
+}
+
+func kafkaAdmin(brokers []string) (*kadm.Client, *kgo.Client, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return nil, nil, err
+	}
+	return kadm.NewClient(cl), cl, nil
+}
+
+// endOffsets returns every partition's end offset and their sum (the
+// topic has no transactions: offsets are records).
+func endOffsets(ctx context.Context, adm *kadm.Client, topic string) (map[int32]int64, int64, error) {
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		return nil, 0, err
+	}
+	starts, err := adm.ListStartOffsets(ctx, topic)
+	if err != nil {
+		return nil, 0, err
+	}
+	out := map[int32]int64{}
+	var total int64
+	var ferr error
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Err != nil {
+			ferr = o.Err
+			return
+		}
+		out[o.Partition] = o.Offset
+		if s, ok := starts.Lookup(topic, o.Partition); ok {
+			total += o.Offset - s.Offset
+		}
+	})
+	return out, total, ferr
+}
+
+// createTopic creates an empty topic and waits until every partition has a
+// leader.
+func createTopic(ctx context.Context, adm *kadm.Client, topic string, partitions int) error {
+	if _, err := adm.CreateTopic(ctx, int32(partitions), -1, nil, topic); err != nil {
+		return fmt.Errorf("create topic %s: %w", topic, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for {
+		md, err := adm.Metadata(ctx, topic)
+		if err == nil {
+			if td, ok := md.Topics[topic]; ok && td.Err == nil && len(td.Partitions) == partitions {
+				ready := true
+				for _, p := range td.Partitions {
+					ready = ready && p.Err == nil && p.Leader >= 0
+				}
+				if ready {
+					return nil
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("topic %s not ready: %w", topic, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func deleteTopic(adm *kadm.Client, topic string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := adm.DeleteTopic(ctx, topic); err != nil && !errors.Is(err, kerr.UnknownTopicOrPartition) {
+		fmt.Fprintf(os.Stderr, "billing-bench: delete topic %s: %v\n", topic, err)
+	}
+}
+
+// databaseDSN derives the DSN of database name from the admin DSN; with
+// counting, through countingNet.
+func databaseDSN(admin, name string, counting bool) (string, error) {
+	cfg, err := mysql.ParseDSN(admin)
+	if err != nil {
+		return "", err
+	}
+	cfg.DBName = name
+	if counting && cfg.Net == "tcp" {
+		cfg.Net = countingNet
+	}
+	return cfg.FormatDSN(), nil
+}
+
+func adminDB(admin string) (*sql.DB, error) {
+	db, err := sql.Open("mysql", admin)
+	if err != nil {
+		return nil, err
+	}
+	db.SetMaxOpenConns(4)
+	return db, nil
+}
+
+// createDatabase creates an empty database with the ledger schema and
+// naive_offsets.
+func createDatabase(ctx context.Context, admin, name string) error {
+	db, err := adminDB(admin)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(ctx, "CREATE DATABASE `"+name+"`"); err != nil {
+		return fmt.Errorf("create database %s: %w", name, err)
+	}
+	dsn, err := databaseDSN(admin, name, false)
+	if err != nil {
+		return err
+	}
+	sdb, err := txsink.OpenDB(dsn, 5*time.Second, 2)
+	if err != nil {
+		return err
+	}
+	defer sdb.Close()
+	if err := migrations.Up(ctx, sdb.DB, quietLogger()); err != nil {
+		return err
+	}
+	return naive.Migrate(ctx, sdb)
+}
+
+func dropDatabase(admin, name string) {
+	db, err := adminDB(admin)
+	if err != nil {
+		return
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "billing-bench: drop database %s: %v\n", name, err)
+		return
+	}
+	defer conn.Close()
+	_, _ = conn.ExecContext(ctx, "SET SESSION lock_wait_timeout = 30")
+	if _, err := conn.ExecContext(ctx, "DROP DATABASE IF EXISTS `"+name+"`"); err != nil {
+		fmt.Fprintf(os.Stderr, "billing-bench: drop database %s: %v\n", name, err)
+	}
+}
+
+// preloadDedupKeys inserts n unexpired dedup keys (random-looking ids, so
+// that they spread over the whole index) before the run: a dedup state far
+// larger than the cache.
+func preloadDedupKeys(ctx context.Context, admin, name string, n int64, ttl time.Duration) error {
+	dsn, err := databaseDSN(admin, name, false)
+	if err != nil {
+		return err
+	}
+	db, err := txsink.OpenDB(dsn, 30*time.Second, 2)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	expires := time.Now().Add(ttl).UTC()
+	// MariaDB generates them itself (Sequence engine), twice as fast as
+	// sending them; elsewhere they are sent in batches.
+	var one int
+	if db.QueryRowContext(ctx, "SELECT seq FROM seq_1_to_1").Scan(&one) == nil {
+		const step = 500_000
+		for lo := int64(0); lo < n; lo += step {
+			hi := min(lo+step, n)
+			q := fmt.Sprintf("INSERT INTO dedup_keys (event_id, fingerprint, expires_at) SELECT CONCAT('old-', MD5(seq)), UNHEX(MD5(seq)), ? FROM seq_%d_to_%d", lo+1, hi)
+			if _, err := db.ExecContext(ctx, q, expires); err != nil {
+				return fmt.Errorf("preload dedup keys: %w", err)
+			}
+		}
+		return nil
+	}
+	const rows = 5000
+	var b strings.Builder
+	for lo := int64(0); lo < n; lo += rows {
+		hi := min(lo+rows, n)
+		b.Reset()
+		b.WriteString("INSERT INTO dedup_keys (event_id, fingerprint, expires_at) VALUES ")
+		args := make([]any, 0, 3*(hi-lo))
+		for i := lo; i < hi; i++ {
+			if i > lo {
+				b.WriteByte(',')
+			}
+			b.WriteString("(?,?,?)")
+			sum := md5.Sum([]byte(strconv.FormatInt(i, 10)))
+			args = append(args, "old-"+hex.EncodeToString(sum[:]), sum[:], expires)
+		}
+		if _, err := db.ExecContext(ctx, b.String(), args...); err != nil {
+			return fmt.Errorf("preload dedup keys: %w", err)
+		}
+	}
+	return nil
+}
+
+// verify compares a database's ledger with the generator's expectation.
+func verify(ctx context.Context, admin, name, expectedPath, topic string) (string, *ledgercheck.Report, error) {
+	exp, err := ledgercheck.ReadFile(expectedPath)
+	if err != nil {
+		return "", nil, err
+	}
+	dsn, err := databaseDSN(admin, name, false)
+	if err != nil {
+		return "", nil, err
+	}
+	db, err := ledgercheck.OpenDB(ctx, dsn)
+	if err != nil {
+		return "", nil, err
+	}
+	defer db.Close()
+	act, err := ledgercheck.ReadActual(ctx, []*sqlx.DB{db}, topic)
+	if err != nil {
+		return "", nil, err
+	}
+	rep := ledgercheck.Compare(exp, act)
+	switch {
+	case rep.Exact():
+		return "exact", rep, nil
+	case rep.Lost == 0:
+		return fmt.Sprintf("%d twice", rep.CountedTwice), rep, nil
+	default:
+		return fmt.Sprintf("%d lost, %d twice", rep.Lost, rep.CountedTwice), rep, nil
+	}
+}
+
+// liveProducer produces events at a fixed rate for a while, with fresh
+// ids, billing-gen's account names, and repeats at the workload's
+// duplicate ratio. Each record's timestamp is its creation time.
+func liveProducer(ctx context.Context, brokers []string, topic, prefix string, rate float64, d time.Duration, accounts int, dupRatio float64, seed uint64) (int64, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(0))
+	if err != nil {
+		return 0, err
+	}
+	defer cl.Close()
+	rng := rand.New(rand.NewPCG(seed, 7))
+	zipf := rand.NewZipf(rng, 1.1, 1, uint64(accounts-1))
+	currencies := []string{"EUR", "USD", "GBP", "JPY"}
+	var sent, failed atomic.Int64
+	var firstErr atomic.Value
+	var recent [][2][]byte
+	n := 0
+	produce := func(key, value []byte) {
+		sent.Add(1)
+		cl.Produce(ctx, &kgo.Record{Key: key, Value: value, Timestamp: time.Now()}, func(_ *kgo.Record, err error) {
+			if err != nil {
+				failed.Add(1)
+				firstErr.CompareAndSwap(nil, err)
+			}
+		})
+	}
+	start := time.Now()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	var due float64
+	for time.Since(start) < d {
+		select {
+		case <-ctx.Done():
+			return sent.Load(), ctx.Err()
+		case <-tick.C:
+		}
+		due = rate * time.Since(start).Seconds()
+		for float64(sent.Load()) < due {
+			if len(recent) > 0 && rng.Float64() < dupRatio {
+				r := recent[rng.IntN(len(recent))]
+				produce(r[0], r[1])
+				continue
+			}
+			n++
+			acct := fmt.Sprintf("acct-%06d", zipf.Uint64())
+			at := time.Now().UTC().Truncate(time.Millisecond).Format(time.RFC3339Nano)
+			value := fmt.Appendf(nil, `{"event_id":"%s-%d","account_id":"%s","amount_minor":%d,"currency":"%s","occurred_at":"%s"}`,
+				prefix, n, acct, 1+rng.IntN(100000), currencies[rng.IntN(len(currencies))], at)
+			key := []byte(acct)
+			produce(key, value)
+			if len(recent) < 1000 {
+				recent = append(recent, [2][]byte{key, value})
+			} else {
+				recent[rng.IntN(len(recent))] = [2][]byte{key, value}
+			}
+		}
+	}
+	if err := cl.Flush(ctx); err != nil {
+		return sent.Load(), err
+	}
+	if f := failed.Load(); f > 0 {
+		return sent.Load(), fmt.Errorf("%d live records failed: %v", f, firstErr.Load())
+	}
+	return sent.Load(), nil
+}
