@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/billing/ledger/integration/harness"
@@ -248,4 +249,46 @@ func TestEndToEndDedupAndDeadLetters(t *testing.T) {
 	if st.Duplicates.Load() != 11 {
 		t.Errorf("duplicates = %d, want 11", st.Duplicates.Load())
 	}
+	groupOffsetsFollowMySQL(t, e)
+}
+
+// Guarantee 7: after checkpoints, the positions stored in MySQL are also
+// the consumer group's committed offsets, so standard lag tools work.
+func groupOffsetsFollowMySQL(t *testing.T, e *env) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	deadline := time.Now().Add(30 * time.Second)
+	var diff string
+	for time.Now().Before(deadline) {
+		var rows []struct {
+			Partition int32 `db:"kafka_partition"`
+			Next      int64 `db:"next_offset"`
+		}
+		if err := e.db.Select(&rows, `SELECT kafka_partition, next_offset FROM partition_offsets WHERE kafka_topic = ?`, e.topic); err != nil {
+			t.Fatal(err)
+		}
+		offs, err := adm.FetchOffsets(context.Background(), "g-"+e.topic)
+		diff = ""
+		if err != nil {
+			diff = err.Error()
+		}
+		for _, r := range rows {
+			if r.Next < 0 {
+				continue // never checkpointed
+			}
+			if o, ok := offs.Lookup(e.topic, r.Partition); !ok || o.At != r.Next {
+				diff += fmt.Sprintf(" partition %d: group %d, MySQL %d;", r.Partition, o.At, r.Next)
+			}
+		}
+		if diff == "" && len(rows) > 0 {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("group offsets do not follow MySQL:%s", diff)
 }
