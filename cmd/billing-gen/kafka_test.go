@@ -184,6 +184,21 @@ func TestProduceErrorFailsRun(t *testing.T) {
 	if _, err := adm.CreateTopic(ctx, 2, -1, map[string]*string{"max.message.bytes": kadm.StringPtr("20000")}, topic); err != nil {
 		t.Fatal(err)
 	}
+	// A new topic takes a moment to appear in every broker's metadata; the
+	// generator would otherwise report it missing instead of the refusal.
+	for {
+		md, err := adm.Metadata(ctx, topic)
+		if err == nil {
+			if td, ok := md.Topics[topic]; ok && td.Err == nil && len(td.Partitions) == 2 {
+				break
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("topic %s never appeared: %v", topic, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 	path := filepath.Join(t.TempDir(), "expected.json")
 	var stdout, stderr bytes.Buffer
 	code := run(ctx, []string{"-brokers", brokersEnv, "-topic", topic, "-events", "500", "-malformed-ratio", "0.2",
