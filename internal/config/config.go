@@ -56,7 +56,7 @@ type Config struct {
 	CheckpointMaxRecords int           `envconfig:"CHECKPOINT_MAX_RECORDS" default:"50000" desc:"a checkpoint is taken early once this many records are buffered; fetching pauses at twice this"`
 
 	DedupTTL             time.Duration `envconfig:"DEDUP_TTL" default:"24h" desc:"an event id is remembered this long after its first arrival (processing time)"`
-	DedupCacheKeys       int           `envconfig:"DEDUP_CACHE_KEYS" default:"500000" desc:"in-memory budget of remembered event ids; beyond it, ids are checked against MySQL only"`
+	DedupCacheKeys       int           `envconfig:"DEDUP_CACHE_KEYS" default:"100000" desc:"in-memory budget of remembered event ids; beyond it, ids are checked against MySQL only"`
 	DedupCleanupInterval time.Duration `envconfig:"DEDUP_CLEANUP_INTERVAL" default:"5s" desc:"how often expired dedup keys are deleted"`
 	DedupCleanupBatch    int           `envconfig:"DEDUP_CLEANUP_BATCH" default:"1000" desc:"expired dedup keys deleted per statement (short transactions, no long locks)"`
 
