@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -58,7 +59,8 @@ type childSpec struct {
 	NaiveWait   time.Duration     `json:"naive_wait"`
 	SinkChunk   int               `json:"sink_chunk"`
 	Timeout     time.Duration     `json:"timeout"`
-	Watch       map[string]int    `json:"watch"` // local server processes whose CPU is sampled
+	Watch       map[string]int    `json:"watch"`     // local server processes whose CPU is sampled
+	MemLimit    int64             `json:"mem_limit"` // service mode: Go soft memory limit unless GOMEMLIMIT is set; 0: none
 	CPUProfile  string            `json:"cpu_profile"`
 	HeapProfile string            `json:"heap_profile"`
 }
@@ -173,6 +175,9 @@ func child(spec childSpec) error {
 	cfg, err := config.Load()
 	if err != nil {
 		return err
+	}
+	if _, ok := os.LookupEnv("GOMEMLIMIT"); !ok && spec.Mode == modeService && spec.MemLimit > 0 {
+		debug.SetMemoryLimit(spec.MemLimit) // as cmd/billing does
 	}
 	in := bufio.NewScanner(os.Stdin)
 	cmds := make(chan string, 4)

@@ -83,6 +83,7 @@ type options struct {
 	topic       string
 	expected    string
 	repeat      int
+	memLimit    int64
 }
 
 type variant struct {
@@ -128,6 +129,7 @@ func main() {
 	flag.StringVar(&o.out, "out", "", "directory for results, logs and profiles (default bench-results/<time>)")
 	flag.BoolVar(&o.profile, "profile", false, "write CPU and heap profiles of the naive and service catch-up")
 	flag.BoolVar(&o.keep, "keep", false, "keep topics and databases")
+	flag.Int64Var(&o.memLimit, "service-memlimit", 400<<20, "Go soft memory limit of the service mode in bytes unless GOMEMLIMIT is set, as cmd/billing sets it (0: none)")
 	flag.IntVar(&o.repeat, "repeat", 1, "measure every mode this many times, interleaved; the table shows the median run and the range")
 	flag.StringVar(&o.topic, "topic", "", "measure an existing topic (kept) instead of producing one, e.g. from an earlier -keep run; needs -expected and one variant")
 	flag.StringVar(&o.expected, "expected", "", "billing-gen's expected ledger of -topic")
@@ -402,7 +404,7 @@ func measure(ctx context.Context, o *options, v variant, mode, runID, topic, exp
 	}
 	spec := childSpec{Mode: mode, Brokers: o.brokers, Topic: topic, Group: fmt.Sprintf("bench-%s-%s-%s", runID, v.name, short),
 		Records: total, Ends: ends, ServiceEnv: env, NaiveBatch: o.naiveBatch, NaiveWait: o.naiveWait,
-		SinkChunk: o.sinkChunk, Timeout: o.timeout, Watch: o.watch}
+		SinkChunk: o.sinkChunk, Timeout: o.timeout, Watch: o.watch, MemLimit: o.memLimit}
 	dbName := strings.ReplaceAll(fmt.Sprintf("bench_%s_%s_%s", runID, v.name, short), "-", "_")
 	if mode != modeConsume {
 		if err := createDatabase(ctx, o.admin, dbName); err != nil {

@@ -151,8 +151,14 @@ func renderTable(o *options, infos []variantInfo, ms []measurement) string {
 		kv = append(kv, k+"="+sc[k])
 	}
 	fmt.Fprintf(&b, "service configuration: %s\n", strings.Join(kv, " "))
-	fmt.Fprintf(&b, "naive: batch %d records or %s; sink-only: %d records per checkpoint; live phase: %.0f records/s for %s\n",
-		o.naiveBatch, o.naiveWait, o.sinkChunk, o.liveRate, o.liveSeconds)
+	memLimit := "none"
+	if v, ok := os.LookupEnv("GOMEMLIMIT"); ok {
+		memLimit = "GOMEMLIMIT=" + v
+	} else if o.memLimit > 0 {
+		memLimit = fmt.Sprintf("%d MiB", o.memLimit>>20)
+	}
+	fmt.Fprintf(&b, "service Go soft memory limit: %s; naive: batch %d records or %s; sink-only: %d records per checkpoint; live phase: %.0f records/s for %s\n",
+		memLimit, o.naiveBatch, o.naiveWait, o.sinkChunk, o.liveRate, o.liveSeconds)
 	for _, in := range infos {
 		fmt.Fprintf(&b, "variant %s: %d records, %d accounts, DEDUP_CACHE_KEYS %d, %d dedup keys preloaded; produced in %.1fs\n",
 			in.Name, in.Records, in.Accounts, in.CacheKeys, in.Preload, in.ProduceS)
