@@ -242,6 +242,32 @@ func (r *chaosRun) awaitProgress(ctx context.Context, base int64) (string, error
 	}
 }
 
+// awaitCommitBy waits until the incarnation with writer tag commits a new
+// checkpoint decision, polling the audit trail every 10 ms; false if none
+// came within timeout.
+func (r *chaosRun) awaitCommitBy(ctx context.Context, tag string, timeout time.Duration) bool {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	const q = `SELECT COALESCE(MAX(seq), 0) FROM chaos_decision_audit WHERE writer = ? AND op = 'insert' AND outcome = 'commit'`
+	var base int64 = -1
+	for {
+		var top int64
+		if err := r.db.GetContext(ctx, &top, q, tag); err == nil {
+			if base >= 0 && top > base {
+				return true
+			}
+			if base < 0 {
+				base = top
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
 // chaosInDoubt lists the prepared XA branches of this run's instances. XA
 // RECOVER is server-wide; other runs' branches are told apart by the
 // instance id in the gtrid (blg1-<instance>-...).
@@ -308,7 +334,8 @@ var auditDDL = []string{
 		gtrid VARBINARY(64) NOT NULL,
 		outcome VARCHAR(8) NOT NULL,
 		decided_by VARBINARY(64) NOT NULL,
-		KEY chaos_decision_audit_conn (conn, at)
+		KEY chaos_decision_audit_conn (conn, at),
+		KEY chaos_decision_audit_writer (writer, seq)
 	) ENGINE = InnoDB`,
 	`CREATE TRIGGER chaos_decisions_ai AFTER INSERT ON checkpoint_decisions FOR EACH ROW
 		INSERT INTO chaos_decision_audit (at, op, writer, conn, gtrid, outcome, decided_by)

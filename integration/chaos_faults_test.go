@@ -316,7 +316,19 @@ func (d *faultDriver) term(ctx context.Context, in *instance, inc *incarnation, 
 }
 
 // zombie freezes the process beyond its session timeout and thaws it.
+//
+// It freezes the process just after one of its checkpoints committed (seen
+// in the audit trail, polled every 10 ms for up to 5 s): then no
+// checkpoint is in flight, records are buffered, and the thawed process
+// seals a new checkpoint at once, built under the epochs it held before.
+// Frozen at a random moment it would often be mid-checkpoint, and that
+// checkpoint dies of its own timeout after the thaw, which proves nothing
+// about fencing.
 func (d *faultDriver) zombie(ctx context.Context, inc *incarnation, hold time.Duration, res *faultResult) error {
+	timing := "at a random moment (no commit of its own within 5s)"
+	if d.r.awaitCommitBy(ctx, inc.tag, 5*time.Second) {
+		timing = "right after a commit of its own"
+	}
 	stopFor := d.r.sessionTimeout + hold
 	inc.signal(syscall.SIGSTOP)
 	select {
@@ -324,7 +336,7 @@ func (d *faultDriver) zombie(ctx context.Context, inc *incarnation, hold time.Du
 	case <-time.After(stopFor):
 	}
 	inc.signal(syscall.SIGCONT)
-	res.Note = fmt.Sprintf("stopped for %s", stopFor.Round(100*time.Millisecond))
+	res.Note = fmt.Sprintf("stopped for %s, %s", stopFor.Round(100*time.Millisecond), timing)
 	return ctx.Err()
 }
 

@@ -175,9 +175,11 @@ func newInstance(slot int, bin, logDir string, env func(tag string) []string) *i
 	return &instance{slot: slot, name: fmt.Sprintf("billing-%d", slot), bin: bin, logDir: logDir, env: env, changed: make(chan struct{})}
 }
 
-// run starts the supervisor; it returns at once.
+// run starts the first incarnation and its supervisor; it returns at once.
 func (in *instance) run() error {
+	in.mu.Lock()
 	inc, err := in.startLocked(nil)
+	in.mu.Unlock()
 	if err != nil {
 		return err
 	}
@@ -186,6 +188,8 @@ func (in *instance) run() error {
 	return nil
 }
 
+// startLocked starts the next incarnation with extra environment; in.mu is
+// held.
 func (in *instance) startLocked(extra []string) (*incarnation, error) {
 	in.n++
 	tag := fmt.Sprintf("s%d.%d", in.slot, in.n)
