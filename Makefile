@@ -104,7 +104,7 @@ chaos-run = KAFKA_BROKERS='$(KAFKA_BROKERS)' MYSQL_DSN='$(MYSQL_DSN)' CHAOS=$(1)
 chaos: services
 	$(call chaos-run,ci,$(CHAOS_TIMEOUT))
 
-## chaos-long: a million events and 130 faults (about 25 minutes); the
+## chaos-long: a million events and 130 faults (about 22 minutes); the
 ## logs and report.json are kept, their folder is printed
 chaos-long: services
 	CHAOS_KEEP_LOGS=1 $(call chaos-run,long,$(CHAOS_LONG_TIMEOUT))

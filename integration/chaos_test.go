@@ -39,7 +39,9 @@ import (
 //	CHAOS_FAULTS                number of faults
 //	CHAOS_KINDS                 comma-separated fault kinds to draw from
 //	CHAOS_LOG_DIR               where the processes' logs go (default: a
-//	                            temporary folder, removed after a pass)
+//	                            temporary folder, removed after a pass
+//	                            unless CHAOS_KEEP_LOGS is set)
+//	CHAOS_SERVICE_LOG_LEVEL     LOG_LEVEL of the instances (default info)
 //	CHAOS_REPORT                where to write the JSON report (default:
 //	                            report.json in the log folder)
 //	CHAOS_SERVICES_SCRIPT       services.sh of the running services
