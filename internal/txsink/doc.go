@@ -46,10 +46,13 @@
 //
 // gtrid = "blg1-<instance>-<checkpoint>-<created>" (instance random per
 // Open, checkpoint a counter per attempt, created in Unix milliseconds, all
-// lower hex); bqual = "p<participant>-c<connection id>"; formatID "blg".
-// They are never reused, stay under 64 bytes, and parse back from XA
+// lower hex); bqual = "p<participant>-c<connection id>-s<scope>"; formatID
+// "blg". They are never reused, stay under 64 bytes, and parse back from XA
 // RECOVER, which lists every prepared branch on a server, other
-// applications' too.
+// applications' too, and other ledgers' of this very service. The scope, a
+// hash of the control database's name, keeps recovery to the branches whose
+// decisions it can read: another ledger's branch, decided commit in that
+// ledger's database, would look undecided here and be rolled back.
 //
 // # Recovery
 //

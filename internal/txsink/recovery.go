@@ -129,8 +129,8 @@ func (s *Sink) listInDoubt(ctx context.Context, sv *server) ([]InDoubt, error) {
 		}
 		x := Xid{Gtrid: string(data[:glen]), Bqual: string(data[glen : glen+blen])}
 		id, ok := ParseGlobalID(x.Gtrid)
-		if _, _, okb := parseBqual(x.Bqual); !ok || !okb {
-			continue
+		if _, _, scope, okb := parseBqual(x.Bqual); !ok || !okb || scope != s.scope {
+			continue // not this service's, or another deployment's
 		}
 		out = append(out, InDoubt{Server: sv.index, Xid: x, ID: id})
 	}
@@ -146,7 +146,7 @@ func (s *Sink) listInDoubt(ctx context.Context, sv *server) ([]InDoubt, error) {
 // longer holds the branch is harmless: at worst a live checkpoint on it
 // fails and replays.
 func (s *Sink) killHolder(ctx context.Context, sv *server, b InDoubt) {
-	_, conn, ok := parseBqual(b.Xid.Bqual)
+	_, conn, _, ok := parseBqual(b.Xid.Bqual)
 	if !ok {
 		return
 	}

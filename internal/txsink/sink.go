@@ -80,6 +80,7 @@ type server struct {
 type Sink struct {
 	cfg      Config
 	instance string
+	scope    string // this deployment's mark in every bqual
 	servers  []*server
 	log      *slog.Logger
 
@@ -103,7 +104,11 @@ func Open(ctx context.Context, cfg Config) (*Sink, error) {
 	if _, err := rand.Read(id[:]); err != nil {
 		return nil, fmt.Errorf("txsink: instance id: %w", err)
 	}
-	s := &Sink{cfg: cfg, instance: hex.EncodeToString(id[:]), log: cfg.Logger}
+	mc, err := mysql.ParseDSN(cfg.DSNs[0])
+	if err != nil {
+		return nil, fmt.Errorf("txsink: control DSN: %w", err)
+	}
+	s := &Sink{cfg: cfg, instance: hex.EncodeToString(id[:]), scope: scopeOf(mc.DBName), log: cfg.Logger}
 	s.idle = make([]*pinned, len(cfg.DSNs)*cfg.Branches)
 	for i, dsn := range cfg.DSNs {
 		db, err := OpenDB(dsn, cfg.LockWaitTimeout, cfg.Branches+8)
@@ -264,7 +269,7 @@ func (t *Txn) branch(ctx context.Context, participant int) (*Branch, error) {
 			continue
 		}
 		b = &Branch{Participant: participant, server: sv, sink: t.s, pc: pc, conn: pc.conn,
-			xid: Xid{Gtrid: t.gtrid, Bqual: bqual(participant, pc.id)}}
+			xid: Xid{Gtrid: t.gtrid, Bqual: bqual(participant, pc.id, t.s.scope)}}
 		if err = b.xa(ctx, "START"); err == nil {
 			break
 		}

@@ -293,6 +293,72 @@ func TestRecoveryAbortsOldUndecidedBranches(t *testing.T) {
 	}
 }
 
+// Property (recovery is scoped to its deployment): XA RECOVER lists the
+// prepared branches of every database on the server. Another ledger on the
+// same server, whose decision table says nothing of them, must leave them
+// alone however old they are, even a branch already decided commit in its
+// own database; that deployment's next instance then commits it.
+func TestRecoveryLeavesOtherDeploymentsBranches(t *testing.T) {
+	ctx := context.Background()
+	mine := newDatabase(t)
+	dead := newSink(t, mine, 1)
+	claim(t, dead, 0)
+	decided := dead.Begin(1)
+	if err := decided.Each(ctx, []int{0}, writeBalance("d", 5)); err != nil {
+		t.Fatal(err)
+	}
+	if err := decided.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := decided.Decide(ctx, []PartitionCut{{Partition: 0, Epoch: 1, NextOffset: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	crash(decided)
+	undecided := dead.Begin(2)
+	if err := undecided.Each(ctx, []int{0}, writeBalance("u", 7)); err != nil {
+		t.Fatal(err)
+	}
+	if err := undecided.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	crash(undecided)
+
+	neighbour := newSink(t, newDatabase(t), 1)
+	res, err := neighbour.Recover(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(inDoubt(t, dead)); n != 2 {
+		t.Fatalf("another deployment's recovery (%+v) resolved our branches: %d left in doubt, want 2", res, n)
+	}
+	for _, b := range mustInDoubt(t, neighbour) {
+		if b.ID.Instance == dead.instance {
+			t.Fatalf("another deployment lists our branch %s as its own", b.Xid.Gtrid)
+		}
+	}
+
+	next := newSink(t, mine, 1)
+	res, err = next.Recover(ctx, 0)
+	if err != nil || res.Committed != 1 || res.RolledBack != 1 {
+		t.Fatalf("own recovery = %+v, %v; want 1 committed, 1 rolled back", res, err)
+	}
+	if v, ok := balance(t, next, "d"); !ok || v != 5 {
+		t.Fatalf("decided write = %d,%v after recovery, want 5", v, ok)
+	}
+	if _, ok := balance(t, next, "u"); ok {
+		t.Fatal("undecided write visible")
+	}
+}
+
+func mustInDoubt(t *testing.T, s *Sink) []InDoubt {
+	t.Helper()
+	b, err := s.InDoubtBranches(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 // Property (recovery of a frozen coordinator): on MariaDB a prepared branch
 // stays attached to the live connection that prepared it, and XA ROLLBACK
 // from anywhere else answers XAER_NOTA. Recovery must not take that for
@@ -363,13 +429,13 @@ func TestPruneDecisionsKeepsInDoubt(t *testing.T) {
 }
 
 func TestBqualRoundTrip(t *testing.T) {
-	b := bqual(12, 0xdeadbeef)
-	p, c, ok := parseBqual(b)
-	if !ok || p != 12 || c != 0xdeadbeef {
-		t.Fatalf("%q -> %d %x %v", b, p, c, ok)
+	b := bqual(12, 0xdeadbeef, "0123456789abcdef")
+	p, c, scope, ok := parseBqual(b)
+	if !ok || p != 12 || c != 0xdeadbeef || scope != "0123456789abcdef" || len(b) > 64 {
+		t.Fatalf("%q -> %d %x %q %v", b, p, c, scope, ok)
 	}
-	for _, bad := range []string{"", "p", "p1", "p-c1", "px-c1", "p1-cz", "q1-c1"} {
-		if _, _, ok := parseBqual(bad); ok {
+	for _, bad := range []string{"", "p", "p1", "p-c1", "px-c1", "p1-cz", "q1-c1", "p1-c1", "p1-c1-s"} {
+		if _, _, _, ok := parseBqual(bad); ok {
 			t.Errorf("parsed %q", bad)
 		}
 	}

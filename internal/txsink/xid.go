@@ -3,6 +3,7 @@ package txsink
 import (
 	"encoding/hex"
 	"fmt"
+	"hash/fnv"
 	"strconv"
 	"strings"
 	"time"
@@ -23,11 +24,12 @@ const gtridPrefix = "blg1-"
 // hex: instance is random per process start and checkpoint increases per
 // attempt, so a gtrid is never reused across retries or restarts (XAER_DUPID
 // cannot happen); created, in Unix milliseconds, lets any instance judge the
-// age of an undecided branch. bqual is "p<participant>-c<connection id>",
+// age of an undecided branch. bqual is "p<participant>-c<connection id>-s<scope>",
 // the connection id in hex: on MariaDB a prepared branch stays attached to
 // the connection that prepared it (XA COMMIT or ROLLBACK from elsewhere
 // answer XAER_NOTA) until that connection ends, so a recoverer facing a
-// frozen coordinator needs to know which connection to end. Both stay under
+// frozen coordinator needs to know which connection to end; the scope is
+// the deployment's (see scopeOf). Both stay under
 // 64 bytes and are plain ASCII, so XA RECOVER output parses back.
 type Xid struct {
 	Gtrid string
@@ -65,16 +67,35 @@ func ParseGlobalID(gtrid string) (GlobalID, bool) {
 	return GlobalID{Instance: parts[0], Checkpoint: ckpt, Created: time.UnixMilli(ms)}, true
 }
 
-func bqual(participant int, conn uint64) string {
-	return "p" + strconv.Itoa(participant) + "-c" + strconv.FormatUint(conn, 16)
+// bqual is "p<participant>-c<connection id>-s<scope>". The scope names the
+// deployment (see scopeOf): XA RECOVER lists every prepared branch on the
+// server, also those of another database's ledger, whose decisions live in
+// that database; recovery must never decide or resolve those.
+func bqual(participant int, conn uint64, scope string) string {
+	return "p" + strconv.Itoa(participant) + "-c" + strconv.FormatUint(conn, 16) + "-s" + scope
 }
 
-// parseBqual returns the participant and the connection id of a bqual.
-func parseBqual(b string) (participant int, conn uint64, ok bool) {
-	ps, cs, found := strings.Cut(strings.TrimPrefix(b, "p"), "-c")
+// parseBqual returns the participant, the connection id and the scope of a
+// bqual.
+func parseBqual(b string) (participant int, conn uint64, scope string, ok bool) {
+	rest, scope, found := strings.Cut(b, "-s")
+	ps, cs, found2 := strings.Cut(strings.TrimPrefix(rest, "p"), "-c")
 	n, err1 := strconv.Atoi(ps)
 	c, err2 := strconv.ParseUint(cs, 16, 64)
-	return n, c, found && strings.HasPrefix(b, "p") && err1 == nil && err2 == nil && n >= 0
+	return n, c, scope, found && found2 && scope != "" && strings.HasPrefix(b, "p") && err1 == nil && err2 == nil && n >= 0
+}
+
+// scopeOf identifies a deployment by the name of its control database,
+// hashed to 16 hex digits. The control database holds the decisions, so it
+// is exactly the set of branches whose fate this deployment can read: every
+// instance of one deployment shares it (whatever host name its DSN spells),
+// and two ledgers on one server never do. Group and topic are deliberately
+// not part of it: a renamed group must still recover the branches its
+// predecessor left.
+func scopeOf(controlDB string) string {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(controlDB))
+	return fmt.Sprintf("%016x", h.Sum64())
 }
 
 // sql renders the xid as XA statements take it: hex literals, so that no
