@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -197,4 +198,31 @@ func TestAbortedTransactionsAreIgnored(t *testing.T) {
 	send(w.records[half:], true)
 	e.start(t, "svc", nil)
 	waitExact(t, e.db, w, 60*time.Second)
+
+	// The log ends with a commit marker: the stored positions step over
+	// markers too, so that the lag (end offset - position) reaches zero.
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, e.topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		behind := map[int32]string{}
+		ends.Each(func(o kadm.ListedOffset) {
+			var next int64
+			if err := e.db.Get(&next, `SELECT next_offset FROM partition_offsets WHERE kafka_topic = ? AND kafka_partition = ?`, e.topic, o.Partition); err != nil || next != o.Offset {
+				behind[o.Partition] = fmt.Sprintf("stored %d (%v), end %d", next, err, o.Offset)
+			}
+		})
+		if len(behind) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stored positions short of the log's end: %v", behind)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }

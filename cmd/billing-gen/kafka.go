@@ -112,16 +112,26 @@ func (a *aborter) flush(ctx context.Context) error {
 	if err := a.cl.BeginTransaction(); err != nil {
 		return fmt.Errorf("begin transaction: %w", err)
 	}
-	perr := a.cl.ProduceSync(ctx, a.batch...).FirstErr()
+	// A produce error is not fatal: once the abort is confirmed, none of
+	// the batch is visible whatever reached the log (a broker restart
+	// fails produces and EndTxn alike).
+	_ = a.cl.ProduceSync(ctx, a.batch...).FirstErr()
 	// Abort even after a produce error; do not let a cancelled ctx cut the
-	// abort short (that could leave the outcome unknown).
-	endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	// abort short (that could leave the outcome unknown). EndTxn fails
+	// while the coordinator is unreachable (a broker restart): retrying
+	// with TryAbort is franz-go's documented recovery.
+	endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 	defer cancel()
-	if err := a.cl.EndTransaction(endCtx, kgo.TryAbort); err != nil {
-		return fmt.Errorf("abort transaction: %w", err)
-	}
-	if perr != nil {
-		return fmt.Errorf("produce in aborted transaction: %w", perr)
+	for {
+		err := a.cl.EndTransaction(endCtx, kgo.TryAbort)
+		if err == nil {
+			break
+		}
+		select {
+		case <-endCtx.Done():
+			return fmt.Errorf("abort transaction: %w", err)
+		case <-time.After(500 * time.Millisecond):
+		}
 	}
 	a.txns++
 	a.recs += int64(len(a.batch))

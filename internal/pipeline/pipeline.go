@@ -123,6 +123,9 @@ type Pipeline struct {
 	inflight *inflight
 	lastSeal time.Time
 
+	rewindAfter   time.Time     // no rewind attempt before (after a failure)
+	rewindBackoff time.Duration // the last failure's backoff; 0 after a success
+
 	// ckptMu serialises checkpoint execution; the checkpoint that holds it
 	// owns cache and seq.
 	ckptMu   sync.Mutex
@@ -164,6 +167,9 @@ func New(cfg Config, sink *txsink.Sink) (*Pipeline, error) {
 		kgo.DisableAutoCommit(),
 		kgo.BlockRebalanceOnPoll(),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		// Markers are delivered (records of aborted transactions are
+		// still dropped): the source moves its position past them.
+		kgo.KeepControlRecords(),
 		// Positions come from MySQL; an out-of-range one means events were
 		// deleted before they were counted: fail loudly, never skip.
 		kgo.ConsumeResetOffset(kgo.NoResetOffset()),

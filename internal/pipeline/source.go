@@ -120,6 +120,13 @@ func (p *Pipeline) processLocked(fetches kgo.Fetches) {
 			return // from a fetch older than the last rewind
 		}
 		pt.position = r.Offset + 1
+		if r.Attrs.IsControl() {
+			// A transaction marker (KeepControlRecords): nothing to
+			// count, but the position moves past it, so that a
+			// partition ending in markers is checkpointed up to its
+			// end and its lag (end offset - stored position) is zero.
+			return
+		}
 		p.stats.Consumed.Add(1)
 		ev, err := p.dec.Decode(r.Value)
 		if err != nil {
@@ -261,9 +268,13 @@ func (p *Pipeline) drainLocked(ctx context.Context) {
 // buffered state was discarded, and restarts fetching there. A partition
 // whose stored epoch or owner is no longer this instance's was taken over:
 // it is dropped until the group tells this member about it. If MySQL cannot
-// be read, the rewind is retried on the next poll; the partition's records
-// are dropped meanwhile.
+// be read, the rewind is retried after a backoff (doubling from 100 ms to
+// 5 s, so that an outage costs a log line every few seconds, not one per
+// poll); the partition's records are dropped meanwhile.
 func (p *Pipeline) rewindLocked(ctx context.Context) {
+	if time.Now().Before(p.rewindAfter) {
+		return
+	}
 	var ids []int32
 	for id, pt := range p.parts {
 		if pt.rewind {
@@ -277,7 +288,7 @@ func (p *Pipeline) rewindLocked(ctx context.Context) {
 	defer cancel()
 	pos, err := p.sink.Positions(ctx, ids)
 	if err != nil {
-		p.log.Warn("cannot reread positions; retrying", "partitions", ids, "err", err)
+		p.rewindFailedLocked("cannot reread positions; retrying", "partitions", ids, "err", err)
 		return
 	}
 	var fromStart []int32
@@ -297,11 +308,14 @@ func (p *Pipeline) rewindLocked(ctx context.Context) {
 		pt.position, pt.committed, pt.rewind = ps.NextOffset, ps.NextOffset, false
 		set[id] = kgo.EpochOffset{Epoch: -1, Offset: ps.NextOffset}
 	}
-	if len(fromStart) > 0 {
+	if len(fromStart) == 0 {
+		p.rewindBackoff = 0
+	} else {
 		starts, err := p.adm.ListStartOffsets(ctx, p.cfg.Topic)
 		if err != nil {
-			p.log.Warn("cannot list start offsets; retrying", "err", err)
+			p.rewindFailedLocked("cannot list start offsets; retrying", "err", err)
 		} else {
+			p.rewindBackoff = 0
 			for _, id := range fromStart {
 				if o, ok := starts.Lookup(p.cfg.Topic, id); ok && o.Err == nil {
 					pt := p.parts[id]
@@ -315,6 +329,13 @@ func (p *Pipeline) rewindLocked(ctx context.Context) {
 		p.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{p.cfg.Topic: set})
 	}
 	p.stats.AssignedParts.Store(int64(len(p.parts)))
+}
+
+// rewindFailedLocked logs a failed rewind and holds the next attempt back.
+func (p *Pipeline) rewindFailedLocked(msg string, args ...any) {
+	p.rewindBackoff = min(max(2*p.rewindBackoff, 100*time.Millisecond), 5*time.Second)
+	p.rewindAfter = time.Now().Add(p.rewindBackoff)
+	p.log.Warn(msg, append(args, "next_attempt_in", p.rewindBackoff)...)
 }
 
 // onAssigned runs when the group gives this member new partitions, before
