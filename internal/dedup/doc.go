@@ -17,16 +17,27 @@
 //
 // MySQL's dedup_keys table is the arbiter: a repeat may arrive on another
 // partition, owned by another instance, so no instance's memory can decide
-// alone. New keys are inserted inside the same XA checkpoint that counts
-// their events, so a key is durable exactly when its event is counted: a
-// checkpoint that aborts leaves neither. Two instances inserting the same key
-// concurrently collide on the primary key; one checkpoint aborts and its
-// replay sees the key.
+// alone. Keys are claimed inside the same XA checkpoint that counts their
+// events, so a key is durable exactly when its event is counted: a
+// checkpoint that aborts leaves neither.
+//
+// Claim inserts every candidate key with INSERT … ON DUPLICATE KEY UPDATE
+// event_id = event_id, 1,000 per statement: a stored row is left as it was
+// and not counted in the affected rows, so a statement that inserted all
+// its rows proves all its ids new, without a lookup. Only the ids of a
+// statement that met a stored row are looked up (Lookup); nearly every id
+// is new, so this replaces a lookup per id with one per rare statement. A
+// key another instance holds uncommitted makes the claim wait for that
+// checkpoint's outcome: committed, the key counts as stored; rolled back,
+// it is claimed here. Exactly one checkpoint owns a key. This rests on
+// affected rows counting changed rows only (no CLIENT_FOUND_ROWS, which
+// txsink.OpenDB turns off). A claimed key whose event is not counted after
+// all (an overflow dead letter) is removed again (Unclaim).
 //
 // Memory holds a Cache of committed keys only, bounded by a budget of
 // entries (oldest first out). A cache hit proves a repeat without a round
 // trip, since a committed, unexpired key cannot have left the table; a miss
-// proves nothing and is looked up in MySQL in batches.
+// proves nothing and is claimed.
 //
 // # Cleanup
 //

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jmoiron/sqlx"
+
 	"github.com/billing/ledger/internal/dedup"
 	"github.com/billing/ledger/internal/event"
 	"github.com/billing/ledger/internal/txsink"
@@ -64,7 +66,8 @@ func (p *Pipeline) runCheckpoint(ctx context.Context, s *snapshot) outcome {
 
 // work is what one participant writes in a checkpoint.
 type work struct {
-	inserts  []dedup.Insert
+	inserts  []dedup.Insert // expired rows to replace
+	unclaim  []string       // claimed keys of events that became dead letters
 	balances []balanceRow
 	windows  []windowRow
 	dead     []deadLetter
@@ -107,11 +110,16 @@ func (p *Pipeline) attempt(ctx context.Context, s *snapshot, careful bool) (info
 	}
 	P := p.sink.Participants()
 
-	// 1. Dedup.
+	// 1. Dedup. Every id the cache does not know is claimed on its
+	// participant: its key is inserted unless a row exists. Only the ids of
+	// statements that met an existing row are looked up, on a pooled
+	// connection outside the branches, which sees the committed rows and
+	// not this checkpoint's own inserts.
 	keys := make([]dedup.Key, len(s.records))
 	known := map[string]dedup.Seen{}
-	lookups := make([][]string, P)
+	claims := make([][]dedup.Insert, P)
 	queued := make(map[string]struct{}, len(s.records))
+	expires := now.Add(p.cfg.DedupTTL)
 	for i := range s.records {
 		ev := &s.records[i].ev
 		keys[i] = dedup.Key{ID: ev.EventID, Fingerprint: ev.Fingerprint()}
@@ -122,19 +130,28 @@ func (p *Pipeline) attempt(ctx context.Context, s *snapshot, careful bool) (info
 		if _, ok := queued[ev.EventID]; !ok {
 			queued[ev.EventID] = struct{}{}
 			at := p.sink.Route(ev.EventID)
-			lookups[at] = append(lookups[at], ev.EventID)
+			claims[at] = append(claims[at], dedup.Insert{ID: ev.EventID, Fingerprint: keys[i].Fingerprint, ExpiresAt: expires})
 		}
 	}
-	found := make([]map[string]dedup.Seen, P)
-	err := tx.Each(ctx, nonEmpty(lookups), func(ctx context.Context, b *txsink.Branch) error {
-		found[b.Participant] = map[string]dedup.Seen{}
-		return dedup.Lookup(ctx, b, lookups[b.Participant], found[b.Participant])
+	suspects := make([][]string, P)
+	err := tx.Each(ctx, nonEmpty(claims), func(ctx context.Context, b *txsink.Branch) error {
+		var err error
+		suspects[b.Participant], err = dedup.Claim(ctx, b, claims[b.Participant])
+		return err
 	})
 	if err != nil {
 		return fail("dedup", err)
 	}
-	for _, m := range found {
-		maps.Copy(known, m)
+	branches := P / len(p.sink.Servers())
+	for i, ids := range suspects {
+		if len(ids) == 0 {
+			continue
+		}
+		found := map[string]dedup.Seen{}
+		if err := dedup.Lookup(ctx, pool{p.sink.Servers()[i/branches]}, ids, found); err != nil {
+			return fail("dedup", err)
+		}
+		maps.Copy(known, found)
 	}
 	verdicts, inserts := dedup.Classify(now, p.cfg.DedupTTL, keys, known)
 	phase("dedup")
@@ -177,12 +194,17 @@ func (p *Pipeline) attempt(ctx context.Context, s *snapshot, careful bool) (info
 	}
 	phase("aggregate")
 
-	// 3. Write, every participant its share.
+	// 3. Write, every participant its share. Claimed keys are written
+	// already; expired rows are replaced here, and the claimed keys of
+	// events that became dead letters are taken back.
 	works := make([]work, P)
 	for _, in := range inserts {
-		if !overflowed[in.ID] {
-			at := p.sink.Route(in.ID)
+		at := p.sink.Route(in.ID)
+		switch {
+		case in.Replace && !overflowed[in.ID]:
 			works[at].inserts = append(works[at].inserts, in)
+		case !in.Replace && overflowed[in.ID]:
+			works[at].unclaim = append(works[at].unclaim, in.ID)
 		}
 	}
 	for _, r := range agg.balanceRows() {
@@ -200,12 +222,15 @@ func (p *Pipeline) attempt(ctx context.Context, s *snapshot, careful bool) (info
 	}
 	var writers []int
 	for i, w := range works {
-		if len(w.inserts)+len(w.balances)+len(w.windows)+len(w.dead) > 0 {
+		if len(w.inserts)+len(w.unclaim)+len(w.balances)+len(w.windows)+len(w.dead) > 0 {
 			writers = append(writers, i)
 		}
 	}
 	err = tx.Each(ctx, writers, func(ctx context.Context, b *txsink.Branch) error {
 		w := &works[b.Participant]
+		if err := dedup.Unclaim(ctx, b, w.unclaim); err != nil {
+			return err
+		}
 		if err := dedup.Store(ctx, b, w.inserts, now); err != nil {
 			return err
 		}
@@ -362,4 +387,11 @@ func nonEmpty[T any](by [][]T) []int {
 		}
 	}
 	return out
+}
+
+// pool runs dedup lookups on a server's pool, outside any branch.
+type pool struct{ db *sqlx.DB }
+
+func (q pool) Select(ctx context.Context, dest any, query string, args ...any) error {
+	return q.db.SelectContext(ctx, dest, query, args...)
 }

@@ -37,9 +37,14 @@
 // The checkpoint itself (checkpoint.go) is one global XA transaction over
 // the participants of package txsink: parallel branches on separate
 // connections, on one or several MySQL servers, event ids and accounts
-// placed by hash. Dedup lookups, dedup inserts, aggregate upserts and dead
-// letters all run inside those branches, so the state of both operators is
-// snapshotted at the same barrier as the input position. Then:
+// placed by hash. Dedup claims (the keys of ids the cache does not know,
+// inserted unless stored), aggregate upserts and dead letters all run inside
+// those branches, so the state of both operators is snapshotted at the same
+// barrier as the input position. Only the ids of claim statements that met
+// a stored key are looked up, on a pooled connection: under READ COMMITTED
+// that reads what an in-branch read would (the committed rows), and the
+// claim's row lock already decided which checkpoint owns a contested key.
+// Then:
 //
 //  1. pre-commit: XA END and XA PREPARE on every branch that wrote;
 //  2. decision: one local transaction on the control server checks the

@@ -199,13 +199,20 @@ func (p *Pipeline) sealLocked() *snapshot {
 		return nil
 	}
 	slices.Sort(ids)
-	s := &snapshot{}
+	n := 0
+	for _, id := range ids {
+		n += len(p.parts[id].records)
+	}
+	s := &snapshot{cuts: make([]txsink.PartitionCut, 0, len(ids)), records: make([]record, 0, n)}
 	for _, id := range ids {
 		pt := p.parts[id]
 		s.cuts = append(s.cuts, txsink.PartitionCut{Partition: id, Epoch: pt.epoch, NextOffset: pt.position})
 		s.records = append(s.records, pt.records...)
 		s.dead = append(s.dead, pt.dead...)
-		pt.records, pt.dead = nil, nil
+		// The records are copied: keep the buffer's capacity for the next
+		// checkpoint, cleared so that it pins no payload.
+		clear(pt.records)
+		pt.records, pt.dead = pt.records[:0], nil
 	}
 	return s
 }

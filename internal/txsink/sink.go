@@ -148,6 +148,10 @@ func OpenDB(dsn string, lockWait time.Duration, maxOpen int) (*sqlx.DB, error) {
 	mc.ParseTime = true
 	mc.Loc = time.UTC
 	mc.MultiStatements = false
+	// Affected rows count changed rows only: dedup.Claim tells a new key
+	// from an existing one by it (with CLIENT_FOUND_ROWS an existing key
+	// would count as inserted, and its repeat would count twice).
+	mc.ClientFoundRows = false
 	if mc.Params == nil {
 		mc.Params = map[string]string{}
 	}
