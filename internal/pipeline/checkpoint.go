@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -142,16 +141,13 @@ func (p *Pipeline) attempt(ctx context.Context, s *snapshot, careful bool) (info
 	if err != nil {
 		return fail("dedup", err)
 	}
-	branches := P / len(p.sink.Servers())
 	for i, ids := range suspects {
 		if len(ids) == 0 {
 			continue
 		}
-		found := map[string]dedup.Seen{}
-		if err := dedup.Lookup(ctx, pool{p.sink.Servers()[i/branches]}, ids, found); err != nil {
+		if err := dedup.Lookup(ctx, pool{p.sink.ServerOf(i)}, ids, known); err != nil {
 			return fail("dedup", err)
 		}
-		maps.Copy(known, found)
 	}
 	verdicts, inserts := dedup.Classify(now, p.cfg.DedupTTL, keys, known)
 	phase("dedup")

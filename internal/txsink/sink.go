@@ -218,6 +218,9 @@ func (s *Sink) Servers() []*sqlx.DB {
 	return dbs
 }
 
+// ServerOf is the pool of the server a participant's branches run on.
+func (s *Sink) ServerOf(participant int) *sqlx.DB { return s.serverOf(participant).db }
+
 // Route places a key (an account id or an event id) on a participant. The
 // server depends only on the key and the number of servers, so rows keep
 // their server across restarts; the branch within a server only spreads the
