@@ -3,6 +3,7 @@ package dedup
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -162,37 +163,148 @@ func Store(ctx context.Context, ex Execer, inserts []Insert, now time.Time) erro
 	return nil
 }
 
-// Cleanup deletes keys expired at now from one server, batch keys per
-// statement, until none is left, max keys were deleted, or ctx ends. Each
-// batch is selected without locks and deleted by primary key in its own
-// short transaction; a key re-inserted meanwhile (with a later expiry) is
-// not touched.
+// Journal bounds: ids per journal row (and so keys deleted by one cleanup
+// transaction), and id bytes per journal statement, far below
+// max_allowed_packet (16 MiB on MariaDB, 64 MiB on MySQL 8.4) even escaped.
+const (
+	journalIDs   = 8192
+	journalBytes = 4 << 20
+)
+
+// maxIDBytes is the longest event id a journal row can list (its length is
+// one byte); the decoder refuses longer ids before they reach here.
+const maxIDBytes = 255
+
+// Journal records that the keys ids, written by this checkpoint, expire at
+// expires: rows of dedup_expiry in the same branch as the keys, so that a
+// key and its journal entry commit or roll back together. Cleanup reads the
+// journal instead of an index on dedup_keys.expires_at, which cost a
+// secondary index entry per key. Usually one statement per branch.
+func Journal(ctx context.Context, ex Execer, expires time.Time, ids []string) error {
+	var (
+		args  []any  // (expires_at, event_ids) per row of the statement
+		blob  []byte // the row being filled
+		count int    // ids in blob
+		size  int    // id bytes in the statement, blob included
+	)
+	endRow := func() {
+		if count > 0 {
+			args = append(args, expires, blob)
+			blob, count = nil, 0
+		}
+	}
+	flush := func() error {
+		endRow()
+		if len(args) == 0 {
+			return nil
+		}
+		rows := strings.Repeat("(?,?),", len(args)/2)
+		_, err := ex.Exec(ctx, `INSERT INTO dedup_expiry (expires_at, event_ids) VALUES `+rows[:len(rows)-1], args...)
+		args, size = args[:0], 0
+		if err != nil {
+			return fmt.Errorf("dedup journal: %w", err)
+		}
+		return nil
+	}
+	for _, id := range ids {
+		if len(id) == 0 || len(id) > maxIDBytes {
+			return fmt.Errorf("dedup journal: event id of %d bytes", len(id))
+		}
+		blob = append(append(blob, byte(len(id))), id...)
+		count++
+		size += 1 + len(id)
+		if count == journalIDs {
+			endRow()
+		}
+		if size >= journalBytes {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return flush()
+}
+
+// decodeJournal splits a journal row's event_ids into the ids, as statement
+// arguments.
+func decodeJournal(b []byte) ([]any, error) {
+	var ids []any
+	for len(b) > 0 {
+		n := int(b[0])
+		if n == 0 || len(b) < 1+n {
+			return nil, fmt.Errorf("malformed journal row: id of %d bytes with %d left", n, len(b)-1)
+		}
+		ids = append(ids, b[1:1+n])
+		b = b[1+n:]
+	}
+	return ids, nil
+}
+
+// Cleanup deletes, on one server, the keys listed by journal rows expired at
+// now, until no such row is left, max keys were deleted, or ctx ends. Each
+// journal row is its own short transaction: the row is taken FOR UPDATE
+// SKIP LOCKED (instances cleaning the same server share the work instead of
+// waiting on each other), its keys are deleted by primary key, batch per
+// statement, but only while still expired (an id re-inserted later has a
+// later expiry and a journal row of its own), then the journal row is
+// deleted. A crash in between leaves the journal row to the next pass;
+// deleting an absent key is harmless.
+//
+// A journal row that does not parse stops the cleanup of that server with
+// an error naming it (it can only come from a manual edit); its keys stay
+// until it is repaired or deleted by hand.
 func Cleanup(ctx context.Context, db *sqlx.DB, now time.Time, batch, max int) (int64, error) {
 	var total int64
 	for total < int64(max) {
-		var ids [][]byte
-		if err := db.SelectContext(ctx, &ids, `SELECT event_id FROM dedup_keys WHERE expires_at <= ? ORDER BY expires_at LIMIT ?`, now, batch); err != nil {
-			return total, fmt.Errorf("dedup cleanup: %w", err)
-		}
-		if len(ids) == 0 {
-			return total, nil
-		}
-		args := make([]any, 0, len(ids)+1)
-		for _, id := range ids {
-			args = append(args, id)
-		}
-		args = append(args, now)
-		r, err := db.ExecContext(ctx, `DELETE d FROM dedup_keys AS d FORCE INDEX (PRIMARY) WHERE d.event_id IN (`+placeholders(len(ids))+`) AND d.expires_at <= ?`, args...)
-		if err != nil {
-			return total, fmt.Errorf("dedup cleanup: %w", err)
-		}
-		n, _ := r.RowsAffected()
+		n, more, err := cleanupRow(ctx, db, now, batch)
 		total += n
-		if len(ids) < batch {
-			return total, nil
+		if err != nil || !more {
+			return total, err
 		}
 	}
 	return total, nil
+}
+
+// cleanupRow resolves one expired journal row; more is false when none was
+// left.
+func cleanupRow(ctx context.Context, db *sqlx.DB, now time.Time, batch int) (deleted int64, more bool, err error) {
+	tx, err := db.BeginTxx(ctx, nil)
+	if err != nil {
+		return 0, false, fmt.Errorf("dedup cleanup: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	var j struct {
+		Seq int64  `db:"seq"`
+		IDs []byte `db:"event_ids"`
+	}
+	err = tx.GetContext(ctx, &j, `SELECT seq, event_ids FROM dedup_expiry WHERE expires_at <= ? ORDER BY expires_at LIMIT 1 FOR UPDATE SKIP LOCKED`, now)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("dedup cleanup: %w", err)
+	}
+	ids, err := decodeJournal(j.IDs)
+	if err != nil {
+		return 0, false, fmt.Errorf("dedup cleanup: dedup_expiry seq %d: %w", j.Seq, err)
+	}
+	for start := 0; start < len(ids); start += batch {
+		part := ids[start:min(start+batch, len(ids))]
+		args := append(part[:len(part):len(part)], now)
+		r, err := tx.ExecContext(ctx, `DELETE d FROM dedup_keys AS d FORCE INDEX (PRIMARY) WHERE d.event_id IN (`+placeholders(len(part))+`) AND d.expires_at <= ?`, args...)
+		if err != nil {
+			return 0, false, fmt.Errorf("dedup cleanup: %w", err)
+		}
+		n, _ := r.RowsAffected()
+		deleted += n
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM dedup_expiry WHERE seq = ?`, j.Seq); err != nil {
+		return 0, false, fmt.Errorf("dedup cleanup: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, false, fmt.Errorf("dedup cleanup: %w", err)
+	}
+	return deleted, true, nil
 }
 
 func placeholders(n int) string {

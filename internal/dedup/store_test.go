@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -204,5 +205,123 @@ func TestUnclaim(t *testing.T) {
 	}
 	if !slices.Equal(ids, []string{"u-00000", "u-00002"}) {
 		t.Fatalf("keys after unclaim: %v", ids)
+	}
+}
+
+func ids(ins []dedup.Insert) []string {
+	out := make([]string, len(ins))
+	for i, in := range ins {
+		out[i] = in.ID
+	}
+	return out
+}
+
+// write claims keys and journals them in one transaction, as a checkpoint's
+// branch does.
+func write(t *testing.T, db *sqlx.DB, ins []dedup.Insert) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := db.BeginTxx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dedup.Claim(ctx, sqlTx{tx}, slices.Clone(ins)); err != nil {
+		t.Fatal(err)
+	}
+	if err := dedup.Journal(ctx, sqlTx{tx}, ins[0].ExpiresAt, ids(ins)); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func storedIDs(t *testing.T, db *sqlx.DB) []string {
+	t.Helper()
+	var out []string
+	if err := db.Select(&out, `SELECT event_id FROM dedup_keys ORDER BY event_id`); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// Property (TTL cleanup): the janitor deletes exactly the keys whose expiry
+// has passed, found through the journal: not a key still within its TTL,
+// not a key re-inserted after it expired (its first journal row is due, its
+// row is not), and every key of a journal split over several rows.
+func TestCleanupDeletesExactlyTheExpiredKeys(t *testing.T) {
+	db := newStore(t)
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	past, future := now.Add(-time.Minute), now.Add(time.Hour)
+
+	expired := keys("x", 20000, past) // three journal rows
+	write(t, db, expired)
+	live := keys("l", 3, future)
+	write(t, db, live)
+	// "x-00007" expired and was seen again: replaced by a live row with a
+	// journal row of its own, as a checkpoint's Store + Journal do.
+	tx, err := db.BeginTxx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again := []dedup.Insert{{ID: "x-00007", ExpiresAt: future, Replace: true}}
+	if err := dedup.Store(ctx, sqlTx{tx}, again, now); err != nil {
+		t.Fatal(err)
+	}
+	if err := dedup.Journal(ctx, sqlTx{tx}, future, ids(again)); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+
+	n, err := dedup.Cleanup(ctx, db, now, 1000, 1_000_000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 19999 {
+		t.Errorf("cleanup deleted %d keys, want 19999", n)
+	}
+	want := append(ids(live), "x-00007")
+	slices.Sort(want)
+	if got := storedIDs(t, db); !slices.Equal(got, want) {
+		t.Fatalf("keys left: %v, want %v", got, want)
+	}
+	var due, left int
+	if err := db.Get(&due, `SELECT COUNT(*) FROM dedup_expiry WHERE expires_at <= ?`, now); err != nil || due != 0 {
+		t.Fatalf("%d due journal rows left (%v)", due, err)
+	}
+	if err := db.Get(&left, `SELECT COUNT(*) FROM dedup_expiry`); err != nil || left != 2 {
+		t.Fatalf("%d journal rows left (%v), want the 2 live ones", left, err)
+	}
+
+	// Once those expire too, nothing is left.
+	if _, err := dedup.Cleanup(ctx, db, future, 1000, 1_000_000); err != nil {
+		t.Fatal(err)
+	}
+	if got := storedIDs(t, db); len(got) != 0 {
+		t.Fatalf("keys left after every expiry: %v", got)
+	}
+}
+
+// Property (bounded passes and bad rows): a pass stops after max keys, and
+// a journal row that does not parse stops the cleanup with an error naming
+// it instead of being skipped silently.
+func TestCleanupBoundsAndMalformedRows(t *testing.T) {
+	db := newStore(t)
+	ctx := context.Background()
+	now := time.Now().UTC()
+	write(t, db, keys("a", 9000, now.Add(-time.Minute))) // rows of 8192 and 808
+	n, err := dedup.Cleanup(ctx, db, now, 1000, 100)
+	if err != nil || n != 8192 {
+		t.Fatalf("bounded pass deleted %d (%v), want one journal row's 8192", n, err)
+	}
+	if _, err := db.Exec(`INSERT INTO dedup_expiry (expires_at, event_ids) VALUES (?, ?)`, now.Add(-2*time.Minute), []byte{5, 'a'}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = dedup.Cleanup(ctx, db, now, 1000, 1_000_000)
+	if err == nil || !strings.Contains(err.Error(), "malformed journal row") {
+		t.Fatalf("cleanup over a malformed row: %v", err)
 	}
 }

@@ -67,6 +67,7 @@ func (p *Pipeline) runCheckpoint(ctx context.Context, s *snapshot) outcome {
 type work struct {
 	inserts  []dedup.Insert // expired rows to replace
 	unclaim  []string       // claimed keys of events that became dead letters
+	journal  []string       // every key this checkpoint keeps, for the janitor
 	balances []balanceRow
 	windows  []windowRow
 	dead     []deadLetter
@@ -197,10 +198,15 @@ func (p *Pipeline) attempt(ctx context.Context, s *snapshot, careful bool) (info
 	for _, in := range inserts {
 		at := p.sink.Route(in.ID)
 		switch {
-		case in.Replace && !overflowed[in.ID]:
+		case overflowed[in.ID]:
+			if !in.Replace {
+				works[at].unclaim = append(works[at].unclaim, in.ID)
+			}
+		case in.Replace:
 			works[at].inserts = append(works[at].inserts, in)
-		case !in.Replace && overflowed[in.ID]:
-			works[at].unclaim = append(works[at].unclaim, in.ID)
+			works[at].journal = append(works[at].journal, in.ID)
+		default:
+			works[at].journal = append(works[at].journal, in.ID)
 		}
 	}
 	for _, r := range agg.balanceRows() {
@@ -218,7 +224,7 @@ func (p *Pipeline) attempt(ctx context.Context, s *snapshot, careful bool) (info
 	}
 	var writers []int
 	for i, w := range works {
-		if len(w.inserts)+len(w.unclaim)+len(w.balances)+len(w.windows)+len(w.dead) > 0 {
+		if len(w.journal)+len(w.unclaim)+len(w.balances)+len(w.windows)+len(w.dead) > 0 {
 			writers = append(writers, i)
 		}
 	}
@@ -228,6 +234,9 @@ func (p *Pipeline) attempt(ctx context.Context, s *snapshot, careful bool) (info
 			return err
 		}
 		if err := dedup.Store(ctx, b, w.inserts, now); err != nil {
+			return err
+		}
+		if err := dedup.Journal(ctx, b, expires, w.journal); err != nil {
 			return err
 		}
 		if err := writeBalances(ctx, b, w.balances, now); err != nil {
