@@ -73,23 +73,12 @@ func Lookup(ctx context.Context, q Querier, ids []string, into map[string]Seen) 
 func Claim(ctx context.Context, ex Execer, keys []Insert) ([]string, error) {
 	slices.SortFunc(keys, func(a, b Insert) int { return strings.Compare(a.ID, b.ID) })
 	var suspects []string
-	var b strings.Builder
 	for start := 0; start < len(keys); start += chunk {
 		part := keys[start:min(start+chunk, len(keys))]
-		b.Reset()
-		b.WriteString(`INSERT INTO dedup_keys (event_id, fingerprint, expires_at) VALUES `)
-		args := make([]any, 0, 3*len(part))
-		for i, in := range part {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			b.WriteString("(?,?,?)")
-			args = append(args, in.ID, in.Fingerprint[:], in.ExpiresAt)
-		}
 		// An existing row is "updated" to itself: 0 affected rows (no
-		// CLIENT_FOUND_ROWS), unlike INSERT IGNORE no error is downgraded.
-		b.WriteString(` ON DUPLICATE KEY UPDATE event_id = event_id`)
-		r, err := ex.Exec(ctx, b.String(), args...)
+		// CLIENT_FOUND_ROWS); unlike INSERT IGNORE, no error is downgraded.
+		query, args := insertKeys(part, ` ON DUPLICATE KEY UPDATE event_id = event_id`)
+		r, err := ex.Exec(ctx, query, args...)
 		if err != nil {
 			return nil, fmt.Errorf("dedup claim: %w", err)
 		}
@@ -124,10 +113,8 @@ func Unclaim(ctx context.Context, ex Execer, ids []string) error {
 }
 
 // Store writes keys that replace expired rows (Claim writes the new ones),
-// deleting the expired rows first.
-// Deletes name the primary key (multi-table form: single-table DELETE takes
-// no index hint): a scan would wait on rows other branches hold. Keys
-// are written in id order so that concurrent checkpoints lock in one order.
+// deleting the expired rows first, in id order so that concurrent
+// checkpoints lock in one order.
 func Store(ctx context.Context, ex Execer, inserts []Insert, now time.Time) error {
 	slices.SortFunc(inserts, func(a, b Insert) int { return strings.Compare(a.ID, b.ID) })
 	var replace []any
@@ -139,24 +126,13 @@ func Store(ctx context.Context, ex Execer, inserts []Insert, now time.Time) erro
 	for start := 0; start < len(replace); start += chunk {
 		part := replace[start:min(start+chunk, len(replace))]
 		args := append(part[:len(part):len(part)], now)
-		if _, err := ex.Exec(ctx, `DELETE d FROM dedup_keys AS d FORCE INDEX (PRIMARY) WHERE d.event_id IN (`+placeholders(len(part))+`) AND d.expires_at <= ?`, args...); err != nil {
+		if _, err := ex.Exec(ctx, deleteExpired(len(part)), args...); err != nil {
 			return fmt.Errorf("dedup replace expired: %w", err)
 		}
 	}
-	var b strings.Builder
 	for start := 0; start < len(inserts); start += chunk {
-		part := inserts[start:min(start+chunk, len(inserts))]
-		b.Reset()
-		b.WriteString(`INSERT INTO dedup_keys (event_id, fingerprint, expires_at) VALUES `)
-		args := make([]any, 0, 3*len(part))
-		for i, in := range part {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			b.WriteString("(?,?,?)")
-			args = append(args, in.ID, in.Fingerprint[:], in.ExpiresAt)
-		}
-		if _, err := ex.Exec(ctx, b.String(), args...); err != nil {
+		query, args := insertKeys(inserts[start:min(start+chunk, len(inserts))], "")
+		if _, err := ex.Exec(ctx, query, args...); err != nil {
 			return fmt.Errorf("dedup insert: %w", err)
 		}
 	}
@@ -291,7 +267,7 @@ func cleanupRow(ctx context.Context, db *sqlx.DB, now time.Time, batch int) (del
 	for start := 0; start < len(ids); start += batch {
 		part := ids[start:min(start+batch, len(ids))]
 		args := append(part[:len(part):len(part)], now)
-		r, err := tx.ExecContext(ctx, `DELETE d FROM dedup_keys AS d FORCE INDEX (PRIMARY) WHERE d.event_id IN (`+placeholders(len(part))+`) AND d.expires_at <= ?`, args...)
+		r, err := tx.ExecContext(ctx, deleteExpired(len(part)), args...)
 		if err != nil {
 			return 0, false, fmt.Errorf("dedup cleanup: %w", err)
 		}
@@ -305,6 +281,31 @@ func cleanupRow(ctx context.Context, db *sqlx.DB, now time.Time, batch int) (del
 		return 0, false, fmt.Errorf("dedup cleanup: %w", err)
 	}
 	return deleted, true, nil
+}
+
+// insertKeys is the statement that inserts keys, one row each, followed by
+// suffix, and its arguments.
+func insertKeys(keys []Insert, suffix string) (string, []any) {
+	var b strings.Builder
+	b.WriteString(`INSERT INTO dedup_keys (event_id, fingerprint, expires_at) VALUES `)
+	args := make([]any, 0, 3*len(keys))
+	for i, in := range keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString("(?,?,?)")
+		args = append(args, in.ID, in.Fingerprint[:], in.ExpiresAt)
+	}
+	b.WriteString(suffix)
+	return b.String(), args
+}
+
+// deleteExpired deletes n keys (the arguments, then the time) if they are
+// expired at that time. It names the primary key (multi-table form:
+// single-table DELETE takes no index hint): a scan would wait on rows that
+// other branches hold.
+func deleteExpired(n int) string {
+	return `DELETE d FROM dedup_keys AS d FORCE INDEX (PRIMARY) WHERE d.event_id IN (` + placeholders(n) + `) AND d.expires_at <= ?`
 }
 
 func placeholders(n int) string {
