@@ -17,10 +17,14 @@ const DefaultMaxPayload = 64 << 10
 // or "" when it concerns the record as a whole. Detail is a human-readable
 // explanation naming the field and the problem; quoted input in it is
 // truncated, and its wording is not stable: match on Reason and Field.
+// EventID is the record's event id when it was present and valid although
+// another field was not, so that the dead letter can be found by it; it is
+// empty otherwise.
 type DecodeError struct {
-	Reason Reason
-	Field  string
-	Detail string
+	Reason  Reason
+	Field   string
+	Detail  string
+	EventID string
 }
 
 // Error returns "event: <reason>: <detail>".
@@ -260,14 +264,8 @@ func scanObject(data []byte, vals *[numFields]rawValue) (seen uint8, _ *DecodeEr
 // buildEvent validates the located field values in field order and
 // assembles the Event.
 func buildEvent(data []byte, vals *[numFields]rawValue, seen uint8) (Event, *DecodeError) {
-	for f := range numFields {
-		if seen&(1<<f) == 0 {
-			return Event{}, &DecodeError{
-				Reason: ReasonMissingField,
-				Field:  fieldNames[f],
-				Detail: fmt.Sprintf("required field %s is missing", fieldNames[f]),
-			}
-		}
+	if seen&(1<<fEventID) == 0 {
+		return Event{}, missing(fEventID)
 	}
 	// The three string fields are decoded into one buffer that becomes the
 	// single allocation of a valid event.
@@ -279,6 +277,31 @@ func buildEvent(data []byte, vals *[numFields]rawValue, seen uint8) (Event, *Dec
 		return Event{}, err
 	}
 	idEnd := len(b)
+	ev, err := buildRest(data, vals, seen, b, idEnd)
+	if err != nil {
+		err.EventID = string(buf[:idEnd])
+		return Event{}, err
+	}
+	return ev, nil
+}
+
+func missing(f int) *DecodeError {
+	return &DecodeError{
+		Reason: ReasonMissingField,
+		Field:  fieldNames[f],
+		Detail: fmt.Sprintf("required field %s is missing", fieldNames[f]),
+	}
+}
+
+// buildRest decodes the fields after the event id, which b holds (idEnd
+// bytes), into the event.
+func buildRest(data []byte, vals *[numFields]rawValue, seen uint8, b []byte, idEnd int) (Event, *DecodeError) {
+	for f := range numFields {
+		if seen&(1<<f) == 0 {
+			return Event{}, missing(f)
+		}
+	}
+	var err *DecodeError
 	if b, err = appendID(b, data, vals, fAccountID, MaxAccountIDLen); err != nil {
 		return Event{}, err
 	}

@@ -451,3 +451,33 @@ func TestDecodeErrorDetails(t *testing.T) {
 		t.Errorf("detail not truncated: %v", err)
 	}
 }
+
+// A rejected record whose event id is valid carries it, so that its dead
+// letter can be found by it; a record without a valid id carries none.
+func TestDecodeErrorCarriesEventID(t *testing.T) {
+	cases := []struct {
+		name, in, want string
+	}{
+		{"bad currency", with("currency", `"eur"`), "e-7f3a"},
+		{"bad amount", with("amount_minor", `1.5`), "e-7f3a"},
+		{"missing account", without("account_id"), "e-7f3a"},
+		{"bad time", with("occurred_at", `"yesterday"`), "e-7f3a"},
+		{"missing event id", without("event_id"), ""},
+		{"event id too long", with("event_id", `"`+strings.Repeat("a", 129)+`"`), ""},
+		{"event id not a string", with("event_id", `7`), ""},
+		{"invalid json", `{"event_id":"e-7f3a",`, ""},
+	}
+	d := NewDecoder(0)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := d.Decode([]byte(tc.in))
+			var de *DecodeError
+			if !errors.As(err, &de) {
+				t.Fatalf("Decode(%s) = %v, want a *DecodeError", tc.in, err)
+			}
+			if de.EventID != tc.want {
+				t.Fatalf("Decode(%s): EventID %q, want %q (%v)", tc.in, de.EventID, tc.want, err)
+			}
+		})
+	}
+}

@@ -245,6 +245,15 @@ func TestEndToEndDedupAndDeadLetters(t *testing.T) {
 	if reasons["conflicting_duplicate"] != 1 || reasons["invalid_json"] != 1 || reasons["amount_not_integer"] != 1 || reasons["invalid_currency"] != 1 {
 		t.Errorf("dead letters by reason = %v", reasons)
 	}
+	// Dead letters can be found by their event id whenever the payload
+	// named a valid one.
+	var named []string
+	if err := e.db.Select(&named, `SELECT CONCAT(reason, '=', COALESCE(event_id, 'NULL')) FROM dead_letters ORDER BY reason`); err != nil {
+		t.Fatal(err)
+	}
+	if want := "[amount_not_integer=x conflicting_duplicate=e-2 invalid_currency=e-100 invalid_json=NULL]"; fmt.Sprint(named) != want {
+		t.Errorf("dead letters' event ids = %v, want %s", named, want)
+	}
 	st := in.p.Stats()
 	if st.Duplicates.Load() != 11 {
 		t.Errorf("duplicates = %d, want 11", st.Duplicates.Load())

@@ -130,12 +130,12 @@ func (p *Pipeline) processLocked(fetches kgo.Fetches) {
 		p.stats.Consumed.Add(1)
 		ev, err := p.dec.Decode(r.Value)
 		if err != nil {
-			reason, detail := "invalid_record", err.Error()
+			d := deadLetter{partition: r.Partition, offset: r.Offset, reason: "invalid_record", detail: err.Error(), key: r.Key, value: r.Value}
 			var de *event.DecodeError
 			if errors.As(err, &de) {
-				reason = string(de.Reason)
+				d.reason, d.eventID = string(de.Reason), de.EventID
 			}
-			pt.dead = append(pt.dead, deadLetter{partition: r.Partition, offset: r.Offset, reason: reason, detail: detail, key: r.Key, value: r.Value})
+			pt.dead = append(pt.dead, d)
 			return
 		}
 		pt.records = append(pt.records, record{ev: ev, partition: r.Partition, offset: r.Offset, key: r.Key, value: r.Value, ts: r.Timestamp})
