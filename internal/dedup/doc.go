@@ -41,7 +41,14 @@
 //
 // # Cleanup
 //
-// Expired keys are deleted continuously by Cleanup, in small batches of
-// point deletes by primary key, each its own short transaction, so that no
-// long or range lock blocks the checkpoints.
+// dedup_keys has no index on its expiry: a secondary entry per key cost
+// 8-24% of the service's rate. Instead every checkpoint journals the keys it
+// writes (Journal): rows of dedup_expiry, each listing up to 8,192 ids under
+// their common expiry, written in the same branch as the keys. Cleanup runs
+// continuously, takes one due journal row at a time (FOR UPDATE SKIP LOCKED,
+// so instances share the work), deletes its keys by primary key while they
+// are still expired, then the row, each row its own short transaction, so
+// that no long or range lock blocks the checkpoints. Keys are never deleted
+// early: the delete re-checks the expiry, and an id re-inserted after it
+// expired has a later expiry and a journal row of its own.
 package dedup
