@@ -26,6 +26,13 @@ type Execer interface {
 	Exec(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
 
+// preparer is an Execer that can also run a statement through a
+// server-side prepared statement it keeps (txsink.Branch): Claim runs its
+// full chunks, whose text never changes, that way.
+type preparer interface {
+	ExecPrepared(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
 type row struct {
 	ID          []byte    `db:"event_id"`
 	Fingerprint []byte    `db:"fingerprint"`
@@ -78,7 +85,11 @@ func Claim(ctx context.Context, ex Execer, keys []Insert) ([]string, error) {
 		// An existing row is "updated" to itself: 0 affected rows (no
 		// CLIENT_FOUND_ROWS); unlike INSERT IGNORE, no error is downgraded.
 		query, args := insertKeys(part, ` ON DUPLICATE KEY UPDATE event_id = event_id`)
-		r, err := ex.Exec(ctx, query, args...)
+		exec := ex.Exec
+		if p, ok := ex.(preparer); ok && len(part) == chunk {
+			exec = p.ExecPrepared
+		}
+		r, err := exec(ctx, query, args...)
 		if err != nil {
 			return nil, fmt.Errorf("dedup claim: %w", err)
 		}

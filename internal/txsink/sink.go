@@ -190,7 +190,7 @@ func (s *Sink) Close() {
 	s.mu.Lock()
 	for i, pc := range s.idle {
 		if pc != nil {
-			_ = pc.conn.Close()
+			pc.close()
 			s.idle[i] = nil
 		}
 	}
@@ -329,7 +329,7 @@ func (s *Sink) putBack(participant int, pc *pinned, clean bool) {
 		discard(pc.conn)
 	}
 	if pc != nil {
-		_ = pc.conn.Close()
+		pc.close()
 	}
 }
 

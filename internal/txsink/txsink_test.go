@@ -148,6 +148,73 @@ func TestCheckpointCommitsAllParticipantsAndOffsets(t *testing.T) {
 	}
 }
 
+// Property (prepared statements): a statement prepared on a participant's
+// connection runs inside that checkpoint's branch, is reused by later
+// checkpoints on the kept connection (also after a clean abort), and never
+// outlives it: once a failed checkpoint dropped the connection, the next
+// one prepares again on its new connection.
+func TestExecPreparedFollowsTheConnection(t *testing.T) {
+	ctx := context.Background()
+	s := newSink(t, newDatabase(t), 1)
+	claim(t, s, 0)
+	const q = `INSERT INTO account_balances (account_id, currency, balance_minor, event_count, updated_at)
+		VALUES (?, 'EUR', ?, 1, NOW(6)) ON DUPLICATE KEY UPDATE balance_minor = balance_minor + VALUES(balance_minor), event_count = event_count + 1`
+	var conns []*pinned
+	const (
+		commit = iota
+		abort
+		drop
+	)
+	run := func(ckpt uint64, amount int64, end int) {
+		t.Helper()
+		tx := s.Begin(ckpt)
+		err := tx.Each(ctx, []int{0}, func(ctx context.Context, b *Branch) error {
+			conns = append(conns, b.pc)
+			_, err := b.ExecPrepared(ctx, q, "p", amount)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch end {
+		case abort:
+			if err := tx.Abort(ctx); err != nil {
+				t.Fatal(err)
+			}
+			return
+		case drop:
+			crash(tx)
+			return
+		}
+		if err := tx.Prepare(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Decide(ctx, []PartitionCut{{Partition: 0, Epoch: 1, NextOffset: int64(ckpt)}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run(1, 1, commit)
+	run(2, 10, abort)
+	run(3, 100, commit)
+	if conns[0] != conns[2] || len(conns[2].stmts) != 1 {
+		t.Fatalf("later checkpoints did not reuse the connection and its statement (%p %p, %d statements)", conns[0], conns[2], len(conns[2].stmts))
+	}
+	run(4, 1000, drop)
+	run(5, 10000, commit)
+	if conns[4] == conns[3] || len(conns[4].stmts) != 1 {
+		t.Fatal("the dropped connection or its statement was reused")
+	}
+	if v, ok := balance(t, s, "p"); !ok || v != 10101 {
+		t.Fatalf("balance = %d,%v, want 10101 (the aborted 10 and the dropped 1000 left out)", v, ok)
+	}
+	if n := len(inDoubt(t, s)); n != 0 {
+		t.Fatalf("%d branches left in doubt", n)
+	}
+}
+
 // Property: an empty (read-only) branch is not prepared.
 func TestReadOnlyBranchIsNotPrepared(t *testing.T) {
 	ctx := context.Background()
