@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strings"
 	"time"
@@ -15,6 +16,12 @@ import (
 // warns 1287 and accepts it; its row alias does not exist on MariaDB).
 
 const rowsPerStatement = 1000
+
+// preparer runs a statement through a server-side prepared statement kept
+// with the branch's connection (txsink.Branch.ExecPrepared).
+type preparer interface {
+	ExecPrepared(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
 
 // upsertSQL returns the ON DUPLICATE KEY UPDATE clause that adds a delta to
 // the given columns or, for absolute values read under a row lock, sets
@@ -52,7 +59,11 @@ func batches(ctx context.Context, ex dedup.Execer, n int, head, tuple, tail stri
 			all = append(all, args(i)...)
 		}
 		b.WriteString(tail)
-		if _, err := ex.Exec(ctx, b.String(), all...); err != nil {
+		exec := ex.Exec
+		if p, ok := ex.(preparer); ok && end-start == rowsPerStatement {
+			exec = p.ExecPrepared // full statements: the same text every time
+		}
+		if _, err := exec(ctx, b.String(), all...); err != nil {
 			return err
 		}
 	}
