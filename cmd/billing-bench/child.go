@@ -241,13 +241,7 @@ func consumeOnly(spec childSpec) (childResult, error) {
 	var res childResult
 	start := time.Now()
 	cpu := newCPUMeter(spec.Watch)
-	assign := map[int32]kgo.Offset{}
-	for p := range spec.Ends {
-		assign[p] = kgo.NewOffset().AtStart()
-	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(spec.Brokers...),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{spec.Topic: assign}),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	cl, err := topicReader(spec)
 	if err != nil {
 		return res, err
 	}
@@ -291,16 +285,22 @@ func consumeOnly(spec childSpec) (childResult, error) {
 	return res, nil
 }
 
-// readAll consumes the whole topic and decodes it, in poll order (the
-// order the service sees it in).
-func readAll(spec childSpec, maxPayload int) ([]pipeline.BenchRecord, int64, error) {
+// topicReader is a plain consumer of every partition of the topic from its
+// start, read_committed, as the service reads it (no group).
+func topicReader(spec childSpec) (*kgo.Client, error) {
 	assign := map[int32]kgo.Offset{}
 	for p := range spec.Ends {
 		assign[p] = kgo.NewOffset().AtStart()
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(spec.Brokers...),
+	return kgo.NewClient(kgo.SeedBrokers(spec.Brokers...),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{spec.Topic: assign}),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+}
+
+// readAll consumes the whole topic and decodes it, in poll order (the
+// order the service sees it in).
+func readAll(spec childSpec, maxPayload int) ([]pipeline.BenchRecord, int64, error) {
+	cl, err := topicReader(spec)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -336,27 +336,11 @@ func readAll(spec childSpec, maxPayload int) ([]pipeline.BenchRecord, int64, err
 }
 
 func openSink(ctx context.Context, spec childSpec, cfg config.Config) (*txsink.Sink, error) {
-	return txsink.Open(ctx, txsink.Config{
-		DSNs: []string{spec.DSN}, Branches: cfg.MySQLBranches, Group: cfg.KafkaGroup, Topic: cfg.KafkaTopic,
-		LockWaitTimeout: cfg.MySQLLockWaitTimeout, StepTimeout: cfg.CheckpointTimeout, Logger: childLogger(),
-	})
+	return txsink.Open(ctx, cfg.Sink([]string{spec.DSN}, childLogger()))
 }
 
 func pipelineConfig(cfg config.Config, onCheckpoint func(pipeline.CheckpointInfo)) pipeline.Config {
-	return pipeline.Config{
-		Topic: cfg.KafkaTopic, Group: cfg.KafkaGroup,
-		CheckpointInterval: cfg.CheckpointInterval, CheckpointTimeout: cfg.CheckpointTimeout,
-		CheckpointMaxRecords: cfg.CheckpointMaxRecords, MaxPollRecords: cfg.KafkaMaxPollRecords,
-		DedupTTL: cfg.DedupTTL, DedupCacheKeys: cfg.DedupCacheKeys,
-		DedupCleanupInterval: cfg.DedupCleanupInterval, DedupCleanupBatch: cfg.DedupCleanupBatch,
-		BillingWindow: cfg.BillingWindow, MaxPayloadBytes: cfg.MaxPayloadBytes,
-		RecoveryInterval: cfg.RecoveryInterval, DecisionRetention: cfg.DecisionRetention,
-		ShutdownTimeout: cfg.ShutdownTimeout,
-		KafkaOpts: []kgo.Opt{kgo.SeedBrokers(cfg.KafkaBrokers...),
-			kgo.SessionTimeout(cfg.KafkaSessionTimeout), kgo.RebalanceTimeout(cfg.KafkaRebalanceTimeout)},
-		Logger:       childLogger(),
-		OnCheckpoint: onCheckpoint,
-	}
+	return cfg.Pipeline([]kgo.Opt{kgo.SeedBrokers(cfg.KafkaBrokers...)}, childLogger(), onCheckpoint)
 }
 
 // sinkOnly feeds the pre-decoded topic to the checkpoint protocol, chunk by

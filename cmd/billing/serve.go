@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"slices"
 	"time"
 
 	"github.com/pressly/goose/v3"
@@ -135,11 +134,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 			return fmt.Errorf("migrate: server %d: %w", i, err)
 		}
 	}
-	sink, err := txsink.Open(ctx, txsink.Config{
-		DSNs: c.dsns, Branches: cfg.MySQLBranches, Group: cfg.KafkaGroup, Topic: cfg.KafkaTopic,
-		LockWaitTimeout: cfg.MySQLLockWaitTimeout, StepTimeout: cfg.CheckpointTimeout,
-		Failpoints: fps, Logger: log,
-	})
+	sinkCfg := cfg.Sink(c.dsns, log)
+	sinkCfg.Failpoints = fps
+	sink, err := txsink.Open(ctx, sinkCfg)
 	if err != nil {
 		return err
 	}
@@ -152,27 +149,12 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 
 	ready := newReadiness(cfg.ReadyMaxAge)
 	var m *metrics.Metrics
-	p, err := pipeline.New(pipeline.Config{
-		Topic: cfg.KafkaTopic, Group: cfg.KafkaGroup,
-		CheckpointInterval: cfg.CheckpointInterval, CheckpointTimeout: cfg.CheckpointTimeout,
-		CheckpointMaxRecords: cfg.CheckpointMaxRecords, MaxPollRecords: cfg.KafkaMaxPollRecords,
-		DedupTTL: cfg.DedupTTL, DedupCacheKeys: cfg.DedupCacheKeys,
-		DedupCleanupInterval: cfg.DedupCleanupInterval, DedupCleanupBatch: cfg.DedupCleanupBatch,
-		BillingWindow: cfg.BillingWindow, MaxPayloadBytes: cfg.MaxPayloadBytes,
-		RecoveryInterval: cfg.RecoveryInterval, DecisionRetention: cfg.DecisionRetention,
-		ShutdownTimeout: cfg.ShutdownTimeout,
-		KafkaOpts: append(slices.Clip(c.kopts),
-			kgo.SessionTimeout(cfg.KafkaSessionTimeout),
-			kgo.RebalanceTimeout(cfg.KafkaRebalanceTimeout),
-		),
-		Logger: log,
-		// Set before New returns, read only after: m and ready exist
-		// before the first checkpoint can run (Run has not started).
-		OnCheckpoint: func(info pipeline.CheckpointInfo) {
-			m.OnCheckpoint(info)
-			ready.OnCheckpoint(info)
-		},
-	}, sink)
+	// The callback runs only once Run has started: m and ready, set just
+	// after New returns, exist before the first checkpoint.
+	p, err := pipeline.New(cfg.Pipeline(c.kopts, log, func(info pipeline.CheckpointInfo) {
+		m.OnCheckpoint(info)
+		ready.OnCheckpoint(info)
+	}), sink)
 	if err != nil {
 		return err
 	}
