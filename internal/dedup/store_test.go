@@ -56,14 +56,47 @@ func keys(prefix string, n int, expires time.Time) []dedup.Insert {
 	return out
 }
 
+// preparedTx is sqlTx that also runs statements prepared, as a branch's
+// ExecPrepared does (binary protocol), counting them.
+type preparedTx struct {
+	sqlTx
+	n *int
+}
+
+func (x preparedTx) ExecPrepared(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	st, err := x.tx.PrepareContext(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	*x.n++
+	return st.ExecContext(ctx, args...)
+}
+
 func claim(t *testing.T, db *sqlx.DB, ins []dedup.Insert) []string {
+	t.Helper()
+	return claimWith(t, db, ins, false)
+}
+
+// claimWith claims in one transaction; prepared runs the full statements
+// through server-side prepared statements, and fails the test unless some
+// did.
+func claimWith(t *testing.T, db *sqlx.DB, ins []dedup.Insert, prepared bool) []string {
 	t.Helper()
 	ctx := context.Background()
 	tx, err := db.BeginTxx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	suspects, err := dedup.Claim(ctx, sqlTx{tx}, ins)
+	var ex dedup.Execer = sqlTx{tx}
+	var n int
+	if prepared {
+		ex = preparedTx{sqlTx{tx}, &n}
+	}
+	suspects, err := dedup.Claim(ctx, ex, ins)
+	if prepared && n == 0 {
+		t.Fatal("no statement ran prepared")
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,8 +109,21 @@ func claim(t *testing.T, db *sqlx.DB, ins []dedup.Insert) []string {
 // Property (claim): every new key is written by the claim itself, and a
 // stored key is never taken for new. Only the statements that met a stored
 // key report their ids as suspects (to be looked up); a stored row is left
-// as it was, fingerprint and expiry included.
+// as it was, fingerprint and expiry included. Both with interpolated and
+// with server-side prepared statements (the branches' ExecPrepared), whose
+// affected-row counts must mean the same.
 func TestClaimFindsEveryStoredKey(t *testing.T) {
+	for _, prepared := range []bool{false, true} {
+		t.Run(fmt.Sprintf("prepared=%v", prepared), func(t *testing.T) {
+			testClaimFindsEveryStoredKey(t, func(t *testing.T, db *sqlx.DB, ins []dedup.Insert) []string {
+				t.Helper()
+				return claimWith(t, db, ins, prepared)
+			})
+		})
+	}
+}
+
+func testClaimFindsEveryStoredKey(t *testing.T, claim func(*testing.T, *sqlx.DB, []dedup.Insert) []string) {
 	db := newStore(t)
 	ctx := context.Background()
 	later := time.Now().UTC().Add(time.Hour).Truncate(time.Microsecond)
