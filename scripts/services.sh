@@ -410,6 +410,15 @@ transaction-isolation = REPEATABLE-READ
 innodb_lock_wait_timeout = 10
 max_connections = 1000
 innodb_buffer_pool_size = 256M
+# The binary log on, as MySQL 8.4 runs by default: XA PREPARE is then
+# written to it, and prepare, crash and recovery are exercised with it.
+# Bounded: rotated at 64 MiB, files older than an hour are purged.
+log_bin = mariadb-bin
+server_id = 1
+binlog_format = ROW
+sync_binlog = 1
+max_binlog_size = 64M
+binlog_expire_logs_seconds = 3600
 
 [mariadb-install-db]
 auth-root-authentication-method = socket
