@@ -399,6 +399,13 @@ var topicUnsafe = regexp.MustCompile(`[^a-zA-Z0-9._-]+`)
 // hex digits>, unique per call and recognisable in broker logs.
 func NewTopic(t testing.TB, brokers []string, partitions int) string {
 	t.Helper()
+	return NewTopicWithConfigs(t, brokers, partitions, nil)
+}
+
+// NewTopicWithConfigs is NewTopic with topic-level settings, such as
+// max.message.bytes for records larger than the broker's default.
+func NewTopicWithConfigs(t testing.TB, brokers []string, partitions int, configs map[string]string) string {
+	t.Helper()
 	if partitions < 1 {
 		t.Fatalf("NewTopic: partitions must be >= 1, got %d", partitions)
 	}
@@ -418,7 +425,14 @@ func NewTopic(t testing.TB, brokers []string, partitions int) string {
 	defer cancel()
 
 	// Replication factor -1: the broker's default.replication.factor.
-	if _, err := adm.CreateTopic(ctx, int32(partitions), -1, nil, name); err != nil {
+	var cfgs map[string]*string
+	for k, v := range configs {
+		if cfgs == nil {
+			cfgs = map[string]*string{}
+		}
+		cfgs[k] = &v
+	}
+	if _, err := adm.CreateTopic(ctx, int32(partitions), -1, cfgs, name); err != nil {
 		t.Fatalf("create topic %s: %v", name, err)
 	}
 	t.Cleanup(func() { deleteTopic(t, brokers, name) })

@@ -28,10 +28,10 @@ func (c Config) Pipeline(kopts []kgo.Opt, log *slog.Logger, onCheckpoint func(pi
 	return pipeline.Config{
 		Topic: c.KafkaTopic, Group: c.KafkaGroup,
 		CheckpointInterval: c.CheckpointInterval, CheckpointTimeout: c.CheckpointTimeout,
-		CheckpointMaxRecords: c.CheckpointMaxRecords, MaxPollRecords: c.KafkaMaxPollRecords,
+		CheckpointMaxRecords: c.CheckpointMaxRecords, CheckpointMaxBytes: c.CheckpointMaxBytes, MaxPollRecords: c.KafkaMaxPollRecords,
 		DedupTTL: c.DedupTTL, DedupCacheKeys: c.DedupCacheKeys,
 		DedupCleanupInterval: c.DedupCleanupInterval, DedupCleanupBatch: c.DedupCleanupBatch,
-		BillingWindow: c.BillingWindow, MaxPayloadBytes: c.MaxPayloadBytes,
+		BillingWindow: c.BillingWindow, MaxPayloadBytes: c.MaxPayloadBytes, DeadLetterPayloadBytes: c.DeadLetterPayloadBytes,
 		RecoveryInterval: c.RecoveryInterval, DecisionRetention: c.DecisionRetention,
 		ShutdownTimeout: c.ShutdownTimeout,
 		KafkaOpts: append(slices.Clip(kopts),

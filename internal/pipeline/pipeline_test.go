@@ -94,7 +94,7 @@ func start(t *testing.T, e *env, mod func(*Config, *txsink.Config)) *instance {
 		LockWaitTimeout: 2 * time.Second, StepTimeout: 10 * time.Second, Logger: quiet()}
 	cfg := Config{
 		Topic: e.topic, Group: "g-" + e.topic,
-		CheckpointInterval: 100 * time.Millisecond, CheckpointTimeout: 10 * time.Second, CheckpointMaxRecords: 10000,
+		CheckpointInterval: 100 * time.Millisecond, CheckpointTimeout: 10 * time.Second, CheckpointMaxRecords: 10000, CheckpointMaxBytes: 32 << 20,
 		MaxPollRecords: 1000, DedupTTL: time.Hour, DedupCacheKeys: 1000, DedupCleanupInterval: time.Second,
 		DedupCleanupBatch: 100, BillingWindow: time.Hour, MaxPayloadBytes: 4096, RecoveryInterval: time.Second,
 		DecisionRetention: time.Hour, ShutdownTimeout: 10 * time.Second,

@@ -1,0 +1,181 @@
+package pipeline
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/billing/ledger/integration/harness"
+	"github.com/billing/ledger/internal/txsink"
+	"github.com/billing/ledger/migrations"
+)
+
+// Guarantee 3 under large input: junk of any size up to the broker's
+// largest message becomes one dead letter each, with a bounded prefix of
+// its value, its full size and its SHA-256, and never stalls a partition,
+// even where the database accepts packets of only 1 MiB. Before statements
+// were bounded in bytes, 300 invalid records of 60 KiB made one dead-letter
+// statement of 18 MiB and every checkpoint failed forever.
+func TestLargeRecordsBecomeDeadLetters(t *testing.T) {
+	brokers := harness.Kafka(t)
+	e := &env{brokers: brokers, topic: harness.NewTopicWithConfigs(t, brokers, 2, map[string]string{"max.message.bytes": "8388608"})}
+	// The client refuses packets over 1 MiB, as a server configured so
+	// would: the statement budget is derived from the smaller limit.
+	e.dsn = harness.NewDatabase(t) + "&maxAllowedPacket=1048576"
+	db, err := txsink.OpenDB(e.dsn, 5*time.Second, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if err := migrations.Up(context.Background(), db.DB, quiet()); err != nil {
+		t.Fatal(err)
+	}
+	e.db = db
+
+	const prefix = 48 << 10
+	type junk struct {
+		partition int32
+		value     []byte
+	}
+	var (
+		recs  []*kgo.Record
+		sent  []junk
+		valid int
+	)
+	add := func(partition int32, value []byte) {
+		recs = append(recs, &kgo.Record{Partition: partition, Key: []byte("k"), Value: value})
+	}
+	// Partition 0: 300 invalid records of 60 KiB, then 100 valid events.
+	for i := range 300 {
+		v := []byte(fmt.Sprintf(`{"junk":%d,"pad":"%s"`, i, strings.Repeat("x", 60<<10))) // unterminated: invalid JSON
+		add(0, v)
+		sent = append(sent, junk{0, v})
+	}
+	for i := range 100 {
+		r := ev{fmt.Sprintf("p0-%d", i), "acct-a", 1, "EUR", t0}.record("")
+		add(0, r.Value)
+		valid++
+	}
+	// Partition 1: records of 1 MiB and more (payload_too_large), between
+	// valid events.
+	for i, size := range []int{1 << 20, 3 << 19, 5 << 20} {
+		v := bytes.Repeat([]byte{byte('a' + i)}, size)
+		add(1, v)
+		sent = append(sent, junk{1, v})
+		for j := range 20 {
+			r := ev{fmt.Sprintf("p1-%d-%d", i, j), "acct-b", 2, "EUR", t0}.record("")
+			add(1, r.Value)
+			valid++
+		}
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(e.topic),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerBatchMaxBytes(8<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+
+	in := start(t, e, func(c *Config, _ *txsink.Config) {
+		c.MaxPayloadBytes = 64 << 10
+		c.DeadLetterPayloadBytes = prefix
+		c.CheckpointMaxBytes = 4 << 20
+	})
+	waitCounted(t, e.db, int64(valid), len(sent))
+	if n := in.p.Stats().Aborts.Load(); n != 0 {
+		t.Errorf("%d checkpoint attempts failed: large records must not fail a checkpoint", n)
+	}
+
+	var rows []struct {
+		Partition int32  `db:"kafka_partition"`
+		Reason    string `db:"reason"`
+		Payload   []byte `db:"payload"`
+		Size      int    `db:"payload_size"`
+		Sum       []byte `db:"payload_sha256"`
+	}
+	if err := e.db.Select(&rows, `SELECT kafka_partition, reason, payload, payload_size, payload_sha256 FROM dead_letters ORDER BY kafka_partition, kafka_offset`); err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != len(sent) {
+		t.Fatalf("%d dead letters, want %d", len(rows), len(sent))
+	}
+	for i, r := range rows {
+		want := sent[i]
+		sum := sha256.Sum256(want.value)
+		wantReason := "invalid_json"
+		if len(want.value) > 64<<10 {
+			wantReason = "payload_too_large"
+		}
+		switch {
+		case r.Partition != want.partition || r.Reason != wantReason:
+			t.Errorf("dead letter %d: partition %d reason %s, want %d %s", i, r.Partition, r.Reason, want.partition, wantReason)
+		case r.Size != len(want.value):
+			t.Errorf("dead letter %d: payload_size %d, want %d", i, r.Size, len(want.value))
+		case !bytes.Equal(r.Sum, sum[:]):
+			t.Errorf("dead letter %d: payload_sha256 is not the SHA-256 of the whole value", i)
+		case len(r.Payload) > prefix || !bytes.Equal(r.Payload, want.value[:len(r.Payload)]):
+			t.Errorf("dead letter %d: stored payload of %d bytes is not a prefix of at most %d", i, len(r.Payload), prefix)
+		case len(r.Payload) < min(len(want.value), prefix):
+			t.Errorf("dead letter %d: stored %d bytes, want %d", i, len(r.Payload), min(len(want.value), prefix))
+		}
+	}
+}
+
+// Guarantee 10 in bytes: a checkpoint is taken as soon as the buffered
+// records hold CheckpointMaxBytes, however few they are and however far the
+// next checkpoint is due; so large valid events are bounded in memory by
+// bytes, not by their count.
+func TestCheckpointMaxBytesSealsEarly(t *testing.T) {
+	e := newEnv(t, 1)
+	pad := strings.Repeat("p", 60<<10)
+	var recs []*kgo.Record
+	for i := range 200 {
+		r := ev{fmt.Sprintf("big-%d", i), "acct-big", 1, "EUR", t0}.record("")
+		r.Value = append(r.Value[:len(r.Value)-1], []byte(`,"padding":"`+pad+`"}`)...)
+		recs = append(recs, r)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...), kgo.DefaultProduceTopic(e.topic), kgo.ProducerBatchMaxBytes(900<<10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu         sync.Mutex
+		n, biggest int
+	)
+	start(t, e, func(c *Config, _ *txsink.Config) {
+		c.CheckpointInterval = time.Hour // only the byte budget can seal
+		c.CheckpointMaxRecords = 1 << 20
+		c.CheckpointMaxBytes = 1 << 20
+		c.MaxPayloadBytes = 64 << 10
+		c.OnCheckpoint = func(info CheckpointInfo) {
+			mu.Lock()
+			defer mu.Unlock()
+			n++
+			biggest = max(biggest, info.Bytes)
+		}
+	})
+	waitCounted(t, e.db, 200, 0)
+	mu.Lock()
+	defer mu.Unlock()
+	if n < 3 {
+		t.Errorf("%d checkpoints for 12 MiB of events with a 1 MiB budget", n)
+	}
+	// Sealed at the budget, plus at most what one poll added: two
+	// fetches of at least 1 MiB each.
+	if biggest > 1<<20+2*(1<<20)+64<<10 {
+		t.Errorf("a checkpoint held %d bytes of records, over the 1 MiB budget and one poll", biggest)
+	}
+}
