@@ -314,8 +314,9 @@ func NewDatabase(t testing.TB) string {
 
 // NewDatabaseOn is NewDatabase on the server of the admin DSN admin, with a
 // given name (letters, digits and underscores; the caller makes it unique on
-// that server).
-func NewDatabaseOn(t testing.TB, admin, name string) string {
+// that server) and options of CREATE DATABASE (such as "CHARACTER SET
+// latin1").
+func NewDatabaseOn(t testing.TB, admin, name string, options ...string) string {
 	t.Helper()
 	if !regexp.MustCompile(`^[A-Za-z0-9_]{1,64}$`).MatchString(name) {
 		t.Fatalf("NewDatabaseOn: bad database name %q", name)
@@ -328,7 +329,7 @@ func NewDatabaseOn(t testing.TB, admin, name string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	// The name was checked above, so quoting is safe.
-	if _, err := db.ExecContext(ctx, "CREATE DATABASE `"+name+"`"); err != nil {
+	if _, err := db.ExecContext(ctx, strings.Join(append([]string{"CREATE DATABASE `" + name + "`"}, options...), " ")); err != nil {
 		t.Fatalf("create database %s: %v", name, err)
 	}
 	t.Cleanup(func() { dropDatabase(t, admin, name) })

@@ -179,3 +179,47 @@ func TestCheckpointMaxBytesSealsEarly(t *testing.T) {
 		t.Errorf("a checkpoint held %d bytes of records, over the 1 MiB budget and one poll", biggest)
 	}
 }
+
+// The schema pins its character sets: a ledger database created with
+// latin1 as its default stores any valid UTF-8 that input carries (event
+// and account ids, a consumer group, and the details of dead letters that
+// quote the input), emoji included. Before the columns were pinned, the
+// first dead letter quoting an emoji failed every checkpoint with 1366.
+func TestLatin1LedgerStoresAnyText(t *testing.T) {
+	brokers := harness.Kafka(t)
+	e := &env{brokers: brokers, topic: harness.NewTopic(t, brokers, 2)}
+	e.dsn = harness.NewDatabaseOn(t, harness.MySQL(t), harness.RandomName("t_"), "CHARACTER SET latin1 COLLATE latin1_swedish_ci")
+	db, err := txsink.OpenDB(e.dsn, 5*time.Second, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if err := migrations.Up(context.Background(), db.DB, quiet()); err != nil {
+		t.Fatal(err)
+	}
+	e.db = db
+	produce(t, e,
+		ev{"e-🎉-1", "acct-ü-🎉", 10, "EUR", t0}.record(""),
+		ev{"e-🎉-2", "acct-ü-🎉", 5, "EUR", t0}.record(""),
+		ev{"e-🎉-1", "acct-ü-🎉", 11, "EUR", t0}.record(""), // conflicting repeat: its detail quotes the id
+		ev{"e-€", "acct-€", 1, "€UR", t0}.record(""),     // invalid currency: its detail quotes "€UR"
+	)
+	group := "g-ü-🎉-" + e.topic
+	start(t, e, func(c *Config, s *txsink.Config) { c.Group, s.Group = group, group })
+	waitCounted(t, e.db, 2, 2)
+	got := balances(t, e.db)
+	if b := got["acct-ü-🎉/EUR"]; b.Amount != 15 || b.Count != 2 {
+		t.Errorf("balance of acct-ü-🎉 = %+v, want 15 over 2 events", b)
+	}
+	var details []string
+	if err := e.db.Select(&details, `SELECT detail FROM dead_letters ORDER BY reason`); err != nil {
+		t.Fatal(err)
+	}
+	if len(details) != 2 || !strings.Contains(details[0], "e-🎉-1") || !strings.Contains(details[1], "€UR") {
+		t.Errorf("dead letter details = %q: the input's text must be kept as it was", details)
+	}
+	var stored string
+	if err := e.db.Get(&stored, `SELECT consumer_group FROM partition_offsets LIMIT 1`); err != nil || stored != group {
+		t.Errorf("stored consumer group = %q (%v), want %q", stored, err, group)
+	}
+}
