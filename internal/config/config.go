@@ -30,6 +30,7 @@ type Config struct {
 	KafkaSessionTimeout   time.Duration `envconfig:"KAFKA_SESSION_TIMEOUT" default:"10s" desc:"group session timeout: a member silent this long loses its partitions"`
 	KafkaRebalanceTimeout time.Duration `envconfig:"KAFKA_REBALANCE_TIMEOUT" default:"60s" desc:"time a member has to finish its checkpoint and release partitions in a rebalance; must exceed CHECKPOINT_TIMEOUT"`
 	KafkaMaxPollRecords   int           `envconfig:"KAFKA_MAX_POLL_RECORDS" default:"5000" desc:"records taken from the client per poll"`
+	AllowGroupChange      bool          `envconfig:"ALLOW_GROUP_CHANGE" default:"false" desc:"start a consumer group that has no stored positions on a ledger that holds positions of the topic under another group; it replays the topic from its start, and events older than DEDUP_TTL count again"`
 
 	KafkaTLSEnabled       bool   `envconfig:"KAFKA_TLS_ENABLED" default:"false" desc:"connect to the brokers over TLS (1.2+, certificates always verified)"`
 	KafkaTLSCAFile        string `envconfig:"KAFKA_TLS_CA_FILE" desc:"PEM CA bundle trusted for the brokers instead of the system roots"`

@@ -33,7 +33,7 @@ func (c Config) Pipeline(kopts []kgo.Opt, log *slog.Logger, onCheckpoint func(pi
 		DedupCleanupInterval: c.DedupCleanupInterval, DedupCleanupBatch: c.DedupCleanupBatch,
 		BillingWindow: c.BillingWindow, MaxPayloadBytes: c.MaxPayloadBytes, DeadLetterPayloadBytes: c.DeadLetterPayloadBytes,
 		RecoveryInterval: c.RecoveryInterval, DecisionRetention: c.DecisionRetention,
-		ShutdownTimeout: c.ShutdownTimeout,
+		ShutdownTimeout: c.ShutdownTimeout, AllowGroupChange: c.AllowGroupChange,
 		KafkaOpts: append(slices.Clip(kopts),
 			kgo.SessionTimeout(c.KafkaSessionTimeout), kgo.RebalanceTimeout(c.KafkaRebalanceTimeout)),
 		Logger:       log,

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -221,5 +222,80 @@ func TestLatin1LedgerStoresAnyText(t *testing.T) {
 	var stored string
 	if err := e.db.Get(&stored, `SELECT consumer_group FROM partition_offsets LIMIT 1`); err != nil || stored != group {
 		t.Errorf("stored consumer group = %q (%v), want %q", stored, err, group)
+	}
+}
+
+// A renamed consumer group cannot double-count by accident: a group without
+// stored positions is refused on a ledger that holds positions of the topic
+// under another group. Allowed deliberately, it replays the topic from the
+// start; events within the TTL are dropped as repeats, and the dead letters
+// it meets again (same topic, partition and offset) do not stall it on
+// their unique key.
+func TestGroupChangeIsRefusedUnlessAllowed(t *testing.T) {
+	e := newEnv(t, 2)
+	var recs []*kgo.Record
+	for i := range 20 {
+		recs = append(recs, ev{fmt.Sprintf("g-%d", i), fmt.Sprintf("acct-%d", i%3), 5, "EUR", t0}.record(""))
+	}
+	recs = append(recs, &kgo.Record{Key: []byte("acct-0"), Value: []byte(`not json`)}, &kgo.Record{Key: []byte("acct-1"), Value: []byte(`{}`)})
+	produce(t, e, recs...)
+	first := start(t, e, nil)
+	waitCounted(t, e.db, 20, 2)
+	first.stop(t)
+
+	renamed := func(c *Config, s *txsink.Config) { c.Group, s.Group = "renamed-"+e.topic, "renamed-"+e.topic }
+	// Refused: Run returns at once, naming the setting.
+	scfg := txsink.Config{DSNs: []string{e.dsn}, Branches: 2, Group: "g-" + e.topic, Topic: e.topic,
+		StepTimeout: 10 * time.Second, Logger: quiet()}
+	cfg := Config{Topic: e.topic, Group: "g-" + e.topic, CheckpointInterval: time.Second, CheckpointTimeout: 10 * time.Second,
+		CheckpointMaxRecords: 100, CheckpointMaxBytes: 1 << 20, MaxPollRecords: 100, DedupTTL: time.Hour, DedupCleanupInterval: time.Second,
+		DedupCleanupBatch: 100, BillingWindow: time.Hour, MaxPayloadBytes: 4096, RecoveryInterval: time.Second,
+		DecisionRetention: time.Hour, ShutdownTimeout: 10 * time.Second, Logger: quiet(),
+		KafkaOpts: []kgo.Opt{kgo.SeedBrokers(e.brokers...)}}
+	renamed(&cfg, &scfg)
+	sink, err := txsink.Open(context.Background(), scfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close()
+	p, err := New(cfg, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = p.Run(ctx)
+	var gce *GroupChangeError
+	if !errors.As(err, &gce) || !strings.Contains(err.Error(), "ALLOW_GROUP_CHANGE") || gce.Stored[0] != "g-"+e.topic {
+		t.Fatalf("Run of a renamed group = %v, want a GroupChangeError naming ALLOW_GROUP_CHANGE", err)
+	}
+
+	// Allowed: the replay reaches the end of the topic; nothing counts
+	// twice within the TTL and the stored dead letters stay as they were.
+	in := start(t, e, func(c *Config, s *txsink.Config) {
+		renamed(c, s)
+		c.AllowGroupChange = true
+	})
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var next []int64
+		if err := e.db.Select(&next, `SELECT next_offset FROM partition_offsets WHERE consumer_group = ?`, "renamed-"+e.topic); err != nil {
+			t.Fatal(err)
+		}
+		var total int64
+		for _, n := range next {
+			total += max(n, 0)
+		}
+		if total == int64(len(recs)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the renamed group's positions sum to %d, want %d (aborted attempts: %d)", total, len(recs), in.p.Stats().Aborts.Load())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	waitCounted(t, e.db, 20, 2)
+	if d := in.p.Stats().Duplicates.Load(); d != 20 {
+		t.Errorf("the replay dropped %d repeats, want 20", d)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -66,6 +67,12 @@ type Config struct {
 	DecisionRetention time.Duration
 	// ShutdownTimeout bounds the final checkpoint when Run's context ends.
 	ShutdownTimeout time.Duration
+	// AllowGroupChange lets Run start a group that has no stored positions
+	// on a ledger that holds positions of the topic under other groups.
+	// Such a group starts every partition at the beginning of the log:
+	// events older than DedupTTL count a second time. Off, Run refuses
+	// with a *GroupChangeError.
+	AllowGroupChange bool
 
 	// KafkaOpts are the client's connection options (brokers, TLS, SASL,
 	// timeouts); the pipeline adds the consumer-group options it relies on.
@@ -254,6 +261,10 @@ func (p *Pipeline) Client() *kgo.Client { return p.cl }
 // ShutdownTimeout, and leaves the group. It returns nil after a clean
 // shutdown; whatever it could not commit is replayed by the next owner.
 func (p *Pipeline) Run(ctx context.Context) error {
+	if err := p.checkGroup(ctx); err != nil {
+		p.cl.Close()
+		return err
+	}
 	if res, err := p.sink.Recover(ctx, p.cfg.CheckpointTimeout); err != nil {
 		p.log.Warn("recovery at start incomplete; retried in the background", "err", err)
 	} else {
@@ -294,6 +305,38 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	stopHousekeeping()
 	hk.Wait()
 	return nil
+}
+
+// GroupChangeError refuses to start a consumer group without stored
+// positions on a ledger whose topic has positions under other groups (a
+// renamed KAFKA_GROUP): it would replay the topic from its start.
+type GroupChangeError struct {
+	Group, Topic string
+	Stored       []string // the groups with positions stored for the topic
+}
+
+func (e *GroupChangeError) Error() string {
+	return fmt.Sprintf("consumer group %q has no positions stored for topic %q, but this ledger holds positions of that topic under %q: "+
+		"starting it would replay the topic from its beginning, and events older than DEDUP_TTL would count twice. "+
+		"Use the group that wrote this ledger (KAFKA_GROUP), or set ALLOW_GROUP_CHANGE=true to replay deliberately", e.Group, e.Topic, e.Stored)
+}
+
+// checkGroup refuses a group change unless it is allowed (see
+// Config.AllowGroupChange).
+func (p *Pipeline) checkGroup(ctx context.Context) error {
+	groups, err := p.sink.Groups(ctx)
+	if err != nil {
+		return fmt.Errorf("pipeline: %w", err)
+	}
+	if len(groups) == 0 || slices.Contains(groups, p.cfg.Group) {
+		return nil
+	}
+	if p.cfg.AllowGroupChange {
+		p.log.Warn("starting a consumer group without stored positions on a ledger that has them under other groups: the topic is replayed from its start (ALLOW_GROUP_CHANGE)",
+			"group", p.cfg.Group, "stored_groups", groups)
+		return nil
+	}
+	return &GroupChangeError{Group: p.cfg.Group, Topic: p.cfg.Topic, Stored: groups}
 }
 
 func (p *Pipeline) recovered(r txsink.RecoveryResult) {

@@ -98,3 +98,14 @@ func (s *Sink) positions(ctx context.Context, q queryer, partitions []int32, loc
 	}
 	return pos, nil
 }
+
+// Groups lists the consumer groups that have positions stored for the
+// sink's topic.
+func (s *Sink) Groups(ctx context.Context) ([]string, error) {
+	var groups []string
+	if err := s.Control().SelectContext(ctx, &groups,
+		`SELECT DISTINCT consumer_group FROM partition_offsets WHERE kafka_topic = ? ORDER BY consumer_group`, s.cfg.Topic); err != nil {
+		return nil, fmt.Errorf("stored groups: %w", err)
+	}
+	return groups, nil
+}
