@@ -163,7 +163,9 @@ func Store(ctx context.Context, ex Execer, inserts []Insert, now time.Time) erro
 // splitKeys cuts keys into statements of insertKeys within ex's budget.
 func splitKeys(ex Execer, keys []Insert, suffix string, fn func(part []Insert) error) error {
 	return stmt.Split(len(keys), len(insertHead)+len(suffix), ex.MaxStatementBytes(),
-		func(i int) int { return stmt.RowBytes(insertTuple, keys[i].ID, keys[i].Fingerprint[:], keys[i].ExpiresAt) },
+		func(i int) int {
+			return stmt.RowBytes(insertTuple, keys[i].ID, keys[i].Fingerprint[:], keys[i].ExpiresAt)
+		},
 		func(start, end int) error { return fn(keys[start:end]) })
 }
 

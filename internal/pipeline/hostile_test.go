@@ -203,7 +203,7 @@ func TestLatin1LedgerStoresAnyText(t *testing.T) {
 		ev{"e-🎉-1", "acct-ü-🎉", 10, "EUR", t0}.record(""),
 		ev{"e-🎉-2", "acct-ü-🎉", 5, "EUR", t0}.record(""),
 		ev{"e-🎉-1", "acct-ü-🎉", 11, "EUR", t0}.record(""), // conflicting repeat: its detail quotes the id
-		ev{"e-€", "acct-€", 1, "€UR", t0}.record(""),     // invalid currency: its detail quotes "€UR"
+		ev{"e-€", "acct-€", 1, "€UR", t0}.record(""),      // invalid currency: its detail quotes "€UR"
 	)
 	group := "g-ü-🎉-" + e.topic
 	start(t, e, func(c *Config, s *txsink.Config) { c.Group, s.Group = group, group })

@@ -122,7 +122,7 @@ func (p *Pipeline) pollPlan() (time.Duration, int) {
 // event's value is at most MaxPayloadBytes, a dead letter keeps at most
 // DeadLetterPayloadBytes of it; keys are kept up to maxStoredKey.
 func (p *Pipeline) maxRecordBytes() int {
-	return max(p.cfg.MaxPayloadBytes, p.cfg.DeadLetterPayloadBytes) + maxStoredKey + event.MaxEventIDLen+event.MaxAccountIDLen + recordOverhead + deadLetterOverhead + maxDetail
+	return max(p.cfg.MaxPayloadBytes, p.cfg.DeadLetterPayloadBytes) + maxStoredKey + event.MaxEventIDLen + event.MaxAccountIDLen + recordOverhead + deadLetterOverhead + maxDetail
 }
 
 func (p *Pipeline) wakePoll() {
