@@ -293,3 +293,77 @@ func TestGroupChangeIsRefusedUnlessAllowed(t *testing.T) {
 		t.Errorf("the replay dropped %d repeats, want 20", d)
 	}
 }
+
+// Guarantee 3 against a database that refuses valid records: an operator's
+// CHECK constraint refuses one account's events and caps another's
+// balance. Each refused event becomes one rejected_by_database dead letter
+// with the server's message, in arrival order (the event that would take
+// the capped balance over the limit, not the earlier ones); everything
+// else commits, and no partition stalls. Before, every checkpoint covering
+// a refused record failed forever.
+func TestRecordsTheDatabaseRefusesAreIsolated(t *testing.T) {
+	e := newEnv(t, 3)
+	for _, ddl := range []string{
+		`ALTER TABLE account_balances ADD CONSTRAINT no_poison CHECK (account_id <> 'acct-poison')`,
+		`ALTER TABLE account_balances ADD CONSTRAINT cap CHECK (account_id <> 'acct-cap' OR balance_minor <= 100)`,
+	} {
+		if _, err := e.db.Exec(ddl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var recs []*kgo.Record
+	for i := range 60 {
+		recs = append(recs, ev{fmt.Sprintf("ok-%d", i), fmt.Sprintf("acct-%d", i%7), 1, "EUR", t0}.record(""))
+		if i%20 == 5 {
+			recs = append(recs, ev{fmt.Sprintf("poison-%d", i), "acct-poison", 1, "EUR", t0}.record(fmt.Sprintf("k-%d", i)))
+		}
+	}
+	// One partition (keyed by account), in this order: 60 passes, the
+	// second 60 would make 120, the 30 makes 90.
+	recs = append(recs,
+		ev{"cap-1", "acct-cap", 60, "EUR", t0}.record(""),
+		ev{"cap-2", "acct-cap", 60, "EUR", t0}.record(""),
+		ev{"cap-3", "acct-cap", 30, "EUR", t0}.record(""),
+	)
+	produce(t, e, recs...)
+	var (
+		mu      sync.Mutex
+		offsets []string
+	)
+	start(t, e, func(c *Config, _ *sinkConfig) {
+		c.OnCheckpoint = func(info CheckpointInfo) {
+			if info.Err != nil {
+				mu.Lock()
+				offsets = append(offsets, info.Offsets)
+				mu.Unlock()
+			}
+		}
+	})
+	waitCounted(t, e.db, 62, 4)
+	var rows []struct {
+		EventID string `db:"event_id"`
+		Reason  string `db:"reason"`
+		Detail  string `db:"detail"`
+	}
+	if err := e.db.Select(&rows, `SELECT event_id, reason, detail FROM dead_letters ORDER BY event_id`); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"cap-2", "poison-25", "poison-45", "poison-5"}
+	for i, r := range rows {
+		if r.EventID != want[i] || r.Reason != "rejected_by_database" || !strings.Contains(r.Detail, "CONSTRAINT") {
+			t.Errorf("dead letter %d = %+v, want %s rejected_by_database with the server's message", i, r, want[i])
+		}
+	}
+	got := balances(t, e.db)
+	if b := got["acct-cap/EUR"]; b.Amount != 90 || b.Count != 2 {
+		t.Errorf("acct-cap = %+v, want 90 over 2 events", b)
+	}
+	if _, ok := got["acct-poison/EUR"]; ok {
+		t.Error("the refused account has a balance")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(offsets) == 0 || offsets[0] == "" {
+		t.Errorf("failed attempts reported offsets %q: a failing checkpoint must name its partitions and offsets", offsets)
+	}
+}
