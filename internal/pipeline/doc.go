@@ -65,7 +65,10 @@
 // revoke first checkpoints what is buffered, so the next owner continues
 // exactly there. An instance that lost its partitions without knowing it (a
 // paused process, a network cut) still holds old epochs: its decision fails
-// the epoch check, and nothing it prepared commits.
+// the epoch check, and nothing it prepared commits. The claims only fence;
+// the group's assignment decides who consumes: a partition whose claim was
+// taken while this member still holds it (a paused instance woke up and
+// claimed it late) is claimed again, never dropped (see reclaimLocked).
 //
 // # Dead letters and overflow
 //
