@@ -13,10 +13,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/billing/ledger/integration/harness"
 	"github.com/billing/ledger/internal/txsink"
-	"github.com/billing/ledger/internal/txsink/mysqldriver"
-	"github.com/billing/ledger/migrations"
 )
 
 // Guarantee 3 under large input: junk of any size up to the broker's
@@ -26,20 +23,10 @@ import (
 // were bounded in bytes, 300 invalid records of 60 KiB made one dead-letter
 // statement of 18 MiB and every checkpoint failed forever.
 func TestLargeRecordsBecomeDeadLetters(t *testing.T) {
-	brokers := harness.Kafka(t)
-	e := &env{brokers: brokers, topic: harness.NewTopicWithConfigs(t, brokers, 2, map[string]string{"max.message.bytes": "8388608"})}
 	// The client refuses packets over 1 MiB, as a server configured so
 	// would: the statement budget is derived from the smaller limit.
-	e.dsn = harness.NewDatabase(t) + "&maxAllowedPacket=1048576"
-	db, err := mysqldriver.OpenDB(e.dsn, 5*time.Second, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	if err := migrations.Up(context.Background(), db.DB, quiet()); err != nil {
-		t.Fatal(err)
-	}
-	e.db = db
+	e := newEnvWith(t, 2, envOptions{topicConfigs: map[string]string{"max.message.bytes": "8388608"}, dsnParams: "&maxAllowedPacket=1048576"})
+	brokers := e.brokers
 
 	const prefix = 48 << 10
 	type junk struct {
@@ -188,18 +175,7 @@ func TestCheckpointMaxBytesSealsEarly(t *testing.T) {
 // quote the input), emoji included. Before the columns were pinned, the
 // first dead letter quoting an emoji failed every checkpoint with 1366.
 func TestLatin1LedgerStoresAnyText(t *testing.T) {
-	brokers := harness.Kafka(t)
-	e := &env{brokers: brokers, topic: harness.NewTopic(t, brokers, 2)}
-	e.dsn = harness.NewDatabaseOn(t, harness.MySQL(t), harness.RandomName("t_"), "CHARACTER SET latin1 COLLATE latin1_swedish_ci")
-	db, err := mysqldriver.OpenDB(e.dsn, 5*time.Second, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	if err := migrations.Up(context.Background(), db.DB, quiet()); err != nil {
-		t.Fatal(err)
-	}
-	e.db = db
+	e := newEnvWith(t, 2, envOptions{create: []string{"CHARACTER SET latin1 COLLATE latin1_swedish_ci"}})
 	produce(t, e,
 		ev{"e-🎉-1", "acct-ü-🎉", 10, "EUR", t0}.record(""),
 		ev{"e-🎉-2", "acct-ü-🎉", 5, "EUR", t0}.record(""),
