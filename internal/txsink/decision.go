@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/billing/ledger/internal/txsink/driver"
 )
@@ -15,6 +16,21 @@ type PartitionCut struct {
 	Partition  int32
 	Epoch      int64
 	NextOffset int64
+	// Watermark is the latest event time of the partition's records below
+	// NextOffset (zero: none); the stored one is raised to it, never
+	// lowered. CaughtUp says NextOffset had reached the end of the log.
+	Watermark time.Time
+	CaughtUp  bool
+}
+
+// FrontierChange is what a checkpoint does with the ledger's closing
+// frontier (driver.Frontier) at its decision, under the decision's lock:
+// the decision is refused (ErrFrontierMoved) if the stored Closed instant
+// is after OpenFrom, the earliest window start the checkpoint wrote as
+// open (zero: it wrote none); else the frontier is raised to Raise.
+type FrontierChange struct {
+	OpenFrom time.Time
+	Raise    driver.Frontier
 }
 
 // Decide is the commit point: in one local transaction on the control
@@ -22,11 +38,16 @@ type PartitionCut struct {
 // next offsets, and the commit decision, whose primary key makes it a
 // compare-and-set against a recoverer's abort.
 //
+// With a frontier change (nil: the frontier is not touched), the same
+// transaction checks and raises the ledger's closing frontier (see
+// FrontierChange and frontierCheck).
+//
 // Decide returns nil only once the decision is durable. It returns an error
-// wrapping ErrFenced or ErrAborted when the checkpoint must abort, and one
-// wrapping ErrOutcomeUnknown when the commit of the local transaction was
-// ambiguous and the outcome could not be settled in time.
-func (t *Txn) Decide(ctx context.Context, cuts []PartitionCut) error {
+// wrapping ErrFenced, ErrFrontierMoved or ErrAborted when the checkpoint
+// must abort, and one wrapping ErrOutcomeUnknown when the commit of the
+// local transaction was ambiguous and the outcome could not be settled in
+// time.
+func (t *Txn) Decide(ctx context.Context, cuts []PartitionCut, f *FrontierChange) error {
 	if err := t.s.cfg.Failpoints.Inject(FailAfterPrepare); err != nil {
 		return &PhaseError{"decide", err}
 	}
@@ -34,12 +55,16 @@ func (t *Txn) Decide(ctx context.Context, cuts []PartitionCut) error {
 	defer cancel()
 	dc := make([]driver.Cut, len(cuts))
 	for i, c := range cuts {
-		dc[i] = driver.Cut{Partition: c.Partition, NextOffset: c.NextOffset}
+		dc[i] = driver.Cut{Partition: c.Partition, NextOffset: c.NextOffset, Watermark: c.Watermark, CaughtUp: c.CaughtUp}
+	}
+	var fc *driver.FrontierChange
+	if f != nil {
+		fc = &driver.FrontierChange{Raise: f.Raise, Check: func(stored driver.Frontier) error { return frontierCheck(f.OpenFrom, stored) }}
 	}
 	d := driver.Decision{Gtrid: t.gtrid, Outcome: driver.Committed, By: t.s.instance, At: t.s.now().UTC()}
 	err := t.s.control.Commit(ctx, d, t.s.scope(), dc, func(stored []driver.Stored) error {
 		return fence(t.s.instance, cuts, stored)
-	})
+	}, fc)
 	switch {
 	case errors.Is(err, driver.ErrDecided):
 		return &PhaseError{"decide", fmt.Errorf("%w: a recoverer decided first", ErrAborted)}

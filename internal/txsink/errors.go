@@ -3,6 +3,7 @@ package txsink
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/billing/ledger/internal/txsink/driver"
 )
@@ -16,6 +17,11 @@ var (
 	// ErrAborted means the checkpoint's decision is abort: a recoverer
 	// decided it first, or the coordinator gave up before deciding.
 	ErrAborted = errors.New("txsink: checkpoint aborted")
+
+	// ErrFrontierMoved means another checkpoint closed a window this one
+	// wrote to as open since this one read the frontier. Nothing of the
+	// checkpoint commits; it is to be built again on the new frontier.
+	ErrFrontierMoved = errors.New("txsink: windows closed since the checkpoint read the frontier")
 
 	// ErrOutcomeUnknown means the decision could not be made durable nor
 	// proven either way within the deadline (the control server is
@@ -38,6 +44,19 @@ func (e *FencedError) Error() string {
 }
 
 func (e *FencedError) Unwrap() error { return ErrFenced }
+
+// FrontierMovedError names the earliest window the checkpoint wrote as
+// open and the stored frontier that closed it. It wraps ErrFrontierMoved.
+type FrontierMovedError struct {
+	OpenFrom, Closed time.Time
+}
+
+func (e *FrontierMovedError) Error() string {
+	return fmt.Sprintf("the window starting %s was written as open, but windows before %s have been closed since",
+		e.OpenFrom.UTC().Format(time.RFC3339), e.Closed.UTC().Format(time.RFC3339))
+}
+
+func (e *FrontierMovedError) Unwrap() error { return ErrFrontierMoved }
 
 // PhaseError says in which phase of the protocol a checkpoint failed.
 type PhaseError struct {
@@ -65,7 +84,7 @@ func (e *StatementError) Unwrap() error { return e.Err }
 func positions(stored map[int32]driver.Stored) map[int32]Position {
 	out := make(map[int32]Position, len(stored))
 	for p, s := range stored {
-		out[p] = Position{Epoch: s.Epoch, NextOffset: s.NextOffset, Owner: s.Owner}
+		out[p] = Position{Epoch: s.Epoch, NextOffset: s.NextOffset, Owner: s.Owner, Watermark: s.Watermark, CaughtUp: s.CaughtUp}
 	}
 	return out
 }

@@ -3,14 +3,19 @@ package txsink
 import (
 	"context"
 	"fmt"
+	"time"
+
+	"github.com/billing/ledger/internal/txsink/driver"
 )
 
 // Position is a partition's authoritative input position and the epoch at
-// which this instance holds it.
+// which this instance holds it, with its event time as committed.
 type Position struct {
 	Epoch      int64
 	NextOffset int64 // StartOffset when the partition was never checkpointed
 	Owner      string
+	Watermark  time.Time // latest event time below NextOffset; zero: none
+	CaughtUp   bool      // NextOffset had reached the end of the log
 }
 
 // Claim takes ownership of partitions newly assigned to this instance: in
@@ -52,4 +57,26 @@ func (s *Sink) Groups(ctx context.Context) ([]string, error) {
 		return nil, fmt.Errorf("stored groups: %w", err)
 	}
 	return g, nil
+}
+
+// EventTime is the ledger's closing frontier and the event time of every
+// partition of the sink's scope, as committed.
+type EventTime struct {
+	Frontier   driver.Frontier
+	Partitions map[int32]Position
+}
+
+// EventTime reads the frontier and the partitions' watermarks, as
+// committed, without locks: both only grow, so what it returns is a lower
+// bound of what holds when a later decision is taken.
+func (s *Sink) EventTime(ctx context.Context) (EventTime, error) {
+	f, stored, err := s.control.EventTime(ctx, s.scope())
+	if err != nil {
+		return EventTime{}, fmt.Errorf("event time: %w", err)
+	}
+	m := make(map[int32]driver.Stored, len(stored))
+	for _, r := range stored {
+		m[r.Partition] = r
+	}
+	return EventTime{Frontier: f, Partitions: positions(m)}, nil
 }

@@ -33,6 +33,20 @@ func fence(owner string, cuts []PartitionCut, stored []driver.Stored) error {
 	return nil
 }
 
+// frontierCheck decides whether a checkpoint that wrote open windows
+// starting at openFrom and later (zero: none) may commit, given the
+// ledger's frontier as stored (locked) at the commit point: only if none
+// of those windows has been closed since the checkpoint read the frontier.
+// A window closes when a commit decision raises Closed past its start;
+// from then on its events belong in adjustments, and a checkpoint that
+// still wrote to it as open must be replayed against the new frontier.
+func frontierCheck(openFrom time.Time, stored driver.Frontier) error {
+	if openFrom.IsZero() || !stored.Closed.After(openFrom) {
+		return nil
+	}
+	return &FrontierMovedError{OpenFrom: openFrom, Closed: stored.Closed}
+}
+
 // step is what recovery does with one of the ledger's prepared branches.
 type step int
 

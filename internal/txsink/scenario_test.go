@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -35,7 +36,11 @@ import (
 //	begin instance=i ckpt=n                   Begin; the transaction is named i/n
 //	write txn=i/n participant=p key=k         a write in the branch of p
 //	prepare|commit|abort txn=i/n [fail=name]  a protocol step (failpoint name armed as error)
-//	decide txn=i/n cuts=p:epoch:next,...      Decide
+//	decide txn=i/n cuts=p:epoch:next[:wm[:up]],... [openfrom=D] [closed=D] [sealed=D]
+//	                                          Decide; wm, D: event time as a duration since
+//	                                          the epoch; up: 1 if caught up; with openfrom,
+//	                                          closed or sealed, a frontier change
+//	eventtime instance=i                      the frontier and the partitions' event time
 //	crash instance=i                          the process dies: every connection dropped
 //	recover instance=i minage=DUR             a recovery pass
 //	branches server=S                         the server's XA branches
@@ -190,20 +195,47 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) string {
 			err = tx.Prepare(ctx)
 		case "decide":
 			var cuts []PartitionCut
-			for _, c := range strings.Split(arg("cuts"), ",") {
-				var p, e, n int64
-				if _, err := fmt.Sscanf(c, "%d:%d:%d", &p, &e, &n); err != nil {
-					d.Fatalf(t, "cut %q: %v", c, err)
+			for _, c := range strings.Split(opt("cuts"), ",") {
+				if c == "" {
+					continue
 				}
-				cuts = append(cuts, PartitionCut{Partition: int32(p), Epoch: e, NextOffset: n})
+				f := strings.Split(c, ":")
+				if len(f) < 3 {
+					d.Fatalf(t, "cut %q: want p:epoch:next[:wm[:up]]", c)
+				}
+				p, _ := strconv.Atoi(f[0])
+				e, _ := strconv.ParseInt(f[1], 10, 64)
+				n, _ := strconv.ParseInt(f[2], 10, 64)
+				cut := PartitionCut{Partition: int32(p), Epoch: e, NextOffset: n}
+				if len(f) > 3 {
+					cut.Watermark = w.instant(t, d, f[3])
+				}
+				cut.CaughtUp = len(f) > 4 && f[4] == "1"
+				cuts = append(cuts, cut)
 			}
-			err = tx.Decide(ctx, cuts)
+			var fc *FrontierChange
+			if d.HasArg("openfrom") || d.HasArg("closed") || d.HasArg("sealed") {
+				fc = &FrontierChange{OpenFrom: w.instant(t, d, opt("openfrom")),
+					Raise: driver.Frontier{Closed: w.instant(t, d, opt("closed")), Sealed: w.instant(t, d, opt("sealed"))}}
+			}
+			err = tx.Decide(ctx, cuts, fc)
 		case "commit":
 			err = tx.Commit(ctx)
 		case "abort":
 			err = tx.Abort(ctx)
 		}
 		return result(err)
+	case "eventtime":
+		et, err := w.instance(t, d, arg("instance")).EventTime(ctx)
+		if err != nil {
+			return "error: " + err.Error()
+		}
+		out := []string{fmt.Sprintf("frontier: closed %s, sealed %s", since(et.Frontier.Closed), since(et.Frontier.Sealed))}
+		for _, p := range slices.Sorted(maps.Keys(et.Partitions)) {
+			ps := et.Partitions[p]
+			out = append(out, fmt.Sprintf("p%d: next %d, watermark %s, caught up %v", p, ps.NextOffset, since(ps.Watermark), ps.CaughtUp))
+		}
+		return strings.Join(out, "\n")
 	case "crash":
 		name := arg("instance")
 		s := w.instance(t, d, name)
@@ -306,6 +338,27 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) string {
 	return ""
 }
 
+// instant reads an event time written as a duration since the Unix epoch
+// ("" is none).
+func (w *world) instant(t *testing.T, d *datadriven.TestData, s string) time.Time {
+	if s == "" {
+		return time.Time{}
+	}
+	dur, err := time.ParseDuration(s)
+	if err != nil {
+		d.Fatalf(t, "event time %q: %v", s, err)
+	}
+	return time.Unix(0, 0).UTC().Add(dur)
+}
+
+// since prints an event time as a duration since the Unix epoch.
+func since(t time.Time) string {
+	if t.IsZero() {
+		return "none"
+	}
+	return t.Sub(time.Unix(0, 0)).String()
+}
+
 func (w *world) server(t *testing.T, d *datadriven.TestData, name string) *memdriver.Cluster {
 	s, ok := w.servers[name]
 	if !ok {
@@ -331,6 +384,8 @@ func result(err error) string {
 		return "ok"
 	case errors.As(err, &fe):
 		return "fenced: " + fe.Error()
+	case errors.Is(err, ErrFrontierMoved):
+		return "frontier moved: " + err.Error()
 	case errors.Is(err, ErrAborted):
 		return "aborted: " + err.Error()
 	case errors.Is(err, ErrOutcomeUnknown):

@@ -118,18 +118,44 @@ type Scope struct {
 	Group, Topic string
 }
 
-// Stored is a partition's stored position and owner.
+// Stored is a partition's stored position and owner, and its event time.
 type Stored struct {
 	Partition  int32
 	NextOffset int64
 	Epoch      int64
 	Owner      string
+	// Watermark is the latest event time of the records below NextOffset
+	// (zero: none yet); CaughtUp says NextOffset had reached the end of
+	// the partition's log when it was written.
+	Watermark time.Time
+	CaughtUp  bool
 }
 
-// Cut is a partition's new position, written by a commit decision.
+// Cut is a partition's new position, written by a commit decision, with
+// its event time: the stored watermark is raised to Watermark (it never
+// goes back; zero leaves it), CaughtUp replaces the stored flag.
 type Cut struct {
 	Partition  int32
 	NextOffset int64
+	Watermark  time.Time
+	CaughtUp   bool
+}
+
+// Frontier is the ledger's closing frontier, one per ledger on the control
+// server: windows starting before Closed are closed, those starting before
+// Sealed are sealed (see package pipeline). Zero instants mean none. Both
+// only grow, and only through commit decisions.
+type Frontier struct {
+	Closed, Sealed time.Time
+}
+
+// FrontierChange is what a commit decision does with the frontier: Check
+// is given the stored frontier, read under the decision's lock, and may
+// refuse the commit; then each instant of the stored frontier is raised to
+// Raise's (never lowered).
+type FrontierChange struct {
+	Check func(Frontier) error
+	Raise Frontier
 }
 
 // Control is the control server's bookkeeping. Each method is one local
@@ -145,11 +171,17 @@ type Control interface {
 	Lookup(ctx context.Context, gtrid string) (Outcome, bool, error)
 	// Commit is the commit point. It locks the rows of the cuts'
 	// partitions, passes them (every one it found) to fence, and unless
-	// fence refuses, writes the cuts as next offsets (owner and epoch
-	// unchanged) and inserts d; all or nothing. It returns fence's error,
-	// ErrDecided when a decision for d.Gtrid exists, or an error wrapping
-	// ErrAmbiguous when the outcome of the transaction's COMMIT is unknown.
-	Commit(ctx context.Context, d Decision, s Scope, cuts []Cut, fence func([]Stored) error) error
+	// fence refuses, writes the cuts (next offsets and event time; owner
+	// and epoch unchanged) and inserts d; all or nothing. With a frontier
+	// change (nil: the frontier is neither read nor locked), the frontier
+	// is then locked and passed to its Check, and raised unless Check
+	// refuses. It returns fence's or Check's error, ErrDecided when a
+	// decision for d.Gtrid exists, or an error wrapping ErrAmbiguous when
+	// the outcome of the transaction's COMMIT is unknown.
+	Commit(ctx context.Context, d Decision, s Scope, cuts []Cut, fence func([]Stored) error, f *FrontierChange) error
+	// EventTime reads the frontier and every partition row of the scope,
+	// as committed (no locks).
+	EventTime(ctx context.Context, s Scope) (Frontier, []Stored, error)
 	// Claim raises each partition's epoch (creating its row at epoch 1,
 	// next offset StartOffset), records owner, and returns the rows.
 	Claim(ctx context.Context, s Scope, owner string, partitions []int32, at time.Time) (map[int32]Stored, error)

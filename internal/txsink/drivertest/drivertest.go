@@ -8,7 +8,8 @@
 // connection or not (as the implementation declares), XA RECOVER listing
 // every account's branches, what a session lookup may say, and the control
 // bookkeeping: a decision inserted once, the commit point's fence and
-// offsets, claims raising epochs.
+// offsets, claims raising epochs, watermarks that never go back, and the
+// frontier checked and raised by the commit point.
 package drivertest
 
 import (
@@ -66,6 +67,8 @@ func RunConformanceTests(t *testing.T, h Harness) {
 		{"DecideIsCompareAndSet", testDecide},
 		{"CommitFencesAndMovesOffsets", testControlCommit},
 		{"ClaimRaisesEpochs", testClaim},
+		{"CommitWritesEventTime", testEventTime},
+		{"CommitChecksAndRaisesTheFrontier", testFrontier},
 		{"DecisionsAgeAndForget", testForget},
 	}
 	for _, tt := range tests {
@@ -390,7 +393,7 @@ func testControlCommit(t *testing.T, ctx context.Context, f Fixture) {
 	var seen []driver.Stored
 	g := xid().Gtrid
 	err = f.Control.Commit(ctx, decision(g, driver.Committed), sc, []driver.Cut{{Partition: 0, NextOffset: 10}, {Partition: 1, NextOffset: 20}},
-		func(s []driver.Stored) error { seen = s; return nil })
+		func(s []driver.Stored) error { seen = s; return nil }, nil)
 	must(t, err)
 	if len(seen) != 2 || seen[0].Epoch != st[0].Epoch || seen[0].Owner != "me" {
 		t.Fatalf("fence saw %+v", seen)
@@ -406,7 +409,7 @@ func testControlCommit(t *testing.T, ctx context.Context, f Fixture) {
 	// A fence that refuses writes nothing.
 	refused := errors.New("fenced")
 	g2 := xid().Gtrid
-	err = f.Control.Commit(ctx, decision(g2, driver.Committed), sc, []driver.Cut{{Partition: 0, NextOffset: 99}}, func([]driver.Stored) error { return refused })
+	err = f.Control.Commit(ctx, decision(g2, driver.Committed), sc, []driver.Cut{{Partition: 0, NextOffset: 99}}, func([]driver.Stored) error { return refused }, nil)
 	if !errors.Is(err, refused) {
 		t.Fatalf("refused fence: %v", err)
 	}
@@ -421,7 +424,7 @@ func testControlCommit(t *testing.T, ctx context.Context, f Fixture) {
 	if _, err := f.Control.Decide(ctx, decision(g3, driver.Aborted)); err != nil {
 		t.Fatal(err)
 	}
-	err = f.Control.Commit(ctx, decision(g3, driver.Committed), sc, []driver.Cut{{Partition: 0, NextOffset: 50}}, func([]driver.Stored) error { return nil })
+	err = f.Control.Commit(ctx, decision(g3, driver.Committed), sc, []driver.Cut{{Partition: 0, NextOffset: 50}}, func([]driver.Stored) error { return nil }, nil)
 	if !errors.Is(err, driver.ErrDecided) {
 		t.Fatalf("commit of a decided gtrid: %v, want ErrDecided", err)
 	}
@@ -470,4 +473,133 @@ func testForget(t *testing.T, ctx context.Context, f Fixture) {
 	if _, ok, _ := f.Control.Lookup(ctx, old.Gtrid); ok {
 		t.Fatal("a forgotten decision is still there")
 	}
+}
+
+func testEventTime(t *testing.T, ctx context.Context, f Fixture) {
+	sc := driver.Scope{Group: "g-" + xid().Gtrid, Topic: "et"}
+	_, err := f.Control.Claim(ctx, sc, "me", []int32{0, 1}, time.Now().UTC())
+	must(t, err)
+	at := func(h int) time.Time { return time.Date(2026, 3, 29, h, 0, 0, 123456000, time.UTC) }
+	commit := func(cuts ...driver.Cut) {
+		t.Helper()
+		must(t, f.Control.Commit(ctx, decision(xid().Gtrid, driver.Committed), sc, cuts, func([]driver.Stored) error { return nil }, nil))
+	}
+	read := func() map[int32]driver.Stored {
+		t.Helper()
+		_, rows, err := f.Control.EventTime(ctx, sc)
+		must(t, err)
+		m := map[int32]driver.Stored{}
+		for _, r := range rows {
+			m[r.Partition] = r
+		}
+		return m
+	}
+	if rows := read(); len(rows) != 2 || !rows[0].Watermark.IsZero() || rows[0].CaughtUp || rows[1].NextOffset != driver.StartOffset {
+		t.Fatalf("after claims: %+v", rows)
+	}
+	commit(driver.Cut{Partition: 0, NextOffset: 10, Watermark: at(5), CaughtUp: true}, driver.Cut{Partition: 1, NextOffset: 3})
+	rows := read()
+	if r := rows[0]; !r.Watermark.Equal(at(5)) || !r.CaughtUp || r.NextOffset != 10 || r.Owner != "me" {
+		t.Fatalf("p0 after commit: %+v", r)
+	}
+	if r := rows[1]; !r.Watermark.IsZero() || r.CaughtUp || r.NextOffset != 3 {
+		t.Fatalf("p1 after commit: %+v", r)
+	}
+	// An older watermark, or none, leaves the stored one; the flag follows
+	// the cut.
+	commit(driver.Cut{Partition: 0, NextOffset: 11, Watermark: at(4)}, driver.Cut{Partition: 1, NextOffset: 4, Watermark: at(2), CaughtUp: true})
+	commit(driver.Cut{Partition: 1, NextOffset: 5, CaughtUp: true})
+	rows = read()
+	if r := rows[0]; !r.Watermark.Equal(at(5)) || r.CaughtUp || r.NextOffset != 11 {
+		t.Fatalf("p0 went back: %+v", r)
+	}
+	if r := rows[1]; !r.Watermark.Equal(at(2)) || !r.CaughtUp || r.NextOffset != 5 {
+		t.Fatalf("p1: %+v", r)
+	}
+	// Positions and claims carry the event time too.
+	pos, err := f.Control.Positions(ctx, sc, []int32{0})
+	must(t, err)
+	if !pos[0].Watermark.Equal(at(5)) {
+		t.Fatalf("positions: %+v", pos[0])
+	}
+	cl, err := f.Control.Claim(ctx, sc, "you", []int32{1}, time.Now().UTC())
+	must(t, err)
+	if r := cl[1]; !r.Watermark.Equal(at(2)) || !r.CaughtUp || r.Epoch != 2 {
+		t.Fatalf("claim: %+v", r)
+	}
+}
+
+func testFrontier(t *testing.T, ctx context.Context, f Fixture) {
+	sc := driver.Scope{Group: "g-" + xid().Gtrid, Topic: "frontier"}
+	_, err := f.Control.Claim(ctx, sc, "me", []int32{0}, time.Now().UTC())
+	must(t, err)
+	// The fixture's ledger may be shared by the tests of one server:
+	// start from what is stored.
+	base, _, err := f.Control.EventTime(ctx, sc)
+	must(t, err)
+	at := func(h int) time.Time {
+		return later(base.Closed, base.Sealed, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)).Add(time.Duration(h) * time.Hour)
+	}
+	var seen []driver.Frontier
+	change := func(closed, sealed time.Time, refuse error) *driver.FrontierChange {
+		return &driver.FrontierChange{Raise: driver.Frontier{Closed: closed, Sealed: sealed},
+			Check: func(fr driver.Frontier) error { seen = append(seen, fr); return refuse }}
+	}
+	commit := func(fc *driver.FrontierChange, cuts ...driver.Cut) (string, error) {
+		g := xid().Gtrid
+		return g, f.Control.Commit(ctx, decision(g, driver.Committed), sc, cuts, func([]driver.Stored) error { return nil }, fc)
+	}
+	frontier := func() driver.Frontier {
+		t.Helper()
+		fr, _, err := f.Control.EventTime(ctx, sc)
+		must(t, err)
+		return fr
+	}
+	if _, err := commit(change(at(2), time.Time{}, nil), driver.Cut{Partition: 0, NextOffset: 5}); err != nil {
+		t.Fatal(err)
+	}
+	if fr := frontier(); !fr.Closed.Equal(at(2)) || !fr.Sealed.Equal(base.Sealed) {
+		t.Fatalf("after raising closed: %+v", fr)
+	}
+	// Check sees the stored frontier; a lower raise leaves it.
+	if _, err := commit(change(at(1), at(2), nil)); err != nil {
+		t.Fatal(err)
+	}
+	if fr := frontier(); !fr.Closed.Equal(at(2)) || !fr.Sealed.Equal(at(2)) {
+		t.Fatalf("after a lower raise: %+v", fr)
+	}
+	if len(seen) != 2 || !seen[1].Closed.Equal(at(2)) {
+		t.Fatalf("check saw %+v", seen)
+	}
+	// A refusing check writes nothing: no decision, no offsets, no raise.
+	refused := errors.New("moved")
+	g, err := commit(change(at(9), at(9), refused), driver.Cut{Partition: 0, NextOffset: 99, Watermark: at(9)})
+	if !errors.Is(err, refused) {
+		t.Fatalf("refused check: %v", err)
+	}
+	if _, ok, _ := f.Control.Lookup(ctx, g); ok {
+		t.Fatal("a refused frontier check left a decision")
+	}
+	fr, rows, err := f.Control.EventTime(ctx, sc)
+	must(t, err)
+	if !fr.Closed.Equal(at(2)) || rows[0].NextOffset != 5 || !rows[0].Watermark.IsZero() {
+		t.Fatalf("a refused check changed something: %+v %+v", fr, rows)
+	}
+	// Without a change, the frontier is not touched.
+	if _, err := commit(nil, driver.Cut{Partition: 0, NextOffset: 6}); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(seen); n != 3 {
+		t.Fatalf("check called %d times, want 3", n)
+	}
+}
+
+func later(ts ...time.Time) time.Time {
+	var out time.Time
+	for _, t := range ts {
+		if t.After(out) {
+			out = t
+		}
+	}
+	return out
 }

@@ -52,7 +52,7 @@ func (s *Server) Lookup(ctx context.Context, gtrid string) (driver.Outcome, bool
 // Transient fault on "commit" applies it and then reports the outcome
 // ambiguous, as a connection lost during COMMIT may; any other code fails
 // it before anything is written.
-func (s *Server) Commit(ctx context.Context, d driver.Decision, scope driver.Scope, cuts []driver.Cut, fence func([]driver.Stored) error) error {
+func (s *Server) Commit(ctx context.Context, d driver.Decision, scope driver.Scope, cuts []driver.Cut, fence func([]driver.Stored) error, f *driver.FrontierChange) error {
 	c := s.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -70,19 +70,49 @@ func (s *Server) Commit(ctx context.Context, d driver.Decision, scope driver.Sco
 	if err := fence(stored); err != nil {
 		return err
 	}
+	if f != nil && f.Check != nil {
+		if err := f.Check(c.frontier); err != nil {
+			return err
+		}
+	}
 	if _, ok := c.decisions[d.Gtrid]; ok {
 		return driver.ErrDecided
 	}
 	for _, cut := range cuts {
 		r := rows[cut.Partition]
 		r.NextOffset = cut.NextOffset
+		if cut.Watermark.After(r.Watermark) {
+			r.Watermark = cut.Watermark
+		}
+		r.CaughtUp = cut.CaughtUp
 		rows[cut.Partition] = r
+	}
+	if f != nil {
+		if f.Raise.Closed.After(c.frontier.Closed) {
+			c.frontier.Closed = f.Raise.Closed
+		}
+		if f.Raise.Sealed.After(c.frontier.Sealed) {
+			c.frontier.Sealed = f.Raise.Sealed
+		}
 	}
 	c.decisions[d.Gtrid] = d
 	if faulty {
 		return errors.Join(driver.ErrAmbiguous, coded(code, "injected loss of the COMMIT's answer"))
 	}
 	return nil
+}
+
+// EventTime reads the frontier and the scope's partition rows.
+func (s *Server) EventTime(ctx context.Context, scope driver.Scope) (driver.Frontier, []driver.Stored, error) {
+	c := s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []driver.Stored
+	for _, r := range c.partitions[scope] {
+		out = append(out, r)
+	}
+	slices.SortFunc(out, func(a, b driver.Stored) int { return cmp.Compare(a.Partition, b.Partition) })
+	return c.frontier, out, nil
 }
 
 // Claim raises the partitions' epochs and records owner.

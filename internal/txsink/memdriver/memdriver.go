@@ -67,6 +67,7 @@ type Cluster struct {
 	data       map[string]string
 	decisions  map[string]driver.Decision
 	partitions map[driver.Scope]map[int32]driver.Stored
+	frontier   driver.Frontier
 	identity   *identity
 	faults     map[string][]driver.Code // by operation, one per call
 }

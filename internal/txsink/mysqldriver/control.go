@@ -2,6 +2,7 @@ package mysqldriver
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strings"
 	"time"
@@ -13,8 +14,8 @@ import (
 )
 
 // Control is the control server's bookkeeping (driver.Control): the SQL of
-// ledger_identity, partition_offsets and checkpoint_decisions lives here
-// and nowhere else.
+// ledger_identity, partition_offsets, checkpoint_decisions and
+// window_frontier lives here and nowhere else.
 type Control struct {
 	sv *Server
 }
@@ -84,8 +85,10 @@ func (c *Control) Lookup(ctx context.Context, gtrid string) (driver.Outcome, boo
 // Commit is the commit point (driver.Control.Commit), one local
 // transaction: the partition rows are locked by primary key in one
 // statement (or as few as the budget allows), checked by fence, updated,
-// and the decision inserted.
-func (c *Control) Commit(ctx context.Context, d driver.Decision, s driver.Scope, cuts []driver.Cut, fence func([]driver.Stored) error) (err error) {
+// then the frontier row is locked, checked and raised, and the decision
+// inserted. Every decision locks partition rows before the frontier row:
+// one lock order.
+func (c *Control) Commit(ctx context.Context, d driver.Decision, s driver.Scope, cuts []driver.Cut, fence func([]driver.Stored) error, f *driver.FrontierChange) (err error) {
 	tx, err := c.sv.db.BeginTxx(ctx, nil)
 	if err != nil {
 		return err
@@ -114,9 +117,17 @@ func (c *Control) Commit(ctx context.Context, d driver.Decision, s driver.Scope,
 		now := d.At
 		err = c.upsert(ctx, tx, len(cuts), func(i int) []any {
 			r := stored[cuts[i].Partition]
-			return []any{s.Group, s.Topic, cuts[i].Partition, cuts[i].NextOffset, r.Owner, r.Epoch, now}
-		}, ` ON DUPLICATE KEY UPDATE next_offset = VALUES(next_offset), updated_at = VALUES(updated_at)`)
+			return []any{s.Group, s.Topic, cuts[i].Partition, cuts[i].NextOffset, nullTime(cuts[i].Watermark), cuts[i].CaughtUp, r.Owner, r.Epoch, now}
+		}, ` ON DUPLICATE KEY UPDATE next_offset = VALUES(next_offset), `+
+			// The watermark never goes back; a cut without one keeps it.
+			`watermark = CASE WHEN VALUES(watermark) IS NULL THEN watermark WHEN watermark IS NULL OR VALUES(watermark) > watermark THEN VALUES(watermark) ELSE watermark END, `+
+			`caught_up = VALUES(caught_up), updated_at = VALUES(updated_at)`)
 		if err != nil {
+			return err
+		}
+	}
+	if f != nil {
+		if err := c.raiseFrontier(ctx, tx, f, d.At); err != nil {
 			return err
 		}
 	}
@@ -133,6 +144,83 @@ func (c *Control) Commit(ctx context.Context, d driver.Decision, s driver.Scope,
 	return nil
 }
 
+// frontierRow is the one row of window_frontier.
+type frontierRow struct {
+	Closed sql.NullTime `db:"closed_before"`
+	Sealed sql.NullTime `db:"sealed_before"`
+}
+
+func (r frontierRow) frontier() driver.Frontier {
+	return driver.Frontier{Closed: r.Closed.Time, Sealed: r.Sealed.Time}
+}
+
+// raiseFrontier locks the frontier row, checks it, and raises it.
+func (c *Control) raiseFrontier(ctx context.Context, tx *sqlx.Tx, f *driver.FrontierChange, now time.Time) error {
+	var rows []frontierRow
+	if err := tx.SelectContext(ctx, &rows, `SELECT closed_before, sealed_before FROM window_frontier WHERE singleton = 1 FOR UPDATE`); err != nil {
+		return err
+	}
+	var cur driver.Frontier
+	if len(rows) > 0 {
+		cur = rows[0].frontier()
+	}
+	if f.Check != nil {
+		if err := f.Check(cur); err != nil {
+			return err
+		}
+	}
+	next := driver.Frontier{Closed: later(cur.Closed, f.Raise.Closed), Sealed: later(cur.Sealed, f.Raise.Sealed)}
+	if len(rows) > 0 && next == cur {
+		return nil
+	}
+	// The migration creates the row; should it be missing, the first
+	// decision creates it (a concurrent one then fails on the key and is
+	// retried by its checkpoint).
+	_, err := tx.ExecContext(ctx, `INSERT INTO window_frontier (singleton, closed_before, sealed_before, updated_at) VALUES (1, ?, ?, ?)
+		ON DUPLICATE KEY UPDATE closed_before = VALUES(closed_before), sealed_before = VALUES(sealed_before), updated_at = VALUES(updated_at)`,
+		nullTime(next.Closed), nullTime(next.Sealed), now)
+	return err
+}
+
+// EventTime reads the frontier and the scope's partition rows, each as
+// committed.
+func (c *Control) EventTime(ctx context.Context, s driver.Scope) (driver.Frontier, []driver.Stored, error) {
+	var rows []frontierRow
+	if err := c.sv.db.SelectContext(ctx, &rows, `SELECT closed_before, sealed_before FROM window_frontier WHERE singleton = 1`); err != nil {
+		return driver.Frontier{}, nil, err
+	}
+	var f driver.Frontier
+	if len(rows) > 0 {
+		f = rows[0].frontier()
+	}
+	var parts []storedRow
+	err := c.sv.db.SelectContext(ctx, &parts, `SELECT `+storedColumns+` FROM partition_offsets WHERE consumer_group = ? AND kafka_topic = ? ORDER BY kafka_partition`, s.Group, s.Topic)
+	if err != nil {
+		return driver.Frontier{}, nil, err
+	}
+	out := make([]driver.Stored, len(parts))
+	for i, r := range parts {
+		out[i] = r.stored()
+	}
+	return f, out, nil
+}
+
+// later is the later of two instants, a zero one counting as none.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// nullTime stores a zero instant as NULL.
+func nullTime(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.UTC()
+}
+
 // Claim raises the partitions' epochs and records owner, then reads them,
 // in one transaction.
 func (c *Control) Claim(ctx context.Context, s driver.Scope, owner string, partitions []int32, at time.Time) (map[int32]driver.Stored, error) {
@@ -142,7 +230,7 @@ func (c *Control) Claim(ctx context.Context, s driver.Scope, owner string, parti
 	}
 	defer func() { _ = tx.Rollback() }()
 	err = c.upsert(ctx, tx, len(partitions), func(i int) []any {
-		return []any{s.Group, s.Topic, partitions[i], driver.StartOffset, owner, 1, at}
+		return []any{s.Group, s.Topic, partitions[i], driver.StartOffset, nil, false, owner, 1, at}
 	}, ` ON DUPLICATE KEY UPDATE epoch = epoch + 1, owner = VALUES(owner), updated_at = VALUES(updated_at)`)
 	if err != nil {
 		return nil, err
@@ -208,32 +296,43 @@ func (c *Control) read(ctx context.Context, tx *sqlx.Tx, s driver.Scope, partiti
 		for _, p := range partitions[start:end] {
 			args = append(args, p)
 		}
-		var rows []struct {
-			Partition  int32  `db:"kafka_partition"`
-			NextOffset int64  `db:"next_offset"`
-			Epoch      int64  `db:"epoch"`
-			Owner      string `db:"owner"`
-		}
-		err := tx.SelectContext(ctx, &rows, `SELECT kafka_partition, next_offset, epoch, owner FROM partition_offsets FORCE INDEX (PRIMARY)
+		var rows []storedRow
+		err := tx.SelectContext(ctx, &rows, `SELECT `+storedColumns+` FROM partition_offsets FORCE INDEX (PRIMARY)
 		WHERE consumer_group = ? AND kafka_topic = ? AND kafka_partition IN (`+placeholders(end-start)+`)`+lock, args...)
 		for _, r := range rows {
-			out[r.Partition] = driver.Stored{Partition: r.Partition, NextOffset: r.NextOffset, Epoch: r.Epoch, Owner: r.Owner}
+			out[r.Partition] = r.stored()
 		}
 		return err
 	})
 	return out, err
 }
 
+const storedColumns = `kafka_partition, next_offset, epoch, owner, watermark, caught_up`
+
+// storedRow is a partition_offsets row as read.
+type storedRow struct {
+	Partition  int32        `db:"kafka_partition"`
+	NextOffset int64        `db:"next_offset"`
+	Epoch      int64        `db:"epoch"`
+	Owner      string       `db:"owner"`
+	Watermark  sql.NullTime `db:"watermark"`
+	CaughtUp   bool         `db:"caught_up"`
+}
+
+func (r storedRow) stored() driver.Stored {
+	return driver.Stored{Partition: r.Partition, NextOffset: r.NextOffset, Epoch: r.Epoch, Owner: r.Owner, Watermark: r.Watermark.Time, CaughtUp: r.CaughtUp}
+}
+
 // upsert writes n partition_offsets rows, args(i) giving each row's values
 // in column order, with the given ON DUPLICATE KEY clause, in as many
 // statements as the budget needs.
 func (c *Control) upsert(ctx context.Context, tx *sqlx.Tx, n int, args func(i int) []any, onDup string) error {
-	const head = `INSERT INTO partition_offsets (consumer_group, kafka_topic, kafka_partition, next_offset, owner, epoch, updated_at) VALUES `
-	const tuple = "(?,?,?,?,?,?,?)"
+	const head = `INSERT INTO partition_offsets (consumer_group, kafka_topic, kafka_partition, next_offset, watermark, caught_up, owner, epoch, updated_at) VALUES `
+	const tuple = "(?,?,?,?,?,?,?,?,?)"
 	return c.chunks(n, len(head)+len(onDup), func(i int) int { return stmt.RowBytes(tuple, args(i)...) }, func(start, end int) error {
 		var b strings.Builder
 		b.WriteString(head)
-		all := make([]any, 0, 7*(end-start))
+		all := make([]any, 0, 9*(end-start))
 		for i := start; i < end; i++ {
 			if i > start {
 				b.WriteByte(',')
