@@ -478,7 +478,7 @@ func start(spec childSpec, cfg config.Config, topic, group string, col *collecto
 		}
 		j, err := naive.New(ctx, naive.Config{
 			Topic: topic, Consumer: group, KafkaOpts: []kgo.Opt{kgo.SeedBrokers(cfg.KafkaBrokers...)},
-			BatchRecords: spec.NaiveBatch, BatchWait: spec.NaiveWait, BillingWindow: cfg.BillingWindow,
+			BatchRecords: spec.NaiveBatch, BatchWait: spec.NaiveWait, BillingWindow: cfg.Period().Size(), // fixed windows only
 			MaxPayloadBytes: cfg.MaxPayloadBytes, Logger: childLogger(),
 			OnBatch: func(b naive.BatchInfo) {
 				col.add(unit{end: time.Now(), dur: b.Duration, records: b.Records, phases: b.Phases}, b.Visible, b.RecordTimes)

@@ -56,7 +56,7 @@ func generate(ctx context.Context, o *options, v variant, topic, expected string
 		"-brokers", strings.Join(o.brokers, ","), "-topic", topic, "-create-topic", "-partitions", strconv.Itoa(o.partitions),
 		"-events", strconv.FormatInt(o.events, 10), "-accounts", strconv.Itoa(v.accounts), "-zipf-s", fmt.Sprint(o.zipfS),
 		"-dup-ratio", fmt.Sprint(o.dupRatio), "-conflict-ratio", "0", "-malformed-ratio", "0", "-aborted-ratio", "0",
-		"-overflow-cases", "0", "-window", o.svc.BillingWindow.String(), "-seed", strconv.FormatUint(o.seed, 10),
+		"-overflow-cases", "0", "-window", o.svc.BillingWindow, "-timezone", o.svc.BillingTimezone, "-seed", strconv.FormatUint(o.seed, 10),
 		"-max-in-flight", "100000", "-progress", "none", "-expected", expected, "-timeout", o.timeout.String(),
 	}
 	cmd := exec.CommandContext(ctx, o.gen, args...)

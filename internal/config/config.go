@@ -17,6 +17,7 @@ import (
 
 	"github.com/kelseyhightower/envconfig"
 
+	"github.com/billing/ledger/internal/event"
 	"github.com/billing/ledger/internal/mysqlconn"
 )
 
@@ -62,9 +63,13 @@ type Config struct {
 	DedupCleanupInterval time.Duration `envconfig:"DEDUP_CLEANUP_INTERVAL" default:"5s" desc:"how often expired dedup keys are deleted"`
 	DedupCleanupBatch    int           `envconfig:"DEDUP_CLEANUP_BATCH" default:"1000" desc:"expired dedup keys deleted per statement (short transactions, no long locks)"`
 
-	BillingWindow          time.Duration `envconfig:"BILLING_WINDOW" default:"1h" desc:"size of the tumbling billing windows over occurred_at (UTC, aligned to the Unix epoch)"`
-	MaxPayloadBytes        int           `envconfig:"MAX_PAYLOAD_BYTES" default:"65536" desc:"larger record values are dead-lettered as payload_too_large"`
-	DeadLetterPayloadBytes int           `envconfig:"DEAD_LETTER_PAYLOAD_BYTES" default:"65536" desc:"a dead letter stores at most this prefix of the record's value, with the whole value's size and SHA-256 (a server with a small max_allowed_packet may store less)"`
+	BillingWindow          string           `envconfig:"BILLING_WINDOW" default:"1h" desc:"billing windows over occurred_at: a duration (tumbling windows aligned to the Unix epoch, UTC), or day or month (calendar periods from local midnight and the first of the month in BILLING_TIMEZONE)"`
+	BillingTimezone        string           `envconfig:"BILLING_TIMEZONE" default:"UTC" desc:"IANA time zone of day and month windows (embedded zone database; days follow daylight saving time and last 23 to 25 hours); ignored for duration windows"`
+	WindowCloseAfter       OptionalDuration `envconfig:"WINDOW_CLOSE_AFTER" desc:"empty: windows never close; else a window closes once the watermark (event time) has passed its end plus this, and its later events count in window_adjustments"`
+	LedgerEntries          bool             `envconfig:"LEDGER_ENTRIES" default:"false" desc:"write one ledger_entries row per counted event (its Kafka position, window and checkpoint)"`
+	LedgerEntriesRetention OptionalDuration `envconfig:"LEDGER_ENTRIES_RETENTION" desc:"empty: keep ledger entries forever; else entries older than this are deleted in small batches (DEDUP_CLEANUP_BATCH)"`
+	MaxPayloadBytes        int              `envconfig:"MAX_PAYLOAD_BYTES" default:"65536" desc:"larger record values are dead-lettered as payload_too_large"`
+	DeadLetterPayloadBytes int              `envconfig:"DEAD_LETTER_PAYLOAD_BYTES" default:"65536" desc:"a dead letter stores at most this prefix of the record's value, with the whole value's size and SHA-256 (a server with a small max_allowed_packet may store less)"`
 
 	RecoveryInterval  time.Duration `envconfig:"RECOVERY_INTERVAL" default:"10s" desc:"how often in-doubt XA branches are looked for and resolved"`
 	DecisionRetention time.Duration `envconfig:"DECISION_RETENTION" default:"24h" desc:"checkpoint decision rows older than this, with no branch left in doubt, are deleted"`
@@ -119,6 +124,9 @@ func Load() (Config, error) {
 func describe(f reflect.StructField, err error) string {
 	name := f.Tag.Get("envconfig")
 	var pe *envconfig.ParseError
+	if errors.As(err, &pe) && f.Type == reflect.TypeFor[OptionalDuration]() {
+		return fmt.Sprintf("%s=%q: not a duration (empty for none)", name, pe.Value)
+	}
 	if errors.As(err, &pe) {
 		return fmt.Sprintf("%s=%q: not a valid %s", name, pe.Value, pe.TypeName)
 	}
@@ -185,8 +193,19 @@ func (c *Config) validate() []string {
 	if c.DecisionRetention < 2*c.CheckpointTimeout {
 		bad("DECISION_RETENTION (%s) must be at least twice CHECKPOINT_TIMEOUT", c.DecisionRetention)
 	}
-	if c.BillingWindow < time.Second || c.BillingWindow%time.Second != 0 {
-		bad("BILLING_WINDOW must be a whole number of seconds, at least 1s, got %s", c.BillingWindow)
+	if p, err := c.period(); err != nil {
+		bad("BILLING_WINDOW/BILLING_TIMEZONE: %v", err)
+	} else if !p.Calendar() && (p.Size() < time.Second || p.Size()%time.Second != 0) {
+		bad("BILLING_WINDOW must be a whole number of seconds, at least 1s, day or month, got %s", c.BillingWindow)
+	}
+	if c.WindowCloseAfter < 0 {
+		bad("WINDOW_CLOSE_AFTER must not be negative, got %s", time.Duration(c.WindowCloseAfter))
+	}
+	if c.LedgerEntriesRetention < 0 {
+		bad("LEDGER_ENTRIES_RETENTION must not be negative, got %s", time.Duration(c.LedgerEntriesRetention))
+	}
+	if c.LedgerEntriesRetention > 0 && !c.LedgerEntries {
+		bad("LEDGER_ENTRIES_RETENTION is set but LEDGER_ENTRIES is false")
 	}
 	ints := []struct {
 		name     string
@@ -218,6 +237,47 @@ func (c *Config) validate() []string {
 	case "debug", "info", "warn", "error":
 	default:
 		bad("LOG_LEVEL must be debug, info, warn or error, got %q", c.LogLevel)
+	}
+	return p
+}
+
+// OptionalDuration is a duration whose empty value means none (zero).
+type OptionalDuration time.Duration
+
+// Decode implements envconfig.Decoder.
+func (d *OptionalDuration) Decode(v string) error {
+	if strings.TrimSpace(v) == "" {
+		*d = 0
+		return nil
+	}
+	x, err := time.ParseDuration(strings.TrimSpace(v))
+	if err != nil {
+		return err
+	}
+	*d = OptionalDuration(x)
+	return nil
+}
+
+// String is the duration's text, empty for none.
+func (d OptionalDuration) String() string {
+	if d == 0 {
+		return ""
+	}
+	return time.Duration(d).String()
+}
+
+// period parses BILLING_WINDOW in BILLING_TIMEZONE.
+func (c *Config) period() (event.Period, error) {
+	return event.ParsePeriod(c.BillingWindow, c.BillingTimezone)
+}
+
+// Period is the billing window these settings describe (see
+// event.Period). It panics on settings Load refused: a Config comes from
+// Load.
+func (c Config) Period() event.Period {
+	p, err := c.period()
+	if err != nil {
+		panic("config: invalid billing window: " + err.Error())
 	}
 	return p
 }

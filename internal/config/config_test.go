@@ -35,7 +35,8 @@ func TestLoadDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Load: %v", err)
 	}
-	if len(c.KafkaBrokers) != 2 || c.CheckpointInterval != time.Second || c.DedupTTL != 24*time.Hour || c.BillingWindow != time.Hour {
+	if len(c.KafkaBrokers) != 2 || c.CheckpointInterval != time.Second || c.DedupTTL != 24*time.Hour || c.Period().String() != "1h0m0s" ||
+		c.WindowCloseAfter != 0 || c.LedgerEntries || c.LedgerEntriesRetention != 0 {
 		t.Fatalf("unexpected defaults: %+v", c)
 	}
 	if got := c.DSNs(); len(got) != 1 || got[0] != c.MySQLDSN {
@@ -82,6 +83,11 @@ func TestValidate(t *testing.T) {
 		{"broker without port", map[string]string{"KAFKA_BROKERS": "localhost"}, "is not host:port"},
 		{"rebalance shorter than checkpoint", map[string]string{"KAFKA_REBALANCE_TIMEOUT": "10s"}, "must exceed CHECKPOINT_TIMEOUT"},
 		{"fractional window", map[string]string{"BILLING_WINDOW": "1500ms"}, "BILLING_WINDOW must be a whole number of seconds"},
+		{"unknown period", map[string]string{"BILLING_WINDOW": "week"}, `window "week": want a duration (1h), day or month`},
+		{"unknown zone", map[string]string{"BILLING_WINDOW": "month", "BILLING_TIMEZONE": "Europe/Berln"}, `time zone "Europe/Berln"`},
+		{"negative close", map[string]string{"WINDOW_CLOSE_AFTER": "-1h"}, "WINDOW_CLOSE_AFTER must not be negative"},
+		{"close not a duration", map[string]string{"WINDOW_CLOSE_AFTER": "tomorrow"}, `WINDOW_CLOSE_AFTER="tomorrow": not a duration`},
+		{"retention without entries", map[string]string{"LEDGER_ENTRIES_RETENTION": "720h"}, "LEDGER_ENTRIES is false"},
 		{"branches", map[string]string{"MYSQL_BRANCHES": "0"}, "MYSQL_BRANCHES must be between 1 and 64"},
 		{"log format", map[string]string{"LOG_FORMAT": "xml"}, "LOG_FORMAT must be"},
 		{"interval beyond timeout", map[string]string{"CHECKPOINT_INTERVAL": "1m"}, "CHECKPOINT_TIMEOUT (30s) must exceed CHECKPOINT_INTERVAL"},
@@ -101,6 +107,31 @@ func TestValidate(t *testing.T) {
 				t.Fatalf("want error containing %q, got %v", tt.want, err)
 			}
 		})
+	}
+}
+
+// The periods settings: calendar months in a zone, windows that close, and
+// empty values (as docker compose passes unset variables) meaning none.
+func TestPeriodSettings(t *testing.T) {
+	setenv(t, map[string]string{"KAFKA_BROKERS": "127.0.0.1:9092", "MYSQL_DSN": "u:p@tcp(127.0.0.1:3306)/billing",
+		"BILLING_WINDOW": "month", "BILLING_TIMEZONE": "Europe/Berlin", "WINDOW_CLOSE_AFTER": "36h",
+		"LEDGER_ENTRIES": "true", "LEDGER_ENTRIES_RETENTION": "2160h"})
+	c, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc := c.Pipeline(nil, nil, nil)
+	if pc.Window.String() != "month in Europe/Berlin" || pc.WindowCloseAfter != 36*time.Hour || !pc.LedgerEntries || pc.LedgerEntriesRetention != 90*24*time.Hour {
+		t.Fatalf("pipeline settings: window %v, close after %v, entries %v, retention %v", pc.Window, pc.WindowCloseAfter, pc.LedgerEntries, pc.LedgerEntriesRetention)
+	}
+	setenv(t, map[string]string{"KAFKA_BROKERS": "127.0.0.1:9092", "MYSQL_DSN": "u:p@tcp(127.0.0.1:3306)/billing",
+		"WINDOW_CLOSE_AFTER": "", "LEDGER_ENTRIES_RETENTION": " "})
+	c, err = Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pc := c.Pipeline(nil, nil, nil); pc.WindowCloseAfter != 0 || pc.LedgerEntriesRetention != 0 {
+		t.Fatalf("empty values: close after %v, retention %v", pc.WindowCloseAfter, pc.LedgerEntriesRetention)
 	}
 }
 

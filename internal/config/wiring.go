@@ -3,6 +3,7 @@ package config
 import (
 	"log/slog"
 	"slices"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -37,7 +38,9 @@ func (c Config) Pipeline(kopts []kgo.Opt, log *slog.Logger, onCheckpoint func(pi
 		CheckpointMaxRecords: c.CheckpointMaxRecords, CheckpointMaxBytes: c.CheckpointMaxBytes, MaxPollRecords: c.KafkaMaxPollRecords,
 		DedupTTL: c.DedupTTL, DedupCacheKeys: c.DedupCacheKeys,
 		DedupCleanupInterval: c.DedupCleanupInterval, DedupCleanupBatch: c.DedupCleanupBatch,
-		BillingWindow: c.BillingWindow, MaxPayloadBytes: c.MaxPayloadBytes, DeadLetterPayloadBytes: c.DeadLetterPayloadBytes,
+		Window: c.Period(), WindowCloseAfter: time.Duration(c.WindowCloseAfter),
+		LedgerEntries: c.LedgerEntries, LedgerEntriesRetention: time.Duration(c.LedgerEntriesRetention),
+		MaxPayloadBytes: c.MaxPayloadBytes, DeadLetterPayloadBytes: c.DeadLetterPayloadBytes,
 		RecoveryInterval: c.RecoveryInterval, DecisionRetention: c.DecisionRetention,
 		ShutdownTimeout: c.ShutdownTimeout, AllowGroupChange: c.AllowGroupChange,
 		KafkaOpts: append(slices.Clip(kopts),

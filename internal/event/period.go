@@ -33,6 +33,16 @@ func Fixed(size time.Duration) (Period, error) {
 	return Period{size: size}, nil
 }
 
+// MustFixed is Fixed for sizes known to be valid (tests, constants); it
+// panics on an invalid one.
+func MustFixed(size time.Duration) Period {
+	p, err := Fixed(size)
+	if err != nil {
+		panic("event: " + err.Error())
+	}
+	return p
+}
+
 // Calendar returns calendar days ("day") or months ("month") in the IANA
 // zone named zone ("UTC" for UTC).
 func Calendar(unit, zone string) (Period, error) {

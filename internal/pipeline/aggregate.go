@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/billing/ledger/internal/event"
 )
@@ -28,10 +27,13 @@ type total struct {
 }
 
 // aggregate is the keyed aggregation operator of one checkpoint: balances
-// per (account, currency) and sums per (account, currency, window).
+// per (account, currency), and sums per (account, currency, window), in
+// billing_windows for an event counted while its window was open, in
+// window_adjustments for a late one (see eventtime.go).
 //
 // Overflow is judged per event, in arrival order: an event whose addition
-// would take its balance or its window sum beyond 64 bits is refused. Most
+// would take its balance or its window sum (or adjustment sum) beyond 64
+// bits is refused. Most
 // keys can be added to MySQL as a delta (an upsert adding the checkpoint's
 // sum): if the checkpoint's running sum for a key never leaves the range
 // between 0 and its final value, any intermediate overflow would also
@@ -41,18 +43,27 @@ type total struct {
 // its stored value is read under a row lock first (seed), and each event is
 // checked against it exactly.
 type aggregate struct {
-	window   time.Duration
+	period   event.Period
 	balances map[balanceKey]*total
 	windows  map[windowKey]*total
+	adjusts  map[windowKey]*total // window_adjustments
 }
 
-func newAggregate(window time.Duration) *aggregate {
-	return &aggregate{window: window, balances: map[balanceKey]*total{}, windows: map[windowKey]*total{}}
+func newAggregate(period event.Period) *aggregate {
+	return &aggregate{period: period, balances: map[balanceKey]*total{}, windows: map[windowKey]*total{}, adjusts: map[windowKey]*total{}}
 }
 
 func (a *aggregate) keys(ev *event.Event) (balanceKey, windowKey) {
 	b := balanceKey{ev.AccountID, ev.Currency}
-	return b, windowKey{ev.AccountID, ev.Currency, event.Window(ev.OccurredAt, a.window).Unix()}
+	return b, windowKey{ev.AccountID, ev.Currency, a.period.Start(ev.OccurredAt).Unix()}
+}
+
+// sums is the window map a late or timely event counts in.
+func (a *aggregate) sums(late bool) map[windowKey]*total {
+	if late {
+		return a.adjusts
+	}
+	return a.windows
 }
 
 // seed records the stored value of a key, read under a row lock, before any
@@ -66,25 +77,26 @@ func (a *aggregate) seedBalance(k balanceKey, t total) {
 	a.balances[k] = &t
 }
 
-func (a *aggregate) seedWindow(k windowKey, t total) {
+func (a *aggregate) seedWindow(k windowKey, t total, late bool) {
 	t.absolute = t.exists
-	a.windows[k] = &t
+	a.sums(late)[k] = &t
 }
 
-// add counts ev unless its amount would overflow the balance or the window
-// sum; it reports whether ev was counted. Either both sums take the event or
-// neither does.
-func (a *aggregate) add(ev *event.Event) bool {
+// add counts ev, late or not, unless its amount would overflow the balance
+// or the window sum (the adjustment sum when late); it reports whether ev
+// was counted. Either both sums take the event or neither does.
+func (a *aggregate) add(ev *event.Event, late bool) bool {
 	bk, wk := a.keys(ev)
 	b := a.balances[bk]
 	if b == nil {
 		b = &total{}
 		a.balances[bk] = b
 	}
-	w := a.windows[wk]
+	m := a.sums(late)
+	w := m[wk]
 	if w == nil {
 		w = &total{}
-		a.windows[wk] = w
+		m[wk] = w
 	}
 	nb, ok1 := addInt64(b.amount, ev.AmountMinor)
 	nw, ok2 := addInt64(w.amount, ev.AmountMinor)
@@ -118,34 +130,45 @@ func (w *walk) risky() bool {
 	return w.broken || w.hi > max(0, w.sum) || w.lo < min(0, w.sum)
 }
 
-// riskyKeys returns the keys of the events (in arrival order) that need
-// seeding; with all set, every key does.
-func (a *aggregate) riskyKeys(evs []*event.Event, all bool) (map[balanceKey]bool, map[windowKey]bool) {
+// riskyKeys returns the keys of the records' events (in arrival order) that
+// need seeding: balances, windows and adjustments; with all set, every key
+// does.
+func (a *aggregate) riskyKeys(recs []*record, all bool) (rb map[balanceKey]bool, rw, ra map[windowKey]bool) {
 	bw := map[balanceKey]*walk{}
-	ww := map[windowKey]*walk{}
-	for _, ev := range evs {
-		bk, wk := a.keys(ev)
+	ww := [2]map[windowKey]*walk{{}, {}} // timely, late
+	for _, r := range recs {
+		bk, wk := a.keys(&r.ev)
 		if bw[bk] == nil {
 			bw[bk] = &walk{}
 		}
-		if ww[wk] == nil {
-			ww[wk] = &walk{}
+		m := ww[b2i(r.late)]
+		if m[wk] == nil {
+			m[wk] = &walk{}
 		}
-		bw[bk].step(ev.AmountMinor)
-		ww[wk].step(ev.AmountMinor)
+		bw[bk].step(r.ev.AmountMinor)
+		m[wk].step(r.ev.AmountMinor)
 	}
-	rb, rw := map[balanceKey]bool{}, map[windowKey]bool{}
+	rb, rw, ra = map[balanceKey]bool{}, map[windowKey]bool{}, map[windowKey]bool{}
 	for k, w := range bw {
 		if all || w.risky() {
 			rb[k] = true
 		}
 	}
-	for k, w := range ww {
-		if all || w.risky() {
-			rw[k] = true
+	for i, out := range []map[windowKey]bool{rw, ra} {
+		for k, w := range ww[i] {
+			if all || w.risky() {
+				out[k] = true
+			}
 		}
 	}
-	return rb, rw
+	return rb, rw, ra
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // addInt64 returns a+b and whether it did not overflow.
@@ -181,9 +204,15 @@ func (a *aggregate) balanceRows() []balanceRow {
 	return rows
 }
 
-func (a *aggregate) windowRows() []windowRow {
-	rows := make([]windowRow, 0, len(a.windows))
-	for k, t := range a.windows {
+// windowRows are the billing_windows rows to write, adjustRows the
+// window_adjustments rows, in key order.
+func (a *aggregate) windowRows() []windowRow { return sortedWindowRows(a.windows) }
+
+func (a *aggregate) adjustRows() []windowRow { return sortedWindowRows(a.adjusts) }
+
+func sortedWindowRows(m map[windowKey]*total) []windowRow {
+	rows := make([]windowRow, 0, len(m))
+	for k, t := range m {
 		if t.count == 0 && !t.exists {
 			continue
 		}

@@ -40,19 +40,21 @@ func at(s string) time.Time {
 	return t
 }
 
+var hourly = event.MustFixed(time.Hour)
+
 // An event is counted in its balance and its window together or not at all:
 // a window sum that would overflow refuses the event even when the balance
 // would not.
 func TestAggregateBothOrNeither(t *testing.T) {
-	a := newAggregate(time.Hour)
+	a := newAggregate(hourly)
 	a.seedBalance(balanceKey{"a", "EUR"}, total{exists: true})
 	e1 := event.Event{EventID: "1", AccountID: "a", Currency: "EUR", AmountMinor: math.MaxInt64, OccurredAt: at("2026-11-29T10:00:00Z")}
 	e2 := event.Event{EventID: "2", AccountID: "a", Currency: "EUR", AmountMinor: -math.MaxInt64, OccurredAt: at("2026-11-29T11:00:00Z")}
 	e3 := event.Event{EventID: "3", AccountID: "a", Currency: "EUR", AmountMinor: 1, OccurredAt: at("2026-11-29T10:30:00Z")}
-	if !a.add(&e1) || !a.add(&e2) {
+	if !a.add(&e1, false) || !a.add(&e2, false) {
 		t.Fatal("valid events refused")
 	}
-	if a.add(&e3) {
+	if a.add(&e3, false) {
 		t.Fatal("event that overflows its window sum was counted")
 	}
 	b := a.balanceRows()
@@ -63,15 +65,32 @@ func TestAggregateBothOrNeither(t *testing.T) {
 	if len(w) != 2 || w[0].amount != math.MaxInt64 || w[0].count != 1 || w[1].amount != -math.MaxInt64 {
 		t.Fatalf("windows = %+v", w)
 	}
+	// Late, the same event counts in the adjustment of its window, whose
+	// sum is its own: a late event overflowing the adjustment sum is
+	// refused the same way, and the window's sum is not touched.
+	if !a.add(&e3, true) {
+		t.Fatal("a late event that fits its adjustment was refused")
+	}
+	e4 := event.Event{EventID: "4", AccountID: "a", Currency: "EUR", AmountMinor: math.MaxInt64, OccurredAt: at("2026-11-29T10:45:00Z")}
+	if a.add(&e4, true) {
+		t.Fatal("a late event that overflows its adjustment sum was counted")
+	}
+	adj := a.adjustRows()
+	if len(adj) != 1 || adj[0].amount != 1 || adj[0].count != 1 || a.windowRows()[0].count != 1 {
+		t.Fatalf("adjustments = %+v, windows = %+v", adj, a.windowRows())
+	}
+	if b := a.balanceRows(); b[0].amount != 1 || b[0].count != 3 {
+		t.Fatalf("balance = %+v, want 1 over 3 events", b)
+	}
 }
 
 // Window keys follow event.Window: tumbling, UTC, aligned to the epoch; a
 // late event lands in its own (old) window.
 func TestAggregateWindows(t *testing.T) {
-	a := newAggregate(time.Hour)
+	a := newAggregate(hourly)
 	for _, s := range []string{"2026-11-29T13:05:00Z", "2026-11-29T13:59:59Z", "2026-11-29T14:00:00+01:00", "2026-11-29T09:00:00Z"} {
 		e := event.Event{EventID: s, AccountID: "a", Currency: "EUR", AmountMinor: 1, OccurredAt: at(s).UTC()}
-		if !a.add(&e) {
+		if !a.add(&e, false) {
 			t.Fatal("refused")
 		}
 	}
@@ -94,12 +113,12 @@ func TestAggregateWindows(t *testing.T) {
 // risky (the server, seeing only the final sum, could miss an intermediate
 // overflow); one that stays inside is not.
 func TestRiskyKeys(t *testing.T) {
-	mk := func(amounts ...int64) []*event.Event {
-		var evs []*event.Event
+	mk := func(amounts ...int64) []*record {
+		var recs []*record
 		for i, a := range amounts {
-			evs = append(evs, &event.Event{EventID: fmt.Sprint(i), AccountID: "a", Currency: "EUR", AmountMinor: a, OccurredAt: at("2026-11-29T10:00:00Z")})
+			recs = append(recs, &record{ev: event.Event{EventID: fmt.Sprint(i), AccountID: "a", Currency: "EUR", AmountMinor: a, OccurredAt: at("2026-11-29T10:00:00Z")}})
 		}
-		return evs
+		return recs
 	}
 	tests := []struct {
 		name    string
@@ -115,14 +134,23 @@ func TestRiskyKeys(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			a := newAggregate(time.Hour)
-			rb, rw := a.riskyKeys(mk(tt.amounts...), false)
-			if got := len(rb) == 1 && len(rw) == 1; got != tt.risky {
-				t.Fatalf("risky = %v/%v, want %v", rb, rw, tt.risky)
+			a := newAggregate(hourly)
+			rb, rw, ra := a.riskyKeys(mk(tt.amounts...), false)
+			if got := len(rb) == 1 && len(rw) == 1; got != tt.risky || len(ra) != 0 {
+				t.Fatalf("risky = %v/%v/%v, want %v", rb, rw, ra, tt.risky)
 			}
-			rb, _ = a.riskyKeys(mk(tt.amounts...), true)
+			rb, _, _ = a.riskyKeys(mk(tt.amounts...), true)
 			if len(rb) != 1 {
 				t.Fatal("all: key not seeded")
+			}
+			// Late, the same walk is an adjustment key's.
+			late := mk(tt.amounts...)
+			for _, r := range late {
+				r.late = true
+			}
+			rb, rw, ra = a.riskyKeys(late, false)
+			if got := len(rb) == 1 && len(ra) == 1; got != tt.risky || len(rw) != 0 {
+				t.Fatalf("late: risky = %v/%v/%v, want %v", rb, rw, ra, tt.risky)
 			}
 		})
 	}

@@ -70,7 +70,9 @@ func (p *Pipeline) maybeSealLocked(ctx context.Context) {
 	}
 	snap := p.sealLocked()
 	if snap == nil {
-		return
+		if snap = p.eventTimeTickLocked(); snap == nil {
+			return
+		}
 	}
 	in := &inflight{snap: snap, done: make(chan struct{})}
 	p.inflight = in
@@ -91,7 +93,7 @@ func (p *Pipeline) sealLocked() *snapshot {
 	p.lastSeal = time.Now()
 	ids := make([]int32, 0, len(p.parts))
 	for id, pt := range p.parts {
-		if pt.pending() {
+		if pt.pending(p.cfg.WindowCloseAfter > 0) {
 			ids = append(ids, id)
 		}
 	}
@@ -106,7 +108,8 @@ func (p *Pipeline) sealLocked() *snapshot {
 	s := &snapshot{cuts: make([]txsink.PartitionCut, 0, len(ids)), records: make([]record, 0, n)}
 	for _, id := range ids {
 		pt := p.parts[id]
-		s.cuts = append(s.cuts, txsink.PartitionCut{Partition: id, Epoch: pt.epoch, NextOffset: pt.position})
+		s.cuts = append(s.cuts, txsink.PartitionCut{Partition: id, Epoch: pt.epoch, NextOffset: pt.position,
+			Watermark: pt.watermark, CaughtUp: pt.caughtUp()})
 		s.records = append(s.records, pt.records...)
 		s.dead = append(s.dead, pt.dead...)
 		s.bytes += pt.bytes
@@ -116,6 +119,24 @@ func (p *Pipeline) sealLocked() *snapshot {
 		pt.records, pt.dead, pt.bytes = pt.records[:0], nil, 0
 	}
 	return s
+}
+
+// eventTimeTickLocked returns an empty snapshot when windows may wait to
+// be closed or sealed while no partition moved: after a checkpoint that
+// closed windows (they are sealed by the next one), and every
+// RecoveryInterval, since the other instances' checkpoints, or their
+// partitions becoming caught up, may have moved the topic's watermark. The
+// checkpoint finds out from MySQL whether there is anything to do, and
+// skips the transaction otherwise.
+func (p *Pipeline) eventTimeTickLocked() *snapshot {
+	if p.cfg.WindowCloseAfter <= 0 {
+		return nil
+	}
+	if !p.ckpt.EventTimeDue() && time.Since(p.lastTick) < p.cfg.RecoveryInterval {
+		return nil
+	}
+	p.lastTick = time.Now()
+	return &snapshot{}
 }
 
 // collectLocked applies the outcome of the checkpoint in flight, if it has
@@ -135,15 +156,20 @@ func (p *Pipeline) collectLocked() {
 // finishLocked applies a checkpoint's outcome to the partitions. Decided:
 // the cuts are the new committed positions. Not decided: everything
 // buffered since the last committed checkpoint is discarded (it was built
-// on the aborted one) and every partition is rewound from MySQL.
+// on the aborted one) and every partition is rewound from MySQL; unless
+// the snapshot cut no partition (an event-time tick): nothing was built on
+// it.
 func (p *Pipeline) finishLocked(s *snapshot, out outcome) {
 	if out.decided {
 		for _, c := range s.cuts {
 			if pt := p.parts[c.Partition]; pt != nil && pt.epoch == c.Epoch {
-				pt.committed = c.NextOffset
+				pt.committed, pt.committedUp = c.NextOffset, c.CaughtUp
 			}
 		}
 		p.commitToGroup(s.cuts)
+		return
+	}
+	if len(s.cuts) == 0 {
 		return
 	}
 	for _, pt := range p.parts {

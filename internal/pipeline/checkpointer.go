@@ -16,6 +16,7 @@ import (
 
 	"github.com/billing/ledger/internal/dedup"
 	"github.com/billing/ledger/internal/event"
+	"github.com/billing/ledger/internal/stmt"
 	"github.com/billing/ledger/internal/txsink"
 	"github.com/billing/ledger/internal/txsink/driver"
 	"github.com/billing/ledger/internal/txsink/mysqldriver"
@@ -57,6 +58,9 @@ type Checkpointer struct {
 	cache    *dedup.Cache
 	seq      uint64
 	cacheLen atomic.Int64 // cache.Len() after the last checkpoint, for metrics
+	// eventTimeDue: the last committed checkpoint closed windows that are
+	// not sealed yet (see EventTimeDue).
+	eventTimeDue atomic.Bool
 }
 
 // NewCheckpointer builds a checkpoint coordinator over sink and the pools
@@ -106,6 +110,14 @@ func (c *Checkpointer) Stats() *Stats { return c.stats }
 // checkpoint.
 func (c *Checkpointer) CacheKeys() int { return int(c.cacheLen.Load()) }
 
+// maxFrontierRetries bounds the immediate retries of a checkpoint whose
+// decision found windows closed under it; beyond, it is replayed.
+const maxFrontierRetries = 3
+
+// maxSealRows bounds the window rows one checkpoint seals on one server;
+// the next checkpoint goes on.
+const maxSealRows = 10 * stmt.MaxRows
+
 // errNeedCareful asks for the checkpoint to be retried in careful mode: the
 // server refused a sum as out of range, and only per-event checks against
 // the stored values can tell which events to refuse.
@@ -114,6 +126,8 @@ var errNeedCareful = errors.New("amount sum out of range")
 // run commits one snapshot. Each attempt is bounded by CheckpointTimeout.
 // An attempt that fails before its decision is aborted; then:
 //
+//   - another checkpoint closed a window this one wrote to as open
+//     (txsink.ErrFrontierMoved): retried at once, on the new frontier;
 //   - the server refused a sum (Overflow): retried once in careful mode,
 //     every key seeded, each event checked against the stored values;
 //   - a statement exceeded the server's packet limit (TooLarge): the limits
@@ -128,12 +142,22 @@ func (c *Checkpointer) run(ctx context.Context, s *snapshot) outcome {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	careful, refreshed, dataRetried, isolated := false, false, false, false
+	moved := 0
 	for {
 		actx, cancel := context.WithTimeout(ctx, c.cfg.CheckpointTimeout)
 		info := c.attempt(actx, s, careful, false)
 		cancel()
+		if info.skipped {
+			return outcome{decided: true}
+		}
 		if info.Err != nil && !info.Decided && ctx.Err() == nil {
 			switch code := c.sink.Code(info.Err); {
+			case errors.Is(info.Err, txsink.ErrFrontierMoved) && moved < maxFrontierRetries:
+				// Another checkpoint closed a window this one wrote to:
+				// built again on the new frontier, its events of that
+				// window become late.
+				moved++
+				info.Retrying = true
 			case code == driver.Overflow && !careful:
 				careful, info.Retrying = true, true
 			case code == driver.TooLarge && !refreshed:
@@ -166,6 +190,9 @@ func (c *Checkpointer) run(ctx context.Context, s *snapshot) outcome {
 
 // attempt runs the checkpoint protocol once:
 //
+//  0. event time (with closing windows): the frontier and the partitions'
+//     watermarks as committed; each record is judged late or not, and the
+//     frontier to raise and the windows to seal are planned (eventtime.go);
 //  1. dedup: ids the cache does not know are claimed on their participants
 //     (a branch each, in parallel); the ids of claim statements that met a
 //     stored key are looked up; every record is classified in arrival
@@ -173,9 +200,10 @@ func (c *Checkpointer) run(ctx context.Context, s *snapshot) outcome {
 //  2. aggregate the new events per account and per window, checking 64-bit
 //     overflow per event (keys whose overflow the server could miss start
 //     from their stored values, read under row locks; see aggregate);
-//  3. write dedup keys, aggregates and dead letters, each participant its
-//     share, in parallel;
-//  4. prepare every branch that wrote, decide (fenced), commit.
+//  3. write dedup keys, aggregates, ledger entries and dead letters, each
+//     participant its share, in parallel, and seal the windows to seal;
+//  4. prepare every branch that wrote, decide (fenced, with the frontier
+//     checked and raised), commit.
 //
 // Any failure before the decision aborts every branch. After the decision
 // the checkpoint is committed even if delivering XA COMMIT fails (recovery
@@ -206,6 +234,21 @@ func (c *Checkpointer) attempt(ctx context.Context, s *snapshot, careful, trial 
 	}
 	prefix := c.cfg.DeadLetterPayloadBytes
 
+	// 0. Event time.
+	var et eventTimePlan
+	if c.cfg.WindowCloseAfter > 0 {
+		read, err := c.sink.EventTime(ctx)
+		if err != nil {
+			return fail("eventtime", err)
+		}
+		et = planEventTime(c.cfg.Window, c.cfg.WindowCloseAfter, read, s.records, s.cuts)
+		if len(s.records)+len(s.dead)+len(s.cuts) == 0 && et.idle() {
+			info.skipped = true
+			return info
+		}
+		c.eventTimeDue.Store(false)
+	}
+
 	// 1. Dedup. Only the ids of claim statements that met a stored row are
 	// looked up, on a pooled connection outside the branches, which sees
 	// the committed rows and not this checkpoint's own inserts.
@@ -231,20 +274,36 @@ func (c *Checkpointer) attempt(ctx context.Context, s *snapshot, careful, trial 
 	phase("dedup")
 
 	// 2. Aggregate.
-	agg := newAggregate(c.cfg.BillingWindow)
-	rb, rw := agg.riskyKeys(o.events(), careful)
-	if len(rb)+len(rw) > 0 {
+	agg := newAggregate(c.cfg.Window)
+	rb, rw, ra := agg.riskyKeys(o.fresh, careful)
+	if len(rb)+len(rw)+len(ra) > 0 {
 		info.Careful = true
-		if err := c.seed(ctx, tx, agg, rb, rw); err != nil {
+		if err := c.seed(ctx, tx, agg, rb, rw, ra); err != nil {
 			return fail("aggregate", err)
 		}
 	}
-	o.count(agg, prefix)
-	info.Counted = o.counted
+	o.count(agg, prefix, c.cfg.LedgerEntries)
+	info.Counted, info.Late = o.counted, o.late
 	phase("aggregate")
 
-	// 3. Write, every participant its share.
+	// 3. Write, every participant its share; the first participant of each
+	// server seals the closed windows' rows there.
 	works := planWrites(&o, agg, c.sink)
+	if !et.sealTo.IsZero() {
+		for i := range c.pools {
+			works[c.sealer(i)].seal = true
+		}
+	}
+	var openFrom time.Time
+	for i := range works {
+		if len(works[i].windows) > 0 {
+			if st := time.Unix(works[i].windows[0].start, 0).UTC(); openFrom.IsZero() || st.Before(openFrom) {
+				openFrom = st
+			}
+		}
+	}
+	sealed := make([]int, len(works))
+	sealDone := make([]bool, len(works))
 	var writers []int
 	for i := range works {
 		if !works[i].empty() {
@@ -269,10 +328,26 @@ func (c *Checkpointer) attempt(ctx context.Context, s *snapshot, careful, trial 
 		if err := writeBalances(ctx, b, w.balances, now); err != nil {
 			return err
 		}
-		if err := writeWindows(ctx, b, w.windows, now); err != nil {
+		if err := writeWindows(ctx, b, tableWindows, w.windows, now); err != nil {
 			return err
 		}
-		return writeDeadLetters(ctx, b, c.cfg.Topic, info.Gtrid, w.dead, now)
+		if err := writeWindows(ctx, b, tableAdjustments, w.adjusts, now); err != nil {
+			return err
+		}
+		if err := writeEntries(ctx, b, c.cfg.Topic, info.Gtrid, c.cfg.Window, w.entries, now); err != nil {
+			return err
+		}
+		if err := writeDeadLetters(ctx, b, c.cfg.Topic, info.Gtrid, w.dead, now); err != nil {
+			return err
+		}
+		if w.seal {
+			// After this branch's own writes; they are all in windows
+			// the frontier keeps open, never in the ones sealed here.
+			var err error
+			sealed[b.Participant], sealDone[b.Participant], err = sealWindows(ctx, b, et.sealFrom, et.sealTo, maxSealRows, now)
+			return err
+		}
+		return nil
 	})
 	if err != nil {
 		if c.sink.Code(err) == driver.Overflow && !careful {
@@ -298,7 +373,14 @@ func (c *Checkpointer) attempt(ctx context.Context, s *snapshot, careful, trial 
 		// race it.
 		return fail("decide", fmt.Errorf("checkpoint timeout before decision: %w", err))
 	}
-	if err := tx.Decide(ctx, s.cuts); err != nil {
+	allSealed := !et.sealTo.IsZero()
+	for i := range works {
+		info.Sealed += sealed[i]
+		if works[i].seal && !sealDone[i] {
+			allSealed = false
+		}
+	}
+	if err := tx.Decide(ctx, s.cuts, et.change(openFrom, allSealed)); err != nil {
 		return fail("decide", err)
 	}
 	phase("decide")
@@ -321,6 +403,11 @@ func (c *Checkpointer) attempt(ctx context.Context, s *snapshot, careful, trial 
 	c.stats.DeadLetters.Add(int64(len(o.dead)))
 	c.stats.Checkpoints.Add(1)
 	c.stats.LastCheckpoint.Store(time.Now().UnixNano())
+	if et.enabled && (et.raise.After(et.read.Closed) || !et.sealTo.IsZero() && !allSealed) {
+		// Windows closed by this checkpoint are to be sealed by the next
+		// one, which is due even if no records come.
+		c.eventTimeDue.Store(true)
+	}
 	if c.cfg.OnCheckpoint != nil {
 		info.RecordTimes = make([]time.Time, len(s.records))
 		for i := range s.records {
@@ -332,42 +419,52 @@ func (c *Checkpointer) attempt(ctx context.Context, s *snapshot, careful, trial 
 
 // seed reads, under row locks, the stored balances and window sums of the
 // given keys, each from the participant that owns the account.
-func (c *Checkpointer) seed(ctx context.Context, tx *txsink.Txn, agg *aggregate, rb map[balanceKey]bool, rw map[windowKey]bool) error {
+func (c *Checkpointer) seed(ctx context.Context, tx *txsink.Txn, agg *aggregate, rb map[balanceKey]bool, rw, ra map[windowKey]bool) error {
 	P := c.sink.Participants()
 	bkeys := make([][]balanceKey, P)
-	wkeys := make([][]windowKey, P)
+	wkeys := [2][][]windowKey{make([][]windowKey, P), make([][]windowKey, P)} // windows, adjustments
 	for k := range rb {
 		at := c.sink.Route(k.account)
 		bkeys[at] = append(bkeys[at], k)
 	}
-	for k := range rw {
-		at := c.sink.Route(k.account)
-		wkeys[at] = append(wkeys[at], k)
+	for j, m := range []map[windowKey]bool{rw, ra} {
+		for k := range m {
+			at := c.sink.Route(k.account)
+			wkeys[j][at] = append(wkeys[j][at], k)
+		}
 	}
+	used := make([]bool, P)
 	for i := range P {
 		// Lock in key order, as the writes do.
 		slices.SortFunc(bkeys[i], func(x, y balanceKey) int {
 			return cmp.Or(strings.Compare(x.account, y.account), strings.Compare(x.currency, y.currency))
 		})
-		slices.SortFunc(wkeys[i], func(x, y windowKey) int {
-			return cmp.Or(strings.Compare(x.account, y.account), strings.Compare(x.currency, y.currency), cmp.Compare(x.start, y.start))
-		})
+		for j := range wkeys {
+			slices.SortFunc(wkeys[j][i], func(x, y windowKey) int {
+				return cmp.Or(strings.Compare(x.account, y.account), strings.Compare(x.currency, y.currency), cmp.Compare(x.start, y.start))
+			})
+		}
+		used[i] = len(bkeys[i])+len(wkeys[0][i])+len(wkeys[1][i]) > 0
 	}
-	participants := nonEmpty(bkeys)
-	for _, i := range nonEmpty(wkeys) {
-		if len(bkeys[i]) == 0 {
+	var participants []int
+	for i, u := range used {
+		if u {
 			participants = append(participants, i)
 		}
 	}
 	balances := make([]map[balanceKey]total, P)
-	windows := make([]map[windowKey]total, P)
+	windows := [2][]map[windowKey]total{make([]map[windowKey]total, P), make([]map[windowKey]total, P)}
 	err := tx.Each(ctx, participants, func(ctx context.Context, b *txsink.Branch) error {
 		var err error
 		if balances[b.Participant], err = readBalances(ctx, b, bkeys[b.Participant]); err != nil {
 			return err
 		}
-		windows[b.Participant], err = readWindows(ctx, b, wkeys[b.Participant])
-		return err
+		for j, table := range []string{tableWindows, tableAdjustments} {
+			if windows[j][b.Participant], err = readWindows(ctx, b, table, wkeys[j][b.Participant]); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return err
@@ -376,19 +473,34 @@ func (c *Checkpointer) seed(ctx context.Context, tx *txsink.Txn, agg *aggregate,
 	for k := range rb {
 		agg.seedBalance(k, total{})
 	}
-	for k := range rw {
-		agg.seedWindow(k, total{})
+	for j, m := range []map[windowKey]bool{rw, ra} {
+		for k := range m {
+			agg.seedWindow(k, total{}, j == 1)
+		}
 	}
 	for i := range P {
 		for k, t := range balances[i] {
 			agg.seedBalance(k, t)
 		}
-		for k, t := range windows[i] {
-			agg.seedWindow(k, t)
+		for j := range windows {
+			for k, t := range windows[j][i] {
+				agg.seedWindow(k, t, j == 1)
+			}
 		}
 	}
 	return nil
 }
+
+// sealer is the participant that seals the closed windows' rows on server
+// i: its first.
+func (c *Checkpointer) sealer(server int) int {
+	return server * (c.sink.Participants() / len(c.pools))
+}
+
+// EventTimeDue reports whether windows closed by the last checkpoints wait
+// to be sealed (or could close), so that a checkpoint is due even without
+// records.
+func (c *Checkpointer) EventTimeDue() bool { return c.eventTimeDue.Load() }
 
 // report logs an attempt and hands it to OnCheckpoint. A failure names the
 // partitions and offsets it covered, so that a checkpoint that keeps

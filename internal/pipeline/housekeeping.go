@@ -13,7 +13,8 @@ import (
 
 // housekeeping runs until ctx ends: periodic recovery of in-doubt branches
 // (with pruning of old decision rows once nothing of theirs is in doubt),
-// and continuous deletion of expired dedup keys on every server.
+// and continuous deletion of expired dedup keys, and of ledger entries
+// older than their retention, on every server.
 func (p *Pipeline) housekeeping(ctx context.Context) {
 	recoverT := time.NewTicker(p.cfg.RecoveryInterval)
 	defer recoverT.Stop()
@@ -44,6 +45,17 @@ func (p *Pipeline) housekeeping(ctx context.Context) {
 					p.log.Warn("dedup cleanup failed", "server", i, "err", err)
 				} else if n > 0 {
 					p.log.Debug("expired dedup keys deleted", "server", i, "keys", n)
+				}
+				if p.cfg.LedgerEntriesRetention <= 0 {
+					continue
+				}
+				cctx, cancel = context.WithTimeout(ctx, p.cfg.DedupCleanupInterval)
+				n, err = deleteOldEntries(cctx, pool.DB(), time.Now().Add(-p.cfg.LedgerEntriesRetention), p.cfg.DedupCleanupBatch, 100*p.cfg.DedupCleanupBatch)
+				cancel()
+				if err != nil {
+					p.log.Warn("ledger entries retention failed", "server", i, "err", err)
+				} else if n > 0 {
+					p.log.Debug("old ledger entries deleted", "server", i, "entries", n)
 				}
 			}
 		}

@@ -10,7 +10,10 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/jmoiron/sqlx"
+
 	"github.com/billing/ledger/internal/dedup"
+	"github.com/billing/ledger/internal/event"
 	"github.com/billing/ledger/internal/stmt"
 )
 
@@ -21,6 +24,12 @@ import (
 // execer runs statements inside a branch (txsink.Branch), each within its
 // server's statement budget (package stmt).
 type execer = dedup.Execer
+
+// querierExecer reads and writes inside a branch (txsink.Branch).
+type querierExecer interface {
+	dedup.Querier
+	execer
+}
 
 // preparer runs a statement through a server-side prepared statement kept
 // with the branch's connection (txsink.Branch.ExecPrepared).
@@ -103,8 +112,9 @@ func writeBalances(ctx context.Context, ex execer, rows []balanceRow, now time.T
 	return nil
 }
 
-// writeWindows is writeBalances for billing_windows.
-func writeWindows(ctx context.Context, ex execer, rows []windowRow, now time.Time) error {
+// writeWindows is writeBalances for billing_windows, or for
+// window_adjustments (the same columns).
+func writeWindows(ctx context.Context, ex execer, table string, rows []windowRow, now time.Time) error {
 	for _, abs := range []bool{false, true} {
 		var part []windowRow
 		for _, r := range rows {
@@ -113,7 +123,7 @@ func writeWindows(ctx context.Context, ex execer, rows []windowRow, now time.Tim
 			}
 		}
 		err := batches(ctx, ex, len(part),
-			`INSERT INTO billing_windows (account_id, currency, window_start, amount_minor, event_count, updated_at) VALUES `,
+			`INSERT INTO `+table+` (account_id, currency, window_start, amount_minor, event_count, updated_at) VALUES `,
 			"(?,?,?,?,?,?)", upsertSQL(abs, "amount_minor", "event_count"),
 			func(i int) int { return stmt.ArgBytes(part[i].account) + resultRowBytes },
 			func(i int) []any {
@@ -125,6 +135,104 @@ func writeWindows(ctx context.Context, ex execer, rows []windowRow, now time.Tim
 		}
 	}
 	return nil
+}
+
+// The tables of window sums.
+const (
+	tableWindows     = "billing_windows"
+	tableAdjustments = "window_adjustments"
+)
+
+const entryHead = `INSERT INTO ledger_entries (kafka_topic, kafka_partition, kafka_offset, event_id, account_id, currency, amount_minor, occurred_at, window_start, late, checkpoint_id, created_at) VALUES `
+
+// A replay that meets an entry already stored (a group allowed to start
+// over the ledger's topic) keeps the stored row: its offset names the same
+// record.
+const entryTail = ` ON DUPLICATE KEY UPDATE kafka_offset = kafka_offset`
+
+// writeEntries writes one ledger_entries row per counted event.
+func writeEntries(ctx context.Context, ex execer, topic, checkpoint string, period event.Period, recs []*record, now time.Time) error {
+	fixed := stmt.ArgBytes(topic) + stmt.ArgBytes(checkpoint) + 4*stmt.ArgBytes(now) + 4*stmt.ArgBytes(int64(0)) + stmt.ArgBytes(true) + 32
+	return batches(ctx, ex, len(recs), entryHead, "(?,?,?,?,?,?,?,?,?,?,?,?)", entryTail,
+		func(i int) int {
+			return fixed + stmt.ArgBytes(recs[i].ev.EventID) + stmt.ArgBytes(recs[i].ev.AccountID)
+		},
+		func(i int) []any {
+			r := recs[i]
+			return []any{topic, r.partition, r.offset, r.ev.EventID, r.ev.AccountID, r.ev.Currency, r.ev.AmountMinor,
+				r.ev.OccurredAt.Truncate(time.Microsecond), period.Start(r.ev.OccurredAt), r.late, checkpoint, now}
+		})
+}
+
+// sealWindows sets closed_at on the open rows of the windows starting in
+// [from, to) (from zero: every window before to), at most max rows; it
+// returns how many it sealed and whether none is left.
+//
+// The rows are found with a locking read by the index on (window_start,
+// closed_at), never by an UPDATE with that condition: under READ
+// COMMITTED an UPDATE skips rows that another transaction inserted and has
+// not committed (semi-consistent read), while a locking read waits for
+// them. Every write to these windows that can still commit was prepared
+// before the frontier closed them (see eventtime.go), so after the wait
+// the read sees it. The rows are then updated by primary key.
+func sealWindows(ctx context.Context, q querierExecer, from, to time.Time, max int, now time.Time) (int, bool, error) {
+	sealed := 0
+	for sealed < max {
+		limit := min(stmt.MaxRows, max-sealed)
+		cond := `window_start < ?`
+		args := []any{to}
+		if !from.IsZero() {
+			cond = `window_start >= ? AND ` + cond
+			args = []any{from, to}
+		}
+		var keys []struct {
+			Account  []byte    `db:"account_id"`
+			Currency string    `db:"currency"`
+			Start    time.Time `db:"window_start"`
+		}
+		err := q.Select(ctx, &keys, `SELECT account_id, currency, window_start FROM billing_windows FORCE INDEX (billing_windows_period)
+			WHERE `+cond+` AND closed_at IS NULL ORDER BY window_start LIMIT `+fmt.Sprint(limit)+` FOR UPDATE`, args...)
+		if err != nil {
+			return sealed, false, err
+		}
+		err = stmt.Split(len(keys), 256, q.MaxStatementBytes(), func(i int) int { return stmt.ArgBytes(keys[i].Account) + 80 }, func(start, end int) error {
+			part := keys[start:end]
+			args := []any{now, now}
+			for _, k := range part {
+				args = append(args, k.Account, k.Currency, k.Start)
+			}
+			_, err := q.Exec(ctx, `UPDATE billing_windows FORCE INDEX (PRIMARY) SET closed_at = ?, updated_at = ? WHERE (account_id, currency, window_start) IN (`+
+				strings.Repeat("(?,?,?),", len(part)-1)+`(?,?,?))`, args...)
+			return err
+		})
+		if err != nil {
+			return sealed, false, err
+		}
+		sealed += len(keys)
+		if len(keys) < limit {
+			return sealed, true, nil
+		}
+	}
+	return sealed, false, nil
+}
+
+// deleteOldEntries deletes ledger_entries rows created before before, in
+// statements of at most batch rows (short transactions, like the dedup
+// cleanup), up to max rows; it returns how many it deleted.
+func deleteOldEntries(ctx context.Context, db *sqlx.DB, before time.Time, batch, max int) (int64, error) {
+	var total int64
+	for total < int64(max) {
+		r, err := db.ExecContext(ctx, `DELETE FROM ledger_entries WHERE created_at < ? ORDER BY created_at LIMIT ?`, before, min(batch, max-int(total)))
+		if err != nil {
+			return total, fmt.Errorf("ledger entries retention: %w", err)
+		}
+		n, _ := r.RowsAffected()
+		total += n
+		if n < int64(batch) {
+			break
+		}
+	}
+	return total, nil
 }
 
 // deadLetter is a record that was not counted, with the reason. It keeps
@@ -268,8 +376,9 @@ func readBalances(ctx context.Context, q dedup.Querier, keys []balanceKey) (map[
 	return out, err
 }
 
-// readWindows locks and reads the stored window sums of keys (seeding).
-func readWindows(ctx context.Context, q dedup.Querier, keys []windowKey) (map[windowKey]total, error) {
+// readWindows locks and reads the stored window sums of keys (seeding), in
+// billing_windows or window_adjustments.
+func readWindows(ctx context.Context, q dedup.Querier, table string, keys []windowKey) (map[windowKey]total, error) {
 	out := make(map[windowKey]total, len(keys))
 	if len(keys) == 0 {
 		return out, nil
@@ -287,7 +396,7 @@ func readWindows(ctx context.Context, q dedup.Querier, keys []windowKey) (map[wi
 			Amount   int64     `db:"amount_minor"`
 			Count    int64     `db:"event_count"`
 		}
-		q2 := `SELECT account_id, currency, window_start, amount_minor, event_count FROM billing_windows FORCE INDEX (PRIMARY) WHERE (account_id, currency, window_start) IN (` +
+		q2 := `SELECT account_id, currency, window_start, amount_minor, event_count FROM ` + table + ` FORCE INDEX (PRIMARY) WHERE (account_id, currency, window_start) IN (` +
 			strings.Repeat("(?,?,?),", len(part)-1) + `(?,?,?)) FOR UPDATE`
 		if err := q.Select(ctx, &rows, q2, args...); err != nil {
 			return err

@@ -51,8 +51,20 @@ type Config struct {
 	// statement.
 	DedupCleanupInterval time.Duration
 	DedupCleanupBatch    int
-	// BillingWindow is the size of the tumbling windows over occurred_at.
-	BillingWindow time.Duration
+	// Window is the billing window over occurred_at: fixed windows aligned
+	// to the epoch in UTC, or calendar days or months in a time zone.
+	Window event.Period
+	// WindowCloseAfter: 0 (the default) means windows never close; else a
+	// window closes once the topic's watermark has passed its end plus
+	// this, and later events of it count in window_adjustments (see
+	// eventtime.go).
+	WindowCloseAfter time.Duration
+	// LedgerEntries: every counted event gets a ledger_entries row, in the
+	// branch of its account's sums. LedgerEntriesRetention: 0 keeps them
+	// forever; else older rows are deleted every DedupCleanupInterval, at
+	// most 100 × DedupCleanupBatch per server and pass.
+	LedgerEntries          bool
+	LedgerEntriesRetention time.Duration
 	// MaxPayloadBytes: larger record values are dead-lettered as
 	// payload_too_large without being parsed.
 	MaxPayloadBytes int
@@ -98,7 +110,7 @@ func (c *Config) validate() error {
 	}
 	for name, d := range map[string]time.Duration{
 		"CheckpointInterval": c.CheckpointInterval, "CheckpointTimeout": c.CheckpointTimeout, "DedupTTL": c.DedupTTL,
-		"BillingWindow": c.BillingWindow, "RecoveryInterval": c.RecoveryInterval, "DedupCleanupInterval": c.DedupCleanupInterval,
+		"RecoveryInterval": c.RecoveryInterval, "DedupCleanupInterval": c.DedupCleanupInterval,
 		"ShutdownTimeout": c.ShutdownTimeout, "DecisionRetention": c.DecisionRetention,
 	} {
 		if d <= 0 {
@@ -110,6 +122,12 @@ func (c *Config) validate() error {
 	}
 	if c.DeadLetterPayloadBytes < 0 {
 		errs = append(errs, errors.New("DeadLetterPayloadBytes must not be negative"))
+	}
+	if c.Window.IsZero() {
+		errs = append(errs, errors.New("Window is required"))
+	}
+	if c.WindowCloseAfter < 0 || c.LedgerEntriesRetention < 0 {
+		errs = append(errs, errors.New("WindowCloseAfter and LedgerEntriesRetention must not be negative"))
 	}
 	return errors.Join(errs...)
 }
@@ -135,6 +153,8 @@ type CheckpointInfo struct {
 	Records     int            // records covered (valid and dead-lettered)
 	Bytes       int            // memory the records held while buffered
 	Counted     int            // events added to the ledger
+	Late        int            // of Counted: in window_adjustments, their window closed
+	Sealed      int            // billing_windows rows sealed (closed_at set)
 	Duplicates  int            // repeats dropped
 	DeadLetters map[string]int // by reason
 	Partitions  int
@@ -148,6 +168,8 @@ type CheckpointInfo struct {
 	Decided     bool        // the commit decision is durable (even if Err is a late XA COMMIT failure)
 	Retrying    bool        // Err is the expected refusal of the fast path; the checkpoint is retried at once in careful mode
 	RecordTimes []time.Time // Kafka timestamps of the records, for end-to-end latency
+
+	skipped bool // a checkpoint without records that found nothing to do
 }
 
 // Stats are running totals of what the pipeline has committed.
@@ -188,6 +210,7 @@ type Pipeline struct {
 	parts    map[int32]*partition
 	inflight *inflight
 	lastSeal time.Time
+	lastTick time.Time // of the last event-time tick (see eventTimeTickLocked)
 
 	rewindAfter   time.Time     // no rewind attempt before (after a failure)
 	rewindBackoff time.Duration // the last failure's backoff; 0 after a success

@@ -56,7 +56,9 @@ type outcomes struct {
 	dead       []deadLetter   // the snapshot's and this checkpoint's
 	duplicates int
 	counted    int
+	late       int             // of counted: in window_adjustments
 	overflowed map[string]bool // ids refused as amount_overflow
+	entries    []*record       // the counted events, when ledger entries are kept
 }
 
 // classify decides every record against what is known (dedup.Classify) and
@@ -79,22 +81,21 @@ func classify(records []record, dead []deadLetter, cp claimPlan, now time.Time, 
 	return o
 }
 
-// events are the new events, for the aggregate.
-func (o *outcomes) events() []*event.Event {
-	evs := make([]*event.Event, len(o.fresh))
-	for i, r := range o.fresh {
-		evs[i] = &r.ev
-	}
-	return evs
-}
-
 // count adds the new events to agg (seeded with the stored values of its
-// risky keys), in arrival order; an event that would overflow a sum becomes
-// an amount_overflow dead letter.
-func (o *outcomes) count(agg *aggregate, prefix int) {
+// risky keys), in arrival order, each to its window or, late, to its
+// adjustment; an event that would overflow a sum becomes an
+// amount_overflow dead letter. With entries, every counted event is kept
+// for its ledger_entries row.
+func (o *outcomes) count(agg *aggregate, prefix int, entries bool) {
 	for _, r := range o.fresh {
-		if agg.add(&r.ev) {
+		if agg.add(&r.ev, r.late) {
 			o.counted++
+			if r.late {
+				o.late++
+			}
+			if entries {
+				o.entries = append(o.entries, r)
+			}
 			continue
 		}
 		o.overflowed[r.ev.EventID] = true
@@ -110,17 +111,21 @@ type work struct {
 	journal  []string       // every key this checkpoint keeps, for the janitor
 	balances []balanceRow
 	windows  []windowRow
+	adjusts  []windowRow // window_adjustments
+	entries  []*record   // ledger_entries
 	dead     []deadLetter
+	seal     bool // seal the closed windows' rows of this participant's server
 }
 
 func (w *work) empty() bool {
-	return len(w.journal)+len(w.unclaim)+len(w.balances)+len(w.windows)+len(w.dead) == 0
+	return len(w.journal)+len(w.unclaim)+len(w.balances)+len(w.windows)+len(w.adjusts)+len(w.entries)+len(w.dead) == 0 && !w.seal
 }
 
 // planWrites routes everything the checkpoint writes to its participant:
 // dedup keys by event id (claimed keys are written already; expired rows are
 // replaced here, and the claimed keys of events that became dead letters are
-// taken back), aggregates by account, dead letters by partition.
+// taken back), aggregates and ledger entries by account (one branch holds
+// an account's sums and entries), dead letters by partition.
 func planWrites(o *outcomes, agg *aggregate, r router) []work {
 	works := make([]work, r.Participants())
 	for _, in := range o.inserts {
@@ -144,6 +149,14 @@ func planWrites(o *outcomes, agg *aggregate, r router) []work {
 	for _, row := range agg.windowRows() {
 		at := r.Route(row.account)
 		works[at].windows = append(works[at].windows, row)
+	}
+	for _, row := range agg.adjustRows() {
+		at := r.Route(row.account)
+		works[at].adjusts = append(works[at].adjusts, row)
+	}
+	for _, rec := range o.entries {
+		at := r.Route(rec.ev.AccountID)
+		works[at].entries = append(works[at].entries, rec)
 	}
 	for _, d := range o.dead {
 		at := int(d.partition) % len(works)

@@ -68,10 +68,17 @@ func TestPlan(t *testing.T) {
 	if o.duplicates != 2 || len(o.fresh) != 3 {
 		t.Errorf("duplicates %d, fresh %d; want the repeat of a and the cached id dropped, 3 new", o.duplicates, len(o.fresh))
 	}
-	agg := newAggregate(time.Hour)
-	o.count(agg, 64)
+	agg := newAggregate(hourly)
+	o.count(agg, 64, true)
 	if o.counted != 2 || !o.overflowed["c"] {
 		t.Errorf("counted %d, overflowed %v", o.counted, o.overflowed)
+	}
+	var entries []string
+	for _, e := range o.entries {
+		entries = append(entries, fmt.Sprintf("%s@%d:%d", e.ev.EventID, e.partition, e.offset))
+	}
+	if fmt.Sprint(entries) != "[a@0:0 b@1:0]" {
+		t.Errorf("ledger entries of %v, want one per counted event (not the repeat, the conflict or the overflow)", entries)
 	}
 	reasons := map[string]string{}
 	for _, d := range o.dead {
@@ -86,6 +93,11 @@ func TestPlan(t *testing.T) {
 		for _, b := range w.balances {
 			if r.Route(b.account) != p {
 				t.Errorf("balance of %s written by participant %d", b.account, p)
+			}
+		}
+		for _, e := range w.entries {
+			if r.Route(e.ev.AccountID) != p {
+				t.Errorf("ledger entry of %s written by participant %d", e.ev.AccountID, p)
 			}
 		}
 		for _, d := range w.dead {

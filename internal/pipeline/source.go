@@ -35,10 +35,35 @@ type partition struct {
 	// was taken (see reclaimLocked); reclaimBackoff is the last wait.
 	reclaimAfter   time.Time
 	reclaimBackoff time.Duration
+	// watermark is the latest occurred_at of the records below position
+	// (zero: none; see eventtime.go). end is the last stable offset the
+	// latest fetch of the partition reported (-1: none yet); committedUp
+	// the caught-up flag of the last decided cut, or as read from MySQL.
+	watermark   time.Time
+	end         int64
+	committedUp bool
 }
 
-func (pt *partition) pending() bool {
-	return !pt.rewind && pt.position != pt.committed && pt.position != txsink.StartOffset
+// pending reports whether the partition is to be cut: it moved since the
+// last decided cut, or (with closing windows) it became caught up or
+// stopped being so, which changes the topic's watermark.
+func (pt *partition) pending(closing bool) bool {
+	if pt.rewind || pt.position == txsink.StartOffset {
+		return false
+	}
+	return pt.position != pt.committed || (closing && pt.end >= 0 && pt.caughtUp() != pt.committedUp)
+}
+
+// caughtUp reports whether the position has reached the end of the log as
+// last reported by a fetch.
+func (pt *partition) caughtUp() bool {
+	return pt.end >= 0 && pt.position != txsink.StartOffset && pt.position >= pt.end
+}
+
+// restore sets the partition's input state to a stored position.
+func (pt *partition) restore(ps txsink.Position) {
+	pt.position, pt.committed, pt.rewind = ps.NextOffset, ps.NextOffset, false
+	pt.watermark, pt.committedUp = ps.Watermark, ps.CaughtUp
 }
 
 // record is a decoded, valid event and where it came from. It keeps the
@@ -51,6 +76,7 @@ type record struct {
 	key       []byte
 	value     []byte
 	ts        time.Time
+	late      bool // its window was closed when it was counted (set by planEventTime)
 }
 
 // recordOverhead approximates a buffered record's memory besides its key,
@@ -142,6 +168,16 @@ func (p *Pipeline) processLocked(fetches kgo.Fetches) {
 		}
 		p.log.Error("fetch failed", "topic", topic, "partition", partition, "err", err)
 	})
+	fetches.EachTopic(func(ft kgo.FetchTopic) {
+		if ft.Topic != p.cfg.Topic {
+			return
+		}
+		ft.EachPartition(func(fp kgo.FetchPartition) {
+			if pt := p.parts[fp.Partition]; pt != nil && fp.Err == nil && fp.LastStableOffset >= 0 {
+				pt.end = max(pt.end, fp.LastStableOffset)
+			}
+		})
+	})
 	fetches.EachRecord(func(r *kgo.Record) {
 		pt := p.parts[r.Partition]
 		if pt == nil || pt.rewind || r.Topic != p.cfg.Topic {
@@ -171,6 +207,7 @@ func (p *Pipeline) processLocked(fetches kgo.Fetches) {
 			pt.bytes += d.bytes()
 			return
 		}
+		pt.watermark = laterOf(pt.watermark, ev.OccurredAt)
 		rec := record{ev: ev, partition: r.Partition, offset: r.Offset, key: truncate(r.Key, maxStoredKey), value: r.Value, ts: r.Timestamp}
 		pt.records = append(pt.records, rec)
 		pt.bytes += rec.bytes()
@@ -213,20 +250,22 @@ func (p *Pipeline) rewindLocked(ctx context.Context) {
 			taken = append(taken, id)
 			continue
 		}
+		pt.watermark, pt.committedUp = ps.Watermark, ps.CaughtUp
 		if ps.NextOffset == txsink.StartOffset {
 			fromStart = append(fromStart, id)
 			continue
 		}
-		pt.position, pt.committed, pt.rewind = ps.NextOffset, ps.NextOffset, false
+		pt.restore(ps)
 		set[id] = kgo.EpochOffset{Epoch: -1, Offset: ps.NextOffset}
 	}
 	for id, ps := range p.reclaimLocked(ctx, taken) {
+		pt := p.parts[id]
+		pt.watermark, pt.committedUp = ps.Watermark, ps.CaughtUp
 		if ps.NextOffset == txsink.StartOffset {
 			fromStart = append(fromStart, id)
 			continue
 		}
-		pt := p.parts[id]
-		pt.position, pt.committed, pt.rewind = ps.NextOffset, ps.NextOffset, false
+		pt.restore(ps)
 		set[id] = kgo.EpochOffset{Epoch: -1, Offset: ps.NextOffset}
 	}
 	if len(fromStart) == 0 {
@@ -327,7 +366,8 @@ func (p *Pipeline) onAssigned(ctx context.Context, offsets map[string]map[int32]
 	p.mu.Lock()
 	for _, id := range ids {
 		ps := pos[id]
-		p.parts[id] = &partition{id: id, epoch: ps.Epoch, position: ps.NextOffset, committed: ps.NextOffset}
+		p.parts[id] = &partition{id: id, epoch: ps.Epoch, position: ps.NextOffset, committed: ps.NextOffset,
+			watermark: ps.Watermark, committedUp: ps.CaughtUp, end: -1}
 		if ps.NextOffset == txsink.StartOffset {
 			out[id] = kgo.NewOffset().AtStart()
 		} else {
