@@ -687,7 +687,7 @@ func buildReport(r *chaosRun, mode string, faultSeed, genSeed uint64, replay str
 	}
 	if exp, err := ledgercheck.ReadFile(expectedPath); err == nil {
 		rep.Events, rep.Records, rep.Produced, rep.DeadLetters = exp.EventsValid, exp.Produced.Records, exp.Produced, exp.DeadLetters
-		if act, err := ledgercheck.ReadActual(context.Background(), []*sqlx.DB{r.db}, r.topic); err == nil {
+		if act, err := ledgercheck.ReadActual(context.Background(), []*sqlx.DB{r.db}, r.topic, exp.LedgerEntries); err == nil {
 			cmp := ledgercheck.Compare(exp, act)
 			rep.Lost, rep.CountedTwice = cmp.Lost, cmp.CountedTwice
 			rep.DeadLettersGot = map[string]int64{}

@@ -274,7 +274,7 @@ func verify(ctx context.Context, admin, name, expectedPath, topic string) (strin
 		return "", nil, err
 	}
 	defer db.Close()
-	act, err := ledgercheck.ReadActual(ctx, []*sqlx.DB{db}, topic)
+	act, err := ledgercheck.ReadActual(ctx, []*sqlx.DB{db}, topic, exp.LedgerEntries)
 	if err != nil {
 		return "", nil, err
 	}

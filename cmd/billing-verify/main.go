@@ -217,7 +217,7 @@ func (v *verifier) check(ctx context.Context) (*ledgercheck.Report, error) {
 		}
 		v.dbs[i] = db
 	}
-	act, err := ledgercheck.ReadActual(ctx, v.dbs, v.o.topic)
+	act, err := ledgercheck.ReadActual(ctx, v.dbs, v.o.topic, v.exp.LedgerEntries)
 	if err != nil {
 		return nil, err
 	}

@@ -6,13 +6,20 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Table names, as used in [Diff.Table].
 const (
 	TableBalances    = "account_balances"
 	TableWindows     = "billing_windows"
+	TableAdjustments = "window_adjustments"
 	TableDeadLetters = "dead_letters"
+	TableEntries     = "ledger_entries"
+	// TableWindowSums names the sums of billing_windows and
+	// window_adjustments per window, compared when the split between the
+	// two depends on timing.
+	TableWindowSums = "billing_windows+window_adjustments"
 )
 
 // Actual is what the service's tables hold, possibly read from several
@@ -20,8 +27,25 @@ const (
 type Actual struct {
 	Balances    []ActualBalance
 	Windows     []ActualWindow
+	Adjustments []ActualWindow
 	DeadLetters []DeadLetterRow
+	// Entries summarises ledger_entries; nil when not read.
+	Entries *Entries
 }
+
+// Entries summarises the ledger_entries rows (see ReadEntries).
+type Entries struct {
+	// Count is the number of rows, DistinctIDs that of distinct event
+	// ids, Digest the sum of EntryDigest over the rows.
+	Count, DistinctIDs int64
+	Digest             uint64
+	// Timely and Late sum, per window, the entries counted in
+	// billing_windows and those counted in window_adjustments.
+	Timely, Late map[WindowKey]Sum
+}
+
+// Sum is an amount and an event count.
+type Sum struct{ Amount, Count int64 }
 
 // ActualBalance is a balance row and the server it was read from.
 type ActualBalance struct {
@@ -29,10 +53,14 @@ type ActualBalance struct {
 	Shard int
 }
 
-// ActualWindow is a window row and the server it was read from.
+// ActualWindow is a window (or adjustment) row and the server it was read
+// from; for billing_windows, when it was sealed (nil: open) and last
+// updated.
 type ActualWindow struct {
 	WindowRow
-	Shard int
+	Shard     int
+	ClosedAt  *time.Time
+	UpdatedAt time.Time
 }
 
 // DeadLetterRow identifies one dead_letters row: its Kafka position (unique
@@ -60,6 +88,10 @@ const (
 	// letters) was read from more than one server. Values of the copies are
 	// summed for the other comparisons.
 	DuplicateRow
+	// Violation: an invariant of the contract does not hold (a window
+	// sealed or open against the frontier, a sealed row changed, ledger
+	// entries disagreeing with the sums); Note says which.
+	Violation
 )
 
 // String returns the kind's name.
@@ -73,6 +105,8 @@ func (k DiffKind) String() string {
 		return "different"
 	case DuplicateRow:
 		return "duplicate"
+	case Violation:
+		return "violation"
 	}
 	return fmt.Sprintf("kind(%d)", int(k))
 }
@@ -122,6 +156,8 @@ func (d Diff) String() string {
 		}
 	case DuplicateRow:
 		b.WriteString("present more than once")
+	case Violation:
+		b.WriteString("invariant broken")
 	}
 	if d.Note != "" {
 		fmt.Fprintf(&b, " [%s]", d.Note)
@@ -158,6 +194,13 @@ type Report struct {
 	DeadLettersMissing, DeadLettersExtra int64
 	// Duplicates counts rows read from more than one server.
 	Duplicates int
+	// Violations counts broken invariants (see [Violation]).
+	Violations int
+	// ActualAdjustments and ActualSealed count window_adjustments rows and
+	// sealed billing_windows rows; ActualEntries ledger_entries rows (-1:
+	// not read).
+	ActualAdjustments, ActualSealed int
+	ActualEntries                   int64
 }
 
 // Exact reports whether the tables match the expectation exactly.
@@ -166,8 +209,15 @@ func (r *Report) Exact() bool { return len(r.Diffs) == 0 }
 // Verdict returns the one-line summary: "EXACT: ..." or "MISMATCH: ...".
 func (r *Report) Verdict() string {
 	if r.Exact() {
-		return fmt.Sprintf("EXACT: %d balances, %d windows, %d dead letters, %d events",
+		v := fmt.Sprintf("EXACT: %d balances, %d windows, %d dead letters, %d events",
 			r.ActualBalances, r.ActualWindows, r.ActualDeadLetters, r.ActualEvents)
+		if r.ActualAdjustments > 0 || r.ActualSealed > 0 {
+			v += fmt.Sprintf(", %d sealed windows, %d adjustments", r.ActualSealed, r.ActualAdjustments)
+		}
+		if r.ActualEntries >= 0 {
+			v += fmt.Sprintf(", %d ledger entries", r.ActualEntries)
+		}
+		return v
 	}
 	var parts []string
 	add := func(format string, n int64, what string) {
@@ -187,6 +237,7 @@ func (r *Report) Verdict() string {
 	add("%d dead %s missing", r.DeadLettersMissing, "letter")
 	add("%d extra dead %s", r.DeadLettersExtra, "letter")
 	add("%d %s on more than one server", int64(r.Duplicates), "row")
+	add("%d broken %s", int64(r.Violations), "invariant")
 	return fmt.Sprintf("MISMATCH: %d %s (%s); actual %d balances, %d windows, %d dead letters, %d events; expected %d, %d, %d, %d",
 		len(r.Diffs), plural(int64(len(r.Diffs)), "difference"), strings.Join(parts, ", "),
 		r.ActualBalances, r.ActualWindows, r.ActualDeadLetters, r.ActualEvents,
@@ -277,41 +328,24 @@ func Compare(exp *Expected, act *Actual) *Report {
 		}
 	}
 
-	// Windows.
-	expW := make(map[WindowKey]WindowRow, len(exp.Windows))
-	for _, w := range exp.Windows {
-		expW[w.Key()] = w
-		r.ExpectedWindowEvents += w.EventCount
+	// Windows: each table exactly, or their sums per window.
+	if exp.SplitExact || exp.CloseAfter == 0 {
+		r.compareWindows(TableWindows, exp.Windows, act.Windows)
+		r.compareWindows(TableAdjustments, exp.Adjustments, act.Adjustments)
+	} else {
+		r.compareWindows(TableWindowSums, exp.Windows, sumWindows(act.Windows, act.Adjustments))
 	}
-	actW := make(map[WindowKey]*merged, len(act.Windows))
+	r.ActualAdjustments = len(act.Adjustments)
 	for _, w := range act.Windows {
-		m := actW[w.Key()]
-		if m == nil {
-			m = &merged{}
-			actW[w.Key()] = m
+		if w.ClosedAt != nil {
+			r.ActualSealed++
 		}
-		m.amount += w.AmountMinor
-		m.count += w.EventCount
-		m.shards = append(m.shards, w.Shard)
-		r.ActualWindowEvents += w.EventCount
 	}
-	r.ActualWindows = len(actW)
-	for _, k := range unionKeys(expW, actW, compareWindowKeys) {
-		e, inExp := expW[k]
-		a := actW[k]
-		d, lost, twice := diffRow(TableWindows, k.String(), inExp, e.AmountMinor, e.EventCount, a)
-		r.WindowLost += lost
-		r.WindowCountedTwice += twice
-		if d != nil {
-			if d.Kind == Different && d.ActCount == d.ExpCount {
-				r.WindowAmountDiffs++
-			}
-			r.Diffs = append(r.Diffs, *d)
-		}
-		if a != nil && len(a.shards) > 1 {
-			r.Duplicates++
-			r.Diffs = append(r.Diffs, Diff{Table: TableWindows, Kind: DuplicateRow, Key: k.String(), Note: shardNote(a.shards)})
-		}
+	r.checkClosing(exp, act)
+	r.ActualEntries = -1
+	if exp.LedgerEntries && act.Entries != nil {
+		r.ActualEntries = act.Entries.Count
+		r.checkEntries(exp, act)
 	}
 
 	// Dead letters: counts per reason, plus positions seen on two servers.
@@ -369,6 +403,156 @@ func Compare(exp *Expected, act *Actual) *Report {
 	}
 	r.Diffs = append(r.Diffs, dups...)
 	return r
+}
+
+// compareWindows diffs one table of window rows (or the sums of two)
+// against the expected rows, by key.
+func (r *Report) compareWindows(table string, exp []WindowRow, act []ActualWindow) {
+	expW := make(map[WindowKey]WindowRow, len(exp))
+	for _, w := range exp {
+		expW[w.Key()] = w
+		r.ExpectedWindowEvents += w.EventCount
+	}
+	actW := make(map[WindowKey]*merged, len(act))
+	for _, w := range act {
+		m := actW[w.Key()]
+		if m == nil {
+			m = &merged{}
+			actW[w.Key()] = m
+		}
+		m.amount += w.AmountMinor
+		m.count += w.EventCount
+		m.shards = append(m.shards, w.Shard)
+		r.ActualWindowEvents += w.EventCount
+	}
+	if table != TableAdjustments {
+		r.ActualWindows += len(actW)
+		r.ExpectedWindows = len(exp)
+	}
+	for _, k := range unionKeys(expW, actW, compareWindowKeys) {
+		e, inExp := expW[k]
+		a := actW[k]
+		d, lost, twice := diffRow(table, k.String(), inExp, e.AmountMinor, e.EventCount, a)
+		r.WindowLost += lost
+		r.WindowCountedTwice += twice
+		if d != nil {
+			if d.Kind == Different && d.ActCount == d.ExpCount {
+				r.WindowAmountDiffs++
+			}
+			r.Diffs = append(r.Diffs, *d)
+		}
+		if a != nil && len(a.shards) > 1 {
+			r.Duplicates++
+			r.Diffs = append(r.Diffs, Diff{Table: table, Kind: DuplicateRow, Key: k.String(), Note: shardNote(a.shards)})
+		}
+	}
+}
+
+// sumWindows adds each server's adjustment rows to its window rows of the
+// same key: one row per key and server.
+func sumWindows(windows, adjusts []ActualWindow) []ActualWindow {
+	type at struct {
+		k     WindowKey
+		shard int
+	}
+	idx := make(map[at]int, len(windows))
+	out := make([]ActualWindow, 0, len(windows)+len(adjusts))
+	for _, w := range windows {
+		idx[at{w.Key(), w.Shard}] = len(out)
+		out = append(out, w)
+	}
+	for _, a := range adjusts {
+		if i, ok := idx[at{a.Key(), a.Shard}]; ok {
+			out[i].AmountMinor += a.AmountMinor
+			out[i].EventCount += a.EventCount
+			continue
+		}
+		idx[at{a.Key(), a.Shard}] = len(out)
+		out = append(out, a)
+	}
+	return out
+}
+
+func (r *Report) violation(table, key, note string) {
+	r.Violations++
+	r.Diffs = append(r.Diffs, Diff{Table: table, Kind: Violation, Key: key, Note: note})
+}
+
+// checkClosing checks the closing invariants. Without closing, no row is
+// sealed and no adjustment exists. With it, once the run is consumed,
+// every window before the expected frontier is sealed and every later one
+// open; adjustments exist only for windows before it; and a sealed row
+// was not changed after it was sealed (sealing sets updated_at to
+// closed_at; any later write would move updated_at).
+func (r *Report) checkClosing(exp *Expected, act *Actual) {
+	if exp.CloseAfter == 0 {
+		for _, w := range act.Windows {
+			if w.ClosedAt != nil {
+				r.violation(TableWindows, w.Key().String(), "sealed, but windows never close (WINDOW_CLOSE_AFTER empty)")
+			}
+		}
+		for _, a := range act.Adjustments {
+			r.violation(TableAdjustments, a.Key().String(), "an adjustment, but windows never close (WINDOW_CLOSE_AFTER empty)")
+		}
+		return
+	}
+	var frontier time.Time
+	if exp.ClosedBefore != nil {
+		frontier = *exp.ClosedBefore
+	}
+	f := frontier.UTC().Format(time.RFC3339)
+	for _, w := range act.Windows {
+		closed := w.WindowStart.Before(frontier)
+		switch {
+		case closed && w.ClosedAt == nil:
+			r.violation(TableWindows, w.Key().String(), "open, but every window before "+f+" is closed")
+		case !closed && w.ClosedAt != nil:
+			r.violation(TableWindows, w.Key().String(), "sealed, but windows from "+f+" on are open")
+		case w.ClosedAt != nil && !w.UpdatedAt.Equal(*w.ClosedAt):
+			r.violation(TableWindows, w.Key().String(), fmt.Sprintf("updated at %s, after it was sealed at %s",
+				w.UpdatedAt.UTC().Format(time.RFC3339Nano), w.ClosedAt.UTC().Format(time.RFC3339Nano)))
+		}
+	}
+	for _, a := range act.Adjustments {
+		if !a.WindowStart.Before(frontier) {
+			r.violation(TableAdjustments, a.Key().String(), "an adjustment of a window that is open (from "+f+" on)")
+		}
+	}
+}
+
+// checkEntries checks ledger_entries: one row per counted event (count,
+// distinct ids, the digest of their content), and, per window, the
+// entries counted in it sum to its billing_windows row and the late ones
+// to its window_adjustments row.
+func (r *Report) checkEntries(exp *Expected, act *Actual) {
+	en := act.Entries
+	if en.Count != exp.EventsValid {
+		r.Diffs = append(r.Diffs, Diff{Table: TableEntries, Kind: Different, Key: "rows", ExpCount: exp.EventsValid, ActCount: en.Count})
+	}
+	if en.DistinctIDs != en.Count {
+		r.violation(TableEntries, "event_id", fmt.Sprintf("%d rows for %d distinct event ids: an event has more than one entry", en.Count, en.DistinctIDs))
+	}
+	if en.Digest != exp.EntriesDigest {
+		r.Diffs = append(r.Diffs, Diff{Table: TableEntries, Kind: Different, Key: "digest",
+			Note: fmt.Sprintf("digest of the entries %016x, of the counted events %016x: an entry's content differs from its event", en.Digest, exp.EntriesDigest)})
+	}
+	for _, t := range []struct {
+		table string
+		rows  []ActualWindow
+		sums  map[WindowKey]Sum
+		what  string
+	}{{TableWindows, act.Windows, en.Timely, "entries counted in the window"}, {TableAdjustments, act.Adjustments, en.Late, "late entries"}} {
+		rows := make(map[WindowKey]Sum, len(t.rows))
+		for _, w := range t.rows {
+			s := rows[w.Key()]
+			rows[w.Key()] = Sum{s.Amount + w.AmountMinor, s.Count + w.EventCount}
+		}
+		for _, k := range unionKeys(rows, t.sums, compareWindowKeys) {
+			if a, b := rows[k], t.sums[k]; a != b {
+				r.violation(t.table, k.String(), fmt.Sprintf("the row holds %d over %d events, its %s %d over %d", a.Amount, a.Count, t.what, b.Amount, b.Count))
+			}
+		}
+	}
 }
 
 // diffRow compares one key's expected row (if inExp) with its merged actual

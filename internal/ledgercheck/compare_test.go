@@ -41,7 +41,7 @@ func actualFrom(exp *Expected) *Actual {
 		a.Balances = append(a.Balances, ActualBalance{b, i % 2})
 	}
 	for i, w := range exp.Windows {
-		a.Windows = append(a.Windows, ActualWindow{w, i % 2})
+		a.Windows = append(a.Windows, ActualWindow{WindowRow: w, Shard: i % 2})
 	}
 	var off int64
 	for reason, n := range exp.DeadLetters {
@@ -100,7 +100,7 @@ func TestCompareDifferences(t *testing.T) {
 		{
 			name: "extra window row only",
 			mutate: func(a *Actual) {
-				a.Windows = append(a.Windows, ActualWindow{WindowRow{"acct-2", "USD", at("2026-11-29T15:00:00Z"), 1, 1}, 1})
+				a.Windows = append(a.Windows, ActualWindow{WindowRow: WindowRow{"acct-2", "USD", at("2026-11-29T15:00:00Z"), 1, 1}, Shard: 1})
 			},
 			wtwice:  1,
 			kinds:   []DiffKind{Extra},

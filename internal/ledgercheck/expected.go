@@ -2,6 +2,7 @@ package ledgercheck
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"math"
 	"math/big"
@@ -10,8 +11,9 @@ import (
 )
 
 // FileVersion is the version of the expected-ledger file format written by
-// [WriteFile]. [ReadFile] rejects any other version.
-const FileVersion = 1
+// [WriteFile]. [ReadFile] also reads version 1 (fixed windows that never
+// close, no ledger entries) and rejects any other.
+const FileVersion = 2
 
 // Event is one well-formed billing event as the service's decoder yields it.
 // OccurredAt may carry any location; the model uses its UTC instant.
@@ -34,7 +36,8 @@ type BalanceRow struct {
 // Key returns the row's primary key.
 func (r BalanceRow) Key() BalanceKey { return BalanceKey{r.AccountID, r.Currency} }
 
-// WindowRow is one row of billing_windows. WindowStart is in UTC.
+// WindowRow is one row of billing_windows (or window_adjustments).
+// WindowStart is in UTC.
 type WindowRow struct {
 	AccountID   string    `json:"account_id"`
 	Currency    string    `json:"currency"`
@@ -108,22 +111,49 @@ type Expected struct {
 	// Topic and Partitions the run was produced to (informational).
 	Topic      string `json:"topic,omitempty"`
 	Partitions int    `json:"partitions,omitempty"`
-	// Window is the tumbling-window size; it must equal the service's
-	// BILLING_WINDOW.
-	Window Duration `json:"window"`
+	// Window and Timezone must equal the service's BILLING_WINDOW (a
+	// duration such as "1h0m0s", day or month) and BILLING_TIMEZONE (""
+	// for UTC).
+	Window   string `json:"window"`
+	Timezone string `json:"timezone,omitempty"`
+	// CloseAfter must equal the service's WINDOW_CLOSE_AFTER (0: windows
+	// never close, and no adjustment may exist).
+	CloseAfter Duration `json:"close_after,omitempty"`
+	// Watermark is the latest occurred_at of the records that decode, and
+	// ClosedBefore the closing frontier it justifies once every partition
+	// is consumed: every window starting before it is closed (its row
+	// sealed), every later one open. Both nil without closing.
+	Watermark    *time.Time `json:"watermark,omitempty"`
+	ClosedBefore *time.Time `json:"closed_before,omitempty"`
+	// SplitExact says Windows holds the billing_windows rows and
+	// Adjustments the window_adjustments rows, exactly: the run is on one
+	// partition, where which events are late does not depend on timing.
+	// Otherwise Windows holds, per window, the sum of both tables (each
+	// event counts in its window or its adjustment, which one depends on
+	// the timing of the partitions), and Adjustments is empty.
+	SplitExact bool `json:"split_exact,omitempty"`
+	// LedgerEntries says the service writes ledger_entries
+	// (LEDGER_ENTRIES=true); EntriesDigest is the digest of the counted
+	// events (see EntryDigest).
+	LedgerEntries bool   `json:"ledger_entries,omitempty"`
+	EntriesDigest uint64 `json:"entries_digest,omitempty"`
 	// EventsValid is the number of events counted: the sum of event_count
-	// over Balances (and over Windows).
+	// over Balances (and over Windows and Adjustments).
 	EventsValid int64 `json:"events_valid"`
 	// DeadLetters counts dead_letters rows by reason.
 	DeadLetters map[string]int64 `json:"dead_letters"`
 	Produced    Produced         `json:"produced"`
 	// Params are the generator's flags, for replay.
 	Params map[string]string `json:"params,omitempty"`
-	// Balances and Windows are sorted by primary key (byte order of the
-	// account id, then currency, then window start).
-	Balances []BalanceRow `json:"balances"`
-	Windows  []WindowRow  `json:"windows"`
+	// Balances, Windows and Adjustments are sorted by primary key (byte
+	// order of the account id, then currency, then window start).
+	Balances    []BalanceRow `json:"balances"`
+	Windows     []WindowRow  `json:"windows"`
+	Adjustments []WindowRow  `json:"adjustments,omitempty"`
 }
+
+// Period is the billing window the file was made for.
+func (e *Expected) Period() (Period, error) { return NewPeriod(e.Window, e.Timezone) }
 
 // DeadLetterTotal returns the number of dead letters expected.
 func (e *Expected) DeadLetterTotal() int64 {
@@ -135,17 +165,23 @@ func (e *Expected) DeadLetterTotal() int64 {
 }
 
 // Validate checks the internal consistency of e: version, window, sorted and
-// unique keys, aligned windows, positive counts, and that the windows of each
-// (account, currency) add up to its balance, in amount and count, and that
-// both add up to EventsValid. A file that fails Validate cannot be compared
-// meaningfully.
+// unique keys, aligned windows, positive counts, and that the windows and
+// adjustments of each (account, currency) add up to its balance, in amount
+// and count, and that all add up to EventsValid. A file that fails Validate
+// cannot be compared meaningfully.
 func (e *Expected) Validate() error {
-	if e.Version != FileVersion {
-		return fmt.Errorf("unsupported version %d (want %d)", e.Version, FileVersion)
+	if e.Version != FileVersion && e.Version != 1 {
+		return fmt.Errorf("unsupported version %d (want %d or 1)", e.Version, FileVersion)
 	}
-	w := time.Duration(e.Window)
-	if err := checkWindow(w); err != nil {
+	p, err := e.Period()
+	if err != nil {
 		return err
+	}
+	if e.CloseAfter < 0 {
+		return fmt.Errorf("close_after %v is negative", time.Duration(e.CloseAfter))
+	}
+	if len(e.Adjustments) > 0 && !e.SplitExact {
+		return errors.New("adjustments are only listed with split_exact")
 	}
 	type sum struct{ amount, count int64 }
 	sums := make(map[BalanceKey]sum, len(e.Balances))
@@ -164,36 +200,42 @@ func (e *Expected) Validate() error {
 		return fmt.Errorf("balances count %d events, events_valid is %d", total, e.EventsValid)
 	}
 	total = 0
-	for i, r := range e.Windows {
-		if i > 0 && compareWindowKeys(e.Windows[i-1].Key(), r.Key()) >= 0 {
-			return fmt.Errorf("windows not sorted or not unique at row %d (%v)", i, r.Key())
+	for _, table := range []struct {
+		name string
+		rows []WindowRow
+	}{{"windows", e.Windows}, {"adjustments", e.Adjustments}} {
+		for i, r := range table.rows {
+			if i > 0 && compareWindowKeys(table.rows[i-1].Key(), r.Key()) >= 0 {
+				return fmt.Errorf("%s not sorted or not unique at row %d (%v)", table.name, i, r.Key())
+			}
+			if r.EventCount <= 0 {
+				return fmt.Errorf("%s %v: event_count %d is not positive", table.name, r.Key(), r.EventCount)
+			}
+			if !p.aligned(r.WindowStart) {
+				return fmt.Errorf("%s %v: start is not aligned to %v", table.name, r.Key(), p)
+			}
+			bk := BalanceKey{r.AccountID, r.Currency}
+			s, ok := sums[bk]
+			if !ok {
+				return fmt.Errorf("%s %v has no balance row", table.name, r.Key())
+			}
+			// Partial sums may leave the int64 range while the total
+			// (which is a balance) does not; two's complement wrapping
+			// addition is exact modulo 2^64, so the wrapped total is
+			// the true total.
+			s.amount += r.AmountMinor
+			s.count += r.EventCount
+			sums[bk] = s
+			total += r.EventCount
 		}
-		if r.EventCount <= 0 {
-			return fmt.Errorf("window %v: event_count %d is not positive", r.Key(), r.EventCount)
-		}
-		if !WindowStart(r.WindowStart, w).Equal(r.WindowStart) {
-			return fmt.Errorf("window %v: start is not aligned to %v", r.Key(), w)
-		}
-		bk := BalanceKey{r.AccountID, r.Currency}
-		s, ok := sums[bk]
-		if !ok {
-			return fmt.Errorf("window %v has no balance row", r.Key())
-		}
-		// Partial sums may leave the int64 range while the total (which
-		// is a balance) does not; two's complement wrapping addition is
-		// exact modulo 2^64, so the wrapped total is the true total.
-		s.amount += r.AmountMinor
-		s.count += r.EventCount
-		sums[bk] = s
-		total += r.EventCount
 	}
 	if total != e.EventsValid {
-		return fmt.Errorf("windows count %d events, events_valid is %d", total, e.EventsValid)
+		return fmt.Errorf("windows and adjustments count %d events, events_valid is %d", total, e.EventsValid)
 	}
 	for _, b := range e.Balances {
 		s := sums[b.Key()]
 		if s.amount != b.BalanceMinor || s.count != b.EventCount {
-			return fmt.Errorf("balance %v (%d, %d events) differs from the sum of its windows (%d, %d events)",
+			return fmt.Errorf("balance %v (%d, %d events) differs from the sum of its windows and adjustments (%d, %d events)",
 				b.Key(), b.BalanceMinor, b.EventCount, s.amount, s.count)
 		}
 	}
@@ -329,38 +371,84 @@ type totals struct {
 // safe for concurrent use. Memory grows with the number of distinct event ids
 // (about 100 bytes each), since every counted id is remembered.
 type Ledger struct {
-	window   time.Duration
+	opt      Options
 	balances map[BalanceKey]totals
 	windows  map[WindowKey]totals
+	adjusts  map[WindowKey]totals
 	seen     map[string]content
 	dead     map[string]int64
 	counted  int64
+	// watermark is the latest occurred_at of every event added (whatever
+	// became of it); frontier the closing frontier it justified so far.
+	watermark, frontier time.Time
+	digest              uint64
+}
+
+// Options configure a [Ledger] as the service is configured.
+type Options struct {
+	// Period is BILLING_WINDOW and BILLING_TIMEZONE.
+	Period Period
+	// CloseAfter is WINDOW_CLOSE_AFTER; 0: windows never close.
+	CloseAfter time.Duration
+	// SplitExact: the events are all on one partition, fed in its order,
+	// so the model knows which events are late: each is judged against
+	// the frontier of the events before and including it, as the service
+	// judges one partition's events. Otherwise each window's events are
+	// kept as one sum (window and adjustment together).
+	SplitExact bool
+	// Entries: the service writes ledger entries (LEDGER_ENTRIES=true).
+	Entries bool
 }
 
 // NewLedger returns an empty ledger with tumbling windows of the given size,
-// which must be a positive whole number of microseconds.
+// which must be a positive whole number of microseconds, that never close.
 func NewLedger(window time.Duration) (*Ledger, error) {
-	if err := checkWindow(window); err != nil {
+	p, err := Fixed(window)
+	if err != nil {
 		return nil, err
 	}
+	return NewLedgerWith(Options{Period: p})
+}
+
+// NewLedgerWith returns an empty ledger with the given options.
+func NewLedgerWith(o Options) (*Ledger, error) {
+	if o.Period.unit == "" && o.Period.size == 0 {
+		return nil, errors.New("ledgercheck: a period is required")
+	}
+	if o.CloseAfter < 0 {
+		return nil, errors.New("ledgercheck: CloseAfter is negative")
+	}
 	return &Ledger{
-		window:   window,
+		opt:      o,
 		balances: make(map[BalanceKey]totals),
 		windows:  make(map[WindowKey]totals),
+		adjusts:  make(map[WindowKey]totals),
 		seen:     make(map[string]content),
 		dead:     make(map[string]int64),
 	}, nil
 }
 
-// Window returns the ledger's window size.
-func (l *Ledger) Window() time.Duration { return l.window }
+// Window returns the ledger's window size (0 for calendar periods).
+func (l *Ledger) Window() time.Duration { return l.opt.Period.size }
+
+// Period returns the ledger's period.
+func (l *Ledger) Period() Period { return l.opt.Period }
 
 // Add applies the contract to one well-formed event and returns what
 // happened to it (see the package documentation). It does not validate e:
-// the caller must only pass events the decoder accepts. Dedup is checked
-// before overflow, so an exact duplicate is dropped even if counting it again
+// the caller must only pass events the decoder accepts, every one of them
+// (repeats too: their times move the watermark). Dedup is checked before
+// overflow, so an exact duplicate is dropped even if counting it again
 // would overflow.
 func (l *Ledger) Add(e Event) Outcome {
+	if e.OccurredAt.After(l.watermark) {
+		l.watermark = e.OccurredAt
+		if l.opt.CloseAfter > 0 {
+			if f := l.opt.Period.Start(l.watermark.Add(-l.opt.CloseAfter)); f.After(l.frontier) {
+				l.frontier = f
+			}
+		}
+	}
 	c := contentOf(e)
 	if prev, ok := l.seen[e.EventID]; ok {
 		if prev == c {
@@ -369,9 +457,14 @@ func (l *Ledger) Add(e Event) Outcome {
 		l.dead[ReasonConflictingDuplicate]++
 		return Conflict
 	}
+	start := l.opt.Period.Start(e.OccurredAt)
 	bk := BalanceKey{e.AccountID, e.Currency}
-	wk := WindowKey{e.AccountID, e.Currency, WindowStart(e.OccurredAt, l.window).UnixMicro()}
-	b, w := l.balances[bk], l.windows[wk]
+	wk := WindowKey{e.AccountID, e.Currency, start.UnixMicro()}
+	sums := l.windows
+	if l.opt.CloseAfter > 0 && l.opt.SplitExact && start.Before(l.frontier) {
+		sums = l.adjusts
+	}
+	b, w := l.balances[bk], sums[wk]
 	nb, ok1 := addInt64(b.amount, e.AmountMinor)
 	nw, ok2 := addInt64(w.amount, e.AmountMinor)
 	if !ok1 || !ok2 {
@@ -380,9 +473,10 @@ func (l *Ledger) Add(e Event) Outcome {
 	}
 	// Event counts cannot realistically reach 2^63; no check needed.
 	l.balances[bk] = totals{nb, b.count + 1}
-	l.windows[wk] = totals{nw, w.count + 1}
+	sums[wk] = totals{nw, w.count + 1}
 	l.seen[e.EventID] = c
 	l.counted++
+	l.digest += EntryDigest(e)
 	return Counted
 }
 
@@ -395,16 +489,27 @@ func (l *Ledger) DeadLetter(reason string) { l.dead[reason]++ }
 func (l *Ledger) Counted() int64 { return l.counted }
 
 // Expected returns the ledger's current tables as a new [Expected] with
-// Version, Window, EventsValid, Balances, Windows and DeadLetters filled in
-// and sorted; the caller adds the run's metadata.
+// Version, the settings, EventsValid, Balances, Windows, Adjustments and
+// DeadLetters filled in and sorted; the caller adds the run's metadata.
 func (l *Ledger) Expected() *Expected {
 	e := &Expected{
-		Version:     FileVersion,
-		Window:      Duration(l.window),
-		EventsValid: l.counted,
-		DeadLetters: make(map[string]int64, len(l.dead)),
-		Balances:    make([]BalanceRow, 0, len(l.balances)),
-		Windows:     make([]WindowRow, 0, len(l.windows)),
+		Version:       FileVersion,
+		Window:        l.opt.Period.Window(),
+		Timezone:      l.opt.Period.Zone(),
+		CloseAfter:    Duration(l.opt.CloseAfter),
+		SplitExact:    l.opt.CloseAfter > 0 && l.opt.SplitExact,
+		LedgerEntries: l.opt.Entries,
+		EventsValid:   l.counted,
+		DeadLetters:   make(map[string]int64, len(l.dead)),
+		Balances:      make([]BalanceRow, 0, len(l.balances)),
+		Windows:       make([]WindowRow, 0, len(l.windows)),
+	}
+	if l.opt.Entries {
+		e.EntriesDigest = l.digest
+	}
+	if l.opt.CloseAfter > 0 && !l.watermark.IsZero() {
+		w, f := l.watermark.UTC(), l.frontier.UTC()
+		e.Watermark, e.ClosedBefore = &w, &f
 	}
 	for r, n := range l.dead {
 		e.DeadLetters[r] = n
@@ -415,8 +520,12 @@ func (l *Ledger) Expected() *Expected {
 	for k, t := range l.windows {
 		e.Windows = append(e.Windows, WindowRow{k.AccountID, k.Currency, k.Start(), t.amount, t.count})
 	}
+	for k, t := range l.adjusts {
+		e.Adjustments = append(e.Adjustments, WindowRow{k.AccountID, k.Currency, k.Start(), t.amount, t.count})
+	}
 	sortBalances(e.Balances)
 	sortWindows(e.Windows)
+	sortWindows(e.Adjustments)
 	return e
 }
 
@@ -438,30 +547,51 @@ func sortWindows(rows []WindowRow) {
 }
 
 // Merge adds o's tables to e's: o describes events disjoint from e's (say,
-// records a test produced beside the generator's). The windows must be the
-// same size. Rows with the same key are summed; the counts and dead letters
-// add up; e stays sorted.
+// records a test produced beside the generator's). The settings must be the
+// same. Rows with the same key are summed; the counts, dead letters and
+// entry digests add up; the watermark is the later one; e stays sorted.
+// Unless both split their windows exactly, the result holds each window's
+// sum (window and adjustment together).
 func (e *Expected) Merge(o *Expected) error {
-	if e.Window != o.Window {
-		return fmt.Errorf("merge: window %s and %s differ", time.Duration(e.Window), time.Duration(o.Window))
+	if e.Window != o.Window || e.Timezone != o.Timezone || e.CloseAfter != o.CloseAfter || e.LedgerEntries != o.LedgerEntries {
+		return fmt.Errorf("merge: settings differ (window %s/%s in %q/%q, close after %s/%s, entries %v/%v)",
+			e.Window, o.Window, e.Timezone, o.Timezone, time.Duration(e.CloseAfter), time.Duration(o.CloseAfter), e.LedgerEntries, o.LedgerEntries)
 	}
 	e.EventsValid += o.EventsValid
+	e.EntriesDigest += o.EntriesDigest
 	if e.DeadLetters == nil {
 		e.DeadLetters = map[string]int64{}
 	}
 	for r, n := range o.DeadLetters {
 		e.DeadLetters[r] += n
 	}
+	if o.Watermark != nil && (e.Watermark == nil || o.Watermark.After(*e.Watermark)) {
+		w := *o.Watermark
+		e.Watermark = &w
+	}
+	if o.ClosedBefore != nil && (e.ClosedBefore == nil || o.ClosedBefore.After(*e.ClosedBefore)) {
+		f := *o.ClosedBefore
+		e.ClosedBefore = &f
+	}
 	e.Balances = mergeRows(e.Balances, o.Balances, BalanceRow.Key, func(a *BalanceRow, b BalanceRow) {
 		a.BalanceMinor += b.BalanceMinor
 		a.EventCount += b.EventCount
 	})
-	e.Windows = mergeRows(e.Windows, o.Windows, WindowRow.Key, func(a *WindowRow, b WindowRow) {
+	addWindow := func(a *WindowRow, b WindowRow) {
 		a.AmountMinor += b.AmountMinor
 		a.EventCount += b.EventCount
-	})
+	}
+	if e.SplitExact && o.SplitExact {
+		e.Adjustments = mergeRows(e.Adjustments, o.Adjustments, WindowRow.Key, addWindow)
+	} else {
+		e.Windows = mergeRows(e.Windows, e.Adjustments, WindowRow.Key, addWindow)
+		e.Windows = mergeRows(e.Windows, o.Adjustments, WindowRow.Key, addWindow)
+		e.Adjustments, e.SplitExact = nil, false
+	}
+	e.Windows = mergeRows(e.Windows, o.Windows, WindowRow.Key, addWindow)
 	sortBalances(e.Balances)
 	sortWindows(e.Windows)
+	sortWindows(e.Adjustments)
 	return e.Validate()
 }
 

@@ -12,11 +12,12 @@ import (
 
 // Marshal encodes e as the expected-ledger JSON document: the metadata
 // fields indented, then "balances" and "windows" with one compact row per
-// line (diffable, and far smaller than fully indented rows). Nil slices and
+// line (diffable, and far smaller than fully indented rows), and
+// "adjustments" likewise when there are any. Nil slices and
 // maps are written as empty ones. The output is deterministic for equal e.
 func Marshal(e *Expected) ([]byte, error) {
 	head := *e
-	head.Balances, head.Windows = nil, nil
+	head.Balances, head.Windows, head.Adjustments = nil, nil, nil
 	if head.DeadLetters == nil {
 		head.DeadLetters = map[string]int64{}
 	}
@@ -25,8 +26,9 @@ func Marshal(e *Expected) ([]byte, error) {
 	type meta Expected
 	hb, err := json.MarshalIndent(struct {
 		meta
-		Balances []BalanceRow `json:"balances,omitempty"`
-		Windows  []WindowRow  `json:"windows,omitempty"`
+		Balances    []BalanceRow `json:"balances,omitempty"`
+		Windows     []WindowRow  `json:"windows,omitempty"`
+		Adjustments []WindowRow  `json:"adjustments,omitempty"`
 	}{meta: meta(head)}, "", "  ")
 	if err != nil {
 		return nil, fmt.Errorf("encode expected ledger: %w", err)
@@ -40,6 +42,11 @@ func Marshal(e *Expected) ([]byte, error) {
 	}
 	if err := writeRows(&buf, "windows", e.Windows); err != nil {
 		return nil, err
+	}
+	if len(e.Adjustments) > 0 {
+		if err := writeRows(&buf, "adjustments", e.Adjustments); err != nil {
+			return nil, err
+		}
 	}
 	buf.WriteString("\n}\n")
 	return buf.Bytes(), nil

@@ -43,7 +43,7 @@ func TestFileRoundTrip(t *testing.T) {
 	if !bytes.Equal(a, b) {
 		t.Errorf("round trip differs:\n%s\n---\n%s", a, b)
 	}
-	if got.Seed != math.MaxUint64 || got.Balances[0].BalanceMinor != math.MinInt64 || time.Duration(got.Window) != time.Hour {
+	if got.Seed != math.MaxUint64 || got.Balances[0].BalanceMinor != math.MinInt64 || got.Window != "1h0m0s" {
 		t.Errorf("values lost: %+v", got)
 	}
 	if !got.Windows[0].WindowStart.Equal(exp.Windows[0].WindowStart) {
@@ -91,7 +91,7 @@ func TestUnmarshalRejects(t *testing.T) {
 	tests := []struct {
 		name, old, new string
 	}{
-		{"version", `"version": 1`, `"version": 2`},
+		{"version", `"version": 2`, `"version": 3`},
 		{"window", `"window": "1h0m0s"`, `"window": "0s"`},
 		{"window unit", `"window": "1h0m0s"`, `"window": "1500ns"`},
 		{"trailing data", "\n}\n", "\n}\n{}"},

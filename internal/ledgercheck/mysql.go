@@ -45,15 +45,19 @@ func OpenDB(ctx context.Context, dsn string) (*sqlx.DB, error) {
 	return db, nil
 }
 
-// ReadActual reads account_balances, billing_windows and dead_letters from
-// every server in dbs (row Shard = index in dbs) and returns their union.
-// Each server is read in one read-only REPEATABLE READ transaction, so its
-// three tables come from one consistent snapshot; different servers are read
+// ReadActual reads account_balances, billing_windows, window_adjustments
+// and dead_letters from every server in dbs (row Shard = index in dbs) and
+// returns their union; with entries, it also summarises ledger_entries
+// (see Entries). Each server is read in one read-only REPEATABLE READ
+// transaction, so its tables come from one consistent snapshot; different servers are read
 // one after the other and are not mutually consistent while the service is
 // still writing. If topic is not empty only dead letters of that Kafka topic
 // are read. Any query error fails the whole read.
-func ReadActual(ctx context.Context, dbs []*sqlx.DB, topic string) (*Actual, error) {
+func ReadActual(ctx context.Context, dbs []*sqlx.DB, topic string, entries bool) (*Actual, error) {
 	act := &Actual{}
+	if entries {
+		act.Entries = &Entries{Timely: map[WindowKey]Sum{}, Late: map[WindowKey]Sum{}}
+	}
 	for i, db := range dbs {
 		if err := readShard(ctx, db, i, topic, act); err != nil {
 			return nil, fmt.Errorf("server %d: %w", i, err)
@@ -98,28 +102,43 @@ func readShard(ctx context.Context, db *sqlx.DB, shard int, topic string, act *A
 	}
 
 	type window struct {
-		AccountID   []byte    `db:"account_id"`
-		Currency    string    `db:"currency"`
-		WindowStart time.Time `db:"window_start"`
-		AmountMinor int64     `db:"amount_minor"`
-		EventCount  int64     `db:"event_count"`
+		AccountID   []byte     `db:"account_id"`
+		Currency    string     `db:"currency"`
+		WindowStart time.Time  `db:"window_start"`
+		AmountMinor int64      `db:"amount_minor"`
+		EventCount  int64      `db:"event_count"`
+		ClosedAt    *time.Time `db:"closed_at"`
+		UpdatedAt   time.Time  `db:"updated_at"`
 	}
-	rows, err = tx.QueryxContext(ctx,
-		`SELECT account_id, currency, window_start, amount_minor, event_count FROM billing_windows`)
-	if err != nil {
-		return fmt.Errorf("read billing_windows: %w", err)
-	}
-	for rows.Next() {
-		var w window
-		if err := rows.StructScan(&w); err != nil {
-			_ = rows.Close()
-			return fmt.Errorf("read billing_windows: %w", err)
+	for _, t := range []struct {
+		table, closed string
+		into          *[]ActualWindow
+	}{
+		{"billing_windows", "closed_at", &act.Windows},
+		{"window_adjustments", "NULL AS closed_at", &act.Adjustments},
+	} {
+		rows, err = tx.QueryxContext(ctx,
+			`SELECT account_id, currency, window_start, amount_minor, event_count, `+t.closed+`, updated_at FROM `+t.table)
+		if err != nil {
+			return fmt.Errorf("read %s: %w", t.table, err)
 		}
-		act.Windows = append(act.Windows, ActualWindow{
-			WindowRow{string(w.AccountID), w.Currency, w.WindowStart.UTC(), w.AmountMinor, w.EventCount}, shard})
-	}
-	if err := closeRows(rows); err != nil {
-		return fmt.Errorf("read billing_windows: %w", err)
+		for rows.Next() {
+			var w window
+			if err := rows.StructScan(&w); err != nil {
+				_ = rows.Close()
+				return fmt.Errorf("read %s: %w", t.table, err)
+			}
+			aw := ActualWindow{WindowRow: WindowRow{string(w.AccountID), w.Currency, w.WindowStart.UTC(), w.AmountMinor, w.EventCount},
+				Shard: shard, ClosedAt: w.ClosedAt, UpdatedAt: w.UpdatedAt.UTC()}
+			if aw.ClosedAt != nil {
+				c := aw.ClosedAt.UTC()
+				aw.ClosedAt = &c
+			}
+			*t.into = append(*t.into, aw)
+		}
+		if err := closeRows(rows); err != nil {
+			return fmt.Errorf("read %s: %w", t.table, err)
+		}
 	}
 
 	type deadLetter struct {
@@ -149,7 +168,82 @@ func readShard(ctx context.Context, db *sqlx.DB, shard int, topic string, act *A
 	if err := closeRows(rows); err != nil {
 		return fmt.Errorf("read dead_letters: %w", err)
 	}
+	if act.Entries != nil {
+		if err := readEntries(ctx, tx, topic, act.Entries); err != nil {
+			return fmt.Errorf("read ledger_entries: %w", err)
+		}
+	}
 	return nil
+}
+
+// readEntries adds one server's ledger_entries to en: the rows one by one
+// for the digest (nothing is kept per row), and the sums per window and
+// lateness from the server. Ids are counted distinct per server; an event
+// id is placed on one server (its account's), so the sum over servers is
+// the number of distinct ids.
+func readEntries(ctx context.Context, tx *sqlx.Tx, topic string, en *Entries) error {
+	where, args := "", []any{}
+	if topic != "" {
+		where, args = " WHERE kafka_topic = ?", []any{topic}
+	}
+	var n struct {
+		Count    int64 `db:"n"`
+		Distinct int64 `db:"d"`
+	}
+	if err := tx.GetContext(ctx, &n, `SELECT COUNT(*) AS n, COUNT(DISTINCT event_id) AS d FROM ledger_entries`+where, args...); err != nil {
+		return err
+	}
+	en.Count += n.Count
+	en.DistinctIDs += n.Distinct
+	rows, err := tx.QueryxContext(ctx, `SELECT event_id, account_id, currency, amount_minor, occurred_at FROM ledger_entries`+where, args...)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var e struct {
+			EventID  []byte    `db:"event_id"`
+			Account  []byte    `db:"account_id"`
+			Currency string    `db:"currency"`
+			Amount   int64     `db:"amount_minor"`
+			Occurred time.Time `db:"occurred_at"`
+		}
+		if err := rows.StructScan(&e); err != nil {
+			_ = rows.Close()
+			return err
+		}
+		en.Digest += EntryDigest(Event{EventID: string(e.EventID), AccountID: string(e.Account), AmountMinor: e.Amount, Currency: e.Currency, OccurredAt: e.Occurred})
+	}
+	if err := closeRows(rows); err != nil {
+		return err
+	}
+	// Each window's entries sum to its row, which fits 64 bits.
+	rows, err = tx.QueryxContext(ctx, `SELECT account_id, currency, window_start, late, CAST(SUM(amount_minor) AS SIGNED) AS amount, COUNT(*) AS n
+		FROM ledger_entries`+where+` GROUP BY account_id, currency, window_start, late`, args...)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var g struct {
+			Account  []byte    `db:"account_id"`
+			Currency string    `db:"currency"`
+			Start    time.Time `db:"window_start"`
+			Late     bool      `db:"late"`
+			Amount   int64     `db:"amount"`
+			Count    int64     `db:"n"`
+		}
+		if err := rows.StructScan(&g); err != nil {
+			_ = rows.Close()
+			return err
+		}
+		m := en.Timely
+		if g.Late {
+			m = en.Late
+		}
+		k := WindowKey{string(g.Account), g.Currency, g.Start.UTC().UnixMicro()}
+		s := m[k]
+		m[k] = Sum{s.Amount + g.Amount, s.Count + g.Count}
+	}
+	return closeRows(rows)
 }
 
 // closeRows reports an iteration error, else the error of closing rows.

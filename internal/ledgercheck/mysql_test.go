@@ -7,6 +7,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -150,17 +152,25 @@ func newTestDB(ctx context.Context, t *testing.T) *testDB {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = db.Close() })
-	src, err := os.ReadFile(migrationPath)
-	if err != nil {
-		t.Fatal(err)
+	// Every migration, in order: the schema the service runs on.
+	files, err := filepath.Glob(filepath.Join(filepath.Dir(migrationPath), "*.sql"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("migrations: %v %v", files, err)
 	}
-	stmts, err := gooseUp(string(src))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range stmts {
-		if _, err := db.ExecContext(ctx, s); err != nil {
-			t.Fatalf("apply schema: %v\n%s", err, s)
+	slices.Sort(files)
+	for _, f := range files {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stmts, err := gooseUp(string(src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range stmts {
+			if _, err := db.ExecContext(ctx, s); err != nil {
+				t.Fatalf("apply schema %s: %v\n%s", f, err, s)
+			}
 		}
 	}
 	return &testDB{dsn, db}
@@ -248,7 +258,7 @@ func TestVerifierAgainstMariaDB(t *testing.T) {
 	}
 	check := func(wantExact bool, topic string, wantVerdict ...string) *Report {
 		t.Helper()
-		act, err := ReadActual(ctx, dbs, topic)
+		act, err := ReadActual(ctx, dbs, topic, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -302,5 +312,55 @@ func TestVerifierAgainstMariaDB(t *testing.T) {
 	r = check(false, "billing", "1 row on more than one server")
 	if r.Duplicates != 1 {
 		t.Errorf("duplicates %d", r.Duplicates)
+	}
+}
+
+// The reader takes closed_at and updated_at of windows, the adjustments,
+// and summarises the ledger entries from the server as Compare needs them.
+func TestReadClosingAndEntries(t *testing.T) {
+	ctx := context.Background()
+	d := newTestDB(ctx, t)
+	exp, want := closingCase(t)
+	insertBalance(ctx, t, d, want.Balances[0].BalanceRow)
+	for _, w := range want.Windows {
+		d.exec(ctx, t, `INSERT INTO billing_windows (account_id, currency, window_start, amount_minor, event_count, closed_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+			[]byte(w.AccountID), w.Currency, w.WindowStart, w.AmountMinor, w.EventCount, w.ClosedAt, w.UpdatedAt)
+	}
+	for _, w := range want.Adjustments {
+		d.exec(ctx, t, `INSERT INTO window_adjustments (account_id, currency, window_start, amount_minor, event_count, updated_at) VALUES (?, ?, ?, ?, ?, ?)`,
+			[]byte(w.AccountID), w.Currency, w.WindowStart, w.AmountMinor, w.EventCount, w.UpdatedAt)
+	}
+	for i, e := range []struct {
+		id, when string
+		amount   int64
+		late     bool
+	}{{"1", "2026-11-29T10:05:00Z", 1, false}, {"2", "2026-11-29T11:40:00Z", 2, false}, {"3", "2026-11-29T10:10:00Z", 4, true}} {
+		occurred := at(e.when)
+		d.exec(ctx, t, `INSERT INTO ledger_entries (kafka_topic, kafka_partition, kafka_offset, event_id, account_id, currency, amount_minor, occurred_at, window_start, late, checkpoint_id, created_at)
+			VALUES ('billing', 0, ?, ?, 'a', 'EUR', ?, ?, ?, ?, 'c', UTC_TIMESTAMP(6))`, i, e.id, e.amount, occurred, WindowStart(occurred, time.Hour), e.late)
+	}
+	d.exec(ctx, t, `INSERT INTO ledger_entries (kafka_topic, kafka_partition, kafka_offset, event_id, account_id, currency, amount_minor, occurred_at, window_start, late, checkpoint_id, created_at)
+		VALUES ('other-topic', 0, 0, 'x', 'a', 'EUR', 1, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), FALSE, 'c', UTC_TIMESTAMP(6))`) // filtered out by topic
+	db, err := OpenDB(ctx, d.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	read := func() *Report {
+		t.Helper()
+		act, err := ReadActual(ctx, []*sqlx.DB{db}, "billing", true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return Compare(exp, act)
+	}
+	if r := read(); !r.Exact() {
+		var b strings.Builder
+		_ = r.WriteDiffs(&b, 0)
+		t.Fatalf("%s\n%s", r.Verdict(), b.String())
+	}
+	d.exec(ctx, t, `UPDATE billing_windows SET amount_minor = amount_minor + 1, event_count = event_count + 1, updated_at = UTC_TIMESTAMP(6) WHERE closed_at IS NOT NULL`)
+	if r := read(); r.Violations < 2 { // changed after sealing, and its entries no longer sum to it
+		t.Fatalf("a sealed row changed: %s", r.Verdict())
 	}
 }
