@@ -154,16 +154,19 @@ func TestCompareClosing(t *testing.T) {
 		t.Errorf("verdict %q", r.Verdict())
 	}
 	tests := []struct {
-		name  string
+		name   string
 		break_ func(*Actual)
-		want  string
+		want   string
 	}{
 		{"the event counted in its window instead: the sums hold, the entries must agree", func(a *Actual) {
 			a.Windows[0].AmountMinor, a.Windows[0].EventCount = 5, 2
 			a.Adjustments = nil
 		}, "window_adjustments"},
 		{"an open window before the frontier", func(a *Actual) { a.Windows[0].ClosedAt = nil }, "open, but every window before"},
-		{"a sealed window after it", func(a *Actual) { c := at("2026-11-29T12:00:00Z"); a.Windows[1].ClosedAt, a.Windows[1].UpdatedAt = &c, c },
+		{"a sealed window after it", func(a *Actual) {
+			c := at("2026-11-29T12:00:00Z")
+			a.Windows[1].ClosedAt, a.Windows[1].UpdatedAt = &c, c
+		},
 			"sealed, but windows from"},
 		{"a sealed row changed", func(a *Actual) { a.Windows[0].UpdatedAt = a.Windows[0].UpdatedAt.Add(time.Second) }, "after it was sealed"},
 		{"an adjustment of an open window", func(a *Actual) {

@@ -244,10 +244,10 @@ func TestCalendarPeriodsAcrossDaylightSaving(t *testing.T) {
 		adjust map[string]int64
 	}{
 		{unit: "day", close: time.Hour, evs: []ev{
-			{"d-1", "a", 1, "EUR", "2026-03-28T22:59:59Z"},      // 28 March, 23:59:59 CET
-			{"d-2", "a", 2, "EUR", "2026-03-28T23:00:00Z"},      // 29 March, 00:00 CET
-			{"d-3", "a", 4, "EUR", "2026-03-29T21:59:59Z"},      // 29 March, 23:59:59 CEST (a day of 23 hours)
-			{"d-4", "a", 8, "EUR", "2026-03-29T22:00:00Z"},      // 30 March
+			{"d-1", "a", 1, "EUR", "2026-03-28T22:59:59Z"},       // 28 March, 23:59:59 CET
+			{"d-2", "a", 2, "EUR", "2026-03-28T23:00:00Z"},       // 29 March, 00:00 CET
+			{"d-3", "a", 4, "EUR", "2026-03-29T21:59:59Z"},       // 29 March, 23:59:59 CEST (a day of 23 hours)
+			{"d-4", "a", 8, "EUR", "2026-03-29T22:00:00Z"},       // 30 March
 			{"d-5", "a", 16, "EUR", "2026-10-25T01:30:00+02:00"}, // 25 October, first 01:30 (CEST)
 			{"d-6", "a", 32, "EUR", "2026-10-25T02:30:00+01:00"}, // 25 October, second 02:30 (CET)
 			{"d-7", "a", 64, "EUR", "2026-10-25T23:30:00+01:00"}, // 25 October, 23:30 (a day of 25 hours)
@@ -259,15 +259,15 @@ func TestCalendarPeriodsAcrossDaylightSaving(t *testing.T) {
 		}, sealed: []string{"2026-03-27T23:00:00Z", "2026-03-28T23:00:00Z", "2026-03-29T22:00:00Z", "2026-10-24T22:00:00Z"},
 			adjust: map[string]int64{"2026-10-24T22:00:00Z": 256}},
 		{unit: "month", close: 24 * time.Hour, evs: []ev{
-			{"m-1", "a", 1, "EUR", "2026-02-28T22:59:00Z"},  // February, 23:59 CET
-			{"m-2", "a", 2, "EUR", "2026-02-28T23:00:00Z"},  // March, 00:00 CET
-			{"m-3", "a", 4, "EUR", "2026-03-31T21:59:59Z"},  // March, 23:59:59 CEST
-			{"m-4", "a", 8, "EUR", "2026-03-31T22:00:00Z"},  // April, 00:00 CEST
-			{"m-5", "a", 16, "EUR", "2026-10-31T22:30:00Z"}, // October, 23:30 CET
-			{"m-6", "a", 32, "EUR", "2026-10-31T23:00:00Z"}, // November
-			{"m-7", "a", 64, "EUR", "2026-11-01T22:59:59Z"}, // November: October closes at 1 November 23:00Z, not yet
-			{"m-8", "a", 128, "EUR", "2026-10-20T10:00:00Z"}, // October, open
-			{"m-9", "a", 256, "EUR", "2026-11-01T23:00:00Z"}, // October closes (ended 31 October 23:00Z, +24h)
+			{"m-1", "a", 1, "EUR", "2026-02-28T22:59:00Z"},    // February, 23:59 CET
+			{"m-2", "a", 2, "EUR", "2026-02-28T23:00:00Z"},    // March, 00:00 CET
+			{"m-3", "a", 4, "EUR", "2026-03-31T21:59:59Z"},    // March, 23:59:59 CEST
+			{"m-4", "a", 8, "EUR", "2026-03-31T22:00:00Z"},    // April, 00:00 CEST
+			{"m-5", "a", 16, "EUR", "2026-10-31T22:30:00Z"},   // October, 23:30 CET
+			{"m-6", "a", 32, "EUR", "2026-10-31T23:00:00Z"},   // November
+			{"m-7", "a", 64, "EUR", "2026-11-01T22:59:59Z"},   // November: October closes at 1 November 23:00Z, not yet
+			{"m-8", "a", 128, "EUR", "2026-10-20T10:00:00Z"},  // October, open
+			{"m-9", "a", 256, "EUR", "2026-11-01T23:00:00Z"},  // October closes (ended 31 October 23:00Z, +24h)
 			{"m-10", "a", 512, "EUR", "2026-10-31T12:00:00Z"}, // late: October
 		}, want: map[string]int64{
 			"2026-01-31T23:00:00Z": 1, "2026-02-28T23:00:00Z": 6, "2026-03-31T22:00:00Z": 8,
@@ -455,9 +455,9 @@ func TestLedgerEntriesSumToBalances(t *testing.T) {
 		}
 	}
 	recs = append(recs,
-		ev{"le-1", "acct-1", 999, "EUR", t0}.record(""),                 // a conflicting repeat
-		ev{"le-big", "acct-x", math.MaxInt64, "EUR", t0}.record(""),     // counted
-		ev{"le-over", "acct-x", 1, "EUR", t0}.record(""),                // overflow
+		ev{"le-1", "acct-1", 999, "EUR", t0}.record(""),                   // a conflicting repeat
+		ev{"le-big", "acct-x", math.MaxInt64, "EUR", t0}.record(""),       // counted
+		ev{"le-over", "acct-x", 1, "EUR", t0}.record(""),                  // overflow
 		&kgo.Record{Key: []byte("acct-1"), Value: []byte(`{"event_id":`)}, // malformed
 	)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...), kgo.DefaultProduceTopic(e.topic))
