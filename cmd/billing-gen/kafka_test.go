@@ -128,7 +128,11 @@ func TestAgainstKafka(t *testing.T) {
 	}
 
 	// Replay partition by partition (the order within each is the log's).
-	l, err := ledgercheck.NewLedger(time.Duration(exp.Window))
+	period, err := exp.Period()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := ledgercheck.NewLedgerWith(ledgercheck.Options{Period: period})
 	if err != nil {
 		t.Fatal(err)
 	}

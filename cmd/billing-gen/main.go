@@ -22,9 +22,14 @@
 // The same -seed and flags (and the same partition count) produce the same
 // records and the same expected file; the seed is printed at start. The
 // model assumes the service consumes the whole run within its DEDUP_TTL
-// (repeats follow their original within 1000 records), uses BILLING_WINDOW
-// equal to -window and a maximum payload equal to -max-payload, and starts
-// from empty tables.
+// (repeats follow their original within 1000 records), uses BILLING_WINDOW,
+// BILLING_TIMEZONE and WINDOW_CLOSE_AFTER equal to -window, -timezone and
+// -close-after (LEDGER_ENTRIES=true with -ledger-entries) and a maximum
+// payload equal to -max-payload, and starts from empty tables. With closing
+// windows and one partition the expected file splits each window and its
+// adjustment exactly; with more partitions which events are late depends
+// on the timing of the partitions, and it holds their sums (billing-verify
+// checks the split by the contract's invariants).
 //
 // The run is bounded: -events (at most 1e9; the model keeps every event id,
 // about 150 bytes each) and -timeout. -rate paces all records, committed and
@@ -48,6 +53,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/billing/ledger/internal/ledgercheck"
 )
 
 // options are the parsed command-line flags.
@@ -85,6 +92,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		currencies string
 		baseTime   string
 		seed       uint64
+		window     string
+		zone       string
 	)
 	fs.StringVar(&brokers, "brokers", envOr("KAFKA_BROKERS", "127.0.0.1:9092"), "comma-separated Kafka seed brokers (env KAFKA_BROKERS)")
 	fs.StringVar(&o.gen.Topic, "topic", envOr("KAFKA_TOPIC", "billing-events"), "topic to produce to (env KAFKA_TOPIC)")
@@ -98,7 +107,10 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.Float64Var(&o.gen.MalformedRatio, "malformed-ratio", 0.01, "malformed records per valid event, spread over every malformed kind")
 	fs.Float64Var(&o.gen.AbortedRatio, "aborted-ratio", 0.01, "records produced in aborted transactions, per valid event")
 	fs.IntVar(&o.gen.OverflowCases, "overflow-cases", 2, "int64 overflow cases, each on a dedicated account")
-	fs.DurationVar(&o.gen.Window, "window", time.Hour, "billing window; must equal the service's BILLING_WINDOW")
+	fs.StringVar(&window, "window", "1h", "billing window, a duration, day or month; must equal the service's BILLING_WINDOW")
+	fs.StringVar(&zone, "timezone", "UTC", "time zone of day and month windows; must equal the service's BILLING_TIMEZONE")
+	fs.DurationVar(&o.gen.CloseAfter, "close-after", 0, "the service's WINDOW_CLOSE_AFTER (0: windows never close)")
+	fs.BoolVar(&o.gen.Entries, "ledger-entries", false, "the service writes ledger entries (LEDGER_ENTRIES=true): expect them")
 	fs.IntVar(&o.gen.Windows, "windows", 24, "event times span this many windows before -base-time")
 	fs.StringVar(&baseTime, "base-time", "2026-11-29T00:00:00Z", "RFC 3339 end of the event-time span")
 	fs.Float64Var(&o.gen.LateRatio, "late-ratio", 0.05, "fraction of valid events moved back to older windows (out of order)")
@@ -173,8 +185,15 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if o.gen.OverflowCases < 0 || o.gen.OverflowCases > 1000 {
 		bad("-overflow-cases must be 0..1000")
 	}
-	if o.gen.Window < time.Second || o.gen.Window%time.Second != 0 || o.gen.Window > 366*24*time.Hour {
-		bad("-window must be a whole number of seconds, 1s..366d")
+	if p, err := ledgercheck.NewPeriod(window, zone); err != nil {
+		bad("-window/-timezone: %w", err)
+	} else if w := p.Size(); !p.Calendar() && (w < time.Second || w%time.Second != 0 || w > 366*24*time.Hour) {
+		bad("-window must be a whole number of seconds, 1s..366d, day or month")
+	} else {
+		o.gen.Period = p
+	}
+	if o.gen.CloseAfter < 0 {
+		bad("-close-after must not be negative")
 	}
 	if o.gen.Windows < 1 || o.gen.Windows > 100000 {
 		bad("-windows must be 1..100000")
@@ -185,7 +204,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	o.gen.BaseTime = bt.UTC()
 	if err == nil && len(errs) == 0 {
-		first := o.gen.BaseTime.Add(-time.Duration(o.gen.Windows) * o.gen.Window)
+		first := o.gen.BaseTime.Add(-time.Duration(int64(o.gen.Windows)*o.gen.windowSeconds()) * time.Second)
 		if first.Year() < 1000 || o.gen.BaseTime.Year() > 9998 {
 			bad("-base-time and -windows put event times outside years 1000-9998 (DATETIME range)")
 		}

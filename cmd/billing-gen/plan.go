@@ -25,8 +25,14 @@ type genConfig struct {
 	MalformedRatio float64
 	AbortedRatio   float64
 	OverflowCases  int
-	Window         time.Duration // whole seconds
-	Windows        int           // event times span this many windows before BaseTime
+	// Period is the service's BILLING_WINDOW in BILLING_TIMEZONE: fixed
+	// windows of whole seconds, or calendar days or months; CloseAfter its
+	// WINDOW_CLOSE_AFTER (0: windows never close); Entries says it writes
+	// ledger entries.
+	Period     ledgercheck.Period
+	CloseAfter time.Duration
+	Entries    bool
+	Windows    int // event times span this many windows before BaseTime (nominal days and months for calendar periods)
 	BaseTime       time.Time
 	LateRatio      float64
 	Seed           uint64
@@ -146,14 +152,36 @@ type generator struct {
 	winSec   int64
 }
 
-// newGenerator validates cfg and schedules the overflow cases.
+// Nominal lengths of calendar periods, for spreading event times: a day
+// of 24 hours, a month of a Gregorian year's twelfth.
+const (
+	nominalDay   = 86400
+	nominalMonth = 2629746 // 365.2425 days / 12
+)
+
+// windowSeconds is the length of a window in seconds: exact for fixed
+// windows, nominal for calendar periods.
+func (c *genConfig) windowSeconds() int64 {
+	switch c.Period.Window() {
+	case "day":
+		return nominalDay
+	case "month":
+		return nominalMonth
+	}
+	return int64(c.Period.Size() / time.Second)
+}
+
+// newGenerator validates cfg and schedules the overflow cases. With one
+// partition the expected ledger splits windows and adjustments exactly:
+// the records are its log, in order.
 func newGenerator(cfg genConfig) (*generator, error) {
-	ledger, err := ledgercheck.NewLedger(cfg.Window)
+	ledger, err := ledgercheck.NewLedgerWith(ledgercheck.Options{Period: cfg.Period, CloseAfter: cfg.CloseAfter,
+		SplitExact: cfg.Partitions == 1, Entries: cfg.Entries})
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Window < time.Second || cfg.Window%time.Second != 0 {
-		return nil, fmt.Errorf("window %v must be a whole number of seconds", cfg.Window)
+	if w := cfg.Period.Size(); !cfg.Period.Calendar() && (w < time.Second || w%time.Second != 0) {
+		return nil, fmt.Errorf("window %v must be a whole number of seconds", w)
 	}
 	if cfg.Accounts < 1 || cfg.Partitions < 1 || cfg.Windows < 1 || len(cfg.Currencies) == 0 || cfg.ZipfS <= 1 {
 		return nil, fmt.Errorf("invalid generator config %+v", cfg)
@@ -167,7 +195,7 @@ func newGenerator(cfg genConfig) (*generator, error) {
 		ledger: ledger,
 		tag:    fmt.Sprintf("%016x", cfg.Seed),
 		kinds:  ledgercheck.MalformedKinds(),
-		winSec: int64(cfg.Window / time.Second),
+		winSec: cfg.windowSeconds(),
 	}
 	g.spanSec = int64(cfg.Windows) * g.winSec
 	g.start = cfg.BaseTime.UTC().Add(-time.Duration(g.spanSec) * time.Second)
@@ -198,14 +226,31 @@ func (g *generator) schedule(p *pending) {
 // The dead-lettered event counts nowhere; the last event shows the account
 // still works. All events of a case share a key, so they are consumed in
 // order. Overflow events are never duplicated.
+//
+// When windows close, variant 2 is left out: whether A's events count in
+// its window or in its adjustment (two separate sums) depends on when A
+// closes, which depends on the timing of the partitions; variants 0 and 1
+// overflow the balance, whichever sum takes the events.
 func (g *generator) scheduleOverflowCases() {
 	cur := g.cfg.Currencies[0]
+	variants := 3
+	if g.cfg.CloseAfter > 0 {
+		variants = 2
+	}
 	for i := range g.cfg.OverflowCases {
 		acct := fmt.Sprintf("acct-overflow-%d", i)
 		winA := g.start.Add(time.Duration(int64(i%g.cfg.Windows)*g.winSec) * time.Second)
-		winB := winA.Add(g.cfg.Window)
+		winB := winA.Add(time.Duration(g.winSec) * time.Second)
+		lenA := g.winSec
+		if g.cfg.Period.Calendar() {
+			// Calendar periods are not all of one length: A is a whole
+			// period, B the next.
+			winA = g.cfg.Period.Start(winA)
+			winB = g.cfg.Period.Next(winA)
+			lenA = int64(winB.Sub(winA) / time.Second)
+		}
 		inA := func(j int) time.Time {
-			return winA.Add(time.Duration(int64(j)*g.winSec/8) * time.Second)
+			return winA.Add(time.Duration(int64(j)*lenA/8) * time.Second)
 		}
 		type step struct {
 			amount int64
@@ -213,7 +258,7 @@ func (g *generator) scheduleOverflowCases() {
 			want   ledgercheck.Outcome
 		}
 		var steps []step
-		switch i % 3 {
+		switch i % variants {
 		case 0:
 			steps = []step{{math.MaxInt64, inA(1), ledgercheck.Counted}, {1, inA(2), ledgercheck.Overflow}, {-1, inA(3), ledgercheck.Counted}}
 		case 1:

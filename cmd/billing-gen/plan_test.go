@@ -30,13 +30,21 @@ func testConfig(seed uint64) genConfig {
 		MalformedRatio: 0.03,
 		AbortedRatio:   0.01,
 		OverflowCases:  6,
-		Window:         time.Hour,
+		Period:         mustPeriod("1h", ""),
 		Windows:        24,
 		BaseTime:       time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC),
 		LateRatio:      0.05,
 		Seed:           seed,
 		MaxPayload:     64 * 1024,
 	}
+}
+
+func mustPeriod(window, zone string) ledgercheck.Period {
+	p, err := ledgercheck.NewPeriod(window, zone)
+	if err != nil {
+		panic(err)
+	}
+	return p
 }
 
 // drain runs a generator to the end.
@@ -143,7 +151,7 @@ func replay(t *testing.T, cfg genConfig, recs []record, order func(perPart [][]r
 		}
 		perPart[p] = append(perPart[p], r)
 	}
-	l, err := ledgercheck.NewLedger(cfg.Window)
+	l, err := ledgercheck.NewLedgerWith(ledgercheck.Options{Period: cfg.Period})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -318,9 +326,9 @@ func TestStreamComposition(t *testing.T) {
 		t.Errorf("aborted transactions %d for %d records", p.AbortedTransactions, p.Aborted)
 	}
 	// Windows: all within the span, except overflow-case windows.
-	first := cfg.BaseTime.Add(-time.Duration(cfg.Windows) * cfg.Window)
+	first := cfg.BaseTime.Add(-time.Duration(cfg.Windows) * cfg.Period.Size())
 	for _, w := range exp.Windows {
-		if w.WindowStart.Before(first) || !w.WindowStart.Before(cfg.BaseTime.Add(cfg.Window)) {
+		if w.WindowStart.Before(first) || !w.WindowStart.Before(cfg.BaseTime.Add(cfg.Period.Size())) {
 			t.Errorf("window %v outside the span", w.Key())
 		}
 	}

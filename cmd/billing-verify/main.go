@@ -1,12 +1,24 @@
 // Command billing-verify compares the billing service's result tables with
 // the expected ledger written by billing-gen, exactly.
 //
-// It reads account_balances, billing_windows and dead_letters from the
-// server of -dsn and from every -shard-dsns server (accounts are sharded:
-// the union of the rows is compared; a row found on two servers is itself a
-// difference), and compares every balance (amount and event count), every
-// window, and the number of dead letters per reason: no missing rows, no
-// extra rows, no different values. It prints the first -max-diffs
+// It reads account_balances, billing_windows, window_adjustments and
+// dead_letters (and ledger_entries when the expected ledger has them) from
+// the server of -dsn and from every -shard-dsns server (accounts are
+// sharded: the union of the rows is compared; a row found on two servers is
+// itself a difference), and compares every balance (amount and event
+// count), every window, and the number of dead letters per reason: no
+// missing rows, no extra rows, no different values.
+//
+// With windows that close (the expected file's close_after), each window
+// is compared with its adjustment: exactly when the file splits them (a run
+// on one partition), else as their sum, since which events are late then
+// depends on the timing of the partitions. The contract's invariants are
+// checked either way: every window before the expected frontier is sealed
+// and every later one open, a sealed row was not updated after it was
+// sealed, adjustments exist only for closed windows. Ledger entries are
+// checked for one row per counted event (count, distinct ids, a digest of
+// their content) and, per window, against the window's row (entries counted
+// in it) and its adjustment (late entries). It prints the first -max-diffs
 // differences and a one-line verdict:
 //
 //	EXACT: 1000 balances, 5312 windows, 1234 dead letters, 100000 events
@@ -155,8 +167,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
+	period, _ := exp.Period() // validated by ReadFile
 	fmt.Fprintf(stdout, "billing-verify: expected %s (seed %d, topic %q, window %v): %d balances, %d windows, %d dead letters, %d events\n",
-		o.expectedPath, exp.Seed, exp.Topic, time.Duration(exp.Window), len(exp.Balances), len(exp.Windows), exp.DeadLetterTotal(), exp.EventsValid)
+		o.expectedPath, exp.Seed, exp.Topic, period, len(exp.Balances), len(exp.Windows), exp.DeadLetterTotal(), exp.EventsValid)
+	if exp.CloseAfter > 0 {
+		split := "sums of windows and adjustments per window, the split checked by invariants"
+		if exp.SplitExact {
+			split = fmt.Sprintf("%d adjustments, split exactly", len(exp.Adjustments))
+		}
+		var frontier string
+		if exp.ClosedBefore != nil {
+			frontier = exp.ClosedBefore.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(stdout, "billing-verify: windows close %v after their end; windows before %s sealed; %s\n", time.Duration(exp.CloseAfter), frontier, split)
+	}
+	if exp.LedgerEntries {
+		fmt.Fprintf(stdout, "billing-verify: ledger entries expected: %d, digest %016x\n", exp.EventsValid, exp.EntriesDigest)
+	}
 	for i, d := range o.dsns {
 		fmt.Fprintf(stdout, "billing-verify: server %d: %s\n", i, mysqlconn.Redact(d))
 	}

@@ -49,6 +49,22 @@ func NewPeriod(window, zone string) (Period, error) {
 // Fixed is the period of fixed windows of size d.
 func Fixed(d time.Duration) (Period, error) { return NewPeriod(d.String(), "") }
 
+// Calendar reports whether p is a calendar period; Size is the length of
+// fixed windows (0 for calendar periods).
+func (p Period) Calendar() bool      { return p.unit != "" }
+func (p Period) Size() time.Duration { return p.size }
+
+// Next returns the start of the window after the one starting at start.
+func (p Period) Next(start time.Time) time.Time {
+	switch p.unit {
+	case "":
+		return start.Add(p.size).UTC()
+	case "day": // a local day lasts 23 to 25 hours (24.5 at most elsewhere)
+		return p.Start(start.Add(26 * time.Hour))
+	}
+	return p.Start(start.Add(32 * 24 * time.Hour)) // months last 28 to 31 days
+}
+
 // Window is the BILLING_WINDOW text of p: "1h0m0s", "day" or "month".
 func (p Period) Window() string {
 	if p.unit != "" {

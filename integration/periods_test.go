@@ -1,0 +1,92 @@
+package integration_test
+
+import (
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/billing/ledger/integration/harness"
+	"github.com/billing/ledger/internal/ledgercheck"
+)
+
+// Billing periods that close (issue 14), end to end: billing-gen produces a
+// workload over two years of calendar months in Europe/Berlin (late events,
+// repeats, conflicts, malformed records, overflow cases), the service runs
+// with windows that close and ledger entries, and billing-verify must find
+// the ledger EXACT. On one partition the generator knows which events are
+// late, and the split between billing_windows and window_adjustments is
+// compared row by row; on several partitions, with an instance killed and
+// replaced, each window is compared with its adjustment as their sum, and
+// the split by the contract's invariants (see billing-verify).
+func TestPeriodsVerifiedEndToEnd(t *testing.T) {
+	tests := []struct {
+		name       string
+		partitions int
+		instances  int
+		kill       bool
+	}{
+		{"one partition, split exact", 1, 1, false},
+		{"three partitions, two instances, one killed", 3, 2, true},
+	}
+	genBin := harness.Binary(t, "github.com/billing/ledger/cmd/billing-gen")
+	verifyBin := harness.Binary(t, "github.com/billing/ledger/cmd/billing-verify")
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newTestEnv(t, tt.partitions)
+			settings := map[string]string{
+				"BILLING_WINDOW": "month", "BILLING_TIMEZONE": "Europe/Berlin", "WINDOW_CLOSE_AFTER": "48h", "LEDGER_ENTRIES": "true",
+			}
+			var procs []*harness.Process
+			for i := range tt.instances {
+				procs = append(procs, e.start(t, fmt.Sprintf("billing-%d", i+1), settings))
+			}
+			expected := filepath.Join(t.TempDir(), "expected.json")
+			gen := harness.Start(t, "billing-gen", genBin, nil,
+				"-brokers", strings.Join(e.brokers, ","), "-topic", e.topic, "-events", "3000", "-rate", "1500",
+				"-windows", "24", "-window", "month", "-timezone", "Europe/Berlin", "-close-after", "48h", "-ledger-entries",
+				"-overflow-cases", "4", "-dup-ratio", "0.05", "-conflict-ratio", "0.01", "-late-ratio", "0.1",
+				"-seed", strconv.Itoa(7+tt.partitions), "-expected", expected, "-progress", "none")
+			if tt.kill {
+				time.Sleep(time.Second)
+				procs[0].Signal(syscall.SIGKILL)
+				procs = append(procs, e.start(t, "billing-3", settings))
+			}
+			if err := gen.Wait(t, 3*time.Minute); err != nil {
+				t.Fatalf("billing-gen: %v\n%s", err, gen.Output())
+			}
+			exp, err := ledgercheck.ReadFile(expected)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if exp.CloseAfter == 0 || exp.ClosedBefore == nil || !exp.LedgerEntries || exp.SplitExact != (tt.partitions == 1) {
+				t.Fatalf("expected ledger: close after %v, closed before %v, entries %v, split exact %v", exp.CloseAfter, exp.ClosedBefore, exp.LedgerEntries, exp.SplitExact)
+			}
+			if exp.SplitExact && len(exp.Adjustments) == 0 {
+				t.Fatal("the workload has no late event: the split is not tested")
+			}
+			verify := harness.Start(t, "billing-verify", verifyBin, nil,
+				"-dsn", e.dsn, "-expected", expected, "-topic", e.topic, "-wait", "2m", "-interval", "500ms")
+			if err := verify.Wait(t, 3*time.Minute); err != nil || !strings.Contains(verify.Output(), "\nEXACT: ") {
+				t.Fatalf("billing-verify: %v\n%s", err, verify.Output())
+			}
+			var sealed, adjustments int
+			if err := e.db.Get(&sealed, `SELECT COUNT(*) FROM billing_windows WHERE closed_at IS NOT NULL`); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.db.Get(&adjustments, `SELECT COUNT(*) FROM window_adjustments`); err != nil {
+				t.Fatal(err)
+			}
+			if sealed == 0 || adjustments == 0 {
+				t.Fatalf("%d sealed windows, %d adjustments: closing not exercised", sealed, adjustments)
+			}
+			t.Logf("%s", strings.TrimSpace(verify.Output()))
+			for _, p := range procs {
+				p.Signal(syscall.SIGTERM)
+			}
+		})
+	}
+}
