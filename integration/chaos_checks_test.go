@@ -345,8 +345,36 @@ var auditDDL = []string{
 		VALUES (NOW(6), 'delete', @chaos_writer, CONNECTION_ID(), OLD.gtrid, OLD.outcome, OLD.decided_by)`,
 }
 
-func installAudit(ctx context.Context, db *sqlx.DB) error {
-	for _, q := range auditDDL {
+// closingAuditDDL watches sealed windows (windows that close): a committed
+// change of a billing_windows row that was sealed already is recorded (A8);
+// so is every seal, for the report. A rolled-back change rolls back its
+// record: only committed history counts, as in the other audit tables.
+var closingAuditDDL = []string{
+	`CREATE TABLE chaos_window_audit (
+		seq BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+		at DATETIME(6) NOT NULL,
+		writer VARCHAR(64) NULL,
+		op VARCHAR(16) NOT NULL,
+		account_id VARBINARY(64) NOT NULL,
+		currency CHAR(3) NOT NULL,
+		window_start DATETIME(6) NOT NULL,
+		old_amount BIGINT NOT NULL, new_amount BIGINT NOT NULL,
+		old_count BIGINT NOT NULL, new_count BIGINT NOT NULL,
+		closed_at DATETIME(6) NULL
+	) ENGINE = InnoDB`,
+	`CREATE TRIGGER chaos_windows_au AFTER UPDATE ON billing_windows FOR EACH ROW
+		INSERT INTO chaos_window_audit (at, writer, op, account_id, currency, window_start, old_amount, new_amount, old_count, new_count, closed_at)
+		SELECT NOW(6), @chaos_writer, IF(OLD.closed_at IS NULL, 'seal', 'changed'), NEW.account_id, NEW.currency, NEW.window_start,
+			OLD.amount_minor, NEW.amount_minor, OLD.event_count, NEW.event_count, OLD.closed_at
+		FROM DUAL WHERE OLD.closed_at IS NOT NULL OR NEW.closed_at IS NOT NULL`,
+}
+
+func installAudit(ctx context.Context, db *sqlx.DB, closing bool) error {
+	ddl := auditDDL
+	if closing {
+		ddl = append(slices.Clip(ddl), closingAuditDDL...)
+	}
+	for _, q := range ddl {
 		if _, err := db.ExecContext(ctx, q); err != nil {
 			return fmt.Errorf("audit: %w", err)
 		}
@@ -424,6 +452,7 @@ func watchMoves(ctx context.Context, db *sqlx.DB) (found []string, polls int) {
 // auditSummary counts what the audit trail holds.
 type auditSummary struct {
 	OffsetRows, Moves, Claims int
+	Seals                     int // billing_windows rows sealed (windows that close)
 	Commits, Aborts, Pruned   int
 	Violations                []string
 	ViolationCount            int
@@ -445,10 +474,12 @@ type auditSummary struct {
 //	A6  every change was made by a known incarnation of this run;
 //	A7  an offset move is never visible without its commit decision
 //	    (watched during the run by watchMoves, whose findings are passed
-//	    in as moves, and checked once more on the final history).
+//	    in as moves, and checked once more on the final history);
+//	A8  with windows that close, a sealed billing_windows row never
+//	    changes again, and is sealed once.
 //
 // writers maps writer tags to instance ids.
-func checkAudit(ctx context.Context, db *sqlx.DB, writers map[string]string, moves []string) (auditSummary, error) {
+func checkAudit(ctx context.Context, db *sqlx.DB, writers map[string]string, moves []string, closing bool) (auditSummary, error) {
 	var s auditSummary
 	bad := func(format string, args ...any) {
 		s.ViolationCount++
@@ -550,6 +581,39 @@ func checkAudit(ctx context.Context, db *sqlx.DB, writers map[string]string, mov
 	if err := db.SelectContext(ctx, &decs, `SELECT seq, CAST(at AS CHAR) AS at, op, writer, gtrid, outcome, decided_by FROM chaos_decision_audit ORDER BY seq`); err != nil {
 		return s, fmt.Errorf("read decision audit: %w", err)
 	}
+	if closing {
+		var changes []struct {
+			Seq      int64   `db:"seq"`
+			At       string  `db:"at"`
+			Writer   *string `db:"writer"`
+			Op       string  `db:"op"`
+			Account  string  `db:"account_id"`
+			Currency string  `db:"currency"`
+			Start    string  `db:"window_start"`
+			OldAmt   int64   `db:"old_amount"`
+			NewAmt   int64   `db:"new_amount"`
+			OldCount int64   `db:"old_count"`
+			NewCount int64   `db:"new_count"`
+			Closed   *string `db:"closed_at"`
+		}
+		if err := db.SelectContext(ctx, &changes, `SELECT seq, CAST(at AS CHAR) AS at, writer, op, account_id, currency, CAST(window_start AS CHAR) AS window_start,
+			old_amount, new_amount, old_count, new_count, CAST(closed_at AS CHAR) AS closed_at FROM chaos_window_audit ORDER BY seq`); err != nil {
+			return s, fmt.Errorf("read window audit: %w", err)
+		}
+		for _, c := range changes {
+			if c.Op == "seal" {
+				s.Seals++
+				continue
+			}
+			wr := "<no tag>"
+			if c.Writer != nil {
+				wr = *c.Writer
+			}
+			bad("A8 window audit #%d at %s: %q/%s@%s sealed at %s changed by %s: amount %d -> %d, count %d -> %d",
+				c.Seq, c.At, c.Account, c.Currency, c.Start, *c.Closed, wr, c.OldAmt, c.NewAmt, c.OldCount, c.NewCount)
+		}
+	}
+
 	inserted := map[string]string{}
 	for _, d := range decs {
 		if d.Op == "delete" {

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -26,10 +27,17 @@ import (
 //
 // The burst's contribution to the ledger is modelled in hostileLedger and
 // merged into billing-gen's expected ledger before billing-verify runs.
+//
+// With windows that close, the valid events are dated long before
+// billing-gen's span (which ends at its -base-time, 2026-11-29): they do
+// not move the watermark (which would close every window of the run at
+// once), and land in the adjustments of an old window, or in the window
+// itself if they come first.
 type hostileSource struct {
 	brokers []string
 	topic   string
 	rng     *rand.Rand
+	at      time.Time // of the first burst's valid events
 
 	mu      sync.Mutex
 	cl      *kgo.Client
@@ -44,12 +52,24 @@ const (
 	hostileInvalid    = 10
 	hostileValid      = 30
 	hostileMaxPayload = 64 << 10
-	hostileWindow     = time.Hour // the service's default BILLING_WINDOW
 )
 
-func newHostileSource(brokers []string, topic string, seed uint64) *hostileSource {
-	l, _ := ledgercheck.NewLedger(hostileWindow)
-	return &hostileSource{brokers: brokers, topic: topic, rng: rand.New(rand.NewPCG(seed, 0x686f7374)), ledger: l}
+func newHostileSource(t *testing.T, brokers []string, topic string, seed uint64, p chaosPeriod) *hostileSource {
+	period, err := ledgercheck.NewPeriod(p.window, p.zone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var closeAfter time.Duration
+	at := time.Date(2026, 11, 29, 13, 0, 0, 0, time.UTC)
+	if p.closing() {
+		closeAfter, _ = time.ParseDuration(p.closeAfter)
+		at = time.Date(2024, 6, 15, 12, 0, 0, 0, time.UTC)
+	}
+	l, err := ledgercheck.NewLedgerWith(ledgercheck.Options{Period: period, CloseAfter: closeAfter, Entries: p.entries})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &hostileSource{brokers: brokers, topic: topic, rng: rand.New(rand.NewPCG(seed, 0x686f7374)), ledger: l, at: at}
 }
 
 // burst produces one burst and records it in the ledger model once Kafka
@@ -82,7 +102,7 @@ func (h *hostileSource) burst(ctx context.Context) (string, error) {
 		v := `{"event_id":"hostile-bad-` + fmt.Sprint(h.bursts, "-", i) + `","pad":"` + strings.Repeat("x", hostileMaxPayload-200) // unterminated
 		recs = append(recs, &kgo.Record{Key: []byte("bad"), Value: []byte(v)})
 	}
-	at := time.Date(2026, 11, 29, 13, 0, 0, 0, time.UTC).Add(time.Duration(h.bursts) * 17 * time.Minute)
+	at := h.at.Add(time.Duration(h.bursts) * 17 * time.Minute)
 	for i := range hostileValid {
 		ev := ledgercheck.Event{EventID: fmt.Sprintf("hostile-%d-%d", h.bursts, i), AccountID: fmt.Sprintf("hostile-acct-%d", i%5),
 			AmountMinor: int64(1 + h.rng.IntN(10000)), Currency: "EUR", OccurredAt: at}

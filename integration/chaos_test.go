@@ -46,6 +46,14 @@ import (
 //	                            report.json in the log folder)
 //	CHAOS_SERVICES_SCRIPT       services.sh of the running services
 //	                            (default ../scripts/services.sh)
+//	CHAOS_SERVICE_ENV           settings of the instances over the suite's,
+//	                            NAME=value[,NAME=value]; BILLING_WINDOW,
+//	                            BILLING_TIMEZONE, WINDOW_CLOSE_AFTER and
+//	                            LEDGER_ENTRIES are passed to billing-gen too
+//	                            (its -window, -timezone, -close-after and
+//	                            -ledger-entries), so that the expected ledger
+//	                            follows; with WINDOW_CLOSE_AFTER set, an audit
+//	                            trigger also watches sealed windows (A8)
 
 // chaosProfile sizes a run.
 type chaosProfile struct {
@@ -203,7 +211,7 @@ func TestChaos(t *testing.T) {
 	}
 	// Overrides, echoed in the replay command.
 	var overrides []string
-	for _, name := range []string{"CHAOS_EVENTS", "CHAOS_RATE", "CHAOS_FAULTS", "CHAOS_KINDS"} {
+	for _, name := range []string{"CHAOS_EVENTS", "CHAOS_RATE", "CHAOS_FAULTS", "CHAOS_KINDS", "CHAOS_SERVICE_ENV"} {
 		if v := os.Getenv(name); v != "" {
 			overrides = append(overrides, name+"="+v)
 		}
@@ -229,6 +237,7 @@ func TestChaos(t *testing.T) {
 		}
 	}
 	faultSeed, genSeed := envSeed(t, "CHAOS_SEED"), envSeed(t, "CHAOS_GEN_SEED")
+	serviceEnv, genPeriod := chaosServiceEnv(t)
 
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
@@ -248,8 +257,10 @@ func TestChaos(t *testing.T) {
 
 	schedule := planFaults(faultSeed, prof, allowed, chaosInstances)
 	seeds := fmt.Sprintf("CHAOS_SEED=%d CHAOS_GEN_SEED=%d", faultSeed, genSeed)
-	if len(overrides) > 0 {
-		seeds += " " + strings.Join(overrides, " ")
+	for _, o := range overrides {
+		// Quoted: CHAOS_SERVICE_ENV holds commas and slashes.
+		k, v, _ := strings.Cut(o, "=")
+		seeds += " " + k + "='" + v + "'"
 	}
 	replay := seeds + " make " + map[string]string{"ci": "chaos", "long": "chaos-long"}[mode]
 	t.Logf("chaos %s: fault seed %d, generator seed %d", mode, faultSeed, genSeed)
@@ -304,6 +315,7 @@ func TestChaos(t *testing.T) {
 		"SHUTDOWN_TIMEOUT":        "10s",
 		"LOG_LEVEL":               envOr("CHAOS_SERVICE_LOG_LEVEL", "info"),
 	})
+	maps.Copy(base, serviceEnv)
 	envFor := func(tag string) []string {
 		var env []string
 		for k, v := range base {
@@ -333,7 +345,7 @@ func TestChaos(t *testing.T) {
 	if err, ok := mig.waitFor(ctx, 2*time.Minute); !ok || err != nil {
 		t.Fatalf("billing migrate: %v (ok=%v)\n%s", err, ok, strings.Join(tail(mig.logPath, 30), "\n"))
 	}
-	if err := installAudit(ctx, db); err != nil {
+	if err := installAudit(ctx, db, genPeriod.closing()); err != nil {
 		t.Fatal(err)
 	}
 	// The audit monitor has its own pool: it polls many times a second.
@@ -376,6 +388,7 @@ func TestChaos(t *testing.T) {
 		"-overflow-cases", strconv.Itoa(prof.OverflowCases),
 		"-aborted-ratio", "0", // produced by the suite's aborter instead, see there
 		"-timeout", prof.GenTimeout.String()}
+	genArgs = append(genArgs, genPeriod.args()...)
 	t.Logf("chaos %s: billing-gen %s", mode, strings.Join(genArgs, " "))
 	gen, err := startProc("billing-gen", filepath.Join(logDir, "billing-gen.log"), genBin, nil, genArgs...)
 	if err != nil {
@@ -421,7 +434,7 @@ func TestChaos(t *testing.T) {
 	}()
 
 	// Faults.
-	d := &faultDriver{r: r, hostile: newHostileSource(brokers, topic, faultSeed)}
+	d := &faultDriver{r: r, hostile: newHostileSource(t, brokers, topic, faultSeed, genPeriod)}
 	defer d.hostile.close()
 	faultsBegan := time.Now()
 	if err := d.run(ctx, schedule); err != nil {
@@ -483,7 +496,7 @@ func TestChaos(t *testing.T) {
 	}
 	stopMonitor()
 	mon := <-monitored
-	audit, aerr := checkAudit(ctx, db, writers, mon.found)
+	audit, aerr := checkAudit(ctx, db, writers, mon.found, genPeriod.closing())
 	audit.MonitorPolls = mon.polls
 	if aerr != nil {
 		t.Errorf("audit: %v", aerr)
@@ -535,6 +548,57 @@ func TestChaos(t *testing.T) {
 	if t.Failed() {
 		t.Logf("chaos %s FAILED; replay with: %s", mode, replay)
 	}
+}
+
+// chaosPeriod is what the instances' settings say of billing periods, for
+// billing-gen and the hostile bursts.
+type chaosPeriod struct {
+	window, zone, closeAfter string
+	entries                  bool
+}
+
+func (p chaosPeriod) closing() bool {
+	d, err := time.ParseDuration(p.closeAfter)
+	return err == nil && d > 0
+}
+
+// args are billing-gen's flags for these settings.
+func (p chaosPeriod) args() []string {
+	args := []string{"-window", p.window, "-timezone", p.zone}
+	if p.closeAfter != "" {
+		args = append(args, "-close-after", p.closeAfter)
+	}
+	if p.entries {
+		args = append(args, "-ledger-entries")
+	}
+	return args
+}
+
+// chaosServiceEnv reads CHAOS_SERVICE_ENV (NAME=value,...) and the period
+// settings it implies (the service's defaults otherwise).
+func chaosServiceEnv(t *testing.T) (map[string]string, chaosPeriod) {
+	t.Helper()
+	env := map[string]string{}
+	if v := os.Getenv("CHAOS_SERVICE_ENV"); v != "" {
+		for _, kv := range strings.Split(v, ",") {
+			k, val, ok := strings.Cut(strings.TrimSpace(kv), "=")
+			if !ok || k == "" {
+				t.Fatalf("CHAOS_SERVICE_ENV: %q is not NAME=value", kv)
+			}
+			env[k] = val
+		}
+	}
+	p := chaosPeriod{window: "1h", zone: "UTC", closeAfter: env["WINDOW_CLOSE_AFTER"], entries: env["LEDGER_ENTRIES"] == "true"}
+	if w := env["BILLING_WINDOW"]; w != "" {
+		p.window = w
+	}
+	if z := env["BILLING_TIMEZONE"]; z != "" {
+		p.zone = z
+	}
+	if _, err := ledgercheck.NewPeriod(p.window, p.zone); err != nil {
+		t.Fatalf("CHAOS_SERVICE_ENV: %v", err)
+	}
+	return env, p
 }
 
 // settle waits until every position reached its target and no branch of
@@ -708,6 +772,7 @@ func serviceLogStats(r *chaosRun) map[string]int {
 	patterns := map[string]string{
 		"checkpoints failed":            `msg="checkpoint failed"`,
 		"checkpoints fenced":            "fenced",
+		"frontier moved under":          "was written as open, but windows before",
 		"in-doubt branches committed":   `msg="resolved in-doubt branch"` + "\x00outcome=commit",
 		"in-doubt branches rolled back": `msg="resolved in-doubt branch"` + "\x00outcome=abort",
 		"holder connections ended":      "ended the connection holding",
@@ -759,8 +824,8 @@ func (rep *chaosReport) log(t *testing.T) {
 	for _, reason := range slices.Sorted(maps.Keys(rep.DeadLetters)) {
 		t.Logf("  dead letters %-26s expected %6d, actual %6d", reason, rep.DeadLetters[reason], rep.DeadLettersGot[reason])
 	}
-	t.Logf("audit: %d offset changes (%d moves, %d claims), %d commit and %d abort decisions (%d pruned), %d monitor polls, %d invariant violations",
-		rep.Audit.OffsetRows, rep.Audit.Moves, rep.Audit.Claims, rep.Audit.Commits, rep.Audit.Aborts, rep.Audit.Pruned, rep.Audit.MonitorPolls, rep.Audit.ViolationCount)
+	t.Logf("audit: %d offset changes (%d moves, %d claims), %d commit and %d abort decisions (%d pruned), %d windows sealed, %d monitor polls, %d invariant violations",
+		rep.Audit.OffsetRows, rep.Audit.Moves, rep.Audit.Claims, rep.Audit.Commits, rep.Audit.Aborts, rep.Audit.Pruned, rep.Audit.Seals, rep.Audit.MonitorPolls, rep.Audit.ViolationCount)
 	t.Logf("service logs: %v", rep.ServiceLog)
 	for _, a := range rep.Anomalies {
 		t.Logf("anomaly: %s", a)

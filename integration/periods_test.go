@@ -1,7 +1,10 @@
 package integration_test
 
 import (
+	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -9,8 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jmoiron/sqlx"
+
 	"github.com/billing/ledger/integration/harness"
 	"github.com/billing/ledger/internal/ledgercheck"
+	"github.com/billing/ledger/migrations"
 )
 
 // Billing periods that close (issue 14), end to end: billing-gen produces a
@@ -88,5 +94,50 @@ func TestPeriodsVerifiedEndToEnd(t *testing.T) {
 				p.Signal(syscall.SIGTERM)
 			}
 		})
+	}
+}
+
+// The chaos suite's audit of sealed windows (A8) sees a committed change of
+// a sealed row, and not one that was rolled back: the check the long chaos
+// runs with windows that close rely on.
+func TestChaosAuditOfSealedWindows(t *testing.T) {
+	ctx := context.Background()
+	dsn := harness.NewDatabase(t)
+	db, err := sqlx.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := migrations.Up(ctx, db.DB, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+		t.Fatal(err)
+	}
+	if err := installAudit(ctx, db, true); err != nil {
+		t.Fatal(err)
+	}
+	exec := func(q string, args ...any) {
+		t.Helper()
+		if _, err := db.ExecContext(ctx, q, args...); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	exec(`INSERT INTO billing_windows (account_id, currency, window_start, amount_minor, event_count, updated_at) VALUES ('a', 'EUR', '2026-11-01 00:00:00', 5, 1, UTC_TIMESTAMP(6))`)
+	exec(`UPDATE billing_windows SET amount_minor = 6, event_count = 2, updated_at = UTC_TIMESTAMP(6)`) // open: not audited
+	exec(`UPDATE billing_windows SET closed_at = UTC_TIMESTAMP(6), updated_at = closed_at`)            // the seal
+	tx, err := db.BeginTxx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE billing_windows SET amount_minor = 99`); err != nil {
+		t.Fatal(err)
+	}
+	_ = tx.Rollback() // a refused checkpoint: never committed
+	s, err := checkAudit(ctx, db, map[string]string{}, nil, true)
+	if err != nil || s.Seals != 1 || s.ViolationCount != 0 {
+		t.Fatalf("after a seal and a rolled-back change: %+v, %v", s, err)
+	}
+	exec(`UPDATE billing_windows SET amount_minor = 7, event_count = 3, updated_at = UTC_TIMESTAMP(6)`)
+	s, err = checkAudit(ctx, db, map[string]string{}, nil, true)
+	if err != nil || s.ViolationCount != 1 || !strings.Contains(s.Violations[0], "A8") {
+		t.Fatalf("a committed change of a sealed row: %+v, %v", s, err)
 	}
 }
