@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -11,9 +12,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/billing/ledger/internal/buildinfo"
 	"github.com/billing/ledger/internal/metrics"
 	"github.com/billing/ledger/internal/pipeline"
 )
@@ -67,18 +70,130 @@ func TestHelpPrintsAlignedTable(t *testing.T) {
 	}
 }
 
-func TestUnknownCommandExit2(t *testing.T) {
+// countingListener accepts and counts connections: pointed at by
+// KAFKA_BROKERS, MYSQL_DSN and HTTP_ADDR, it shows whether a command
+// connected to anything.
+func countingListener(t *testing.T) (addr string, accepted *atomic.Int64) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	accepted = &atomic.Int64{}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			c.Close()
+		}
+	}()
+	return ln.Addr().String(), accepted
+}
+
+// TestHelpNeverActs: -h/--help at every level prints help on stdout and
+// exits 0, and a bad flag, argument or command exits 2, all without
+// connecting to Kafka, MySQL or the HTTP endpoint, although the
+// configuration points at a live listener.
+func TestHelpNeverActs(t *testing.T) {
 	clearEnv(t)
+	addr, accepted := countingListener(t)
+	t.Setenv("KAFKA_BROKERS", addr)
+	t.Setenv("MYSQL_DSN", "u:p@tcp("+addr+")/billing?timeout=1s")
+	t.Setenv("HTTP_ADDR", addr)
+	tests := []struct {
+		args []string
+		code int
+		want string // in stdout (exit 0) or stderr (exit 2)
+	}{
+		{[]string{"--help"}, 0, "billing status"},
+		{[]string{"-h"}, 0, "KAFKA_BROKERS"},
+		{[]string{"help"}, 0, "Usage:"},
+		{[]string{"help", "status"}, 0, "billing status [--json]"},
+		{[]string{"run", "--help"}, 0, "billing run"},
+		{[]string{"migrate", "--help"}, 0, "billing migrate"},
+		{[]string{"migrate", "-h"}, 0, "billing migrate"},
+		{[]string{"status", "--help"}, 0, "--json"},
+		{[]string{"version", "--help"}, 0, "--json"},
+		{[]string{"healthcheck", "--help"}, 0, "--path"},
+		{[]string{"deadletters", "--help"}, 0, "reinject ID"},
+		{[]string{"deadletters", "help"}, 0, "reinject ID"},
+		{[]string{"deadletters", "list", "--help"}, 0, "--pending"},
+		{[]string{"deadletters", "show", "--help"}, 0, "--payload-out"},
+		{[]string{"deadletters", "show", "7", "-h"}, 0, "--payload-out"},
+		{[]string{"deadletters", "reinject", "1", "--payload-file", "x", "--help"}, 0, "--by"},
+
+		{[]string{"--bogus"}, 2, "unknown flag"},
+		{[]string{"frobnicate"}, 2, "unknown command"},
+		{[]string{"run", "--bogus"}, 2, "flag provided but not defined: -bogus"},
+		{[]string{"run", "now"}, 2, "want 0 argument(s)"},
+		{[]string{"migrate", "--bogus"}, 2, "billing migrate: flag provided but not defined"},
+		{[]string{"migrate", "extra"}, 2, "want 0 argument(s)"},
+		{[]string{"status", "--bogus"}, 2, "not defined"},
+		{[]string{"status", "--timeout", "0s"}, 2, "--timeout must be positive"},
+		{[]string{"version", "--bogus"}, 2, "not defined"},
+		{[]string{"healthcheck", "--bogus"}, 2, "not defined"},
+		{[]string{"healthcheck", "/readyz"}, 2, "want 0 argument(s)"},
+		{[]string{"deadletters"}, 2, "Usage:"},
+		{[]string{"deadletters", "bogus"}, 2, "unknown command"},
+		{[]string{"deadletters", "list", "--bogus"}, 2, "not defined"},
+		{[]string{"deadletters", "list", "--limit", "0"}, 2, "--limit must be between"},
+		{[]string{"deadletters", "show"}, 2, "want 1 argument(s)"},
+		{[]string{"deadletters", "show", "abc"}, 2, "bad dead letter id"},
+		{[]string{"deadletters", "reinject", "1", "--force=maybe"}, 2, "invalid boolean"},
+		{[]string{"deadletters", "reinject", "1", "--by", ""}, 2, "--by must be"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			code := run(tt.args, &out, &errOut)
+			if code != tt.code {
+				t.Fatalf("exit %d, want %d\nstdout: %s\nstderr: %s", code, tt.code, out.String(), errOut.String())
+			}
+			where := out.String()
+			if tt.code != 0 {
+				where = errOut.String()
+			}
+			if !strings.Contains(where, tt.want) {
+				t.Fatalf("output lacks %q\nstdout: %s\nstderr: %s", tt.want, out.String(), errOut.String())
+			}
+			if tt.code == 0 && errOut.Len() != 0 {
+				t.Errorf("help wrote to stderr: %s", errOut.String())
+			}
+		})
+	}
+	time.Sleep(50 * time.Millisecond) // let a stray connection be accepted
+	if n := accepted.Load(); n != 0 {
+		t.Fatalf("%d connection(s) made by help or usage errors", n)
+	}
+}
+
+// TestVersion: `billing version`, `billing --version` and `billing version
+// --json` print what internal/buildinfo reports, without any configuration.
+func TestVersion(t *testing.T) {
+	clearEnv(t)
+	want := buildinfo.Get()
+	for _, args := range [][]string{{"version"}, {"--version"}, {"-version"}} {
+		var out, errOut bytes.Buffer
+		if code := run(args, &out, &errOut); code != 0 {
+			t.Fatalf("%v: exit %d, %s", args, code, errOut.String())
+		}
+		for _, part := range []string{want.Version, want.Commit, want.GoVersion} {
+			if !strings.Contains(out.String(), part) {
+				t.Errorf("%v: %q lacks %q", args, out.String(), part)
+			}
+		}
+	}
 	var out, errOut bytes.Buffer
-	if code := run([]string{"frobnicate"}, &out, &errOut); code != 2 {
-		t.Fatalf("exit %d, want 2", code)
+	if code := run([]string{"version", "--json"}, &out, &errOut); code != 0 {
+		t.Fatalf("--json: exit %d", code)
 	}
-	if code := run([]string{"deadletters"}, &out, &errOut); code != 2 {
-		t.Fatalf("deadletters without subcommand: exit %d, want 2", code)
-	}
-	out.Reset()
-	if code := run([]string{"deadletters", "help"}, &out, &errOut); code != 0 || !strings.Contains(out.String(), "reinject ID") {
-		t.Fatalf("deadletters help: exit %d, %q", code, out.String())
+	var got buildinfo.Info
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil || got != want {
+		t.Fatalf("--json = %s (%v), want %+v", out.String(), err, want)
 	}
 }
 
@@ -327,18 +442,19 @@ func TestRenderPayloadIsSafe(t *testing.T) {
 	}
 }
 
-func TestParseArgsInterspersed(t *testing.T) {
-	fs := newFlagSet()
+func TestParseInterspersed(t *testing.T) {
+	var out, errOut bytes.Buffer
+	fs := newFlags("billing test", "ID", "")
 	force := fs.Bool("force", false, "")
 	file := fs.String("payload-file", "", "")
-	pos, err := parseArgs(fs, []string{"12", "--payload-file", "f.json", "--force"}, 1)
-	if err != nil || len(pos) != 1 || pos[0] != "12" || !*force || *file != "f.json" {
-		t.Fatalf("got %v %v force=%v file=%q", pos, err, *force, *file)
+	pos, code, done := fs.parse([]string{"12", "--payload-file", "f.json", "--force"}, 1, &out, &errOut)
+	if done || len(pos) != 1 || pos[0] != "12" || !*force || *file != "f.json" {
+		t.Fatalf("got %v %d %v force=%v file=%q", pos, code, done, *force, *file)
 	}
-	if _, err := parseArgs(newFlagSet(), []string{"1", "2"}, 1); err == nil {
+	if _, code, done := newFlags("billing test", "", "").parse([]string{"1", "2"}, 1, &out, &errOut); !done || code != 2 {
 		t.Fatal("two positional arguments accepted")
 	}
-	if _, err := parseArgs(newFlagSet(), []string{"--nope"}, 0); err == nil {
+	if _, code, done := newFlags("billing test", "", "").parse([]string{"--nope"}, 0, &out, &errOut); !done || code != 2 {
 		t.Fatal("unknown flag accepted")
 	}
 }
