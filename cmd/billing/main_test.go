@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/billing/ledger/internal/buildinfo"
+	"github.com/billing/ledger/internal/health"
 	"github.com/billing/ledger/internal/metrics"
 	"github.com/billing/ledger/internal/pipeline"
 )
@@ -27,7 +29,7 @@ func clearEnv(t *testing.T) {
 	t.Helper()
 	for _, kv := range os.Environ() {
 		name, _, _ := strings.Cut(kv, "=")
-		for _, p := range []string{"KAFKA_", "MYSQL_", "CHECKPOINT_", "DEDUP_", "HTTP_", "LOG_", "READY_", "SHUTDOWN_", "METRICS_", "BILLING_"} {
+		for _, p := range []string{"KAFKA_", "MYSQL_", "CHECKPOINT_", "DEDUP_", "HTTP_", "LOG_", "READY_", "LIVENESS_", "HEALTH_", "SHUTDOWN_", "METRICS_", "BILLING_"} {
 			if strings.HasPrefix(name, p) {
 				t.Setenv(name, "") // restored after the test
 				os.Unsetenv(name)
@@ -280,90 +282,84 @@ func TestStartupLogHasNoSecret(t *testing.T) {
 	}
 }
 
-func TestReadiness(t *testing.T) {
-	start := time.Unix(1_700_000_000, 0)
-	const maxAge = time.Minute
-	tests := []struct {
-		name     string
-		assigned int64
-		lastCkpt time.Duration // after start; 0 = none
-		now      time.Duration // after start
-		pending  int64         // records no decided checkpoint covers
-		events   []pipeline.CheckpointInfo
-		ready    bool
-		why      string
-	}{
-		{name: "no partitions", assigned: 0, now: time.Second, why: "no partitions assigned"},
-		{name: "fresh start", assigned: 3, now: 10 * time.Second, pending: 500, ready: true, why: "checkpointing"},
-		{name: "recent checkpoint", assigned: 3, lastCkpt: 5 * time.Minute, now: 5*time.Minute + 30*time.Second, pending: 9, ready: true, why: "checkpointing"},
-		{name: "idle after a checkpoint", assigned: 3, lastCkpt: time.Minute, now: time.Hour,
-			events: []pipeline.CheckpointInfo{{Decided: true}}, ready: true, why: "idle"},
-		{name: "idle from the start", assigned: 3, now: time.Hour, ready: true, why: "idle"},
-		{name: "records wait, no checkpoint", assigned: 3, lastCkpt: time.Minute, now: time.Hour, pending: 50,
-			events: []pipeline.CheckpointInfo{{Decided: true}}, why: "while 50 records wait"},
-		{name: "backlog never checkpointed", assigned: 3, now: 2 * time.Minute, pending: 10, why: "while 10 records wait"},
-		{name: "failing checkpoints", assigned: 3, lastCkpt: time.Minute, now: time.Hour,
-			events: []pipeline.CheckpointInfo{{Decided: true}, {Err: context.DeadlineExceeded}}, why: "last attempt failed"},
-		{name: "careful retry is not a failure", assigned: 3, lastCkpt: time.Minute, now: time.Hour,
-			events: []pipeline.CheckpointInfo{{Decided: true}, {Err: context.DeadlineExceeded, Retrying: true}}, ready: true, why: "idle"},
-		{name: "recovered after a failure", assigned: 3, lastCkpt: time.Minute, now: time.Hour,
-			events: []pipeline.CheckpointInfo{{Err: context.DeadlineExceeded}, {Decided: true}}, ready: true, why: "idle"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			st := &pipeline.Stats{}
-			r := &readiness{stats: st, maxAge: maxAge, started: start, now: func() time.Time { return start.Add(tt.now) }}
-			st.AssignedParts.Store(tt.assigned)
-			for _, ev := range tt.events {
-				r.OnCheckpoint(ev)
-			}
-			if tt.lastCkpt != 0 {
-				st.LastCheckpoint.Store(start.Add(tt.lastCkpt).UnixNano())
-			}
-			st.Pending.Store(tt.pending)
-			ok, why := r.Ready()
-			if ok != tt.ready || !strings.Contains(why, tt.why) {
-				t.Fatalf("Ready() = %v, %q; want %v, %q", ok, why, tt.ready, tt.why)
-			}
-		})
-	}
-}
-
+// TestHandler: the endpoints answer from the monitor's state, startup
+// included, and /readyz turns 503 once a shutdown starts while /healthz
+// stays 200.
 func TestHandler(t *testing.T) {
 	st := &pipeline.Stats{}
-	st.AssignedParts.Store(1)
-	m := metrics.New(metrics.Options{Stats: st})
-	r := &readiness{stats: st, maxAge: time.Minute, started: time.Now(), now: time.Now}
+	m := metrics.New(metrics.Options{})
+	mon := health.New(health.Options{ReadyMaxAge: time.Minute, MaxStall: 5 * time.Minute, CheckInterval: time.Second})
 	ctx, cancel := context.WithCancel(context.Background())
-	h := handler(ctx, m, r)
+	h := handler(ctx, mon, m.Handler())
 	get := func(path string) (int, string) {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
 		return rec.Code, rec.Body.String()
 	}
-	if code, body := get("/healthz"); code != 200 || body != "ok\n" {
-		t.Errorf("/healthz = %d %q", code, body)
+	mon.SetPhase("migrating the schema")
+	if code, body := get("/healthz"); code != 200 || !strings.Contains(body, "starting: migrating the schema") {
+		t.Errorf("/healthz during startup = %d %q", code, body)
 	}
-	if code, body := get("/readyz"); code != 200 || !strings.HasPrefix(body, "ready") {
+	if code, body := get("/readyz"); code != 503 || !strings.Contains(body, "starting: migrating the schema") {
+		t.Errorf("/readyz during startup = %d %q", code, body)
+	}
+	if code, body := get("/metrics"); code != 200 || !strings.Contains(body, "billing_build_info{") {
+		t.Errorf("/metrics during startup = %d, lacks billing_build_info", code)
+	}
+	mon.Start(health.Checks{Stats: st,
+		MySQL:      func(context.Context) error { return nil },
+		Membership: func(context.Context) (bool, int, error) { return true, 0, nil }})
+	mon.Check(ctx)
+	if code, body := get("/readyz"); code != 200 || !strings.Contains(body, "ready: standby") {
 		t.Errorf("/readyz = %d %q", code, body)
-	}
-	if code, body := get("/metrics"); code != 200 || !strings.Contains(body, "billing_partitions_assigned 1") {
-		t.Errorf("/metrics = %d, body lacks billing_partitions_assigned 1", code)
 	}
 	if code, _ := get("/nope"); code != 404 {
 		t.Errorf("/nope = %d", code)
 	}
-	st.AssignedParts.Store(0)
-	if code, body := get("/readyz"); code != 503 || !strings.Contains(body, "no partitions") {
-		t.Errorf("/readyz without partitions = %d %q", code, body)
-	}
-	st.AssignedParts.Store(1)
 	cancel()
 	if code, body := get("/readyz"); code != 503 || !strings.Contains(body, "shutting down") {
 		t.Errorf("/readyz while shutting down = %d %q", code, body)
 	}
 	if code, _ := get("/healthz"); code != 200 {
 		t.Errorf("/healthz while shutting down = %d", code)
+	}
+}
+
+// TestHTTPServerLimits: the server has read-header, read, write and idle
+// timeouts, and a client that opens a connection and trickles a request
+// without finishing its headers is disconnected (here with the read-header
+// timeout shortened; the wait for the disconnection is bounded generously,
+// nothing is timed).
+func TestHTTPServerLimits(t *testing.T) {
+	srv := newHTTPServer(http.NotFoundHandler())
+	if srv.ReadHeaderTimeout <= 0 || srv.ReadTimeout <= 0 || srv.WriteTimeout <= 0 || srv.IdleTimeout <= 0 {
+		t.Fatalf("a limit is missing: %+v", srv)
+	}
+	if srv.WriteTimeout <= 10*time.Second {
+		t.Errorf("write timeout %s does not exceed the scrape bound of 10s", srv.WriteTimeout)
+	}
+	srv.ReadHeaderTimeout = 200 * time.Millisecond
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	defer srv.Close()
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write([]byte("GET /healthz HTTP/1.1\r\nHost: x\r\n")); err != nil { // never finished
+		t.Fatal(err)
+	}
+	conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	b, err := io.ReadAll(conn)
+	if err != nil {
+		t.Fatalf("the server did not close the connection of a client that never finished its headers: %v", err)
+	}
+	if strings.Contains(string(b), "404") {
+		t.Fatalf("an unfinished request was answered: %q", b)
 	}
 }
 
