@@ -245,8 +245,9 @@ func pingAll(servers []*sql.DB) func(context.Context) error {
 
 // membership asks the group coordinator whether the pipeline's client is
 // a member of the group (kgo's own view, GroupMetadata, says whether it
-// believes it joined; DescribeGroups confirms it), and how many partitions
-// of the topic the group assigned it.
+// believes it joined; DescribeGroups confirms it and that the group is
+// Stable, not in the middle of a rebalance), and how many partitions of
+// the topic the group assigned it.
 func membership(cl *kgo.Client, adm *kadm.Client, group, topic string) func(context.Context) (bool, int, error) {
 	return func(ctx context.Context) (bool, int, error) {
 		gs, err := adm.DescribeGroups(ctx, group)
@@ -261,7 +262,9 @@ func membership(cl *kgo.Client, adm *kadm.Client, group, topic string) func(cont
 			return false, 0, fmt.Errorf("describe group: %w", g.Err)
 		}
 		id, _ := cl.GroupMetadata()
-		if id == "" {
+		if id == "" || g.State != "Stable" {
+			// Not joined, or the group is rebalancing: nobody consumes
+			// until the assignment is settled.
 			return false, 0, nil
 		}
 		for _, mem := range g.Members {

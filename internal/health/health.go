@@ -61,7 +61,8 @@ type Checks struct {
 	MySQL func(ctx context.Context) error
 	// Membership asks the group coordinator whether this client is a
 	// member of the group, and how many partitions of the topic it was
-	// assigned. An error means Kafka could not be asked.
+	// assigned; a member of a group that is rebalancing is not one yet.
+	// An error means Kafka could not be asked.
 	Membership func(ctx context.Context) (member bool, assigned int, err error)
 }
 
@@ -230,7 +231,7 @@ func (m *Monitor) Ready() (bool, string) {
 	case m.kafkaErr != nil:
 		return false, "Kafka: " + errText(m.kafkaErr)
 	case !m.member:
-		return false, "not a member of the group (joining)"
+		return false, "not a member of the group (joining, or the group is rebalancing)"
 	}
 	parts := m.checks.Stats.AssignedParts.Load()
 	if m.assigned > 0 && parts == 0 {

@@ -73,7 +73,10 @@ func (s *Sampler) Sample(ctx context.Context, m *Metrics) {
 				m.SetLag(lag)
 			}
 		}
-		if counts, err := s.deadLetters(ctx, slices.Sorted(maps.Keys(owned))); err != nil {
+		// Non-nil even when empty: a standby counts nothing (nil would
+		// mean every partition).
+		parts := append([]int32{}, slices.Sorted(maps.Keys(owned))...)
+		if counts, err := s.deadLetters(ctx, parts); err != nil {
 			m.SampleFailed(SampleDeadLetters)
 			s.log().Debug("sampling dead letters failed", "err", err)
 		} else {
