@@ -469,3 +469,57 @@ func TestReinjectChecksIdentityAndAudits(t *testing.T) {
 		t.Fatalf("exit: %v", err)
 	}
 }
+
+// TestMetricsUsedByRulesExist scrapes /metrics of a running service that
+// has counted events and fails if any metric the alert rules or the
+// dashboard read (deploy/prometheus/metrics-used.txt, kept exact by
+// deploy/check) does not exist: a renamed metric cannot silently blind an
+// alert.
+func TestMetricsUsedByRulesExist(t *testing.T) {
+	b, err := os.ReadFile("../deploy/prometheus/metrics-used.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var used []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
+			used = append(used, l)
+		}
+	}
+	if len(used) < 10 {
+		t.Fatalf("metrics-used.txt lists %d metrics", len(used))
+	}
+	e := newOpsEnv(t, 2)
+	addr := opsFreeAddr(t)
+	svc := harness.Start(t, "billing", e.bin, e.env(map[string]string{"HTTP_ADDR": addr, "METRICS_SAMPLE_INTERVAL": "300ms"}))
+	stReady(t, svc, addr, "ready")
+	stProduce(t, e, stEvent("mu-1", "acct-1", 5), stEvent("mu-2", "acct-2", 6), stEvent("mu-1", "acct-1", 5), `not json`)
+	opsWait(t, time.Minute, "4 records committed", func() (bool, string) {
+		n := opsSum(opsPositions(t, e))
+		return n == 4, fmt.Sprint(n)
+	})
+	var missing []string
+	opsWait(t, 30*time.Second, "every metric the rules and the dashboard use", func() (bool, string) {
+		_, body := opsGet("http://" + addr + "/metrics")
+		have := map[string]bool{}
+		for _, line := range strings.Split(body, "\n") {
+			if line == "" || strings.HasPrefix(line, "#") {
+				continue
+			}
+			if i := strings.IndexAny(line, "{ "); i > 0 {
+				have[line[:i]] = true
+			}
+		}
+		missing = missing[:0]
+		for _, name := range used {
+			if !have[name] {
+				missing = append(missing, name)
+			}
+		}
+		return len(missing) == 0, fmt.Sprint("missing: ", missing)
+	})
+	svc.Signal(syscall.SIGTERM)
+	if err := svc.Wait(t, time.Minute); err != nil {
+		t.Fatalf("exit: %v", err)
+	}
+}
