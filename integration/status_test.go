@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/jmoiron/sqlx"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/billing/ledger/integration/harness"
@@ -40,26 +41,33 @@ func stMerge(ms ...map[string]string) map[string]string {
 	return out
 }
 
-// stStatus runs `billing status --json` and decodes the report.
+// stStatus runs `billing status --json` and decodes the report; it fails
+// the test unless the command exits 0.
 func stStatus(t *testing.T, e *opsEnv, extra map[string]string) *ledgerstatus.Report {
 	t.Helper()
-	out, code := e.cli(t, extra, "status", "--json")
-	if code != 0 {
+	r, code, out := stTryStatus(t, e, extra)
+	if code != 0 || r == nil {
 		t.Fatalf("billing status --json: exit %d\n%s", code, out)
 	}
-	// The JSON report is on stdout; the harness merges stderr (JSON log
-	// lines, if any) into the same output: take the first '{' at the
-	// start of a line through the matching end.
+	return r
+}
+
+// stTryStatus runs `billing status --json` and returns the report (nil
+// when none was printed), the exit status and the output.
+func stTryStatus(t *testing.T, e *opsEnv, extra map[string]string) (*ledgerstatus.Report, int, string) {
+	t.Helper()
+	out, code := e.cli(t, extra, "status", "--json")
+	// The JSON report is on stdout; the harness merges stderr into the
+	// same output: the report starts with a '{' alone on a line.
 	start := strings.Index(out, "{\n")
 	if start < 0 {
-		t.Fatalf("no JSON report in:\n%s", out)
+		return nil, code, out
 	}
-	dec := json.NewDecoder(strings.NewReader(out[start:]))
 	var r ledgerstatus.Report
-	if err := dec.Decode(&r); err != nil {
+	if err := json.NewDecoder(strings.NewReader(out[start:])).Decode(&r); err != nil {
 		t.Fatalf("decode the report: %v\n%s", err, out)
 	}
-	return &r
+	return &r, code, out
 }
 
 // stInstance returns the instance id a JSON-logging service printed in its
@@ -521,5 +529,128 @@ func TestMetricsUsedByRulesExist(t *testing.T) {
 	svc.Signal(syscall.SIGTERM)
 	if err := svc.Wait(t, time.Minute); err != nil {
 		t.Fatalf("exit: %v", err)
+	}
+}
+
+// TestBlueGreenRebuild: a second deployment with a new control database
+// and a new group replays the topic from the start while the first keeps
+// running and producers keep writing. `billing status` against the new
+// deployment shows its progress (positions behind the log end, lag > 0;
+// here its first checkpoint is held for a while by a failpoint so that the
+// progress is seen mid-way), `billing compare` reports a mismatch while it
+// is behind and EXACT once it has caught up, and both ledgers equal what
+// was produced.
+func TestBlueGreenRebuild(t *testing.T) {
+	const partitions = 3
+	e := newOpsEnv(t, partitions)
+	var produced []opsProduced
+	base := time.Date(2026, 11, 29, 8, 0, 0, 0, time.UTC)
+	batch := func(from, to int) []*kgo.Record {
+		var recs []*kgo.Record
+		for i := from; i < to; i++ {
+			ev := opsEvent{ID: fmt.Sprintf("bg-%d", i), Account: fmt.Sprintf("acct-%02d", i%30), Amount: int64(i%19*10 - 40),
+				Currency: []string{"EUR", "USD"}[i%2], At: base.Add(time.Duration(i) * time.Minute).Format(time.RFC3339)}
+			if i%10 == 9 { // an exact repeat of an earlier event
+				ev = produced[len(produced)-5].ev
+			}
+			b, _ := json.Marshal(ev)
+			recs = append(recs, &kgo.Record{Topic: e.topic, Key: []byte(ev.Account), Value: b})
+			produced = append(produced, opsProduced{ev: ev})
+		}
+		return recs
+	}
+	send := func(recs []*kgo.Record) {
+		t.Helper()
+		produce(t, e.brokers, e.topic, recs)
+	}
+	send(batch(0, 3000))
+	send([]*kgo.Record{{Topic: e.topic, Key: []byte("acct-00"), Value: []byte(`{"event_id":"bg-bad"`)}})
+	logEnd := func() int64 { return int64(len(produced)) + 1 }
+
+	blueAddr := opsFreeAddr(t)
+	blue := harness.Start(t, "billing-blue", e.bin, e.env(map[string]string{"HTTP_ADDR": blueAddr}))
+	opsWait(t, 2*time.Minute, "blue has counted the topic", func() (bool, string) {
+		if blue.Exited() {
+			t.Fatalf("blue exited:\n%s", blue.Output())
+		}
+		n := opsSum(opsPositions(t, e))
+		return n == logEnd(), fmt.Sprint(n)
+	})
+
+	// Green: a new control database, a new group; its first checkpoint is
+	// held for 20s after it committed.
+	greenDSN := harness.NewDatabase(t)
+	green := map[string]string{"MYSQL_DSN": greenDSN, "KAFKA_GROUP": "green-" + e.group}
+	greenSvc := harness.Start(t, "billing-green", e.bin, e.env(stMerge(green, map[string]string{
+		"BILLING_FAILPOINTS": "after-commit=sleep:20s@1", "CHECKPOINT_MAX_RECORDS": "300", "KAFKA_MAX_POLL_RECORDS": "100"})))
+
+	// Meanwhile the producers go on, and blue counts.
+	send(batch(3000, 4000))
+
+	var mid *ledgerstatus.Report
+	opsWait(t, time.Minute, "green's status shows a partial replay", func() (bool, string) {
+		if greenSvc.Exited() {
+			t.Fatalf("green exited:\n%s", greenSvc.Output())
+		}
+		r, code, out := stTryStatus(t, e, green)
+		if code != 0 || r == nil { // before green created its schema
+			return false, out
+		}
+		var stored int64
+		for _, p := range r.Partitions {
+			if p.Claimed && p.StoredOffset > 0 {
+				stored += p.StoredOffset
+			}
+		}
+		mid = r
+		return stored > 0 && r.TotalLag > 0, fmt.Sprintf("stored %d, lag %d", stored, r.TotalLag)
+	})
+	var ends, lags int64
+	for _, p := range mid.Partitions {
+		ends += p.LogEnd
+		lags += p.Lag
+		if p.Claimed && p.StoredOffset >= 0 && p.Lag != p.LogEnd-p.StoredOffset {
+			t.Errorf("partition %d: lag %d is not log end %d - stored %d", p.Partition, p.Lag, p.LogEnd, p.StoredOffset)
+		}
+	}
+	if lags != mid.TotalLag || mid.TotalLag >= ends {
+		t.Errorf("mid-replay status: total lag %d (sum %d) of %d records", mid.TotalLag, lags, ends)
+	}
+	out, code := e.cli(t, nil, "compare", "--other-dsn", greenDSN)
+	if code != 1 || !strings.Contains(out, "MISMATCH") || !strings.Contains(out, "lost") {
+		t.Errorf("compare while green is behind: exit %d, want 1 and MISMATCH\n%s", code, out)
+	}
+
+	// Caught up: both at the log end, the ledgers exactly equal, and equal
+	// to what was produced.
+	for _, d := range []struct {
+		name string
+		env  map[string]string
+	}{{"blue", nil}, {"green", green}} {
+		opsWait(t, 3*time.Minute, d.name+" reaches the log end", func() (bool, string) {
+			r := stStatus(t, e, d.env)
+			return r.TotalLag == 0 && r.LastCheckpoint != nil, fmt.Sprintf("lag %d", r.TotalLag)
+		})
+	}
+	opsWait(t, 30*time.Second, "billing compare says EXACT", func() (bool, string) {
+		out, code = e.cli(t, nil, "compare", "--other-dsn", greenDSN)
+		return code == 0 && strings.Contains(out, "EXACT: "), out
+	})
+	want, n := opsExpected(produced, nil)
+	opsCompare(t, "blue", opsLedger(t, e.db), want)
+	greenDB, err := sqlx.Open("mysql", greenDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer greenDB.Close()
+	opsCompare(t, "green", opsLedger(t, greenDB), want)
+	if !strings.Contains(out, fmt.Sprintf("1 dead letters, %d events", n)) {
+		t.Errorf("compare verdict %q does not count the %d events", out, n)
+	}
+	for _, p := range []*harness.Process{blue, greenSvc} {
+		p.Signal(syscall.SIGTERM)
+		if err := p.Wait(t, time.Minute); err != nil {
+			t.Fatalf("%s exit: %v", p.Name, err)
+		}
 	}
 }

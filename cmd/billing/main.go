@@ -8,6 +8,7 @@
 //	billing [run]          run the service (configured by environment variables)
 //	billing migrate        apply the schema migrations and exit
 //	billing status         where the ledger stands (read-only; --json)
+//	billing compare        compare this ledger with another, exactly
 //	billing deadletters …  list, show and reinject dead letters (see deadletters.go)
 //	billing healthcheck    probe /readyz of the local instance (container health check)
 //	billing version        version, commit and Go version (also --version)
@@ -72,6 +73,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return migrateCmd(args[1:], stdout, stderr)
 	case "status":
 		return statusCmd(args[1:], stdout, stderr)
+	case "compare":
+		return compareCmd(args[1:], stdout, stderr)
 	case "deadletters":
 		return deadLetters(args[1:], stdout, stderr)
 	case "healthcheck":
@@ -131,6 +134,8 @@ Usage:
   billing migrate        apply the schema migrations to every server and exit
   billing status         where the ledger stands: positions, lag, owners, the last
                          checkpoint, branches in doubt, dead letters waiting (--json)
+  billing compare        compare this ledger with another, exactly (--other-dsn DSN):
+                         tells when a rebuilt ledger has caught up
   billing deadletters    list | show ID | reinject ID  (billing deadletters --help)
   billing healthcheck    GET /readyz on HTTP_ADDR's port: exit 0 on 200, 1 otherwise
                          (--path /healthz for liveness); for container health checks

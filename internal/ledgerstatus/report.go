@@ -3,12 +3,14 @@ package ledgerstatus
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/billing/ledger/internal/txsink"
 )
@@ -118,7 +120,9 @@ func Collect(ctx context.Context, s Sources) (*Report, error) {
 	members := map[int32]string{}
 	if gs, err := s.Kafka.DescribeGroups(ctx, s.Group); err != nil {
 		problem("describe group %s: %v", s.Group, err)
-	} else if g, ok := gs[s.Group]; !ok || g.Err != nil {
+	} else if g, ok := gs[s.Group]; !ok || errors.Is(g.Err, kerr.GroupIDNotFound) {
+		r.GroupState = "absent" // no member has joined it yet
+	} else if g.Err != nil {
 		problem("describe group %s: %v", s.Group, g.Err)
 	} else {
 		r.GroupState = g.State
