@@ -177,8 +177,11 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		"servers", len(c.dsns), "participants", sink.Participants())
 
 	// The callback runs only once Run has started; m and mon exist before.
-	// The kprom hooks go to the pipeline's client only.
-	p, err := pipeline.New(cfg.Pipeline(append(slices.Clip(c.kopts), m.KafkaHooks()), log, func(info pipeline.CheckpointInfo) {
+	// The kprom hooks go to the pipeline's client only. The client id names
+	// the instance, so that the group's members (billing status, Kafka's
+	// tools) tell which member is which owner of partition_offsets.
+	kopts := append(slices.Clip(c.kopts), m.KafkaHooks(), kgo.ClientID("billing-"+sink.Instance()))
+	p, err := pipeline.New(cfg.Pipeline(kopts, log, func(info pipeline.CheckpointInfo) {
 		m.OnCheckpoint(info)
 		mon.OnCheckpoint(info)
 	}), sink)
