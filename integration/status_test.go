@@ -174,6 +174,14 @@ func TestStandbyReadyAndStatus(t *testing.T) {
 		return len(got) == 1, fmt.Sprint(got)
 	})
 
+	// The ledger's id (ledger_identity) tells its branches in doubt from
+	// those of other ledgers on the shared test server. A service that does
+	// not generate it yet gets one here; one that does keeps its own.
+	if _, err := e.db.Exec(`INSERT IGNORE INTO ledger_identity (singleton, ledger_id, secret, created_at) VALUES (1, ?, ?, NOW(6))`,
+		fmt.Sprintf("%016x", time.Now().UnixNano()), bytes.Repeat([]byte{7}, 32)); err != nil {
+		t.Fatal(err)
+	}
+
 	// Status, as an account that may only read.
 	admin, adminCfg := opsAdmin(t, e.dsn)
 	user, pass := opsCreateUser(t, admin, adminCfg.DBName, "SELECT")
@@ -241,6 +249,61 @@ func TestStandbyReadyAndStatus(t *testing.T) {
 	svcs[standby].Signal(syscall.SIGTERM)
 	if err := svcs[standby].Wait(t, time.Minute); err != nil {
 		t.Fatalf("standby exit: %v", err)
+	}
+
+	// Branches in doubt: a prepared branch whose qualifier carries this
+	// ledger's id is listed with its age and no decision; one of another
+	// ledger on the same server is only counted.
+	var ledgerID string
+	if err := e.db.Get(&ledgerID, `SELECT ledger_id FROM ledger_identity`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.db.Exec(`CREATE TABLE xa_probe (id INT PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	created := time.Now().Add(-time.Minute)
+	gtrid := func(n int) string { return fmt.Sprintf("blg1-0000feed%04x-%x-%x", n, n, created.UnixMilli()) }
+	prepare := func(n int, bqual string) {
+		t.Helper()
+		conn, err := e.db.Conn(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		xid := fmt.Sprintf("'%s','%s',%d", gtrid(n), bqual, 0x626C67)
+		for _, q := range []string{"XA START " + xid, fmt.Sprintf("INSERT INTO xa_probe VALUES (%d)", n), "XA END " + xid, "XA PREPARE " + xid} {
+			if _, err := conn.ExecContext(context.Background(), q); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+		}
+		// On MariaDB a prepared branch stays with the connection that
+		// prepared it: roll it back there (this cleanup runs before the
+		// one closing the connection).
+		t.Cleanup(func() {
+			if _, err := conn.ExecContext(context.Background(), "XA ROLLBACK "+xid); err != nil {
+				t.Errorf("XA ROLLBACK %s: %v", xid, err)
+			}
+		})
+	}
+	prepare(1, "p0-c1-l"+ledgerID+"-mx")
+	prepare(2, "p0-c1-l0123456789abcdef-mx")
+	r3 := stStatus(t, e, nil)
+	var mine []ledgerstatus.InDoubtEntry
+	for _, b := range r3.InDoubt {
+		if strings.HasPrefix(b.Gtrid, "blg1-0000feed") {
+			mine = append(mine, b)
+		}
+	}
+	if len(mine) != 1 || mine[0].Gtrid != gtrid(1) || mine[0].Ledger != "this" || mine[0].Decision != "" || mine[0].AgeSeconds < 50 {
+		t.Errorf("this ledger's branches in doubt = %+v; want %s, about a minute old, undecided", mine, gtrid(1))
+	}
+	if r3.OtherLedgersInDoubt < 1 {
+		t.Errorf("the other ledger's branch is not counted: %d", r3.OtherLedgersInDoubt)
+	}
+	for _, b := range r3.InDoubt {
+		if b.Gtrid == gtrid(2) {
+			t.Errorf("another ledger's branch listed as this one's: %+v", b)
+		}
 	}
 }
 

@@ -503,7 +503,7 @@ func reinject(ctx context.Context, cfg config.Config, log *slog.Logger, o reinje
 	if err != nil {
 		return err
 	}
-	var overridden []string // the checks --force overrode, for the log
+	overridden := []string{} // the checks --force overrode, for the log
 	refuseOrWarn := func(check, msg string) error {
 		if !o.force {
 			return fmt.Errorf("%w: %s (--force to reinject anyway)", errRefused, msg)

@@ -28,10 +28,10 @@ import (
 func statusCmd(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("billing status", "[--json] [--timeout D]",
 		`Prints where the ledger of KAFKA_TOPIC and KAFKA_GROUP stands, changing nothing:
-per partition the stored position (partition_offsets.next_offset; "start" = from
-the start of the log, "-" = never claimed), the log end (last stable offset), the
-lag, the owner (instance id) and its epoch, and the group member it is assigned
-to; the last committed checkpoint and its age; the XA branches in doubt; and the
+per partition the log start (the oldest record retention kept), the stored
+position (partition_offsets.next_offset; "start" = from the start of the log,
+"-" = never claimed), the log end (last stable offset), the lag, the owner
+(instance id) and its epoch, and the group member it is assigned to; the last committed checkpoint and its age; the XA branches in doubt; and the
 dead letters not re-injected, by reason. Needs only the Kafka and MySQL settings.
 `)
 	asJSON := fs.Bool("json", false, "print the report as JSON")
@@ -96,7 +96,7 @@ func printStatus(w io.Writer, r *ledgerstatus.Report) error {
 	fmt.Fprintf(w, "topic %s, group %s (%s, %d members), at %s\n\n", safeText(r.Topic, 256), safeText(r.Group, 256),
 		orDash(r.GroupState), len(r.Members), r.At.Format(time.RFC3339))
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "PARTITION\tSTORED\tLOG_END\tLAG\tOWNER\tEPOCH\tUPDATED\tMEMBER")
+	fmt.Fprintln(tw, "PARTITION\tLOG_START\tSTORED\tLOG_END\tLAG\tOWNER\tEPOCH\tUPDATED\tMEMBER")
 	for _, p := range r.Partitions {
 		stored, owner, epoch, updated := "-", "-", "-", "-"
 		if p.Claimed {
@@ -107,7 +107,7 @@ func printStatus(w io.Writer, r *ledgerstatus.Report) error {
 			owner, epoch = safeText(p.Owner, 64), strconv.FormatInt(p.Epoch, 10)
 			updated = ago(r.At.Sub(*p.UpdatedAt).Seconds()) + " ago"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", p.Partition, stored, p.LogEnd, p.Lag, owner, epoch, updated, orDash(safeText(p.Member, 128)))
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", p.Partition, p.LogStart, stored, p.LogEnd, p.Lag, owner, epoch, updated, orDash(safeText(p.Member, 128)))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -121,10 +121,14 @@ func printStatus(w io.Writer, r *ledgerstatus.Report) error {
 		fmt.Fprint(w, "last committed checkpoint: none recorded\n\n")
 	}
 
+	others := ""
+	if r.OtherLedgersInDoubt > 0 {
+		others = fmt.Sprintf(" (and %d of other ledgers sharing these servers, theirs to resolve)", r.OtherLedgersInDoubt)
+	}
 	if len(r.InDoubt) == 0 {
-		fmt.Fprint(w, "branches in doubt: none\n\n")
+		fmt.Fprintf(w, "branches in doubt: none%s\n\n", others)
 	} else {
-		fmt.Fprintf(w, "branches in doubt: %d\n", len(r.InDoubt))
+		fmt.Fprintf(w, "branches in doubt: %d%s\n", len(r.InDoubt), others)
 		tw = tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 		fmt.Fprintln(tw, "SERVER\tGTRID\tBQUAL\tAGE\tDECISION")
 		for _, b := range r.InDoubt {

@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/billing/ledger/internal/txsink"
@@ -98,7 +99,8 @@ func LagOf(topic string, pos map[int32]int64, ends, starts kadm.ListedOffsets) (
 
 // Branch is a prepared XA branch of this service (format id
 // txsink.FormatID) listed by XA RECOVER. XA RECOVER is server-wide: on a
-// server that several ledgers share, their branches are all listed.
+// server that several ledgers share, their branches are all listed; Ledger
+// tells them apart.
 type Branch struct {
 	Server     int       `json:"server"`
 	Gtrid      string    `json:"gtrid"`
@@ -106,12 +108,36 @@ type Branch struct {
 	Instance   string    `json:"instance,omitempty"` // from the gtrid
 	Checkpoint uint64    `json:"checkpoint,omitempty"`
 	Created    time.Time `json:"created"` // zero when the gtrid does not parse
+	// Ledger is "this" when the branch qualifier carries this ledger's id
+	// (ledger_identity), "other" when it does not, "" when the ledger's id
+	// is not known (a schema without it).
+	Ledger string `json:"ledger,omitempty"`
+}
+
+// Mine reports whether the branch may be this ledger's: it carries the
+// ledger's id, or the id is unknown.
+func (b Branch) Mine() bool { return b.Ledger != "other" }
+
+// LedgerID returns the id of the ledger whose control server db is
+// (ledger_identity.ledger_id), "" when the schema or the row does not have
+// one yet. Each branch qualifier carries it.
+func LedgerID(ctx context.Context, control *sql.DB) (string, error) {
+	var id string
+	err := control.QueryRowContext(ctx, `SELECT ledger_id FROM ledger_identity WHERE singleton = 1`).Scan(&id)
+	var me *mysql.MySQLError
+	switch {
+	case errors.Is(err, sql.ErrNoRows), errors.As(err, &me) && me.Number == 1146: // ER_NO_SUCH_TABLE
+		return "", nil
+	case err != nil:
+		return "", fmt.Errorf("read ledger_identity: %w", err)
+	}
+	return id, nil
 }
 
 // InDoubt lists the service's prepared branches on one server (server is
-// its index, 0 = MYSQL_DSN). Its data column is the gtrid followed by the
-// bqual.
-func InDoubt(ctx context.Context, db *sql.DB, server int) ([]Branch, error) {
+// its index, 0 = MYSQL_DSN), marking which are this ledger's when ledgerID
+// (LedgerID) is known. Its data column is the gtrid followed by the bqual.
+func InDoubt(ctx context.Context, db *sql.DB, server int, ledgerID string) ([]Branch, error) {
 	rows, err := db.QueryContext(ctx, "XA RECOVER")
 	if err != nil {
 		return nil, fmt.Errorf("XA RECOVER on server %d: %w", server, err)
@@ -130,6 +156,12 @@ func InDoubt(ctx context.Context, db *sql.DB, server int) ([]Branch, error) {
 		b := Branch{Server: server, Gtrid: string(data[:glen]), Bqual: string(data[glen : glen+blen])}
 		if id, ok := txsink.ParseGlobalID(b.Gtrid); ok {
 			b.Instance, b.Checkpoint, b.Created = id.Instance, id.Checkpoint, id.Created
+		}
+		if ledgerID != "" {
+			b.Ledger = "other"
+			if strings.Contains(b.Bqual, ledgerID) {
+				b.Ledger = "this"
+			}
 		}
 		out = append(out, b)
 	}

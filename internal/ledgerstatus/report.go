@@ -35,12 +35,16 @@ type Report struct {
 	TotalLag   int64       `json:"total_lag"`
 	// GroupState is the Kafka group's state (Stable, Empty, …) and Members
 	// its members.
-	GroupState     string         `json:"group_state"`
-	Members        []Member       `json:"members"`
-	LastCheckpoint *Checkpoint    `json:"last_checkpoint"`
-	InDoubt        []InDoubtEntry `json:"in_doubt"`
-	DeadLetters    []Waiting      `json:"dead_letters_waiting"`
-	Problems       []string       `json:"problems,omitempty"`
+	GroupState     string      `json:"group_state"`
+	Members        []Member    `json:"members"`
+	LastCheckpoint *Checkpoint `json:"last_checkpoint"`
+	// InDoubt are this ledger's branches in doubt (all of the service's
+	// when the ledger's id is unknown); OtherLedgersInDoubt counts those of
+	// other ledgers sharing the servers (theirs to resolve).
+	InDoubt             []InDoubtEntry `json:"in_doubt"`
+	OtherLedgersInDoubt int            `json:"other_ledgers_in_doubt"`
+	DeadLetters         []Waiting      `json:"dead_letters_waiting"`
+	Problems            []string       `json:"problems,omitempty"`
 }
 
 // Partition is one partition of the topic as the ledger and Kafka see it.
@@ -164,13 +168,21 @@ func Collect(ctx context.Context, s Sources) (*Report, error) {
 		r.LastCheckpoint = &Checkpoint{Decision: *d, AgeSeconds: max(r.At.Sub(d.DecidedAt).Seconds(), 0)}
 	}
 
+	ledgerID, err := LedgerID(ctx, control)
+	if err != nil {
+		problem("%v", err)
+	}
 	var waiting [][]Waiting
 	for i, db := range s.Servers {
-		branches, err := InDoubt(ctx, db, i)
+		branches, err := InDoubt(ctx, db, i, ledgerID)
 		if err != nil {
 			problem("%v", err)
 		}
 		for _, b := range branches {
+			if !b.Mine() {
+				r.OtherLedgersInDoubt++
+				continue
+			}
 			e := InDoubtEntry{Branch: b}
 			if !b.Created.IsZero() {
 				e.AgeSeconds = max(r.At.Sub(b.Created).Seconds(), 0)

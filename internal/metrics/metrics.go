@@ -181,7 +181,7 @@ func New(o Options) *Metrics {
 		m.dlWaiting.WithLabelValues(o.Topic, string(r))
 	}
 	m.inDoubt = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "xa_branches_in_doubt",
-		Help: "Prepared XA branches of this service on each MySQL server (XA RECOVER, sampled; server-wide, so other ledgers sharing the server count too)."}, []string{"server"})
+		Help: "Prepared XA branches of this ledger on each MySQL server (XA RECOVER, sampled; branches of other ledgers sharing a server are left out once this ledger has its id)."}, []string{"server"})
 	m.inDoubtAge = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "xa_oldest_in_doubt_age_seconds",
 		Help: "Age of the oldest prepared XA branch of this service on each MySQL server; 0 when none (sampled)."}, []string{"server"})
 	m.dedupRows = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "dedup_keys_estimate",

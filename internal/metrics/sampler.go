@@ -87,19 +87,29 @@ func (s *Sampler) Sample(ctx context.Context, m *Metrics) {
 	if s.Now != nil {
 		now = s.Now
 	}
+	ledgerID, err := ledgerstatus.LedgerID(ctx, s.Servers[0])
+	if err != nil {
+		m.SampleFailed(SampleInDoubt)
+		s.log().Debug("reading the ledger's id failed", "err", err)
+	}
 	for i, db := range s.Servers {
-		branches, err := ledgerstatus.InDoubt(ctx, db, i)
+		branches, err := ledgerstatus.InDoubt(ctx, db, i, ledgerID)
 		if err != nil {
 			m.SampleFailed(SampleInDoubt)
 			s.log().Debug("sampling branches in doubt failed", "server", i, "err", err)
 		} else {
 			var oldest time.Duration
+			n := 0
 			for _, b := range branches {
+				if !b.Mine() {
+					continue // another ledger's, on a shared server
+				}
+				n++
 				if !b.Created.IsZero() {
 					oldest = max(oldest, now().Sub(b.Created))
 				}
 			}
-			m.SetInDoubt(i, len(branches), oldest)
+			m.SetInDoubt(i, n, oldest)
 		}
 		n, err := DedupRows(ctx, db)
 		if err != nil {
