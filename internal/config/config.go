@@ -73,7 +73,7 @@ type Config struct {
 	ReadyMaxAge     time.Duration `envconfig:"READY_MAX_CHECKPOINT_AGE" default:"60s" desc:"/readyz fails when the last checkpoint is older than this while records wait to be checkpointed"`
 	LiveMaxAge      time.Duration `envconfig:"LIVENESS_MAX_CHECKPOINT_AGE" default:"5m" desc:"/healthz fails (the pipeline is wedged; the orchestrator restarts the instance) when records have waited this long with no checkpoint committed; must exceed READY_MAX_CHECKPOINT_AGE and CHECKPOINT_TIMEOUT"`
 	HealthCheck     time.Duration `envconfig:"HEALTH_CHECK_INTERVAL" default:"5s" desc:"how often /readyz's view of MySQL, Kafka and group membership is refreshed (each round bounded by it)"`
-	MetricsSample   time.Duration `envconfig:"METRICS_SAMPLE_INTERVAL" default:"15s" desc:"how often consumer lag and the dedup_keys row estimates are sampled for /metrics"`
+	MetricsSample   time.Duration `envconfig:"METRICS_SAMPLE_INTERVAL" default:"15s" desc:"how often consumer lag, dead letters waiting, branches in doubt and the dedup_keys row estimates are sampled for /metrics"`
 	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"30s" desc:"bound on a graceful shutdown (SIGTERM); a second signal exits at once"`
 	LogFormat       string        `envconfig:"LOG_FORMAT" default:"auto" desc:"json, text, or auto (text on a terminal, json otherwise)"`
 	LogLevel        string        `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
