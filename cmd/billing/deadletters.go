@@ -509,7 +509,9 @@ func reinject(ctx context.Context, cfg config.Config, log *slog.Logger, o reinje
 			return fmt.Errorf("%w: %s (--force to reinject anyway)", errRefused, msg)
 		}
 		fmt.Fprintf(stderr, "WARNING: %s\n", msg)
-		overridden = append(overridden, check)
+		if !slices.Contains(overridden, check) {
+			overridden = append(overridden, check)
+		}
 		return nil
 	}
 

@@ -206,12 +206,12 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	// stop them before those close.
 	bgctx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
 	var bg sync.WaitGroup
-	bg.Add(1)
-	go func() {
-		defer bg.Done()
-		mon.Run(bgctx)
-	}()
-	if cfg.HTTPAddr != "" {
+	if cfg.HTTPAddr != "" { // nobody asks otherwise
+		bg.Add(1)
+		go func() {
+			defer bg.Done()
+			mon.Run(bgctx)
+		}()
 		sampler := &metrics.Sampler{
 			Kafka: adm, Servers: servers, Topic: cfg.KafkaTopic, Group: cfg.KafkaGroup, Owner: sink.Instance(),
 			Interval: cfg.MetricsSample, Timeout: min(cfg.MetricsSample, 10*time.Second), Logger: log,
