@@ -23,6 +23,7 @@ import (
 	"github.com/billing/ledger/internal/naive"
 	"github.com/billing/ledger/internal/pipeline"
 	"github.com/billing/ledger/internal/txsink"
+	"github.com/billing/ledger/internal/txsink/mysqldriver"
 )
 
 // Every variant of the measurement runs in a child process of the bench
@@ -299,7 +300,7 @@ func topicReader(spec childSpec) (*kgo.Client, error) {
 
 // readAll consumes the whole topic and decodes it, in poll order (the
 // order the service sees it in).
-func readAll(spec childSpec, maxPayload int) ([]pipeline.BenchRecord, int64, error) {
+func readAll(spec childSpec, maxPayload int) ([]pipeline.Record, int64, error) {
 	cl, err := topicReader(spec)
 	if err != nil {
 		return nil, 0, err
@@ -308,7 +309,7 @@ func readAll(spec childSpec, maxPayload int) ([]pipeline.BenchRecord, int64, err
 	ctx, cancel := context.WithTimeout(context.Background(), spec.Timeout)
 	defer cancel()
 	dec := event.NewDecoder(maxPayload)
-	recs := make([]pipeline.BenchRecord, 0, spec.Records)
+	recs := make([]pipeline.Record, 0, spec.Records)
 	var invalid int64
 	next := map[int32]int64{}
 	for {
@@ -330,13 +331,25 @@ func readAll(spec childSpec, maxPayload int) ([]pipeline.BenchRecord, int64, err
 				invalid++
 				return
 			}
-			recs = append(recs, pipeline.BenchRecord{Event: ev, Partition: r.Partition, Offset: r.Offset, Timestamp: r.Timestamp})
+			recs = append(recs, pipeline.Record{Event: ev, Partition: r.Partition, Offset: r.Offset, Timestamp: r.Timestamp})
 		})
 	}
 }
 
-func openSink(ctx context.Context, spec childSpec, cfg config.Config) (*txsink.Sink, error) {
-	return txsink.Open(ctx, cfg.Sink([]string{spec.DSN}, childLogger()))
+// ledger is the sink and the servers of the benchmark's ledger.
+type ledger struct {
+	sink *txsink.Sink
+	db   *mysqldriver.Driver
+}
+
+func (l ledger) Close() {
+	l.sink.Close()
+	l.db.Close()
+}
+
+func openSink(ctx context.Context, spec childSpec, cfg config.Config) (ledger, error) {
+	sink, db, err := mysqldriver.OpenSink(ctx, []string{spec.DSN}, cfg.MySQL(), cfg.Sink(childLogger()))
+	return ledger{sink, db}, err
 }
 
 func pipelineConfig(cfg config.Config, onCheckpoint func(pipeline.CheckpointInfo)) pipeline.Config {
@@ -353,11 +366,12 @@ func sinkOnly(spec childSpec, cfg config.Config) (childResult, error) {
 	}
 	res.Invalid = invalid
 	ctx := context.Background()
-	sink, err := openSink(ctx, spec, cfg)
+	l, err := openSink(ctx, spec, cfg)
 	if err != nil {
 		return res, err
 	}
-	defer sink.Close()
+	defer l.Close()
+	sink := l.sink
 	var parts []int32
 	for p := range spec.Ends {
 		parts = append(parts, p)
@@ -367,14 +381,14 @@ func sinkOnly(spec childSpec, cfg config.Config) (childResult, error) {
 		return res, err
 	}
 	col := newCollector()
-	bc, err := pipeline.NewBenchCheckpointer(pipelineConfig(cfg, func(info pipeline.CheckpointInfo) {
+	bc, err := pipeline.NewCheckpointer(pipelineConfig(cfg, func(info pipeline.CheckpointInfo) {
 		logCheckpoint(info)
 		if info.Err != nil && !info.Decided {
 			col.fail()
 			return
 		}
 		col.add(unit{end: time.Now(), dur: info.Duration, records: info.Records, phases: info.Phases}, time.Time{}, nil)
-	}), sink)
+	}), sink, pipeline.Pools(l.db))
 	if err != nil {
 		return res, err
 	}
@@ -479,7 +493,7 @@ func start(spec childSpec, cfg config.Config, topic, group string, col *collecto
 		in.close = func() { j.Close(); db.Close() }
 		in.ready = func() bool { return true } // assigned at New
 	case modeService:
-		sink, err := openSink(ctx, spec, cfg)
+		l, err := openSink(ctx, spec, cfg)
 		if err != nil {
 			cancel()
 			return nil, err
@@ -492,14 +506,14 @@ func start(spec childSpec, cfg config.Config, topic, group string, col *collecto
 			}
 			now := time.Now()
 			col.add(unit{end: now, dur: info.Duration, records: info.Records, phases: info.Phases}, now, info.RecordTimes)
-		}), sink)
+		}), l.sink, pipeline.Pools(l.db))
 		if err != nil {
 			cancel()
-			sink.Close()
+			l.Close()
 			return nil, err
 		}
 		run = func() error { return p.Run(ctx) }
-		in.close = sink.Close
+		in.close = l.Close
 		parts := int64(len(spec.Ends))
 		in.ready = func() bool { return p.Stats().AssignedParts.Load() == parts }
 	}

@@ -25,7 +25,7 @@ import (
 	"github.com/billing/ledger/internal/metrics"
 	"github.com/billing/ledger/internal/mysqlconn"
 	"github.com/billing/ledger/internal/pipeline"
-	"github.com/billing/ledger/internal/txsink"
+	"github.com/billing/ledger/internal/txsink/mysqldriver"
 	"github.com/billing/ledger/migrations"
 )
 
@@ -73,7 +73,7 @@ func migrate(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 // pending, so that a service account without DDL grants runs against a
 // schema migrated beforehand by `billing migrate`.
 func migrateServer(ctx context.Context, cfg config.Config, dsn string, log *slog.Logger, always bool) error {
-	db, err := txsink.OpenDB(dsn, cfg.MySQLLockWaitTimeout, 2)
+	db, err := mysqldriver.OpenDB(dsn, cfg.MySQLLockWaitTimeout, 2)
 	if err != nil {
 		return err
 	}
@@ -162,15 +162,16 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		}
 	}
 	mon.SetPhase("connecting to MySQL")
-	sinkCfg := cfg.Sink(c.dsns, log)
+	sinkCfg := cfg.Sink(log)
 	sinkCfg.Failpoints = fps
-	sink, err := txsink.Open(ctx, sinkCfg)
+	sink, dbs, err := mysqldriver.OpenSink(ctx, c.dsns, cfg.MySQL(), sinkCfg)
 	if err != nil {
 		return err
 	}
+	defer dbs.Close()
 	defer sink.Close()
 	mon.SetPhase("checking grants")
-	if err := preflight(ctx, sink.Servers()); err != nil {
+	if err := preflight(ctx, dbs); err != nil {
 		return err
 	}
 	log.Info("starting", "instance", sink.Instance(), "topic", cfg.KafkaTopic, "group", cfg.KafkaGroup,
@@ -181,17 +182,19 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	// the instance, so that the group's members (billing status, Kafka's
 	// tools) tell which member is which owner of partition_offsets.
 	kopts := append(slices.Clip(c.kopts), m.KafkaHooks(), kgo.ClientID("billing-"+sink.Instance()))
-	p, err := pipeline.New(cfg.Pipeline(kopts, log, func(info pipeline.CheckpointInfo) {
+	pcfg := cfg.Pipeline(kopts, log, func(info pipeline.CheckpointInfo) {
 		m.OnCheckpoint(info)
 		mon.OnCheckpoint(info)
-	}), sink)
+	})
+	pcfg.Failpoints = fps
+	p, err := pipeline.New(pcfg, sink, pipeline.Pools(dbs))
 	if err != nil {
 		return err
 	}
-	servers := make([]*sql.DB, 0, len(sink.Servers()))
-	for i, db := range sink.Servers() {
-		servers = append(servers, db.DB)
-		m.AddDB(strconv.Itoa(i), db.DB)
+	servers := make([]*sql.DB, dbs.Len())
+	for i := range servers {
+		servers[i] = dbs.Server(i).DB().DB
+		m.AddDB(strconv.Itoa(i), servers[i])
 	}
 	m.Attach(p.Stats(), p.DedupCacheKeys, mon.Stall)
 	adm := kadm.NewClient(p.Client())

@@ -15,6 +15,7 @@ import (
 
 	"github.com/billing/ledger/integration/harness"
 	"github.com/billing/ledger/internal/txsink"
+	"github.com/billing/ledger/internal/txsink/mysqldriver"
 	"github.com/billing/ledger/migrations"
 )
 
@@ -30,7 +31,7 @@ func TestLargeRecordsBecomeDeadLetters(t *testing.T) {
 	// The client refuses packets over 1 MiB, as a server configured so
 	// would: the statement budget is derived from the smaller limit.
 	e.dsn = harness.NewDatabase(t) + "&maxAllowedPacket=1048576"
-	db, err := txsink.OpenDB(e.dsn, 5*time.Second, 4)
+	db, err := mysqldriver.OpenDB(e.dsn, 5*time.Second, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +87,7 @@ func TestLargeRecordsBecomeDeadLetters(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	in := start(t, e, func(c *Config, _ *txsink.Config) {
+	in := start(t, e, func(c *Config, _ *sinkConfig) {
 		c.MaxPayloadBytes = 64 << 10
 		c.DeadLetterPayloadBytes = prefix
 		c.CheckpointMaxBytes = 4 << 20
@@ -156,7 +157,7 @@ func TestCheckpointMaxBytesSealsEarly(t *testing.T) {
 		mu         sync.Mutex
 		n, biggest int
 	)
-	start(t, e, func(c *Config, _ *txsink.Config) {
+	start(t, e, func(c *Config, _ *sinkConfig) {
 		c.CheckpointInterval = time.Hour // only the byte budget can seal
 		c.CheckpointMaxRecords = 1 << 20
 		c.CheckpointMaxBytes = 1 << 20
@@ -190,7 +191,7 @@ func TestLatin1LedgerStoresAnyText(t *testing.T) {
 	brokers := harness.Kafka(t)
 	e := &env{brokers: brokers, topic: harness.NewTopic(t, brokers, 2)}
 	e.dsn = harness.NewDatabaseOn(t, harness.MySQL(t), harness.RandomName("t_"), "CHARACTER SET latin1 COLLATE latin1_swedish_ci")
-	db, err := txsink.OpenDB(e.dsn, 5*time.Second, 4)
+	db, err := mysqldriver.OpenDB(e.dsn, 5*time.Second, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +207,7 @@ func TestLatin1LedgerStoresAnyText(t *testing.T) {
 		ev{"e-€", "acct-€", 1, "€UR", t0}.record(""),      // invalid currency: its detail quotes "€UR"
 	)
 	group := "g-ü-🎉-" + e.topic
-	start(t, e, func(c *Config, s *txsink.Config) { c.Group, s.Group = group, group })
+	start(t, e, func(c *Config, s *sinkConfig) { c.Group, s.Group = group, group })
 	waitCounted(t, e.db, 2, 2)
 	got := balances(t, e.db)
 	if b := got["acct-ü-🎉/EUR"]; b.Amount != 15 || b.Count != 2 {
@@ -243,22 +244,15 @@ func TestGroupChangeIsRefusedUnlessAllowed(t *testing.T) {
 	waitCounted(t, e.db, 20, 2)
 	first.stop(t)
 
-	renamed := func(c *Config, s *txsink.Config) { c.Group, s.Group = "renamed-"+e.topic, "renamed-"+e.topic }
+	renamed := func(c *Config, s *sinkConfig) { c.Group, s.Group = "renamed-"+e.topic, "renamed-"+e.topic }
 	// Refused: Run returns at once, naming the setting.
-	scfg := txsink.Config{DSNs: []string{e.dsn}, Branches: 2, Group: "g-" + e.topic, Topic: e.topic,
-		StepTimeout: 10 * time.Second, Logger: quiet()}
-	cfg := Config{Topic: e.topic, Group: "g-" + e.topic, CheckpointInterval: time.Second, CheckpointTimeout: 10 * time.Second,
-		CheckpointMaxRecords: 100, CheckpointMaxBytes: 1 << 20, MaxPollRecords: 100, DedupTTL: time.Hour, DedupCleanupInterval: time.Second,
-		DedupCleanupBatch: 100, BillingWindow: time.Hour, MaxPayloadBytes: 4096, RecoveryInterval: time.Second,
-		DecisionRetention: time.Hour, ShutdownTimeout: 10 * time.Second, Logger: quiet(),
-		KafkaOpts: []kgo.Opt{kgo.SeedBrokers(e.brokers...)}}
+	scfg := sinkConfig{DSNs: []string{e.dsn}, Config: txsink.Config{Branches: 2, Topic: e.topic, StepTimeout: 10 * time.Second, Logger: quiet()}}
+	cfg := testConfig(e)
 	renamed(&cfg, &scfg)
-	sink, err := txsink.Open(context.Background(), scfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sink, d := openSink(t, scfg)
+	defer d.Close()
 	defer sink.Close()
-	p, err := New(cfg, sink)
+	p, err := New(cfg, sink, Pools(d))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +266,7 @@ func TestGroupChangeIsRefusedUnlessAllowed(t *testing.T) {
 
 	// Allowed: the replay reaches the end of the topic; nothing counts
 	// twice within the TTL and the stored dead letters stay as they were.
-	in := start(t, e, func(c *Config, s *txsink.Config) {
+	in := start(t, e, func(c *Config, s *sinkConfig) {
 		renamed(c, s)
 		c.AllowGroupChange = true
 	})

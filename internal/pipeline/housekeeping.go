@@ -36,9 +36,9 @@ func (p *Pipeline) housekeeping(ctx context.Context) {
 			}
 			cancel()
 		case <-cleanT.C:
-			for i, db := range p.sink.Servers() {
+			for i, pool := range p.pools {
 				cctx, cancel := context.WithTimeout(ctx, p.cfg.DedupCleanupInterval)
-				n, err := dedup.Cleanup(cctx, db, time.Now(), p.cfg.DedupCleanupBatch, 100*p.cfg.DedupCleanupBatch, p.sink.ServerStatementBytes(i))
+				n, err := dedup.Cleanup(cctx, pool.DB(), time.Now(), p.cfg.DedupCleanupBatch, 100*p.cfg.DedupCleanupBatch, pool.MaxStatementBytes())
 				cancel()
 				if err != nil {
 					p.log.Warn("dedup cleanup failed", "server", i, "err", err)
