@@ -82,20 +82,14 @@ type Config struct {
 	// OnCheckpoint, if set, is called after every checkpoint attempt, from
 	// the goroutine that ran it. It must not block.
 	OnCheckpoint func(CheckpointInfo)
-	// Failpoints are armed by tests (FailAssignBeforeClaim,
-	// FailBeforeReclaim); nil arms none.
+	// Failpoints are armed by tests (FailAssignBeforeClaim); nil arms
+	// none.
 	Failpoints *failpoint.Set
 }
 
-// Failpoint names of the source, for tests.
-const (
-	// FailAssignBeforeClaim: newly assigned partitions are recovered, not
-	// yet claimed.
-	FailAssignBeforeClaim = "assign-before-claim"
-	// FailBeforeReclaim: a partition taken over while still assigned is
-	// about to be claimed again.
-	FailBeforeReclaim = "before-reclaim"
-)
+// FailAssignBeforeClaim names the failpoint between the recovery and the
+// claim of newly assigned partitions, for tests.
+const FailAssignBeforeClaim = "assign-before-claim"
 
 func (c *Config) validate() error {
 	var errs []error

@@ -31,9 +31,21 @@ type env struct {
 
 func newEnv(t *testing.T, partitions int) *env {
 	t.Helper()
+	return newEnvWith(t, partitions, envOptions{})
+}
+
+// envOptions vary a test's topic and database.
+type envOptions struct {
+	topicConfigs map[string]string // topic-level settings (max.message.bytes)
+	dsnParams    string            // appended to the database's DSN ("&maxAllowedPacket=…")
+	create       []string          // CREATE DATABASE options ("CHARACTER SET latin1")
+}
+
+func newEnvWith(t *testing.T, partitions int, o envOptions) *env {
+	t.Helper()
 	e := &env{brokers: harness.Kafka(t)}
-	e.topic = harness.NewTopic(t, e.brokers, partitions)
-	e.dsn = harness.NewDatabase(t)
+	e.topic = harness.NewTopicWithConfigs(t, e.brokers, partitions, o.topicConfigs)
+	e.dsn = harness.NewDatabaseOn(t, harness.MySQL(t), harness.RandomName("t_"), o.create...) + o.dsnParams
 	db, err := mysqldriver.OpenDB(e.dsn, 5*time.Second, 4)
 	if err != nil {
 		t.Fatal(err)

@@ -274,9 +274,6 @@ func (p *Pipeline) reclaimLocked(ctx context.Context, taken []int32) map[int32]t
 	if len(due) == 0 {
 		return nil
 	}
-	if err := p.cfg.Failpoints.Inject(FailBeforeReclaim); err != nil {
-		return nil
-	}
 	pos, err := p.sink.Claim(ctx, due)
 	if err != nil {
 		p.rewindFailedLocked("cannot claim again partitions taken over while still assigned here; retrying", "partitions", due, "err", err)
