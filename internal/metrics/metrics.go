@@ -17,6 +17,7 @@ import (
 	"github.com/billing/ledger/internal/buildinfo"
 	"github.com/billing/ledger/internal/event"
 	"github.com/billing/ledger/internal/pipeline"
+	"github.com/billing/ledger/internal/txsink/mysqldriver"
 )
 
 const namespace = "billing"
@@ -170,7 +171,7 @@ func New(o Options) *Metrics {
 		m.phaseDuration.WithLabelValues(p)
 	}
 	m.ckptFailures.WithLabelValues("other")
-	for _, k := range ErrorKinds() {
+	for _, k := range mysqldriver.ErrorKinds() {
 		m.mysqlErrors.WithLabelValues(k)
 	}
 	m.lag = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "consumer_lag_records",
@@ -267,7 +268,7 @@ func (m *Metrics) lastCheckpoint() time.Time {
 func (m *Metrics) OnCheckpoint(info pipeline.CheckpointInfo) {
 	if info.Err != nil && !info.Retrying {
 		m.ckptFailures.WithLabelValues(known(info.FailedPhase, phases)).Inc()
-		if kind, ok := ErrorKind(info.Err); ok {
+		if kind, ok := mysqldriver.ErrorKind(info.Err); ok {
 			m.mysqlErrors.WithLabelValues(kind).Inc()
 		}
 	}

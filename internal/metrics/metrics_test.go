@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -22,6 +21,7 @@ import (
 	"github.com/billing/ledger/internal/event"
 	"github.com/billing/ledger/internal/pipeline"
 	"github.com/billing/ledger/internal/txsink"
+	"github.com/billing/ledger/internal/txsink/mysqldriver"
 )
 
 func newTest(t *testing.T) (*Metrics, *pipeline.Stats, *time.Time) {
@@ -58,8 +58,8 @@ func TestRegistryLintAndPreregistration(t *testing.T) {
 	if n := len(series(t, m, "billing_dead_letters_total")); n != len(event.AllReasons())+1 {
 		t.Errorf("dead letter series = %d, want every reason + other = %d", n, len(event.AllReasons())+1)
 	}
-	if n := len(series(t, m, "billing_mysql_errors_total")); n != len(ErrorKinds()) {
-		t.Errorf("mysql error series = %d, want %d", n, len(ErrorKinds()))
+	if n := len(series(t, m, "billing_mysql_errors_total")); n != len(mysqldriver.ErrorKinds()) {
+		t.Errorf("mysql error series = %d, want %d", n, len(mysqldriver.ErrorKinds()))
 	}
 	if n := len(series(t, m, "billing_checkpoint_failures_total")); n != len(phases)+1 {
 		t.Errorf("failure series = %d, want %d", n, len(phases)+1)
@@ -192,7 +192,7 @@ func TestOnCheckpoint(t *testing.T) {
 		{"other reason", value(t, m, "billing_dead_letters_total", map[string]string{"reason": "other"}), 2},
 		{"write failures", value(t, m, "billing_checkpoint_failures_total", map[string]string{"phase": "write"}), 1},
 		{"commit failures", value(t, m, "billing_checkpoint_failures_total", map[string]string{"phase": "commit"}), 1},
-		{"lock wait timeouts", value(t, m, "billing_mysql_errors_total", map[string]string{"kind": KindLockWaitTimeout}), 1},
+		{"lock wait timeouts", value(t, m, "billing_mysql_errors_total", map[string]string{"kind": mysqldriver.KindLockWaitTimeout}), 1},
 	}
 	for _, c := range checks {
 		if c.got != c.want {
@@ -237,39 +237,6 @@ func scrape(t *testing.T, m *Metrics) string {
 	return string(b)
 }
 
-func TestErrorKind(t *testing.T) {
-	my := func(n uint16) error { return &mysql.MySQLError{Number: n, Message: "x"} }
-	tests := []struct {
-		name string
-		err  error
-		kind string
-		ok   bool
-	}{
-		{"nil", nil, "", false},
-		{"lock wait", my(1205), KindLockWaitTimeout, true},
-		{"deadlock wrapped", fmt.Errorf("write: %w", my(1213)), KindDeadlock, true},
-		{"duplicate", my(1062), KindDuplicateKey, true},
-		{"out of range", my(1690), KindOutOfRange, true},
-		{"xa nota", my(1397), KindXA, true},
-		{"xa rmfail in a join", errors.Join(errors.New("a"), my(1399)), KindXA, true},
-		{"xa dupid", my(1440), KindXA, true},
-		{"server gone", my(2006), KindConnection, true},
-		{"access denied", my(1142), KindOther, true},
-		{"bad conn", fmt.Errorf("x: %w", mysql.ErrInvalidConn), KindConnection, true},
-		{"net error", &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}, KindConnection, true},
-		{"deadline is not MySQL", fmt.Errorf("checkpoint timeout: %w", contextDeadline()), "", false},
-		{"fenced is not MySQL", txsink.ErrFenced, "", false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			kind, ok := ErrorKind(tt.err)
-			if kind != tt.kind || ok != tt.ok {
-				t.Fatalf("ErrorKind = %q, %v; want %q, %v", kind, ok, tt.kind, tt.ok)
-			}
-		})
-	}
-}
-
 func TestSetLagDropsStalePartitions(t *testing.T) {
 	m, _, _ := newTest(t)
 	m.SetLag(map[int32]int64{0: 5, 1: 7})
@@ -284,17 +251,6 @@ func TestSetLagDropsStalePartitions(t *testing.T) {
 	if v := value(t, m, "billing_dedup_keys_estimate", map[string]string{"server": "1"}); v != 1234 {
 		t.Fatalf("dedup rows = %v", v)
 	}
-}
-
-func contextDeadline() error {
-	ctx, cancel := contextWithDeadlinePassed()
-	defer cancel()
-	<-ctx.Done()
-	return ctx.Err()
-}
-
-func contextWithDeadlinePassed() (context.Context, context.CancelFunc) {
-	return context.WithDeadline(context.Background(), time.Unix(0, 0))
 }
 
 // TestDeadLettersWaiting: every known reason has a series from the start;
