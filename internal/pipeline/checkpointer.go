@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/billing/ledger/internal/deadletters"
+
 	"github.com/jmoiron/sqlx"
 
 	"github.com/billing/ledger/internal/dedup"
@@ -311,7 +313,7 @@ func (c *Checkpointer) attempt(ctx context.Context, s *snapshot, careful, trial 
 		}
 	}
 	for _, d := range o.dead {
-		info.DeadLetters[d.reason]++
+		info.DeadLetters[d.Reason]++
 	}
 	expires := now.Add(c.cfg.DedupTTL)
 	err = tx.Each(ctx, writers, func(ctx context.Context, b *txsink.Branch) error {
@@ -337,7 +339,7 @@ func (c *Checkpointer) attempt(ctx context.Context, s *snapshot, careful, trial 
 		if err := writeEntries(ctx, b, c.cfg.Topic, info.Gtrid, c.cfg.Window, w.entries, now); err != nil {
 			return err
 		}
-		if err := writeDeadLetters(ctx, b, c.cfg.Topic, info.Gtrid, w.dead, now); err != nil {
+		if err := deadletters.Write(ctx, b, c.cfg.Topic, info.Gtrid, w.dead, now); err != nil {
 			return err
 		}
 		if w.seal {
@@ -541,7 +543,7 @@ func offsetRanges(s *snapshot) string {
 		see(s.records[i].partition, s.records[i].offset)
 	}
 	for i := range s.dead {
-		see(s.dead[i].partition, s.dead[i].offset)
+		see(s.dead[i].Partition, s.dead[i].Offset)
 	}
 	parts := slices.Sorted(func(yield func(int32) bool) {
 		for p := range lo {

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -37,29 +38,52 @@ func (p *Pipeline) housekeeping(ctx context.Context) {
 			}
 			cancel()
 		case <-cleanT.C:
-			for i, pool := range p.pools {
+			cctx, cancel := context.WithTimeout(ctx, p.cfg.DedupCleanupInterval)
+			CleanExpired(cctx, p.pools, p.cfg.DedupCleanupBatch, p.log)
+			cancel()
+			if p.cfg.LedgerEntriesRetention > 0 {
 				cctx, cancel := context.WithTimeout(ctx, p.cfg.DedupCleanupInterval)
-				n, err := dedup.Cleanup(cctx, pool.DB(), time.Now(), p.cfg.DedupCleanupBatch, 100*p.cfg.DedupCleanupBatch, pool.MaxStatementBytes())
+				DeleteOldEntries(cctx, p.pools, time.Now().Add(-p.cfg.LedgerEntriesRetention), p.cfg.DedupCleanupBatch, p.log)
 				cancel()
-				if err != nil {
-					p.log.Warn("dedup cleanup failed", "server", i, "err", err)
-				} else if n > 0 {
-					p.log.Debug("expired dedup keys deleted", "server", i, "keys", n)
-				}
-				if p.cfg.LedgerEntriesRetention <= 0 {
-					continue
-				}
-				cctx, cancel = context.WithTimeout(ctx, p.cfg.DedupCleanupInterval)
-				n, err = deleteOldEntries(cctx, pool.DB(), time.Now().Add(-p.cfg.LedgerEntriesRetention), p.cfg.DedupCleanupBatch, 100*p.cfg.DedupCleanupBatch)
-				cancel()
-				if err != nil {
-					p.log.Warn("ledger entries retention failed", "server", i, "err", err)
-				} else if n > 0 {
-					p.log.Debug("old ledger entries deleted", "server", i, "entries", n)
-				}
 			}
 		}
 	}
+}
+
+// CleanExpired is one pass of the janitor: on every server, it deletes the
+// expired dedup keys of due journal rows, batch keys per statement and at
+// most 100 batches, and returns how many it deleted. Failures are logged;
+// the next pass retries.
+func CleanExpired(ctx context.Context, pools []Pool, batch int, log *slog.Logger) int64 {
+	var total int64
+	for i, pool := range pools {
+		n, err := dedup.Cleanup(ctx, pool.DB(), time.Now(), batch, 100*batch, pool.MaxStatementBytes())
+		total += n
+		if err != nil {
+			log.Warn("dedup cleanup failed", "server", i, "err", err)
+		} else if n > 0 {
+			log.Debug("expired dedup keys deleted", "server", i, "keys", n)
+		}
+	}
+	return total
+}
+
+// DeleteOldEntries is one pass of the ledger entries' retention: on every
+// server, it deletes the entries created before before, batch rows per
+// statement and at most 100 batches, and returns how many it deleted.
+// Failures are logged; the next pass retries.
+func DeleteOldEntries(ctx context.Context, pools []Pool, before time.Time, batch int, log *slog.Logger) int64 {
+	var total int64
+	for i, pool := range pools {
+		n, err := deleteOldEntries(ctx, pool.DB(), before, batch, 100*batch)
+		total += n
+		if err != nil {
+			log.Warn("ledger entries retention failed", "server", i, "err", err)
+		} else if n > 0 {
+			log.Debug("old ledger entries deleted", "server", i, "entries", n)
+		}
+	}
+	return total
 }
 
 // commitToGroup queues the decided positions for the Kafka group, for lag
