@@ -122,7 +122,7 @@ func TestChaosAuditOfSealedWindows(t *testing.T) {
 	}
 	exec(`INSERT INTO billing_windows (account_id, currency, window_start, amount_minor, event_count, updated_at) VALUES ('a', 'EUR', '2026-11-01 00:00:00', 5, 1, UTC_TIMESTAMP(6))`)
 	exec(`UPDATE billing_windows SET amount_minor = 6, event_count = 2, updated_at = UTC_TIMESTAMP(6)`) // open: not audited
-	exec(`UPDATE billing_windows SET closed_at = UTC_TIMESTAMP(6), updated_at = closed_at`)            // the seal
+	exec(`UPDATE billing_windows SET closed_at = UTC_TIMESTAMP(6), updated_at = closed_at`)             // the seal
 	tx, err := db.BeginTxx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -33,10 +33,10 @@ type genConfig struct {
 	CloseAfter time.Duration
 	Entries    bool
 	Windows    int // event times span this many windows before BaseTime (nominal days and months for calendar periods)
-	BaseTime       time.Time
-	LateRatio      float64
-	Seed           uint64
-	MaxPayload     int // the service's max payload; payload_too_large records exceed it
+	BaseTime   time.Time
+	LateRatio  float64
+	Seed       uint64
+	MaxPayload int // the service's max payload; payload_too_large records exceed it
 }
 
 // Tuning constants of the stream (not flags: changing them changes runs).
