@@ -134,7 +134,7 @@ func main() {
 	flag.Float64Var(&o.zipfS, "zipf-s", 1.1, "Zipf skew of account popularity")
 	flag.Float64Var(&o.dupRatio, "dup-ratio", 0.05, "fraction of events sent twice")
 	flag.Uint64Var(&o.seed, "seed", 1, "generator seed")
-	flag.StringVar(&variants, "variants", "default,large-state,many-accounts,steady-state", "workload variants to run: default, large-state, many-accounts, steady-state, two-servers, hostile")
+	flag.StringVar(&variants, "variants", "default,large-state,many-accounts,steady-state", "workload variants to run: default, large-state, many-accounts, steady-state, two-servers, hostile, ledger-entries, closing")
 	flag.StringVar(&modes, "modes", "consume-only,sink-only,naive,service", "what to measure per variant")
 	flag.StringVar(&serviceEnv, "service-env", "", "service settings over its defaults, e.g. MYSQL_BRANCHES=1,CHECKPOINT_MAX_RECORDS=20000")
 	flag.IntVar(&o.naiveBatch, "naive-batch", 0, "naive batch size (default: the service's CHECKPOINT_MAX_RECORDS)")
@@ -358,6 +358,10 @@ func run(ctx context.Context, o *options) error {
 			env:  map[string]string{"DEDUP_TTL": o.steadyTTL.String(), "DEDUP_CLEANUP_INTERVAL": "250ms"},
 			note: fmt.Sprintf("DEDUP_TTL=%s; %d keys stored beforehand, expiring evenly over %s: keys expire and are deleted throughout", o.steadyTTL, o.events, steadySpan(o))},
 		"two-servers": {name: "two-servers", accounts: o.accounts, shard: true, note: "MYSQL_SHARD_DSNS: a second server holds half the results and keys"},
+		"ledger-entries": {name: "ledger-entries", accounts: o.accounts, env: map[string]string{"LEDGER_ENTRIES": "true"},
+			note: "LEDGER_ENTRIES=true: one ledger_entries row per counted event"},
+		"closing": {name: "closing", accounts: o.accounts, env: map[string]string{"WINDOW_CLOSE_AFTER": "1h"},
+			note: "WINDOW_CLOSE_AFTER=1h: the workload's 24 windows close one after the other during the run"},
 		"hostile": {name: "hostile", accounts: 1000, hostile: true,
 			note: fmt.Sprintf("%d valid events padded to MAX_PAYLOAD_BYTES, one junk record of 1 MiB per %d; service mode only", o.hostileEvents, o.hostileJunkEvery)},
 	}

@@ -52,12 +52,31 @@ func findGenerator(flagPath, tmp string) (string, error) {
 // generate produces the workload with billing-gen into a new topic and
 // returns the path of the expected ledger.
 func generate(ctx context.Context, o *options, v variant, topic, expected string, logf *os.File) (time.Duration, error) {
+	// The settings the service runs with (its configuration, the
+	// variant's, -service-env last, as runVariant applies them) decide
+	// what the expected ledger holds.
+	setting := func(name, def string) string {
+		if x, ok := o.serviceEnv[name]; ok {
+			return x
+		}
+		if x, ok := v.env[name]; ok {
+			return x
+		}
+		return def
+	}
 	args := []string{
 		"-brokers", strings.Join(o.brokers, ","), "-topic", topic, "-create-topic", "-partitions", strconv.Itoa(o.partitions),
 		"-events", strconv.FormatInt(o.events, 10), "-accounts", strconv.Itoa(v.accounts), "-zipf-s", fmt.Sprint(o.zipfS),
 		"-dup-ratio", fmt.Sprint(o.dupRatio), "-conflict-ratio", "0", "-malformed-ratio", "0", "-aborted-ratio", "0",
-		"-overflow-cases", "0", "-window", o.svc.BillingWindow, "-timezone", o.svc.BillingTimezone, "-seed", strconv.FormatUint(o.seed, 10),
+		"-overflow-cases", "0", "-window", setting("BILLING_WINDOW", o.svc.BillingWindow), "-timezone", setting("BILLING_TIMEZONE", o.svc.BillingTimezone),
+		"-seed", strconv.FormatUint(o.seed, 10),
 		"-max-in-flight", "100000", "-progress", "none", "-expected", expected, "-timeout", o.timeout.String(),
+	}
+	if c := setting("WINDOW_CLOSE_AFTER", o.svc.WindowCloseAfter.String()); c != "" {
+		args = append(args, "-close-after", c)
+	}
+	if setting("LEDGER_ENTRIES", strconv.FormatBool(o.svc.LedgerEntries)) == "true" {
+		args = append(args, "-ledger-entries")
 	}
 	cmd := exec.CommandContext(ctx, o.gen, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf

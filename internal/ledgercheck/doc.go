@@ -20,6 +20,17 @@
 //   - otherwise the event is counted in its (account, currency) balance and
 //     in its (account, currency, window) sum, and its id is remembered.
 //
+// Windows are fixed or calendar periods ([Period], computed independently
+// of the service). With windows that close ([Options].CloseAfter) every
+// event added, whatever becomes of it, moves the watermark; on one
+// partition ([Options].SplitExact) the model judges each counted event late
+// or not against the frontier of the events before and including it, as the
+// service judges a partition's events, and keeps windows and adjustments
+// apart; otherwise it keeps each window's total, and [Compare] checks the
+// split by the contract's invariants (sealed before the final frontier,
+// open after, sealed rows unchanged, adjustments only of closed windows,
+// ledger entries one per counted event and summing to the rows).
+//
 // Dead-lettered events are not remembered, so a later record with the same id
 // is judged afresh. [Ledger.DeadLetter] records a malformed record that the
 // decoder rejects; [MalformedKind.Reason] is the single table that maps each

@@ -306,6 +306,7 @@ func (c *Checkpointer) attempt(ctx context.Context, s *snapshot, careful, trial 
 	}
 	sealed := make([]int, len(works))
 	sealDone := make([]bool, len(works))
+	sealTook := make([]time.Duration, len(works))
 	var writers []int
 	for i := range works {
 		if !works[i].empty() {
@@ -346,7 +347,9 @@ func (c *Checkpointer) attempt(ctx context.Context, s *snapshot, careful, trial 
 			// After this branch's own writes; they are all in windows
 			// the frontier keeps open, never in the ones sealed here.
 			var err error
+			t := time.Now()
 			sealed[b.Participant], sealDone[b.Participant], err = sealWindows(ctx, b, et.sealFrom, et.sealTo, maxSealRows, now)
+			sealTook[b.Participant] = time.Since(t)
 			return err
 		}
 		return nil
@@ -358,6 +361,9 @@ func (c *Checkpointer) attempt(ctx context.Context, s *snapshot, careful, trial 
 		return fail("write", err)
 	}
 	phase("write")
+	if !et.sealTo.IsZero() {
+		info.Phases["seal"] = slices.Max(sealTook) // part of write
+	}
 	if trial {
 		return fail("trial", nil)
 	}

@@ -4,7 +4,8 @@
 //
 // # Stream and table
 //
-// The result tables (account_balances, billing_windows, dead_letters) are
+// The result tables (account_balances, billing_windows, window_adjustments,
+// ledger_entries, dead_letters) are
 // the materialised result of a continuous query over the event stream: each
 // checkpoint upserts the change its events make, so the sequence of
 // committed checkpoints is the table's changelog. A table row is only ever
@@ -69,6 +70,19 @@
 // the group's assignment decides who consumes: a partition whose claim was
 // taken while this member still holds it (a paused instance woke up and
 // claimed it late) is claimed again, never dropped (see reclaimLocked).
+//
+// # Event time and periods that close
+//
+// Billing windows are fixed (epoch-aligned, UTC) or calendar days or
+// months in a time zone (event.Period). With WindowCloseAfter set, windows
+// close on event time: each partition's watermark is written by the commit
+// decision with its offset, the topic's watermark combines them (idle
+// partitions do not hold it back), and a closing frontier kept by the
+// decisions says which windows are closed. An event of a closed window
+// counts in window_adjustments; a later checkpoint seals the closed
+// windows' rows (closed_at), which then never change. With LedgerEntries
+// each counted event gets a ledger_entries row in its account's branch.
+// See eventtime.go and docs/periods.md.
 //
 // # Dead letters and overflow
 //

@@ -17,7 +17,9 @@
 //     forged or replayed;
 //   - shared_shard.txt: two ledgers sharing a server;
 //   - restart.txt: a server restart;
-//   - ambiguous_decision.txt: a decision whose COMMIT answer is lost.
+//   - ambiguous_decision.txt: a decision whose COMMIT answer is lost;
+//   - frontier.txt: watermarks written with the offsets, and the closing
+//     frontier checked and raised by the decision.
 //
 // # Servers
 //
@@ -49,8 +51,9 @@
 //	      ─▶ Decide:  one local transaction on the control server: the
 //	                  fence over the checkpoint's partitions (this instance
 //	                  still holds each at the epoch the checkpoint was
-//	                  built under), the new next offsets, the commit
-//	                  decision
+//	                  built under), the new next offsets and watermarks,
+//	                  optionally the closing frontier (checked, raised),
+//	                  the commit decision
 //	      ─▶ Commit:  XA COMMIT every prepared branch
 //	or    ─▶ Abort:   an abort decision for prepared branches, then XA ROLLBACK
 //
@@ -61,6 +64,14 @@
 // commit decision's transaction, under the fence, so a checkpoint built by
 // an instance that has since lost a partition can never commit, and a
 // partition never moves forward without its results.
+//
+// With the offsets the decision writes each partition's watermark (event
+// time, raised, never lowered) and whether it was caught up, and, when the
+// pipeline closes windows, it checks and raises the ledger's closing
+// frontier under the same transaction (FrontierChange, frontierCheck): a
+// checkpoint that wrote to a window closed since it read the frontier is
+// refused with ErrFrontierMoved. So event time is exactly as durable as the
+// offsets, and the frontier moves only with a commit.
 //
 // An ambiguous COMMIT of the decision (the connection broke) is settled by
 // a compare-and-set abort: it waits for the first transaction's locks and
