@@ -633,11 +633,19 @@ func measure(ctx context.Context, o *options, v variant, mode, runID, topic, exp
 func check(ctx context.Context, o *options, dbName, expected, topic string) string {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	v, _, err := verify(cctx, o.admin, dbName, expected, topic)
-	if err != nil {
-		return "check failed: " + err.Error()
+	// Windows closed by the last checkpoint of the catch-up are sealed by
+	// the next one: give it a moment.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		v, rep, err := verify(cctx, o.admin, dbName, expected, topic)
+		if err != nil {
+			return "check failed: " + err.Error()
+		}
+		if rep.Exact() || rep.Violations == 0 || time.Now().After(deadline) {
+			return v
+		}
+		time.Sleep(500 * time.Millisecond)
 	}
-	return v
 }
 
 func oneLine(m measurement) string {

@@ -301,6 +301,8 @@ func verify(ctx context.Context, admin, name, expectedPath, topic string) (strin
 	switch {
 	case rep.Exact():
 		return "exact", rep, nil
+	case rep.Lost == 0 && rep.CountedTwice == 0 && rep.Violations > 0:
+		return fmt.Sprintf("%d broken invariants", rep.Violations), rep, nil
 	case rep.Lost == 0:
 		return fmt.Sprintf("%d twice", rep.CountedTwice), rep, nil
 	default:

@@ -139,6 +139,13 @@ func writeEntries(ctx context.Context, ex execer, topic, checkpoint string, peri
 // them. Every write to these windows that can still commit was prepared
 // before the frontier closed them (see eventtime.go), so after the wait
 // the read sees it. The rows are then updated by primary key.
+//
+// The read runs backwards, from to down: a locking range scan locks the
+// record that ends it, and forwards that is the first row at or after to,
+// a row of the earliest open window, which the other branch of the same
+// checkpoint may hold (a wait no server sees as a deadlock: the branches
+// are separate transactions). Backwards the scan ends below from, on a
+// sealed row, which no checkpoint writes.
 func sealWindows(ctx context.Context, q querierExecer, from, to time.Time, max int, now time.Time) (int, bool, error) {
 	sealed := 0
 	for sealed < max {
@@ -155,7 +162,7 @@ func sealWindows(ctx context.Context, q querierExecer, from, to time.Time, max i
 			Start    time.Time `db:"window_start"`
 		}
 		err := q.Select(ctx, &keys, `SELECT account_id, currency, window_start FROM billing_windows FORCE INDEX (billing_windows_period)
-			WHERE `+cond+` AND closed_at IS NULL ORDER BY window_start LIMIT `+fmt.Sprint(limit)+` FOR UPDATE`, args...)
+			WHERE `+cond+` AND closed_at IS NULL ORDER BY window_start DESC LIMIT `+fmt.Sprint(limit)+` FOR UPDATE`, args...)
 		if err != nil {
 			return sealed, false, err
 		}

@@ -567,3 +567,50 @@ func TestDeleteOldEntriesInBatches(t *testing.T) {
 		t.Fatalf("%d entries left (%v), want the 2 young ones", left, err)
 	}
 }
+
+// A checkpoint that seals closed windows while its other branches write to
+// the earliest open window: the sealing read must not wait for them (the
+// branches are separate transactions; no server would see the deadlock, and
+// the checkpoint would fail on the lock wait timeout, again and again).
+func TestSealingBesideWritesToTheOpenWindow(t *testing.T) {
+	e := newEnv(t, 2)
+	in := start(t, e, closing(30*time.Minute, false))
+	var recs []*kgo.Record
+	for i := range 40 {
+		recs = append(recs, ev{fmt.Sprintf("a-%d", i), fmt.Sprintf("acct-%d", i), 1, "EUR", "2026-11-29T10:10:00Z"}.record(""))
+	}
+	produce(t, e, recs...)
+	waitCounted(t, e.db, 40, 0)
+	// 11:40 closes 10:00; events of 11:00 keep coming for every account
+	// (both branches of the server write 11:00 rows) while 10:00 is
+	// sealed.
+	stop := make(chan struct{})
+	produced := make(chan int64)
+	go func() {
+		var n int64
+		defer func() { produced <- n }()
+		for round := 0; ; round++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			var batch []*kgo.Record
+			for i := range 40 {
+				batch = append(batch, ev{fmt.Sprintf("b-%d-%d", round, i), fmt.Sprintf("acct-%d", i), 1, "EUR", "2026-11-29T11:40:00Z"}.record(""))
+			}
+			produce(t, e, batch...)
+			n += int64(len(batch))
+			time.Sleep(30 * time.Millisecond)
+		}
+	}()
+	waitFor(t, "10:00 to be sealed", func() bool { return sealedCount(t, e.db) == 40 })
+	time.Sleep(300 * time.Millisecond)
+	close(stop)
+	n := <-produced
+	waitCounted(t, e.db, 40+n, 0)
+	if a := in.p.Stats().Aborts.Load(); a != 0 {
+		t.Fatalf("%d checkpoint attempts aborted: the sealing waited on the checkpoint's own writes", a)
+	}
+	checkSplit(t, e.db, false)
+}
