@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -129,10 +130,10 @@ func writeEntries(ctx context.Context, ex execer, topic, checkpoint string, peri
 }
 
 // sealWindows sets closed_at on the open rows of the windows starting in
-// [from, to) (from zero: every window before to), at most max rows; it
-// returns how many it sealed and whether none is left.
+// [from, to) (from zero: every window before to), at most about max rows;
+// it returns how many it sealed and whether none is left.
 //
-// The rows are found with a locking read by the index on (window_start,
+// The rows are found with locking reads by the index on (window_start,
 // closed_at), never by an UPDATE with that condition: under READ
 // COMMITTED an UPDATE skips rows that another transaction inserted and has
 // not committed (semi-consistent read), while a locking read waits for
@@ -140,49 +141,62 @@ func writeEntries(ctx context.Context, ex execer, topic, checkpoint string, peri
 // before the frontier closed them (see eventtime.go), so after the wait
 // the read sees it. The rows are then updated by primary key.
 //
-// The read runs backwards, from to down: a locking range scan locks the
-// record that ends it, and forwards that is the first row at or after to,
-// a row of the earliest open window, which the other branch of the same
-// checkpoint may hold (a wait no server sees as a deadlock: the branches
-// are separate transactions). Backwards the scan ends below from, on a
-// sealed row, which no checkpoint writes.
+// The reads run backwards, window by window from the latest: a locking
+// range scan also locks the record that ends it, and a forward scan below
+// to would end on a row of the earliest open window, which the other
+// branch of the same checkpoint may hold (a wait no server sees as a
+// deadlock: the branches are separate transactions). A probe finds the
+// latest window below the bound with an open row; its open rows are then
+// exactly the index range (window_start, NULL), read backwards, which skips
+// the rows already sealed and ends on a row of an earlier window.
 func sealWindows(ctx context.Context, q querierExecer, from, to time.Time, max int, now time.Time) (int, bool, error) {
 	sealed := 0
+	upper := to
+	lower, args := "", []any{}
+	if !from.IsZero() {
+		lower, args = "window_start >= ? AND ", []any{from}
+	}
 	for sealed < max {
-		limit := min(stmt.MaxRows, max-sealed)
-		cond := `window_start < ?`
-		args := []any{to}
-		if !from.IsZero() {
-			cond = `window_start >= ? AND ` + cond
-			args = []any{from, to}
-		}
-		var keys []struct {
-			Account  []byte    `db:"account_id"`
-			Currency string    `db:"currency"`
-			Start    time.Time `db:"window_start"`
-		}
-		err := q.Select(ctx, &keys, `SELECT account_id, currency, window_start FROM billing_windows FORCE INDEX (billing_windows_period)
-			WHERE `+cond+` AND closed_at IS NULL ORDER BY window_start DESC LIMIT `+fmt.Sprint(limit)+` FOR UPDATE`, args...)
+		var w []time.Time
+		err := q.Select(ctx, &w, `SELECT window_start FROM billing_windows FORCE INDEX (billing_windows_period)
+			WHERE `+lower+`window_start < ? AND closed_at IS NULL ORDER BY window_start DESC LIMIT 1 FOR UPDATE`, append(slices.Clip(args), upper)...)
 		if err != nil {
 			return sealed, false, err
 		}
-		err = stmt.Split(len(keys), 256, q.MaxStatementBytes(), func(i int) int { return stmt.ArgBytes(keys[i].Account) + 80 }, func(start, end int) error {
-			part := keys[start:end]
-			args := []any{now, now}
-			for _, k := range part {
-				args = append(args, k.Account, k.Currency, k.Start)
-			}
-			_, err := q.Exec(ctx, `UPDATE billing_windows FORCE INDEX (PRIMARY) SET closed_at = ?, updated_at = ? WHERE (account_id, currency, window_start) IN (`+
-				strings.Repeat("(?,?,?),", len(part)-1)+`(?,?,?))`, args...)
-			return err
-		})
-		if err != nil {
-			return sealed, false, err
-		}
-		sealed += len(keys)
-		if len(keys) < limit {
+		if len(w) == 0 {
 			return sealed, true, nil
 		}
+		for sealed < max {
+			limit := min(stmt.MaxRows, max-sealed)
+			var keys []struct {
+				Account  []byte    `db:"account_id"`
+				Currency string    `db:"currency"`
+				Start    time.Time `db:"window_start"`
+			}
+			err := q.Select(ctx, &keys, `SELECT account_id, currency, window_start FROM billing_windows FORCE INDEX (billing_windows_period)
+				WHERE window_start = ? AND closed_at IS NULL ORDER BY window_start DESC, closed_at DESC LIMIT `+fmt.Sprint(limit)+` FOR UPDATE`, w[0])
+			if err != nil {
+				return sealed, false, err
+			}
+			err = stmt.Split(len(keys), 256, q.MaxStatementBytes(), func(i int) int { return stmt.ArgBytes(keys[i].Account) + 80 }, func(start, end int) error {
+				part := keys[start:end]
+				args := []any{now, now}
+				for _, k := range part {
+					args = append(args, k.Account, k.Currency, k.Start)
+				}
+				_, err := q.Exec(ctx, `UPDATE billing_windows FORCE INDEX (PRIMARY) SET closed_at = ?, updated_at = ? WHERE (account_id, currency, window_start) IN (`+
+					strings.Repeat("(?,?,?),", len(part)-1)+`(?,?,?))`, args...)
+				return err
+			})
+			if err != nil {
+				return sealed, false, err
+			}
+			sealed += len(keys)
+			if len(keys) < limit {
+				break
+			}
+		}
+		upper = w[0]
 	}
 	return sealed, false, nil
 }
