@@ -296,14 +296,7 @@ func (c *Checkpointer) attempt(ctx context.Context, s *snapshot, careful, trial 
 			works[c.sealer(i)].seal = true
 		}
 	}
-	var openFrom time.Time
-	for i := range works {
-		if len(works[i].windows) > 0 {
-			if st := time.Unix(works[i].windows[0].start, 0).UTC(); openFrom.IsZero() || st.Before(openFrom) {
-				openFrom = st
-			}
-		}
-	}
+	openFrom := earliestOpen(works)
 	sealed := make([]int, len(works))
 	sealDone := make([]bool, len(works))
 	sealTook := make([]time.Duration, len(works))

@@ -176,3 +176,19 @@ func nonEmpty[T any](by [][]T) []int {
 	}
 	return out
 }
+
+// earliestOpen is the start of the earliest window the works write to as
+// open (billing_windows; zero: none): the decision checks that none of
+// them was closed since the checkpoint read the frontier. Rows are in key
+// order (account first), not in window order.
+func earliestOpen(works []work) time.Time {
+	var first time.Time
+	for i := range works {
+		for _, w := range works[i].windows {
+			if st := time.Unix(w.start, 0).UTC(); first.IsZero() || st.Before(first) {
+				first = st
+			}
+		}
+	}
+	return first
+}

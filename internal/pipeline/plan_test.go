@@ -115,3 +115,21 @@ func TestPlan(t *testing.T) {
 		}
 	}
 }
+
+// The decision's check covers every window written as open, whatever the
+// order of the rows (accounts first): a later account's earlier window
+// counts.
+func TestEarliestOpen(t *testing.T) {
+	at := func(h int) int64 { return time.Date(2026, 11, 29, h, 0, 0, 0, time.UTC).Unix() }
+	works := []work{
+		{windows: []windowRow{{windowKey: windowKey{"a", "EUR", at(12)}}, {windowKey: windowKey{"b", "EUR", at(9)}}}},
+		{adjusts: []windowRow{{windowKey: windowKey{"c", "EUR", at(3)}}}}, // late: not open
+		{windows: []windowRow{{windowKey: windowKey{"d", "EUR", at(10)}}}},
+	}
+	if got := earliestOpen(works); !got.Equal(time.Unix(at(9), 0)) {
+		t.Fatalf("earliest open window %s, want 09:00", got)
+	}
+	if got := earliestOpen([]work{{adjusts: works[1].adjusts}}); !got.IsZero() {
+		t.Fatalf("no open window: %s", got)
+	}
+}
