@@ -12,6 +12,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/billing/ledger/internal/event"
+	"github.com/billing/ledger/internal/failpoint"
+	"github.com/billing/ledger/internal/txsink"
 )
 
 // Billing periods that close (issue 14): the tests of windows that close on
@@ -613,4 +615,70 @@ func TestSealingBesideWritesToTheOpenWindow(t *testing.T) {
 		t.Fatalf("%d checkpoint attempts aborted: the sealing waited on the checkpoint's own writes", a)
 	}
 	checkSplit(t, e.db, false)
+}
+
+// Two instances: one writes to a window as open and is slow to decide;
+// meanwhile the other closes that window. The slow one's decision is
+// refused (the frontier moved), it is built again on the new frontier, and
+// its events of the closed window land in adjustments: nothing counts in a
+// window after it closed, nothing is lost.
+func TestDecisionRefusedWhenItsWindowClosed(t *testing.T) {
+	e := newEnv(t, 2)
+	ctx := context.Background()
+	fp, err := failpoint.Parse("before-prepare=sleep:1500ms@1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := func(name string, fps *failpoint.Set) (*Checkpointer, txsink.PartitionCut) {
+		scfg := sinkConfig{DSNs: []string{e.dsn}, Config: txsink.Config{Branches: 2, Group: "g-" + e.topic, Topic: e.topic,
+			StepTimeout: 10 * time.Second, Logger: quiet(), Failpoints: fps, Instance: name}}
+		sink, d := openSink(t, scfg)
+		t.Cleanup(func() { sink.Close(); d.Close() })
+		cfg := testConfig(e)
+		cfg.WindowCloseAfter, cfg.LedgerEntries = 30*time.Minute, true
+		c, err := NewCheckpointer(cfg, sink, Pools(d))
+		if err != nil {
+			t.Fatal(err)
+		}
+		part := int32(0)
+		if name == "fast" {
+			part = 1
+		}
+		pos, err := sink.Claim(ctx, []int32{part})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c, txsink.PartitionCut{Partition: part, Epoch: pos[part].Epoch, NextOffset: 1}
+	}
+	slow, slowCut := open("slow", fp)
+	fast, fastCut := open("fast", nil)
+	// Different accounts: the fast one must not wait for the slow one's
+	// rows (the balance) to commit.
+	rec := func(p int32, id, at string) Record {
+		return Record{Partition: p, Offset: 0, Event: event.Event{EventID: id, AccountID: map[int32]string{0: "acct-s", 1: "acct-f"}[p],
+			AmountMinor: 7, Currency: "EUR", OccurredAt: ts(at)}}
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := slow.Checkpoint(ctx, []Record{rec(0, "slow-1", "2026-11-29T10:15:00Z")}, []txsink.PartitionCut{slowCut})
+		done <- err
+	}()
+	time.Sleep(300 * time.Millisecond) // the slow one has written its 10:00 row and sleeps before prepare
+	fastCut.Watermark, fastCut.CaughtUp = ts("2026-11-29T11:40:00Z"), true
+	if decided, err := fast.Checkpoint(ctx, []Record{rec(1, "fast-1", "2026-11-29T11:40:00Z")}, []txsink.PartitionCut{fastCut}); !decided || err != nil {
+		t.Fatalf("the fast checkpoint: %v %v", decided, err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("the slow checkpoint, built again: %v", err)
+	}
+	if a := slow.Stats().Aborts.Load(); a != 1 {
+		t.Fatalf("%d refused attempts of the slow checkpoint, want 1", a)
+	}
+	if w := windowRows(t, e.db, "billing_windows"); len(w) != 1 || w["acct-f/EUR@2026-11-29T11:00:00Z"].Amount != 7 {
+		t.Fatalf("windows %v: only 11:00 may hold an event", w)
+	}
+	if a := windowRows(t, e.db, "window_adjustments")["acct-s/EUR@2026-11-29T10:00:00Z"]; a.Amount != 7 || a.Count != 1 {
+		t.Fatalf("the slow event's adjustment: %+v", a)
+	}
+	checkSplit(t, e.db, true)
 }
