@@ -11,6 +11,7 @@ GO ?= go
 KAFKA_PORT ?= 9092
 KAFKA_CONTROLLER_PORT ?= 9093
 MYSQL_PORT ?= 3306
+MYSQL2_PORT ?= 3307
 GO_TEST_TIMEOUT ?= 15m
 # Extra `go test` flags, e.g. GOTESTFLAGS=-v or GOTESTFLAGS='-run TestMySQLXA'.
 GOTESTFLAGS ?=
@@ -21,9 +22,12 @@ GOTESTFLAGS ?=
 # line (`make test MYSQL_DSN=...`) to point elsewhere.
 KAFKA_BROKERS = 127.0.0.1:$(KAFKA_PORT)
 MYSQL_DSN = root:root@tcp(127.0.0.1:$(MYSQL_PORT))/
+# A second, independent server, for tests that need two (scripts/services.sh
+# starts it as mariadb2).
+MYSQL2_DSN = root:root@tcp(127.0.0.1:$(MYSQL2_PORT))/
 
 # scripts/services.sh reads the ports from the environment.
-export KAFKA_PORT KAFKA_CONTROLLER_PORT MYSQL_PORT
+export KAFKA_PORT KAFKA_CONTROLLER_PORT MYSQL_PORT MYSQL2_PORT
 
 .PHONY: services services-down services-status build vet test test-unit demo
 
@@ -53,7 +57,7 @@ vet:
 ## then the CI-sized chaos run (CHAOS_IN_TEST= skips it)
 test: services
 	$(GO) vet ./...
-	KAFKA_BROKERS='$(KAFKA_BROKERS)' MYSQL_DSN='$(MYSQL_DSN)' \
+	KAFKA_BROKERS='$(KAFKA_BROKERS)' MYSQL_DSN='$(MYSQL_DSN)' MYSQL2_DSN='$(MYSQL2_DSN)' \
 		$(GO) test -count=1 -timeout $(GO_TEST_TIMEOUT) $(GOTESTFLAGS) ./...
 	$(if $(CHAOS_IN_TEST),$(call chaos-run,$(CHAOS_IN_TEST),$(CHAOS_TIMEOUT)))
 
@@ -96,7 +100,7 @@ CHAOS_IN_TEST ?= ci
 CHAOS_TIMEOUT ?= 15m
 CHAOS_LONG_TIMEOUT ?= 90m
 CHAOS_GOTESTFLAGS ?=
-chaos-run = KAFKA_BROKERS='$(KAFKA_BROKERS)' MYSQL_DSN='$(MYSQL_DSN)' CHAOS=$(1) \
+chaos-run = KAFKA_BROKERS='$(KAFKA_BROKERS)' MYSQL_DSN='$(MYSQL_DSN)' MYSQL2_DSN='$(MYSQL2_DSN)' CHAOS=$(1) \
 	$(GO) test -p 1 -count=1 -v -timeout $(2) -run '^TestChaos$$' $(CHAOS_GOTESTFLAGS) ./integration/
 
 .PHONY: chaos chaos-long

@@ -1,11 +1,15 @@
 -- Ledger identity, character sets pinned in the schema, and the audit
 -- columns of dead letters.
 --
--- ledger_identity holds one row on the control server: a random id the
--- service generates at its first start and then keeps for the life of the
--- ledger. It is part of every XA branch qualifier, so that recovery touches
--- only this ledger's branches even on a shard server that other ledgers
--- share (a hash of the database's name could collide across servers).
+-- ledger_identity holds one row on the control server: a random id and a
+-- random secret that the service generates at its first start and then
+-- keeps for the life of the ledger. The id is part of every XA branch
+-- qualifier, so that recovery touches only this ledger's branches even on a
+-- shard server that other ledgers share (a hash of the database's name
+-- could collide across servers). The secret keys a MAC in the qualifier:
+-- XA RECOVER shows any account every prepared branch, and any account may
+-- start a branch with any xid, but only an account that can read this table
+-- can make one that recovery takes for the ledger's own.
 --
 -- Every column holding text derived from input is utf8mb4 (or binary) in
 -- the schema itself: a database created with another default character set
@@ -23,6 +27,7 @@
 CREATE TABLE ledger_identity (
     singleton  TINYINT NOT NULL COMMENT 'always 1: one row',
     ledger_id  CHAR(16) CHARACTER SET ascii COLLATE ascii_bin NOT NULL COMMENT '16 lower hex digits, random',
+    secret     BINARY(32) NOT NULL COMMENT 'random; keys the MAC in every branch qualifier',
     created_at DATETIME(6) NOT NULL,
     PRIMARY KEY (singleton)
 ) ENGINE = InnoDB DEFAULT CHARACTER SET = ascii;

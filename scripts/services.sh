@@ -5,7 +5,7 @@
 #   scripts/services.sh down     stop both, leaving no process behind
 #   scripts/services.sh status   print the state of both
 #
-# One service at a time (NAME is kafka or mariadb), for fault-injection
+# One service at a time (NAME is kafka, mariadb or mariadb2), for fault-injection
 # tests (integration/chaos_test.go, docs/chaos.md) and manual experiments:
 #
 #   scripts/services.sh stop NAME     graceful stop (SIGTERM, SIGKILL after the timeout)
@@ -25,6 +25,7 @@
 #   KAFKA_PORT [9092]             client listener on 127.0.0.1
 #   KAFKA_CONTROLLER_PORT [9093]  KRaft controller listener on 127.0.0.1
 #   MYSQL_PORT [3306]             MariaDB TCP port on 127.0.0.1
+#   MYSQL2_PORT [3307]            the second MariaDB server's TCP port
 #   KAFKA_HEAP_OPTS [-Xms256m -Xmx512m]
 #   SERVICES_START_TIMEOUT [120]  seconds to wait for each service to answer
 #   SERVICES_STOP_TIMEOUT [30]    seconds of graceful shutdown before SIGKILL
@@ -36,6 +37,7 @@ SVC=$ROOT/.services
 KAFKA_PORT=${KAFKA_PORT:-9092}
 KAFKA_CONTROLLER_PORT=${KAFKA_CONTROLLER_PORT:-9093}
 MYSQL_PORT=${MYSQL_PORT:-3306}
+MYSQL2_PORT=${MYSQL2_PORT:-3307}
 KAFKA_HEAP_OPTS=${KAFKA_HEAP_OPTS:--Xms256m -Xmx512m}
 START_TIMEOUT=${SERVICES_START_TIMEOUT:-120}
 STOP_TIMEOUT=${SERVICES_STOP_TIMEOUT:-30}
@@ -49,18 +51,39 @@ KAFKA_DATA=$KAFKA_DIR/data
 KAFKA_LOGS=$KAFKA_DIR/logs
 KAFKA_PID=$KAFKA_DIR/kafka.pid
 
-MARIADB_DIR=$SVC/mariadb
-MARIADB_CNF=$MARIADB_DIR/my.cnf
-MARIADB_DATA=$MARIADB_DIR/data
-MARIADB_RUN=$MARIADB_DIR/run
-MARIADB_SOCK=$MARIADB_RUN/mariadb.sock
-# A Unix socket path must fit in 108 bytes; a deeply nested checkout uses a
-# per-checkout socket in /tmp instead (the one thing kept outside .services).
-if ((${#MARIADB_SOCK} > 100)); then
-	MARIADB_SOCK=/tmp/billing-mariadb-$(printf '%s' "$ROOT" | sha256sum | cut -c1-12).sock
-fi
-MARIADB_PID=$MARIADB_RUN/mariadbd.pid
-MARIADB_LOGS=$MARIADB_DIR/logs
+# use_mariadb NAME: points the MARIADB_* variables and MYSQL_PORT at one of
+# the two MariaDB servers: "mariadb" (the main one) or "mariadb2", a second,
+# independent server for tests that need two servers (two ledgers whose
+# control databases have the same name, sharing a shard). Every mariadb_*
+# function works on the server last selected.
+MYSQL_PORT_MAIN=$MYSQL_PORT
+use_mariadb() {
+	MARIADB_NAME=$1
+	case $1 in
+	mariadb)
+		MARIADB_DIR=$SVC/mariadb
+		MYSQL_PORT=$MYSQL_PORT_MAIN
+		MARIADB_POOL=256M
+		;;
+	mariadb2)
+		MARIADB_DIR=$SVC/mariadb2
+		MYSQL_PORT=$MYSQL2_PORT
+		MARIADB_POOL=64M
+		;;
+	esac
+	MARIADB_CNF=$MARIADB_DIR/my.cnf
+	MARIADB_DATA=$MARIADB_DIR/data
+	MARIADB_RUN=$MARIADB_DIR/run
+	MARIADB_SOCK=$MARIADB_RUN/mariadb.sock
+	# A Unix socket path must fit in 108 bytes; a deeply nested checkout uses a
+	# per-checkout socket in /tmp instead (the one thing kept outside .services).
+	if ((${#MARIADB_SOCK} > 100)); then
+		MARIADB_SOCK=/tmp/billing-$1-$(printf '%s' "$ROOT" | sha256sum | cut -c1-12).sock
+	fi
+	MARIADB_PID=$MARIADB_RUN/mariadbd.pid
+	MARIADB_LOGS=$MARIADB_DIR/logs
+}
+use_mariadb mariadb
 MARIADB_GRANTS=$ROOT/scripts/mariadb/grants.sql
 
 log() { printf 'services: [%3ds] %s\n' "$SECONDS" "$*" >&2; }
@@ -409,7 +432,16 @@ innodb_flush_log_at_trx_commit = 1
 transaction-isolation = REPEATABLE-READ
 innodb_lock_wait_timeout = 10
 max_connections = 1000
-innodb_buffer_pool_size = 256M
+innodb_buffer_pool_size = $MARIADB_POOL
+# The binary log on, as MySQL 8.4 runs by default: XA PREPARE is then
+# written to it, and prepare, crash and recovery are exercised with it.
+# Bounded: rotated at 64 MiB, files older than an hour are purged.
+log_bin = mariadb-bin
+server_id = 1
+binlog_format = ROW
+sync_binlog = 1
+max_binlog_size = 64M
+binlog_expire_logs_seconds = 3600
 
 [mariadb-install-db]
 auth-root-authentication-method = socket
@@ -423,11 +455,11 @@ mariadb_init() {
 	# init must not leave a half-built datadir that later runs would trust.
 	local tmp=$MARIADB_DIR/data.tmp
 	rm -rf "$tmp" "$MARIADB_DATA"
-	log "mariadb: initialising $MARIADB_DATA"
+	log "$MARIADB_NAME: initialising $MARIADB_DATA"
 	mariadb-install-db --defaults-file="$MARIADB_CNF" --datadir="$tmp" \
 		>"$MARIADB_LOGS/install-db.log" 2>&1 || {
 		tail -n 30 "$MARIADB_LOGS/install-db.log" >&2
-		die "mariadb: mariadb-install-db failed, see $MARIADB_LOGS/install-db.log"
+		die "$MARIADB_NAME: mariadb-install-db failed, see $MARIADB_LOGS/install-db.log"
 	}
 	mv "$tmp" "$MARIADB_DATA"
 }
@@ -439,7 +471,7 @@ stop_distro_mariadb() {
 	local pid parent stopped=''
 	for pid in $(pgrep -x 'mariadbd|mysqld' || true); do
 		[[ $(readlink "/proc/$pid/cwd" 2>/dev/null) == /var/lib/mysql ]] || continue
-		log "mariadb: stopping the distribution's server (pid $pid) that holds the port"
+		log "$MARIADB_NAME: stopping the distribution's server (pid $pid) that holds the port"
 		# mysqld_safe restarts a server that dies, so it goes first.
 		parent=$(ps -o ppid= -p "$pid" | tr -d ' ')
 		if [[ -n $parent && -r /proc/$parent/cmdline ]] && grep -q mysqld_safe "/proc/$parent/cmdline"; then
@@ -457,14 +489,14 @@ mariadb_preflight() {
 	local pid
 	if pid=$(mariadb_pid); then
 		grep -qxF "port = $MYSQL_PORT" "$MARIADB_CNF" ||
-			die "mariadb: running (pid $pid) on another port than MYSQL_PORT=$MYSQL_PORT; run '$0 down' first"
+			die "$MARIADB_NAME: running (pid $pid) on another port than MYSQL_PORT=$MYSQL_PORT; run '$0 down' first"
 		return 0
 	fi
 	if port_open "$MYSQL_PORT"; then
 		stop_distro_mariadb || true
 		sleep 0.5
 		if port_open "$MYSQL_PORT"; then
-			die "mariadb: port 127.0.0.1:$MYSQL_PORT is taken by a process that is not .services' MariaDB; stop it or set MYSQL_PORT"
+			die "$MARIADB_NAME: port 127.0.0.1:$MYSQL_PORT is taken by a process that is not .services' MariaDB; stop it or set MYSQL_PORT"
 		fi
 	fi
 	return 1
@@ -474,12 +506,12 @@ mariadb_start() {
 	rm -f "$MARIADB_PID"
 	mariadb_config
 	mariadb_init
-	log "mariadb: starting on 127.0.0.1:$MYSQL_PORT (log: $MARIADB_LOGS/error.log)"
+	log "$MARIADB_NAME: starting on 127.0.0.1:$MYSQL_PORT (log: $MARIADB_LOGS/error.log)"
 	setsid mariadbd --defaults-file="$MARIADB_CNF" </dev/null >>"$MARIADB_LOGS/mariadbd.out" 2>&1 &
 	# mariadbd writes its own pid file once up; write it now too so a
 	# crash during start-up is noticed by mariadb_wait.
 	echo $! >"$MARIADB_PID"
-	await_exec mariadb $! "$MARIADB_CNF"
+	await_exec "$MARIADB_NAME" $! "$MARIADB_CNF"
 }
 
 mariadb_sql() { mariadb --defaults-file="$MARIADB_CNF" --protocol=socket -uroot; }
@@ -489,7 +521,7 @@ mariadb_wait() {
 	for ((i = 0; i < START_TIMEOUT * 5; i++)); do
 		mariadb_pid >/dev/null || {
 			tail -n 30 "$MARIADB_LOGS/error.log" >&2 || true
-			die "mariadb: server exited during start, see $MARIADB_LOGS/error.log"
+			die "$MARIADB_NAME: server exited during start, see $MARIADB_LOGS/error.log"
 		}
 		if mariadb-admin --defaults-file="$MARIADB_CNF" --protocol=socket -uroot \
 			--connect-timeout=2 ping >/dev/null 2>&1 && port_open "$MYSQL_PORT"; then
@@ -497,52 +529,66 @@ mariadb_wait() {
 		fi
 		sleep 0.2
 	done
-	((i < START_TIMEOUT * 5)) || die "mariadb: not answering after ${START_TIMEOUT}s, see $MARIADB_LOGS/error.log"
+	((i < START_TIMEOUT * 5)) || die "$MARIADB_NAME: not answering after ${START_TIMEOUT}s, see $MARIADB_LOGS/error.log"
 
 	# Idempotent account setup. root keeps unix_socket auth (this script,
 	# running as root, logs in without a password) and gains password 'root'
 	# for TCP: with skip-name-resolve a TCP client from 127.0.0.1 matches
 	# 'root'@'127.0.0.1', never 'root'@'localhost'.
-	mariadb_sql <<'EOF' || die "mariadb: root account setup failed"
+	mariadb_sql <<'EOF' || die "$MARIADB_NAME: root account setup failed"
 ALTER USER 'root'@'localhost' IDENTIFIED VIA unix_socket OR mysql_native_password USING PASSWORD('root');
 CREATE USER IF NOT EXISTS 'root'@'127.0.0.1' IDENTIFIED BY 'root';
 ALTER USER 'root'@'127.0.0.1' IDENTIFIED BY 'root';
 GRANT ALL PRIVILEGES ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION;
 EOF
-	mariadb_sql <"$MARIADB_GRANTS" || die "mariadb: $MARIADB_GRANTS failed"
+	mariadb_sql <"$MARIADB_GRANTS" || die "$MARIADB_NAME: $MARIADB_GRANTS failed"
 
 	# The service account must be able to list prepared XA transactions to
 	# recover after a crash; check it the way the service will connect.
 	mariadb --no-defaults --protocol=tcp -h127.0.0.1 -P"$MYSQL_PORT" -ubilling -pbilling \
 		-e 'XA RECOVER' billing >/dev/null ||
-		die "mariadb: user billing cannot run XA RECOVER over TCP; check $MARIADB_GRANTS"
+		die "$MARIADB_NAME: user billing cannot run XA RECOVER over TCP; check $MARIADB_GRANTS"
 }
 
 # ---------------------------------------------------------------- commands
+
+# mariadb_up NAME: the preflight-start-wait sequence of one MariaDB server;
+# the preflights ran before (cmd_up runs every preflight first).
+mariadb_up() {
+	use_mariadb "$1"
+	if [[ -n $2 ]]; then
+		log "$1: already running (pid $(mariadb_pid))"
+	else
+		mariadb_start
+	fi
+}
 
 cmd_up() {
 	local t0=$SECONDS
 	mkdir -p "$SVC"
 	ensure_packages
-	local kafka_up='' mariadb_up=''
+	local kafka_up='' mariadb_up='' mariadb2_up=''
 	kafka_preflight && kafka_up=1
+	use_mariadb mariadb
 	mariadb_preflight && mariadb_up=1
-	# Kafka's JVM boots while MariaDB starts: the two start-ups overlap.
+	use_mariadb mariadb2
+	mariadb_preflight && mariadb2_up=1
+	# Kafka's JVM boots while MariaDB starts: the start-ups overlap.
 	if [[ -n $kafka_up ]]; then
 		log "kafka: already running (pid $(kafka_pid))"
 	else
 		kafka_start
 	fi
-	if [[ -n $mariadb_up ]]; then
-		log "mariadb: already running (pid $(mariadb_pid))"
-	else
-		mariadb_start
-	fi
-	mariadb_wait
-	log "mariadb: ready on 127.0.0.1:$MYSQL_PORT (admin root:root, service user billing:billing)"
+	mariadb_up mariadb "$mariadb_up"
+	mariadb_up mariadb2 "$mariadb2_up"
+	for name in mariadb mariadb2; do
+		use_mariadb $name
+		mariadb_wait
+		log "$name: ready on 127.0.0.1:$MYSQL_PORT (admin root:root, service user billing:billing)"
+	done
 	kafka_wait
 	log "kafka: ready on 127.0.0.1:$KAFKA_PORT"
-	log "up in $((SECONDS - t0))s: KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT MYSQL_DSN='root:root@tcp(127.0.0.1:$MYSQL_PORT)/'"
+	log "up in $((SECONDS - t0))s: KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT MYSQL_DSN='root:root@tcp(127.0.0.1:$MYSQL_PORT_MAIN)/' MYSQL2_DSN='root:root@tcp(127.0.0.1:$MYSQL2_PORT)/'"
 }
 
 # stop_service NAME: graceful stop of one service; a no-op when it is not
@@ -559,11 +605,12 @@ stop_service() {
 		fi
 		rm -f "$KAFKA_PID"
 		;;
-	mariadb)
+	mariadb | mariadb2)
+		use_mariadb "$1"
 		if pid=$(mariadb_pid); then
-			stop_pid mariadb "$pid"
+			stop_pid "$1" "$pid"
 		else
-			log "mariadb: not running"
+			log "$1: not running"
 		fi
 		rm -f "$MARIADB_PID"
 		;;
@@ -573,15 +620,27 @@ stop_service() {
 cmd_down() {
 	stop_service kafka
 	stop_service mariadb
+	stop_service mariadb2
 }
 
 # service_name NAME: dies unless NAME is a service this script manages.
 service_name() {
 	case ${1:-} in
-	kafka | mariadb) ;;
+	kafka | mariadb | mariadb2) ;;
 	*)
-		echo "usage: $0 start|stop|kill|restart kafka|mariadb" >&2
+		echo "usage: $0 start|stop|kill|restart kafka|mariadb|mariadb2" >&2
 		exit 2
+		;;
+	esac
+}
+
+# service_pid NAME: the pid of a running service.
+service_pid() {
+	case $1 in
+	kafka) kafka_pid ;;
+	*)
+		use_mariadb "$1"
+		mariadb_pid
 		;;
 	esac
 }
@@ -591,7 +650,7 @@ service_name() {
 # gone, so a following start never races the dying one for its port.
 cmd_kill() {
 	local pid i
-	if ! pid=$("${1}_pid"); then
+	if ! pid=$(service_pid "$1"); then
 		log "$1: not running"
 		return 0
 	fi
@@ -607,8 +666,8 @@ cmd_kill() {
 	die "$1: pid $pid survived SIGKILL"
 }
 
-# cmd_start NAME: like up, for one service. The other service is left
-# alone whatever its state.
+# cmd_start NAME: like up, for one service. The others are left alone
+# whatever their state.
 cmd_start() {
 	local t0=$SECONDS
 	mkdir -p "$SVC"
@@ -623,32 +682,33 @@ cmd_start() {
 		kafka_wait
 		log "kafka: ready on 127.0.0.1:$KAFKA_PORT (started in $((SECONDS - t0))s)"
 		;;
-	mariadb)
+	mariadb | mariadb2)
+		use_mariadb "$1"
 		if mariadb_preflight; then
-			log "mariadb: already running (pid $(mariadb_pid))"
+			log "$1: already running (pid $(mariadb_pid))"
 		else
 			mariadb_start
 		fi
 		mariadb_wait
-		log "mariadb: ready on 127.0.0.1:$MYSQL_PORT (started in $((SECONDS - t0))s)"
+		log "$1: ready on 127.0.0.1:$MYSQL_PORT (started in $((SECONDS - t0))s)"
 		;;
 	esac
 }
 
-# status_line NAME PID_FN PORT: running, starting (process up, port closed),
-# or stopped (with a warning when the port is held by something else).
+# status_line NAME PORT: running, starting (process up, port closed), or
+# stopped (with a warning when the port is held by something else).
 status_line() {
 	local name=$1 pid
-	if pid=$($2); then
-		if port_open "$3"; then
-			printf '%-8s running   pid %-8s 127.0.0.1:%s\n' "$name" "$pid" "$3"
+	if pid=$(service_pid "$name"); then
+		if port_open "$2"; then
+			printf '%-8s running   pid %-8s 127.0.0.1:%s\n' "$name" "$pid" "$2"
 		else
-			printf '%-8s starting  pid %-8s 127.0.0.1:%s not open yet\n' "$name" "$pid" "$3"
+			printf '%-8s starting  pid %-8s 127.0.0.1:%s not open yet\n' "$name" "$pid" "$2"
 		fi
 		return 0
 	fi
-	if port_open "$3"; then
-		printf '%-8s stopped   (port 127.0.0.1:%s is held by another process)\n' "$name" "$3"
+	if port_open "$2"; then
+		printf '%-8s stopped   (port 127.0.0.1:%s is held by another process)\n' "$name" "$2"
 	else
 		printf '%-8s stopped\n' "$name"
 	fi
@@ -657,8 +717,9 @@ status_line() {
 
 cmd_status() {
 	local rc=0
-	status_line kafka kafka_pid "$KAFKA_PORT" || rc=1
-	status_line mariadb mariadb_pid "$MYSQL_PORT" || rc=1
+	status_line kafka "$KAFKA_PORT" || rc=1
+	status_line mariadb "$MYSQL_PORT_MAIN" || rc=1
+	status_line mariadb2 "$MYSQL2_PORT" || rc=1
 	return $rc
 }
 
@@ -679,7 +740,7 @@ start | stop | kill | restart)
 	esac
 	;;
 *)
-	echo "usage: $0 up|down|status, or start|stop|kill|restart kafka|mariadb" >&2
+	echo "usage: $0 up|down|status, or start|stop|kill|restart kafka|mariadb|mariadb2" >&2
 	exit 2
 	;;
 esac

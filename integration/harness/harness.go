@@ -51,6 +51,9 @@ import (
 const (
 	EnvKafkaBrokers = "KAFKA_BROKERS"
 	EnvMySQLDSN     = "MYSQL_DSN"
+	// EnvMySQL2DSN names a second, independent MySQL-compatible server
+	// (admin DSN without a database), for tests that need two servers.
+	EnvMySQL2DSN = "MYSQL2_DSN"
 
 	KafkaImage = "confluentinc/confluent-local:7.6.0"
 	MySQLImage = "mysql:8.4"
@@ -90,6 +93,7 @@ type once[T any] struct {
 var (
 	kafkaOnce  once[[]string]
 	mysqlOnce  once[string]
+	mysql2Once once[string]
 	dockerOnce once[struct{}]
 )
 
@@ -110,6 +114,18 @@ func MySQL(t testing.TB) string {
 	mysqlOnce.Do(func() { mysqlOnce.val, mysqlOnce.err = resolveMySQL() })
 	check(t, "MySQL", mysqlOnce.err)
 	return mysqlOnce.val
+}
+
+// MySQL2 returns an admin DSN for a second server, independent of MySQL's
+// (scripts/services.sh starts one as mariadb2; `make test` sets
+// MYSQL2_DSN). Tests that need two servers (not two databases of one) use
+// it: two ledgers whose control databases have the same name, say.
+func MySQL2(t testing.TB) string {
+	t.Helper()
+	requireIntegration(t)
+	mysql2Once.Do(func() { mysql2Once.val, mysql2Once.err = resolveMySQLEnv(EnvMySQL2DSN) })
+	check(t, "a second MySQL server", mysql2Once.err)
+	return mysql2Once.val
 }
 
 func requireIntegration(t testing.TB) {
@@ -171,19 +187,8 @@ func resolveKafka() ([]string, error) {
 }
 
 func resolveMySQL() (string, error) {
-	if v := strings.TrimSpace(os.Getenv(EnvMySQLDSN)); v != "" {
-		cfg, err := mysql.ParseDSN(v)
-		if err != nil {
-			return "", fmt.Errorf("%s is not a valid DSN: %w", EnvMySQLDSN, err)
-		}
-		if cfg.DBName != "" {
-			return "", fmt.Errorf("%s must name no database (admin DSN such as root:root@tcp(127.0.0.1:3306)/), got database %q",
-				EnvMySQLDSN, cfg.DBName)
-		}
-		if err := pingMySQL(v); err != nil {
-			return "", fmt.Errorf("%s is set but MySQL does not answer: %w", EnvMySQLDSN, err)
-		}
-		return v, nil
+	if dsn, err := resolveMySQLEnv(EnvMySQLDSN); !errors.Is(err, errAbsent) {
+		return dsn, err
 	}
 	if err := dockerHealthy(); err != nil {
 		return "", fmt.Errorf("%w: %s is not set and Docker is not reachable (%v)", errAbsent, EnvMySQLDSN, err)
@@ -212,6 +217,27 @@ func resolveMySQL() (string, error) {
 	}
 	dsn := "root:root@tcp(" + endpoint + ")/"
 	return dsn, pingMySQL(dsn)
+}
+
+// resolveMySQLEnv checks the admin DSN in the environment variable env;
+// errAbsent when it is unset.
+func resolveMySQLEnv(env string) (string, error) {
+	v := strings.TrimSpace(os.Getenv(env))
+	if v == "" {
+		return "", fmt.Errorf("%w: %s is not set", errAbsent, env)
+	}
+	cfg, err := mysql.ParseDSN(v)
+	if err != nil {
+		return "", fmt.Errorf("%s is not a valid DSN: %w", env, err)
+	}
+	if cfg.DBName != "" {
+		return "", fmt.Errorf("%s must name no database (admin DSN such as root:root@tcp(127.0.0.1:3306)/), got database %q",
+			env, cfg.DBName)
+	}
+	if err := pingMySQL(v); err != nil {
+		return "", fmt.Errorf("%s is set but MySQL does not answer: %w", env, err)
+	}
+	return v, nil
 }
 
 // dockerHealthy is testcontainers.SkipIfProviderIsNotHealthy without the
@@ -283,9 +309,18 @@ func randomHex(n int) string {
 // server-side prepared statements, the way the service runs them.
 func NewDatabase(t testing.TB) string {
 	t.Helper()
-	admin := MySQL(t)
-	name := "t_" + randomHex(8)
+	return NewDatabaseOn(t, MySQL(t), "t_"+randomHex(8))
+}
 
+// NewDatabaseOn is NewDatabase on the server of the admin DSN admin, with a
+// given name (letters, digits and underscores; the caller makes it unique on
+// that server) and options of CREATE DATABASE (such as "CHARACTER SET
+// latin1").
+func NewDatabaseOn(t testing.TB, admin, name string, options ...string) string {
+	t.Helper()
+	if !regexp.MustCompile(`^[A-Za-z0-9_]{1,64}$`).MatchString(name) {
+		t.Fatalf("NewDatabaseOn: bad database name %q", name)
+	}
 	db, err := sql.Open("mysql", admin)
 	if err != nil {
 		t.Fatalf("open admin DSN: %v", err)
@@ -293,8 +328,8 @@ func NewDatabase(t testing.TB) string {
 	defer db.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	// The name is generated above from hex digits, so quoting is safe.
-	if _, err := db.ExecContext(ctx, "CREATE DATABASE `"+name+"`"); err != nil {
+	// The name was checked above, so quoting is safe.
+	if _, err := db.ExecContext(ctx, strings.Join(append([]string{"CREATE DATABASE `" + name + "`"}, options...), " ")); err != nil {
 		t.Fatalf("create database %s: %v", name, err)
 	}
 	t.Cleanup(func() { dropDatabase(t, admin, name) })
@@ -305,6 +340,9 @@ func NewDatabase(t testing.TB) string {
 	}
 	return dsn
 }
+
+// RandomName returns prefix followed by 16 random hex digits.
+func RandomName(prefix string) string { return prefix + randomHex(8) }
 
 func dropDatabase(t testing.TB, admin, name string) {
 	t.Helper()
@@ -362,6 +400,13 @@ var topicUnsafe = regexp.MustCompile(`[^a-zA-Z0-9._-]+`)
 // hex digits>, unique per call and recognisable in broker logs.
 func NewTopic(t testing.TB, brokers []string, partitions int) string {
 	t.Helper()
+	return NewTopicWithConfigs(t, brokers, partitions, nil)
+}
+
+// NewTopicWithConfigs is NewTopic with topic-level settings, such as
+// max.message.bytes for records larger than the broker's default.
+func NewTopicWithConfigs(t testing.TB, brokers []string, partitions int, configs map[string]string) string {
+	t.Helper()
 	if partitions < 1 {
 		t.Fatalf("NewTopic: partitions must be >= 1, got %d", partitions)
 	}
@@ -381,7 +426,14 @@ func NewTopic(t testing.TB, brokers []string, partitions int) string {
 	defer cancel()
 
 	// Replication factor -1: the broker's default.replication.factor.
-	if _, err := adm.CreateTopic(ctx, int32(partitions), -1, nil, name); err != nil {
+	var cfgs map[string]*string
+	for k, v := range configs {
+		if cfgs == nil {
+			cfgs = map[string]*string{}
+		}
+		cfgs[k] = &v
+	}
+	if _, err := adm.CreateTopic(ctx, int32(partitions), -1, cfgs, name); err != nil {
 		t.Fatalf("create topic %s: %v", name, err)
 	}
 	t.Cleanup(func() { deleteTopic(t, brokers, name) })

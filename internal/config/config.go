@@ -30,6 +30,7 @@ type Config struct {
 	KafkaSessionTimeout   time.Duration `envconfig:"KAFKA_SESSION_TIMEOUT" default:"10s" desc:"group session timeout: a member silent this long loses its partitions"`
 	KafkaRebalanceTimeout time.Duration `envconfig:"KAFKA_REBALANCE_TIMEOUT" default:"60s" desc:"time a member has to finish its checkpoint and release partitions in a rebalance; must exceed CHECKPOINT_TIMEOUT"`
 	KafkaMaxPollRecords   int           `envconfig:"KAFKA_MAX_POLL_RECORDS" default:"5000" desc:"records taken from the client per poll"`
+	AllowGroupChange      bool          `envconfig:"ALLOW_GROUP_CHANGE" default:"false" desc:"start a consumer group that has no stored positions on a ledger that holds positions of the topic under another group; it replays the topic from its start, and events older than DEDUP_TTL count again"`
 
 	KafkaTLSEnabled       bool   `envconfig:"KAFKA_TLS_ENABLED" default:"false" desc:"connect to the brokers over TLS (1.2+, certificates always verified)"`
 	KafkaTLSCAFile        string `envconfig:"KAFKA_TLS_CA_FILE" desc:"PEM CA bundle trusted for the brokers instead of the system roots"`
@@ -54,14 +55,16 @@ type Config struct {
 	CheckpointInterval   time.Duration `envconfig:"CHECKPOINT_INTERVAL" default:"1s" desc:"a checkpoint is taken this often"`
 	CheckpointTimeout    time.Duration `envconfig:"CHECKPOINT_TIMEOUT" default:"30s" desc:"a checkpoint that has not decided within this time aborts; undecided branches older than this may be rolled back by any instance"`
 	CheckpointMaxRecords int           `envconfig:"CHECKPOINT_MAX_RECORDS" default:"50000" desc:"a checkpoint is taken early once this many records are buffered; fetching pauses at twice this"`
+	CheckpointMaxBytes   int           `envconfig:"CHECKPOINT_MAX_BYTES" default:"33554432" desc:"a checkpoint is taken early once buffered records hold this many bytes (keys, values, ids); fetching pauses at twice this, and Kafka fetches are sized from it (bounds memory under large records)"`
 
 	DedupTTL             time.Duration `envconfig:"DEDUP_TTL" default:"24h" desc:"an event id is remembered this long after its first arrival (processing time)"`
 	DedupCacheKeys       int           `envconfig:"DEDUP_CACHE_KEYS" default:"100000" desc:"in-memory budget of remembered event ids; beyond it, ids are checked against MySQL only"`
 	DedupCleanupInterval time.Duration `envconfig:"DEDUP_CLEANUP_INTERVAL" default:"5s" desc:"how often expired dedup keys are deleted"`
 	DedupCleanupBatch    int           `envconfig:"DEDUP_CLEANUP_BATCH" default:"1000" desc:"expired dedup keys deleted per statement (short transactions, no long locks)"`
 
-	BillingWindow   time.Duration `envconfig:"BILLING_WINDOW" default:"1h" desc:"size of the tumbling billing windows over occurred_at (UTC, aligned to the Unix epoch)"`
-	MaxPayloadBytes int           `envconfig:"MAX_PAYLOAD_BYTES" default:"65536" desc:"larger record values are dead-lettered as payload_too_large"`
+	BillingWindow          time.Duration `envconfig:"BILLING_WINDOW" default:"1h" desc:"size of the tumbling billing windows over occurred_at (UTC, aligned to the Unix epoch)"`
+	MaxPayloadBytes        int           `envconfig:"MAX_PAYLOAD_BYTES" default:"65536" desc:"larger record values are dead-lettered as payload_too_large"`
+	DeadLetterPayloadBytes int           `envconfig:"DEAD_LETTER_PAYLOAD_BYTES" default:"65536" desc:"a dead letter stores at most this prefix of the record's value, with the whole value's size and SHA-256 (a server with a small max_allowed_packet may store less)"`
 
 	RecoveryInterval  time.Duration `envconfig:"RECOVERY_INTERVAL" default:"10s" desc:"how often in-doubt XA branches are looked for and resolved"`
 	DecisionRetention time.Duration `envconfig:"DECISION_RETENTION" default:"24h" desc:"checkpoint decision rows older than this, with no branch left in doubt, are deleted"`
@@ -192,6 +195,8 @@ func (c *Config) validate() []string {
 		{"KAFKA_MAX_POLL_RECORDS", c.KafkaMaxPollRecords, 1, 1 << 20},
 		{"MYSQL_BRANCHES", c.MySQLBranches, 1, 64},
 		{"CHECKPOINT_MAX_RECORDS", c.CheckpointMaxRecords, 1, 10 << 20},
+		{"CHECKPOINT_MAX_BYTES", c.CheckpointMaxBytes, 1 << 20, 1 << 30},
+		{"DEAD_LETTER_PAYLOAD_BYTES", c.DeadLetterPayloadBytes, 0, 1 << 20},
 		{"DEDUP_CACHE_KEYS", c.DedupCacheKeys, 0, 1 << 30},
 		{"DEDUP_CLEANUP_BATCH", c.DedupCleanupBatch, 1, 100000},
 		{"MAX_PAYLOAD_BYTES", c.MaxPayloadBytes, 64, 16 << 20},

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -198,7 +199,7 @@ func TestUsageAligned(t *testing.T) {
 			t.Errorf("default not aligned at column %d: %q", defCol, l)
 		}
 	}
-	if !strings.Contains(b.String(), "CHECKPOINT_INTERVAL       1s") {
+	if !regexp.MustCompile(`(?m)^CHECKPOINT_INTERVAL +1s +a checkpoint`).MatchString(b.String()) {
 		t.Errorf("defaults missing or misaligned:\n%s", b.String())
 	}
 }

@@ -10,20 +10,22 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
+
+	"github.com/billing/ledger/internal/stmt"
 )
 
-// chunk bounds the rows of one statement: large enough to amortise the
-// round trip, small enough for max_allowed_packet and short lock lists.
-const chunk = 1000
-
 // Querier runs a read-only query (a server's pool, or a branch).
+// MaxStatementBytes is the budget of one statement on its server (package
+// stmt): every statement built here stays within it.
 type Querier interface {
 	Select(ctx context.Context, dest any, query string, args ...any) error
+	MaxStatementBytes() int
 }
 
 // Execer runs a statement inside a checkpoint's branch (txsink.Branch).
 type Execer interface {
 	Exec(ctx context.Context, query string, args ...any) (sql.Result, error)
+	MaxStatementBytes() int
 }
 
 // preparer is an Execer that can also run a statement through a
@@ -45,8 +47,9 @@ type row struct {
 // as it was until the checkpoint ends, and the ids it inserted itself are
 // not visible to the read (and so count as new).
 func Lookup(ctx context.Context, q Querier, ids []string, into map[string]Seen) error {
-	for start := 0; start < len(ids); start += chunk {
-		part := ids[start:min(start+chunk, len(ids))]
+	const head = `SELECT event_id, fingerprint, expires_at FROM dedup_keys WHERE event_id IN ()`
+	return stmt.Split(len(ids), len(head), q.MaxStatementBytes(), func(i int) int { return stmt.ArgBytes(ids[i]) }, func(start, end int) error {
+		part := ids[start:end]
 		args := make([]any, len(part))
 		for i, id := range part {
 			args[i] = id
@@ -61,8 +64,8 @@ func Lookup(ctx context.Context, q Querier, ids []string, into map[string]Seen) 
 			s.ExpiresAt = r.ExpiresAt
 			into[string(r.ID)] = s
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // Claim inserts the keys of one checkpoint's candidate ids (not in the
@@ -79,39 +82,41 @@ func Lookup(ctx context.Context, q Querier, ids []string, into map[string]Seen) 
 // counts as existing, and if it rolls back, the key is claimed here.
 func Claim(ctx context.Context, ex Execer, keys []Insert) ([]string, error) {
 	slices.SortFunc(keys, func(a, b Insert) int { return strings.Compare(a.ID, b.ID) })
+	// An existing row is "updated" to itself: 0 affected rows (no
+	// CLIENT_FOUND_ROWS); unlike INSERT IGNORE, no error is downgraded.
+	const onDup = ` ON DUPLICATE KEY UPDATE event_id = event_id`
 	var suspects []string
-	for start := 0; start < len(keys); start += chunk {
-		part := keys[start:min(start+chunk, len(keys))]
-		// An existing row is "updated" to itself: 0 affected rows (no
-		// CLIENT_FOUND_ROWS); unlike INSERT IGNORE, no error is downgraded.
-		query, args := insertKeys(part, ` ON DUPLICATE KEY UPDATE event_id = event_id`)
+	err := splitKeys(ex, keys, onDup, func(part []Insert) error {
+		query, args := insertKeys(part, onDup)
 		exec := ex.Exec
-		if p, ok := ex.(preparer); ok && len(part) == chunk {
+		if p, ok := ex.(preparer); ok && len(part) == stmt.MaxRows {
 			exec = p.ExecPrepared
 		}
 		r, err := exec(ctx, query, args...)
 		if err != nil {
-			return nil, fmt.Errorf("dedup claim: %w", err)
+			return fmt.Errorf("dedup claim: %w", err)
 		}
 		n, err := r.RowsAffected()
 		if err != nil {
-			return nil, fmt.Errorf("dedup claim: %w", err)
+			return fmt.Errorf("dedup claim: %w", err)
 		}
 		if n != int64(len(part)) {
 			for _, in := range part {
 				suspects = append(suspects, in.ID)
 			}
 		}
-	}
-	return suspects, nil
+		return nil
+	})
+	return suspects, err
 }
 
 // Unclaim deletes keys that this checkpoint claimed but does not keep (the
 // event became a dead letter).
 func Unclaim(ctx context.Context, ex Execer, ids []string) error {
 	slices.Sort(ids)
-	for start := 0; start < len(ids); start += chunk {
-		part := ids[start:min(start+chunk, len(ids))]
+	const head = `DELETE d FROM dedup_keys AS d FORCE INDEX (PRIMARY) WHERE d.event_id IN ()`
+	return stmt.Split(len(ids), len(head), ex.MaxStatementBytes(), func(i int) int { return stmt.ArgBytes(ids[i]) }, func(start, end int) error {
+		part := ids[start:end]
 		args := make([]any, len(part))
 		for i, id := range part {
 			args[i] = id
@@ -119,8 +124,8 @@ func Unclaim(ctx context.Context, ex Execer, ids []string) error {
 		if _, err := ex.Exec(ctx, `DELETE d FROM dedup_keys AS d FORCE INDEX (PRIMARY) WHERE d.event_id IN (`+placeholders(len(part))+`)`, args...); err != nil {
 			return fmt.Errorf("dedup unclaim: %w", err)
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // Store writes keys that replace expired rows (Claim writes the new ones),
@@ -134,49 +139,69 @@ func Store(ctx context.Context, ex Execer, inserts []Insert, now time.Time) erro
 			replace = append(replace, in.ID)
 		}
 	}
-	for start := 0; start < len(replace); start += chunk {
-		part := replace[start:min(start+chunk, len(replace))]
-		args := append(part[:len(part):len(part)], now)
-		if _, err := ex.Exec(ctx, deleteExpired(len(part)), args...); err != nil {
-			return fmt.Errorf("dedup replace expired: %w", err)
-		}
+	err := stmt.Split(len(replace), len(deleteExpired(1))+stmt.ArgBytes(now), ex.MaxStatementBytes(),
+		func(i int) int { return stmt.ArgBytes(replace[i]) }, func(start, end int) error {
+			part := replace[start:end]
+			args := append(part[:len(part):len(part)], now)
+			if _, err := ex.Exec(ctx, deleteExpired(len(part)), args...); err != nil {
+				return fmt.Errorf("dedup replace expired: %w", err)
+			}
+			return nil
+		})
+	if err != nil {
+		return err
 	}
-	for start := 0; start < len(inserts); start += chunk {
-		query, args := insertKeys(inserts[start:min(start+chunk, len(inserts))], "")
+	return splitKeys(ex, inserts, "", func(part []Insert) error {
+		query, args := insertKeys(part, "")
 		if _, err := ex.Exec(ctx, query, args...); err != nil {
 			return fmt.Errorf("dedup insert: %w", err)
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
-// Journal bounds: ids per journal row (and so keys deleted by one cleanup
-// transaction), and id bytes per journal statement, far below
-// max_allowed_packet (16 MiB on MariaDB, 64 MiB on MySQL 8.4) even escaped.
-const (
-	journalIDs   = 8192
-	journalBytes = 4 << 20
-)
+// splitKeys cuts keys into statements of insertKeys within ex's budget.
+func splitKeys(ex Execer, keys []Insert, suffix string, fn func(part []Insert) error) error {
+	return stmt.Split(len(keys), len(insertHead)+len(suffix), ex.MaxStatementBytes(),
+		func(i int) int {
+			return stmt.RowBytes(insertTuple, keys[i].ID, keys[i].Fingerprint[:], keys[i].ExpiresAt)
+		},
+		func(start, end int) error { return fn(keys[start:end]) })
+}
+
+// journalIDs bounds the ids of one journal row, and so the keys one cleanup
+// transaction deletes.
+const journalIDs = 8192
 
 // maxIDBytes is the longest event id a journal row can list (its length is
 // one byte); the decoder refuses longer ids before they reach here.
 const maxIDBytes = 255
 
+// journalRowOverhead bounds a journal row's text besides its blob.
+const journalRowOverhead = 64
+
 // Journal records that the keys ids, written by this checkpoint, expire at
 // expires: rows of dedup_expiry in the same branch as the keys, so that a
 // key and its journal entry commit or roll back together. Cleanup reads the
 // journal instead of an index on dedup_keys.expires_at, which cost a
-// secondary index entry per key. Usually one statement per branch.
+// secondary index entry per key. Usually one statement per branch; a row's
+// blob and a statement stay within the branch's statement budget.
 func Journal(ctx context.Context, ex Execer, expires time.Time, ids []string) error {
+	const head = `INSERT INTO dedup_expiry (expires_at, event_ids) VALUES `
+	budget := ex.MaxStatementBytes()
+	// A blob is sent escaped (up to twice its size): half of what is left
+	// of the budget after the statement's text.
+	maxBlob := (budget - len(head) - journalRowOverhead) / 2
 	var (
 		args  []any  // (expires_at, event_ids) per row of the statement
 		blob  []byte // the row being filled
 		count int    // ids in blob
-		size  int    // id bytes in the statement, blob included
+		size  int    // worst-case bytes of the statement, blob included
 	)
 	endRow := func() {
 		if count > 0 {
 			args = append(args, expires, blob)
+			size += journalRowOverhead
 			blob, count = nil, 0
 		}
 	}
@@ -186,27 +211,32 @@ func Journal(ctx context.Context, ex Execer, expires time.Time, ids []string) er
 			return nil
 		}
 		rows := strings.Repeat("(?,?),", len(args)/2)
-		_, err := ex.Exec(ctx, `INSERT INTO dedup_expiry (expires_at, event_ids) VALUES `+rows[:len(rows)-1], args...)
-		args, size = args[:0], 0
+		_, err := ex.Exec(ctx, head+rows[:len(rows)-1], args...)
+		args, size = args[:0], len(head)
 		if err != nil {
 			return fmt.Errorf("dedup journal: %w", err)
 		}
 		return nil
 	}
+	size = len(head)
 	for _, id := range ids {
 		if len(id) == 0 || len(id) > maxIDBytes {
 			return fmt.Errorf("dedup journal: event id of %d bytes", len(id))
 		}
-		blob = append(append(blob, byte(len(id))), id...)
-		count++
-		size += 1 + len(id)
-		if count == journalIDs {
+		entry := 1 + len(id)
+		if len(blob)+entry > maxBlob {
 			endRow()
 		}
-		if size >= journalBytes {
+		if size+2*entry+journalRowOverhead > budget {
 			if err := flush(); err != nil {
 				return err
 			}
+		}
+		blob = append(append(blob, byte(len(id))), id...)
+		count++
+		size += 2 * entry
+		if count == journalIDs {
+			endRow()
 		}
 	}
 	return flush()
@@ -240,10 +270,10 @@ func decodeJournal(b []byte) ([]any, error) {
 // A journal row that does not parse stops the cleanup of that server with
 // an error naming it (it can only come from a manual edit); its keys stay
 // until it is repaired or deleted by hand.
-func Cleanup(ctx context.Context, db *sqlx.DB, now time.Time, batch, max int) (int64, error) {
+func Cleanup(ctx context.Context, db *sqlx.DB, now time.Time, batch, max, budget int) (int64, error) {
 	var total int64
 	for total < int64(max) {
-		n, more, err := cleanupRow(ctx, db, now, batch)
+		n, more, err := cleanupRow(ctx, db, now, batch, budget)
 		total += n
 		if err != nil || !more {
 			return total, err
@@ -254,7 +284,7 @@ func Cleanup(ctx context.Context, db *sqlx.DB, now time.Time, batch, max int) (i
 
 // cleanupRow resolves one expired journal row; more is false when none was
 // left.
-func cleanupRow(ctx context.Context, db *sqlx.DB, now time.Time, batch int) (deleted int64, more bool, err error) {
+func cleanupRow(ctx context.Context, db *sqlx.DB, now time.Time, batch, budget int) (deleted int64, more bool, err error) {
 	tx, err := db.BeginTxx(ctx, nil)
 	if err != nil {
 		return 0, false, fmt.Errorf("dedup cleanup: %w", err)
@@ -276,14 +306,21 @@ func cleanupRow(ctx context.Context, db *sqlx.DB, now time.Time, batch int) (del
 		return 0, false, fmt.Errorf("dedup cleanup: dedup_expiry seq %d: %w", j.Seq, err)
 	}
 	for start := 0; start < len(ids); start += batch {
-		part := ids[start:min(start+batch, len(ids))]
-		args := append(part[:len(part):len(part)], now)
-		r, err := tx.ExecContext(ctx, deleteExpired(len(part)), args...)
+		err := stmt.Split(min(batch, len(ids)-start), len(deleteExpired(1))+stmt.ArgBytes(now), budget,
+			func(i int) int { return stmt.ArgBytes(ids[start+i]) }, func(from, to int) error {
+				part := ids[start+from : start+to]
+				args := append(part[:len(part):len(part)], now)
+				r, err := tx.ExecContext(ctx, deleteExpired(len(part)), args...)
+				if err != nil {
+					return err
+				}
+				n, _ := r.RowsAffected()
+				deleted += n
+				return nil
+			})
 		if err != nil {
 			return 0, false, fmt.Errorf("dedup cleanup: %w", err)
 		}
-		n, _ := r.RowsAffected()
-		deleted += n
 	}
 	if _, err := tx.ExecContext(ctx, `DELETE FROM dedup_expiry WHERE seq = ?`, j.Seq); err != nil {
 		return 0, false, fmt.Errorf("dedup cleanup: %w", err)
@@ -294,17 +331,23 @@ func cleanupRow(ctx context.Context, db *sqlx.DB, now time.Time, batch int) (del
 	return deleted, true, nil
 }
 
+// The statement that inserts keys: insertHead, one insertTuple per key.
+const (
+	insertHead  = `INSERT INTO dedup_keys (event_id, fingerprint, expires_at) VALUES `
+	insertTuple = "(?,?,?)"
+)
+
 // insertKeys is the statement that inserts keys, one row each, followed by
 // suffix, and its arguments.
 func insertKeys(keys []Insert, suffix string) (string, []any) {
 	var b strings.Builder
-	b.WriteString(`INSERT INTO dedup_keys (event_id, fingerprint, expires_at) VALUES `)
+	b.WriteString(insertHead)
 	args := make([]any, 0, 3*len(keys))
 	for i, in := range keys {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		b.WriteString("(?,?,?)")
+		b.WriteString(insertTuple)
 		args = append(args, in.ID, in.Fingerprint[:], in.ExpiresAt)
 	}
 	b.WriteString(suffix)

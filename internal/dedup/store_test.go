@@ -16,19 +16,80 @@ import (
 
 	"github.com/billing/ledger/integration/harness"
 	"github.com/billing/ledger/internal/dedup"
+	"github.com/billing/ledger/internal/stmt"
 	"github.com/billing/ledger/internal/txsink"
 	"github.com/billing/ledger/migrations"
 )
 
 // sqlTx runs the dedup statements in one local transaction, as a branch
 // does in its XA transaction.
-type sqlTx struct{ tx *sqlx.Tx }
+// sqlTx runs statements in a local transaction, like a branch does in its
+// XA transaction. budget is its statement budget (stmt.Budget of a 16 MiB
+// max_allowed_packet when 0); every statement it is given is checked
+// against it.
+type sqlTx struct {
+	tx     *sqlx.Tx
+	budget int
+}
+
+func (x sqlTx) MaxStatementBytes() int {
+	if x.budget == 0 {
+		return stmt.Budget(16 << 20)
+	}
+	return x.budget
+}
+
+// checkSize fails a statement whose text, as the driver interpolates it,
+// exceeds the budget: the server would refuse it.
+func (x sqlTx) checkSize(q string, args []any) error {
+	n := len(q) - strings.Count(q, "?")
+	for _, a := range args {
+		n += rendered(a)
+	}
+	if n > x.MaxStatementBytes() {
+		return fmt.Errorf("statement of %d bytes exceeds the budget of %d", n, x.MaxStatementBytes())
+	}
+	return nil
+}
+
+// rendered is the length of an argument as go-sql-driver/mysql interpolates
+// it: quoted, special bytes escaped, _binary before byte strings.
+func rendered(a any) int {
+	escaped := func(s string) int {
+		n := len(s)
+		for i := 0; i < len(s); i++ {
+			switch s[i] {
+			case 0, '\n', '\r', '\\', '\'', '"', 0x1a:
+				n++
+			}
+		}
+		return n
+	}
+	switch v := a.(type) {
+	case nil:
+		return len("NULL")
+	case string:
+		return 2 + escaped(v)
+	case []byte:
+		return len("_binary''") + escaped(string(v))
+	case time.Time:
+		return len("'2006-01-02 15:04:05.999999'")
+	default:
+		return len(fmt.Sprint(v))
+	}
+}
 
 func (x sqlTx) Exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	if err := x.checkSize(q, args); err != nil {
+		return nil, err
+	}
 	return x.tx.ExecContext(ctx, q, args...)
 }
 
 func (x sqlTx) Select(ctx context.Context, dest any, q string, args ...any) error {
+	if err := x.checkSize(q, args); err != nil {
+		return err
+	}
 	return x.tx.SelectContext(ctx, dest, q, args...)
 }
 
@@ -88,10 +149,10 @@ func claimWith(t *testing.T, db *sqlx.DB, ins []dedup.Insert, prepared bool) []s
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ex dedup.Execer = sqlTx{tx}
+	var ex dedup.Execer = sqlTx{tx: tx}
 	var n int
 	if prepared {
-		ex = preparedTx{sqlTx{tx}, &n}
+		ex = preparedTx{sqlTx{tx: tx}, &n}
 	}
 	suspects, err := dedup.Claim(ctx, ex, ins)
 	if prepared && n == 0 {
@@ -150,7 +211,7 @@ func testClaimFindsEveryStoredKey(t *testing.T, claim func(*testing.T, *sqlx.DB,
 		t.Fatalf("%d suspects, want one statement's 1000", len(suspects))
 	}
 	found := map[string]dedup.Seen{}
-	if err := dedup.Lookup(ctx, pool{db}, suspects, found); err != nil {
+	if err := dedup.Lookup(ctx, pool{db: db}, suspects, found); err != nil {
 		t.Fatal(err)
 	}
 	seen, ok := found[stored.ID]
@@ -164,10 +225,20 @@ func testClaimFindsEveryStoredKey(t *testing.T, claim func(*testing.T, *sqlx.DB,
 
 // pool reads committed rows outside any transaction, as the checkpoint's
 // lookups of suspects do.
-type pool struct{ db *sqlx.DB }
+type pool struct {
+	db     *sqlx.DB
+	budget int
+}
 
 func (q pool) Select(ctx context.Context, dest any, query string, args ...any) error {
 	return q.db.SelectContext(ctx, dest, query, args...)
+}
+
+func (q pool) MaxStatementBytes() int {
+	if q.budget == 0 {
+		return stmt.Budget(16 << 20)
+	}
+	return q.budget
 }
 
 // Property (concurrent claims): a key that another transaction has claimed
@@ -184,7 +255,7 @@ func TestConcurrentClaimWaitsForTheOther(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if s, err := dedup.Claim(ctx, sqlTx{other}, slices.Clone(k)); err != nil || len(s) != 0 {
+			if s, err := dedup.Claim(ctx, sqlTx{tx: other}, slices.Clone(k)); err != nil || len(s) != 0 {
 				t.Fatalf("first claim: %v, %v", s, err)
 			}
 			type result struct {
@@ -198,7 +269,7 @@ func TestConcurrentClaimWaitsForTheOther(t *testing.T) {
 					done <- result{err: err}
 					return
 				}
-				s, err := dedup.Claim(ctx, sqlTx{tx}, slices.Clone(k))
+				s, err := dedup.Claim(ctx, sqlTx{tx: tx}, slices.Clone(k))
 				done <- result{s, errors.Join(err, tx.Commit())}
 			}()
 			select {
@@ -239,7 +310,7 @@ func TestUnclaim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := dedup.Unclaim(ctx, sqlTx{tx}, []string{"u-00001"}); err != nil {
+	if err := dedup.Unclaim(ctx, sqlTx{tx: tx}, []string{"u-00001"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Commit(); err != nil {
@@ -271,10 +342,10 @@ func write(t *testing.T, db *sqlx.DB, ins []dedup.Insert) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := dedup.Claim(ctx, sqlTx{tx}, slices.Clone(ins)); err != nil {
+	if _, err := dedup.Claim(ctx, sqlTx{tx: tx}, slices.Clone(ins)); err != nil {
 		t.Fatal(err)
 	}
-	if err := dedup.Journal(ctx, sqlTx{tx}, ins[0].ExpiresAt, ids(ins)); err != nil {
+	if err := dedup.Journal(ctx, sqlTx{tx: tx}, ins[0].ExpiresAt, ids(ins)); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Commit(); err != nil {
@@ -312,17 +383,17 @@ func TestCleanupDeletesExactlyTheExpiredKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	again := []dedup.Insert{{ID: "x-00007", ExpiresAt: future, Replace: true}}
-	if err := dedup.Store(ctx, sqlTx{tx}, again, now); err != nil {
+	if err := dedup.Store(ctx, sqlTx{tx: tx}, again, now); err != nil {
 		t.Fatal(err)
 	}
-	if err := dedup.Journal(ctx, sqlTx{tx}, future, ids(again)); err != nil {
+	if err := dedup.Journal(ctx, sqlTx{tx: tx}, future, ids(again)); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
 	}
 
-	n, err := dedup.Cleanup(ctx, db, now, 1000, 1_000_000)
+	n, err := dedup.Cleanup(ctx, db, now, 1000, 1_000_000, stmt.Budget(16<<20))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -343,7 +414,7 @@ func TestCleanupDeletesExactlyTheExpiredKeys(t *testing.T) {
 	}
 
 	// Once those expire too, nothing is left.
-	if _, err := dedup.Cleanup(ctx, db, future, 1000, 1_000_000); err != nil {
+	if _, err := dedup.Cleanup(ctx, db, future, 1000, 1_000_000, stmt.Budget(16<<20)); err != nil {
 		t.Fatal(err)
 	}
 	if got := storedIDs(t, db); len(got) != 0 {
@@ -359,15 +430,71 @@ func TestCleanupBoundsAndMalformedRows(t *testing.T) {
 	ctx := context.Background()
 	now := time.Now().UTC()
 	write(t, db, keys("a", 9000, now.Add(-time.Minute))) // rows of 8192 and 808
-	n, err := dedup.Cleanup(ctx, db, now, 1000, 100)
+	n, err := dedup.Cleanup(ctx, db, now, 1000, 100, stmt.Budget(16<<20))
 	if err != nil || n != 8192 {
 		t.Fatalf("bounded pass deleted %d (%v), want one journal row's 8192", n, err)
 	}
 	if _, err := db.Exec(`INSERT INTO dedup_expiry (expires_at, event_ids) VALUES (?, ?)`, now.Add(-2*time.Minute), []byte{5, 'a'}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = dedup.Cleanup(ctx, db, now, 1000, 1_000_000)
+	_, err = dedup.Cleanup(ctx, db, now, 1000, 1_000_000, stmt.Budget(16<<20))
 	if err == nil || !strings.Contains(err.Error(), "malformed journal row") {
 		t.Fatalf("cleanup over a malformed row: %v", err)
+	}
+}
+
+// Property (statements bounded in bytes): with ids of the longest legal
+// size and a small statement budget, every statement of Claim, Lookup,
+// Journal, Store, Unclaim and Cleanup stays within the budget (sqlTx
+// refuses any that does not), and the keys are still all written, found
+// and cleaned up.
+func TestStatementsStayWithinBudget(t *testing.T) {
+	db := newStore(t)
+	ctx := context.Background()
+	const budget = 24 << 10
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	long := make([]dedup.Insert, 3000)
+	for i := range long {
+		long[i] = dedup.Insert{ID: fmt.Sprintf("%0128d", i), ExpiresAt: now.Add(-time.Second)}
+	}
+	tx, err := db.BeginTxx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	small := sqlTx{tx: tx, budget: budget}
+	if s, err := dedup.Claim(ctx, small, slices.Clone(long)); err != nil || len(s) != 0 {
+		t.Fatalf("claim: %d suspects, %v", len(s), err)
+	}
+	if err := dedup.Journal(ctx, small, long[0].ExpiresAt, ids(long)); err != nil {
+		t.Fatal(err)
+	}
+	if err := dedup.Unclaim(ctx, small, ids(long[:1500])); err != nil {
+		t.Fatal(err)
+	}
+	replace := slices.Clone(long[1500:])
+	for i := range replace {
+		replace[i].Replace = true
+	}
+	if err := dedup.Store(ctx, small, replace, now); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	found := map[string]dedup.Seen{}
+	if err := dedup.Lookup(ctx, pool{db: db, budget: budget}, ids(long), found); err != nil {
+		t.Fatal(err)
+	}
+	if len(found) != 1500 {
+		t.Fatalf("lookup found %d keys, want 1500", len(found))
+	}
+	var rows int
+	if err := db.Get(&rows, `SELECT COUNT(*) FROM dedup_expiry`); err != nil || rows < 2 {
+		t.Fatalf("journal rows = %d (%v): the budget should have split the journal", rows, err)
+	}
+	n, err := dedup.Cleanup(ctx, db, now, 1000, 1_000_000, budget)
+	if err != nil || n != 1500 {
+		t.Fatalf("cleanup deleted %d (%v), want 1500", n, err)
 	}
 }

@@ -131,7 +131,7 @@ func service(t *testing.T, brokers []string, topic string, dsn string, fps *fail
 	}
 	p, err := pipeline.New(pipeline.Config{
 		Topic: topic, Group: "svc-" + topic,
-		CheckpointInterval: 100 * time.Millisecond, CheckpointTimeout: 10 * time.Second, CheckpointMaxRecords: 10,
+		CheckpointInterval: 100 * time.Millisecond, CheckpointTimeout: 10 * time.Second, CheckpointMaxRecords: 10, CheckpointMaxBytes: 32 << 20,
 		MaxPollRecords: 10, DedupTTL: time.Hour, DedupCacheKeys: 1000, DedupCleanupInterval: time.Second,
 		DedupCleanupBatch: 100, BillingWindow: time.Hour, MaxPayloadBytes: 4096, RecoveryInterval: time.Second,
 		DecisionRetention: time.Hour, ShutdownTimeout: 10 * time.Second,

@@ -22,6 +22,7 @@ type snapshot struct {
 	cuts    []txsink.PartitionCut
 	records []record
 	dead    []deadLetter
+	bytes   int // memory held by records and dead
 }
 
 type inflight struct {
@@ -92,7 +93,7 @@ func (p *Pipeline) attempt(ctx context.Context, s *snapshot, careful bool) (info
 	now := time.Now()
 	p.seq++
 	tx := p.sink.Begin(p.seq)
-	info = CheckpointInfo{Gtrid: tx.Gtrid(), Started: now, Careful: careful, Records: len(s.records) + len(s.dead),
+	info = CheckpointInfo{Gtrid: tx.Gtrid(), Started: now, Careful: careful, Records: len(s.records) + len(s.dead), Bytes: s.bytes,
 		Partitions: len(s.cuts), Phases: map[string]time.Duration{}, DeadLetters: map[string]int{}}
 	mark := now
 	phase := func(name string) {
@@ -146,7 +147,7 @@ func (p *Pipeline) attempt(ctx context.Context, s *snapshot, careful bool) (info
 		if len(ids) == 0 {
 			continue
 		}
-		if err := dedup.Lookup(ctx, pool{p.sink.ServerOf(i)}, ids, known); err != nil {
+		if err := dedup.Lookup(ctx, pool{p.sink.ServerOf(i), p.sink.MaxStatementBytes(i)}, ids, known); err != nil {
 			return fail("dedup", err)
 		}
 	}
@@ -361,7 +362,7 @@ func (p *Pipeline) seed(ctx context.Context, tx *txsink.Txn, agg *aggregate, rb 
 }
 
 func (p *Pipeline) deadLetter(r *record, reason, detail string) deadLetter {
-	return deadLetter{partition: r.partition, offset: r.offset, reason: reason, detail: detail, eventID: r.ev.EventID, key: r.key, value: r.value}
+	return newDeadLetter(r.partition, r.offset, r.key, r.value, p.cfg.DeadLetterPayloadBytes, reason, detail, r.ev.EventID)
 }
 
 func (p *Pipeline) report(info CheckpointInfo) {
@@ -395,7 +396,12 @@ func nonEmpty[T any](by [][]T) []int {
 }
 
 // pool runs dedup lookups on a server's pool, outside any branch.
-type pool struct{ db *sqlx.DB }
+type pool struct {
+	db     *sqlx.DB
+	budget int
+}
+
+func (q pool) MaxStatementBytes() int { return q.budget }
 
 func (q pool) Select(ctx context.Context, dest any, query string, args ...any) error {
 	return q.db.SelectContext(ctx, dest, query, args...)

@@ -38,7 +38,7 @@ func (p *Pipeline) housekeeping(ctx context.Context) {
 		case <-cleanT.C:
 			for i, db := range p.sink.Servers() {
 				cctx, cancel := context.WithTimeout(ctx, p.cfg.DedupCleanupInterval)
-				n, err := dedup.Cleanup(cctx, db, time.Now(), p.cfg.DedupCleanupBatch, 100*p.cfg.DedupCleanupBatch)
+				n, err := dedup.Cleanup(cctx, db, time.Now(), p.cfg.DedupCleanupBatch, 100*p.cfg.DedupCleanupBatch, p.sink.ServerStatementBytes(i))
 				cancel()
 				if err != nil {
 					p.log.Warn("dedup cleanup failed", "server", i, "err", err)

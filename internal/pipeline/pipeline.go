@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,28 +19,66 @@ import (
 )
 
 // Config is what the pipeline needs; cmd/billing fills it from the
-// environment (internal/config).
+// environment (internal/config, where each setting's default is). Every
+// duration and count must be positive unless said otherwise.
 type Config struct {
-	Topic, Group         string
-	CheckpointInterval   time.Duration
-	CheckpointTimeout    time.Duration
+	// Topic is the topic of billing events; Group the consumer group, which
+	// also scopes the positions stored in MySQL.
+	Topic, Group string
+	// CheckpointInterval is how often a checkpoint is taken.
+	CheckpointInterval time.Duration
+	// CheckpointTimeout bounds one checkpoint until its decision; an older
+	// undecided checkpoint is aborted (by its coordinator or a recoverer).
+	CheckpointTimeout time.Duration
+	// CheckpointMaxRecords and CheckpointMaxBytes take a checkpoint early
+	// once that many records, or records holding that much memory
+	// (keys, values, decoded ids), are buffered; fetching pauses at twice
+	// either while a checkpoint is in flight. Together with the fetch
+	// sizes derived from CheckpointMaxBytes they bound the memory of
+	// records in the process.
 	CheckpointMaxRecords int
-	MaxPollRecords       int
-	DedupTTL             time.Duration
-	DedupCacheKeys       int
+	CheckpointMaxBytes   int
+	// MaxPollRecords is the most records taken from the client per poll.
+	MaxPollRecords int
+	// DedupTTL is how long an event id is remembered after its first
+	// arrival (processing time; see package dedup).
+	DedupTTL time.Duration
+	// DedupCacheKeys bounds the event ids remembered in memory; 0 disables
+	// the cache (every id is checked in MySQL).
+	DedupCacheKeys int
+	// DedupCleanupInterval is how often expired keys are deleted, at most
+	// 100 × DedupCleanupBatch per server and pass, DedupCleanupBatch per
+	// statement.
 	DedupCleanupInterval time.Duration
 	DedupCleanupBatch    int
-	BillingWindow        time.Duration
-	MaxPayloadBytes      int
-	RecoveryInterval     time.Duration
-	DecisionRetention    time.Duration
+	// BillingWindow is the size of the tumbling windows over occurred_at.
+	BillingWindow time.Duration
+	// MaxPayloadBytes: larger record values are dead-lettered as
+	// payload_too_large without being parsed.
+	MaxPayloadBytes int
+	// DeadLetterPayloadBytes bounds the prefix of a record's value a dead
+	// letter stores (0 stores none; the size and SHA-256 of the whole value
+	// are always stored). A server with a small max_allowed_packet may cut
+	// it further.
+	DeadLetterPayloadBytes int
+	// RecoveryInterval is how often in-doubt branches are resolved;
+	// DecisionRetention how long decision rows are kept.
+	RecoveryInterval  time.Duration
+	DecisionRetention time.Duration
 	// ShutdownTimeout bounds the final checkpoint when Run's context ends.
 	ShutdownTimeout time.Duration
+	// AllowGroupChange lets Run start a group that has no stored positions
+	// on a ledger that holds positions of the topic under other groups.
+	// Such a group starts every partition at the beginning of the log:
+	// events older than DedupTTL count a second time. Off, Run refuses
+	// with a *GroupChangeError.
+	AllowGroupChange bool
 
 	// KafkaOpts are the client's connection options (brokers, TLS, SASL,
 	// timeouts); the pipeline adds the consumer-group options it relies on.
 	KafkaOpts []kgo.Opt
-	Logger    *slog.Logger
+	// Logger receives the pipeline's logs; slog.Default() when nil.
+	Logger *slog.Logger
 	// OnCheckpoint, if set, is called after every checkpoint attempt, from
 	// the goroutine that ran it. It must not block.
 	OnCheckpoint func(CheckpointInfo)
@@ -59,10 +98,27 @@ func (c *Config) validate() error {
 			errs = append(errs, fmt.Errorf("%s must be positive", name))
 		}
 	}
-	if c.CheckpointMaxRecords < 1 || c.MaxPollRecords < 1 || c.DedupCleanupBatch < 1 || c.MaxPayloadBytes < 1 {
-		errs = append(errs, errors.New("CheckpointMaxRecords, MaxPollRecords, DedupCleanupBatch and MaxPayloadBytes must be positive"))
+	if c.CheckpointMaxRecords < 1 || c.CheckpointMaxBytes < 1 || c.MaxPollRecords < 1 || c.DedupCleanupBatch < 1 || c.MaxPayloadBytes < 1 {
+		errs = append(errs, errors.New("CheckpointMaxRecords, CheckpointMaxBytes, MaxPollRecords, DedupCleanupBatch and MaxPayloadBytes must be positive"))
+	}
+	if c.DeadLetterPayloadBytes < 0 {
+		errs = append(errs, errors.New("DeadLetterPayloadBytes must not be negative"))
 	}
 	return errors.Join(errs...)
+}
+
+// fetchOpts bound what the Kafka client buffers by the byte budget: at most
+// maxConcurrentFetches fetches of CheckpointMaxBytes/4 each (one of at
+// least 1 MiB, so that progress never depends on the budget: a broker
+// always returns a partition's first batch, however large).
+func (c *Config) fetchOpts() []kgo.Opt {
+	const maxConcurrentFetches = 2
+	fetch := int32(min(max(c.CheckpointMaxBytes/4, 1<<20), 1<<30))
+	return []kgo.Opt{
+		kgo.FetchMaxBytes(fetch),
+		kgo.FetchMaxPartitionBytes(min(fetch, 1<<20)),
+		kgo.MaxConcurrentFetches(maxConcurrentFetches),
+	}
 }
 
 // CheckpointInfo describes one checkpoint attempt, for metrics and
@@ -70,6 +126,7 @@ func (c *Config) validate() error {
 type CheckpointInfo struct {
 	Gtrid       string
 	Records     int            // records covered (valid and dead-lettered)
+	Bytes       int            // memory the records held while buffered
 	Counted     int            // events added to the ledger
 	Duplicates  int            // repeats dropped
 	DeadLetters map[string]int // by reason
@@ -97,8 +154,9 @@ type Stats struct {
 	AssignedParts  atomic.Int64
 	// Pending is the number of records consumed and not yet covered by a
 	// decided checkpoint (buffered or in flight): 0 means caught up with
-	// everything fetched.
+	// everything fetched. PendingBytes is the memory they hold.
 	Pending         atomic.Int64
+	PendingBytes    atomic.Int64
 	RecoveredCommit atomic.Int64 // in-doubt branches rolled forward
 	RecoveredAbort  atomic.Int64 // in-doubt branches rolled back
 }
@@ -161,6 +219,7 @@ func New(cfg Config, sink *txsink.Sink) (*Pipeline, error) {
 		groupSignal: make(chan struct{}, 1),
 	}
 	opts := append([]kgo.Opt{}, cfg.KafkaOpts...)
+	opts = append(opts, cfg.fetchOpts()...)
 	opts = append(opts,
 		kgo.ConsumerGroup(cfg.Group),
 		kgo.ConsumeTopics(cfg.Topic),
@@ -202,6 +261,10 @@ func (p *Pipeline) Client() *kgo.Client { return p.cl }
 // ShutdownTimeout, and leaves the group. It returns nil after a clean
 // shutdown; whatever it could not commit is replayed by the next owner.
 func (p *Pipeline) Run(ctx context.Context) error {
+	if err := p.checkGroup(ctx); err != nil {
+		p.cl.Close()
+		return err
+	}
 	if res, err := p.sink.Recover(ctx, p.cfg.CheckpointTimeout); err != nil {
 		p.log.Warn("recovery at start incomplete; retried in the background", "err", err)
 	} else {
@@ -242,6 +305,38 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	stopHousekeeping()
 	hk.Wait()
 	return nil
+}
+
+// GroupChangeError refuses to start a consumer group without stored
+// positions on a ledger whose topic has positions under other groups (a
+// renamed KAFKA_GROUP): it would replay the topic from its start.
+type GroupChangeError struct {
+	Group, Topic string
+	Stored       []string // the groups with positions stored for the topic
+}
+
+func (e *GroupChangeError) Error() string {
+	return fmt.Sprintf("consumer group %q has no positions stored for topic %q, but this ledger holds positions of that topic under %q: "+
+		"starting it would replay the topic from its beginning, and events older than DEDUP_TTL would count twice. "+
+		"Use the group that wrote this ledger (KAFKA_GROUP), or set ALLOW_GROUP_CHANGE=true to replay deliberately", e.Group, e.Topic, e.Stored)
+}
+
+// checkGroup refuses a group change unless it is allowed (see
+// Config.AllowGroupChange).
+func (p *Pipeline) checkGroup(ctx context.Context) error {
+	groups, err := p.sink.Groups(ctx)
+	if err != nil {
+		return fmt.Errorf("pipeline: %w", err)
+	}
+	if len(groups) == 0 || slices.Contains(groups, p.cfg.Group) {
+		return nil
+	}
+	if p.cfg.AllowGroupChange {
+		p.log.Warn("starting a consumer group without stored positions on a ledger that has them under other groups: the topic is replayed from its start (ALLOW_GROUP_CHANGE)",
+			"group", p.cfg.Group, "stored_groups", groups)
+		return nil
+	}
+	return &GroupChangeError{Group: p.cfg.Group, Topic: p.cfg.Topic, Stored: groups}
 }
 
 func (p *Pipeline) recovered(r txsink.RecoveryResult) {

@@ -86,6 +86,8 @@ type instance struct {
 	sink   *txsink.Sink
 	cancel context.CancelFunc
 	done   chan error
+	// shutdown cancels Run, waits for it and closes the sink, once.
+	shutdown func()
 }
 
 func start(t *testing.T, e *env, mod func(*Config, *txsink.Config)) *instance {
@@ -94,7 +96,7 @@ func start(t *testing.T, e *env, mod func(*Config, *txsink.Config)) *instance {
 		LockWaitTimeout: 2 * time.Second, StepTimeout: 10 * time.Second, Logger: quiet()}
 	cfg := Config{
 		Topic: e.topic, Group: "g-" + e.topic,
-		CheckpointInterval: 100 * time.Millisecond, CheckpointTimeout: 10 * time.Second, CheckpointMaxRecords: 10000,
+		CheckpointInterval: 100 * time.Millisecond, CheckpointTimeout: 10 * time.Second, CheckpointMaxRecords: 10000, CheckpointMaxBytes: 32 << 20,
 		MaxPollRecords: 1000, DedupTTL: time.Hour, DedupCacheKeys: 1000, DedupCleanupInterval: time.Second,
 		DedupCleanupBatch: 100, BillingWindow: time.Hour, MaxPayloadBytes: 4096, RecoveryInterval: time.Second,
 		DecisionRetention: time.Hour, ShutdownTimeout: 10 * time.Second,
@@ -131,18 +133,13 @@ func start(t *testing.T, e *env, mod func(*Config, *txsink.Config)) *instance {
 			sink.Close()
 		})
 	}
+	in.shutdown = stop
 	t.Cleanup(stop)
 	return in
 }
 
-func (in *instance) stop(t *testing.T) {
-	in.cancel()
-	select {
-	case <-in.done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("Run did not return")
-	}
-}
+// stop shuts the instance down (once; the test's cleanup does it too).
+func (in *instance) stop(*testing.T) { in.shutdown() }
 
 type balance struct {
 	Account  string `db:"account_id"`

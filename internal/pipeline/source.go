@@ -26,6 +26,7 @@ type partition struct {
 	committed int64
 	records   []record     // valid events since the last seal
 	dead      []deadLetter // invalid records since the last seal
+	bytes     int          // memory held by records and dead (see record.bytes)
 	// rewind is set when buffered state was discarded (an aborted
 	// checkpoint): the position must be reread from MySQL before the
 	// partition is consumed again, and records fetched meanwhile are dropped.
@@ -36,7 +37,9 @@ func (pt *partition) pending() bool {
 	return !pt.rewind && pt.position != pt.committed && pt.position != txsink.StartOffset
 }
 
-// record is a decoded, valid event and where it came from.
+// record is a decoded, valid event and where it came from. It keeps the
+// record's key and value: should the event turn out a conflicting repeat
+// or an overflow, its dead letter stores them.
 type record struct {
 	ev        event.Event
 	partition int32
@@ -44,6 +47,16 @@ type record struct {
 	key       []byte
 	value     []byte
 	ts        time.Time
+}
+
+// recordOverhead approximates a buffered record's memory besides its key,
+// value and ids: the struct, the decoded event's fixed part, slice headers.
+const recordOverhead = 200
+
+// bytes is the memory a buffered record holds, for the byte budget
+// (Config.CheckpointMaxBytes).
+func (r *record) bytes() int {
+	return len(r.key) + len(r.value) + len(r.ev.EventID) + len(r.ev.AccountID) + recordOverhead
 }
 
 // poll is the source: it polls, decodes, buffers per partition, and seals a
@@ -54,9 +67,10 @@ type record struct {
 // and at twice the bound fetching pauses (backpressure).
 func (p *Pipeline) poll(ctx context.Context) {
 	for ctx.Err() == nil {
-		pctx, cancel := context.WithTimeout(ctx, p.pollWait())
+		pollWait, limit := p.pollPlan()
+		pctx, cancel := context.WithTimeout(ctx, pollWait)
 		p.wake.Store(&cancel)
-		fetches := p.cl.PollRecords(pctx, p.cfg.MaxPollRecords)
+		fetches := p.cl.PollRecords(pctx, limit)
 		p.wake.Store(nil)
 		cancel()
 		if errors.Is(fetches.Err0(), kgo.ErrClientClosed) {
@@ -69,7 +83,7 @@ func (p *Pipeline) poll(ctx context.Context) {
 		p.rewindLocked(ctx)
 		p.maybeSealLocked(ctx)
 		var wait chan struct{}
-		if p.inflight != nil && p.bufferedLocked() >= 2*p.cfg.CheckpointMaxRecords {
+		if n, b := p.bufferedLocked(); p.inflight != nil && (n >= 2*p.cfg.CheckpointMaxRecords || b >= 2*p.cfg.CheckpointMaxBytes) {
 			wait = p.inflight.done
 		}
 		p.updatePendingLocked()
@@ -84,18 +98,31 @@ func (p *Pipeline) poll(ctx context.Context) {
 	}
 }
 
-// pollWait is how long the next poll may block: until the next checkpoint
-// is due, or briefly while a rewind is pending.
-func (p *Pipeline) pollWait() time.Duration {
+// pollPlan is how long the next poll may block (until the next checkpoint
+// is due, or briefly while a rewind is pending) and how many records it may
+// take: no more than fit in what is left of twice the byte budget if every
+// record were as large as a record can be kept. Fetch sizes alone cannot
+// bound memory: a compressed batch of small size on the wire can decompress
+// into any number of records.
+func (p *Pipeline) pollPlan() (time.Duration, int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	_, b := p.bufferedLocked()
+	limit := min(p.cfg.MaxPollRecords, max(1, (2*p.cfg.CheckpointMaxBytes-b)/p.maxRecordBytes()))
 	for _, pt := range p.parts {
 		if pt.rewind {
-			return 100 * time.Millisecond
+			return 100 * time.Millisecond, limit
 		}
 	}
 	d := time.Until(p.lastSeal.Add(p.cfg.CheckpointInterval))
-	return max(min(d, p.cfg.CheckpointInterval), 5*time.Millisecond)
+	return max(min(d, p.cfg.CheckpointInterval), 5*time.Millisecond), limit
+}
+
+// maxRecordBytes is the most memory one buffered record can hold: a valid
+// event's value is at most MaxPayloadBytes, a dead letter keeps at most
+// DeadLetterPayloadBytes of it; keys are kept up to maxStoredKey.
+func (p *Pipeline) maxRecordBytes() int {
+	return max(p.cfg.MaxPayloadBytes, p.cfg.DeadLetterPayloadBytes) + maxStoredKey + event.MaxEventIDLen + event.MaxAccountIDLen + recordOverhead + deadLetterOverhead + maxDetail
 }
 
 func (p *Pipeline) wakePoll() {
@@ -130,34 +157,42 @@ func (p *Pipeline) processLocked(fetches kgo.Fetches) {
 		p.stats.Consumed.Add(1)
 		ev, err := p.dec.Decode(r.Value)
 		if err != nil {
-			d := deadLetter{partition: r.Partition, offset: r.Offset, reason: "invalid_record", detail: err.Error(), key: r.Key, value: r.Value}
+			reason, eventID := "invalid_record", ""
 			var de *event.DecodeError
 			if errors.As(err, &de) {
-				d.reason, d.eventID = string(de.Reason), de.EventID
+				reason, eventID = string(de.Reason), de.EventID
 			}
+			d := newDeadLetter(r.Partition, r.Offset, r.Key, r.Value, p.cfg.DeadLetterPayloadBytes, reason, err.Error(), eventID)
 			pt.dead = append(pt.dead, d)
+			pt.bytes += d.bytes()
 			return
 		}
-		pt.records = append(pt.records, record{ev: ev, partition: r.Partition, offset: r.Offset, key: r.Key, value: r.Value, ts: r.Timestamp})
+		rec := record{ev: ev, partition: r.Partition, offset: r.Offset, key: truncate(r.Key, maxStoredKey), value: r.Value, ts: r.Timestamp}
+		pt.records = append(pt.records, rec)
+		pt.bytes += rec.bytes()
 	})
 }
 
 // updatePendingLocked publishes how many consumed records no decided
 // checkpoint covers yet.
 func (p *Pipeline) updatePendingLocked() {
-	n := p.bufferedLocked()
+	n, b := p.bufferedLocked()
 	if p.inflight != nil {
 		n += len(p.inflight.snap.records) + len(p.inflight.snap.dead)
+		b += p.inflight.snap.bytes
 	}
 	p.stats.Pending.Store(int64(n))
+	p.stats.PendingBytes.Store(int64(b))
 }
 
-func (p *Pipeline) bufferedLocked() int {
-	n := 0
+// bufferedLocked returns the records buffered for the next checkpoint and
+// the memory they hold.
+func (p *Pipeline) bufferedLocked() (records, bytes int) {
 	for _, pt := range p.parts {
-		n += len(pt.records) + len(pt.dead)
+		records += len(pt.records) + len(pt.dead)
+		bytes += pt.bytes
 	}
-	return n
+	return records, bytes
 }
 
 // maybeSealLocked takes a checkpoint when one is due and none is in flight.
@@ -165,7 +200,7 @@ func (p *Pipeline) maybeSealLocked(ctx context.Context) {
 	if p.inflight != nil {
 		return
 	}
-	if time.Since(p.lastSeal) < p.cfg.CheckpointInterval && p.bufferedLocked() < p.cfg.CheckpointMaxRecords {
+	if n, b := p.bufferedLocked(); time.Since(p.lastSeal) < p.cfg.CheckpointInterval && n < p.cfg.CheckpointMaxRecords && b < p.cfg.CheckpointMaxBytes {
 		return
 	}
 	snap := p.sealLocked()
@@ -209,10 +244,11 @@ func (p *Pipeline) sealLocked() *snapshot {
 		s.cuts = append(s.cuts, txsink.PartitionCut{Partition: id, Epoch: pt.epoch, NextOffset: pt.position})
 		s.records = append(s.records, pt.records...)
 		s.dead = append(s.dead, pt.dead...)
+		s.bytes += pt.bytes
 		// The records are copied: keep the buffer's capacity for the next
 		// checkpoint, cleared so that it pins no payload.
 		clear(pt.records)
-		pt.records, pt.dead = pt.records[:0], nil
+		pt.records, pt.dead, pt.bytes = pt.records[:0], nil, 0
 	}
 	return s
 }
@@ -246,7 +282,7 @@ func (p *Pipeline) finishLocked(s *snapshot, out outcome) {
 		return
 	}
 	for _, pt := range p.parts {
-		pt.records, pt.dead = nil, nil
+		pt.records, pt.dead, pt.bytes = nil, nil, 0
 		pt.rewind = true
 	}
 }

@@ -59,6 +59,10 @@ func (pc *pinned) close() {
 	_ = pc.conn.Close()
 }
 
+// MaxStatementBytes is the budget of one statement on the branch's server
+// (package stmt): statements built for the branch stay within it.
+func (b *Branch) MaxStatementBytes() int { return int(b.server.budget.Load()) }
+
 // Exec runs a statement that changes data inside the branch.
 func (b *Branch) Exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
 	b.wrote = true

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
+
+	"github.com/billing/ledger/internal/stmt"
 )
 
 type outcome string
@@ -107,18 +109,27 @@ func (t *Txn) decideCommit(ctx context.Context, cuts []PartitionCut) (err error)
 }
 
 func (s *Sink) checkFence(ctx context.Context, tx *sqlx.Tx, cuts []PartitionCut) error {
-	args := []any{s.cfg.Group, s.cfg.Topic}
-	for _, c := range cuts {
-		args = append(args, c.Partition)
-	}
-	q := `SELECT kafka_partition, epoch, owner FROM partition_offsets FORCE INDEX (PRIMARY)
-		WHERE consumer_group = ? AND kafka_topic = ? AND kafka_partition IN (` + placeholders(len(cuts)) + `) FOR UPDATE`
-	var rows []struct {
+	type storedRow struct {
 		Partition int32  `db:"kafka_partition"`
 		Epoch     int64  `db:"epoch"`
 		Owner     string `db:"owner"`
 	}
-	if err := tx.SelectContext(ctx, &rows, q, args...); err != nil {
+	var rows []storedRow
+	err := s.controlChunks(len(cuts), s.partitionArgBytes(), func(int) int { return stmt.ArgBytes(int32(0)) }, func(start, end int) error {
+		args := []any{s.cfg.Group, s.cfg.Topic}
+		for _, c := range cuts[start:end] {
+			args = append(args, c.Partition)
+		}
+		q := `SELECT kafka_partition, epoch, owner FROM partition_offsets FORCE INDEX (PRIMARY)
+		WHERE consumer_group = ? AND kafka_topic = ? AND kafka_partition IN (` + placeholders(end-start) + `) FOR UPDATE`
+		var part []storedRow
+		if err := tx.SelectContext(ctx, &part, q, args...); err != nil {
+			return err
+		}
+		rows = append(rows, part...)
+		return nil
+	})
+	if err != nil {
 		return err
 	}
 	stored := make(map[int32]int, len(rows))
@@ -139,19 +150,44 @@ func (s *Sink) checkFence(ctx context.Context, tx *sqlx.Tx, cuts []PartitionCut)
 
 func (s *Sink) writeOffsets(ctx context.Context, tx *sqlx.Tx, cuts []PartitionCut) error {
 	now := time.Now().UTC()
-	var b strings.Builder
-	b.WriteString(`INSERT INTO partition_offsets (consumer_group, kafka_topic, kafka_partition, next_offset, owner, epoch, updated_at) VALUES `)
-	args := make([]any, 0, 7*len(cuts))
-	for i, c := range cuts {
-		if i > 0 {
-			b.WriteByte(',')
+	return s.upsertOffsets(ctx, tx, len(cuts), func(i int) []any {
+		c := cuts[i]
+		return []any{s.cfg.Group, s.cfg.Topic, c.Partition, c.NextOffset, s.instance, c.Epoch, now}
+	}, ` ON DUPLICATE KEY UPDATE next_offset = VALUES(next_offset), updated_at = VALUES(updated_at)`)
+}
+
+// upsertOffsets writes n partition_offsets rows, args(i) giving each row's
+// values in column order, with the given ON DUPLICATE KEY clause; in as
+// many statements as the control server's budget needs.
+func (s *Sink) upsertOffsets(ctx context.Context, tx *sqlx.Tx, n int, args func(i int) []any, onDup string) error {
+	const head = `INSERT INTO partition_offsets (consumer_group, kafka_topic, kafka_partition, next_offset, owner, epoch, updated_at) VALUES `
+	const tuple = "(?,?,?,?,?,?,?)"
+	return s.controlChunks(n, len(head)+len(onDup), func(i int) int { return stmt.RowBytes(tuple, args(i)...) }, func(start, end int) error {
+		var b strings.Builder
+		b.WriteString(head)
+		all := make([]any, 0, 7*(end-start))
+		for i := start; i < end; i++ {
+			if i > start {
+				b.WriteByte(',')
+			}
+			b.WriteString(tuple)
+			all = append(all, args(i)...)
 		}
-		b.WriteString("(?,?,?,?,?,?,?)")
-		args = append(args, s.cfg.Group, s.cfg.Topic, c.Partition, c.NextOffset, s.instance, c.Epoch, now)
-	}
-	b.WriteString(` ON DUPLICATE KEY UPDATE next_offset = VALUES(next_offset), updated_at = VALUES(updated_at)`)
-	_, err := tx.ExecContext(ctx, b.String(), args...)
-	return err
+		b.WriteString(onDup)
+		_, err := tx.ExecContext(ctx, b.String(), all...)
+		return err
+	})
+}
+
+// controlChunks is stmt.Split on the control server's budget.
+func (s *Sink) controlChunks(n, fixed int, rowBytes func(int) int, fn func(start, end int) error) error {
+	return stmt.Split(n, fixed, int(s.servers[0].budget.Load()), rowBytes, fn)
+}
+
+// partitionArgBytes bounds the text of a statement on partition_offsets
+// besides its rows: the query and the group and topic arguments.
+func (s *Sink) partitionArgBytes() int {
+	return 512 + stmt.ArgBytes(s.cfg.Group) + stmt.ArgBytes(s.cfg.Topic)
 }
 
 // decide inserts a decision for gtrid unless one exists, and returns the

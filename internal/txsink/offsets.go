@@ -3,8 +3,9 @@ package txsink
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
+
+	"github.com/billing/ledger/internal/stmt"
 )
 
 // StartOffset is the next_offset stored for a partition never checkpointed
@@ -36,18 +37,10 @@ func (s *Sink) Claim(ctx context.Context, partitions []int32) (map[int32]Positio
 	}
 	defer func() { _ = tx.Rollback() }()
 	now := time.Now().UTC()
-	var b strings.Builder
-	b.WriteString(`INSERT INTO partition_offsets (consumer_group, kafka_topic, kafka_partition, next_offset, owner, epoch, updated_at) VALUES `)
-	args := make([]any, 0, 7*len(partitions))
-	for i, p := range partitions {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString("(?,?,?,?,?,1,?)")
-		args = append(args, s.cfg.Group, s.cfg.Topic, p, StartOffset, s.instance, now)
-	}
-	b.WriteString(` ON DUPLICATE KEY UPDATE epoch = epoch + 1, owner = VALUES(owner), updated_at = VALUES(updated_at)`)
-	if _, err := tx.ExecContext(ctx, b.String(), args...); err != nil {
+	err = s.upsertOffsets(ctx, tx, len(partitions), func(i int) []any {
+		return []any{s.cfg.Group, s.cfg.Topic, partitions[i], StartOffset, s.instance, 1, now}
+	}, ` ON DUPLICATE KEY UPDATE epoch = epoch + 1, owner = VALUES(owner), updated_at = VALUES(updated_at)`)
+	if err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
 	}
 	pos, err := s.positions(ctx, tx, partitions, "")
@@ -81,24 +74,38 @@ type queryer interface {
 }
 
 func (s *Sink) positions(ctx context.Context, q queryer, partitions []int32, lock string) (map[int32]Position, error) {
-	args := []any{s.cfg.Group, s.cfg.Topic}
-	for _, p := range partitions {
-		args = append(args, p)
-	}
-	var rows []struct {
-		Partition  int32  `db:"kafka_partition"`
-		NextOffset int64  `db:"next_offset"`
-		Epoch      int64  `db:"epoch"`
-		Owner      string `db:"owner"`
-	}
-	err := q.SelectContext(ctx, &rows, `SELECT kafka_partition, next_offset, epoch, owner FROM partition_offsets FORCE INDEX (PRIMARY)
-		WHERE consumer_group = ? AND kafka_topic = ? AND kafka_partition IN (`+placeholders(len(partitions))+`)`+lock, args...)
+	pos := make(map[int32]Position, len(partitions))
+	err := s.controlChunks(len(partitions), s.partitionArgBytes(), func(int) int { return stmt.ArgBytes(int32(0)) }, func(start, end int) error {
+		args := []any{s.cfg.Group, s.cfg.Topic}
+		for _, p := range partitions[start:end] {
+			args = append(args, p)
+		}
+		var rows []struct {
+			Partition  int32  `db:"kafka_partition"`
+			NextOffset int64  `db:"next_offset"`
+			Epoch      int64  `db:"epoch"`
+			Owner      string `db:"owner"`
+		}
+		err := q.SelectContext(ctx, &rows, `SELECT kafka_partition, next_offset, epoch, owner FROM partition_offsets FORCE INDEX (PRIMARY)
+		WHERE consumer_group = ? AND kafka_topic = ? AND kafka_partition IN (`+placeholders(end-start)+`)`+lock, args...)
+		for _, r := range rows {
+			pos[r.Partition] = Position{Epoch: r.Epoch, NextOffset: r.NextOffset, Owner: r.Owner}
+		}
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
-	pos := make(map[int32]Position, len(rows))
-	for _, r := range rows {
-		pos[r.Partition] = Position{Epoch: r.Epoch, NextOffset: r.NextOffset, Owner: r.Owner}
-	}
 	return pos, nil
+}
+
+// Groups lists the consumer groups that have positions stored for the
+// sink's topic.
+func (s *Sink) Groups(ctx context.Context) ([]string, error) {
+	var groups []string
+	if err := s.Control().SelectContext(ctx, &groups,
+		`SELECT DISTINCT consumer_group FROM partition_offsets WHERE kafka_topic = ? ORDER BY consumer_group`, s.cfg.Topic); err != nil {
+		return nil, fmt.Errorf("stored groups: %w", err)
+	}
+	return groups, nil
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/billing/ledger/internal/stmt"
 )
 
 // InDoubt is a prepared branch of this service found by XA RECOVER.
@@ -194,10 +196,18 @@ func (s *Sink) PruneDecisions(ctx context.Context, olderThan time.Duration, rema
 	if len(del) == 0 {
 		return 0, nil
 	}
-	r, err := s.Control().ExecContext(ctx, `DELETE FROM checkpoint_decisions WHERE gtrid IN (`+placeholders(len(del))+`)`, del...)
+	var n int64
+	err = s.controlChunks(len(del), 64, func(i int) int { return stmt.ArgBytes(del[i]) }, func(start, end int) error {
+		r, err := s.Control().ExecContext(ctx, `DELETE FROM checkpoint_decisions WHERE gtrid IN (`+placeholders(end-start)+`)`, del[start:end]...)
+		if err != nil {
+			return err
+		}
+		k, _ := r.RowsAffected()
+		n += k
+		return nil
+	})
 	if err != nil {
-		return 0, fmt.Errorf("prune decisions: %w", err)
+		return n, fmt.Errorf("prune decisions: %w", err)
 	}
-	n, _ := r.RowsAffected()
 	return n, nil
 }

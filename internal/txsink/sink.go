@@ -11,12 +11,14 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/jmoiron/sqlx"
 
 	"github.com/billing/ledger/internal/failpoint"
+	"github.com/billing/ledger/internal/stmt"
 )
 
 // Failpoint names, in protocol order. Tests arm them (see package failpoint)
@@ -70,6 +72,11 @@ func (c *Config) validate() error {
 type server struct {
 	index int
 	db    *sqlx.DB
+	// budget bounds the bytes of one statement on this server (see package
+	// stmt): half the smaller of the server's and the client's
+	// max_allowed_packet, read when the sink opens and again after a
+	// statement was refused for its size (RefreshLimits).
+	budget atomic.Int64
 }
 
 // Sink is the exactly-once sink: it runs checkpoints as XA transactions over
@@ -86,6 +93,8 @@ type Sink struct {
 
 	mu   sync.Mutex // guards idle
 	idle []*pinned  // per participant: its connection between checkpoints
+
+	clientMaxPacket []int // per server: the DSN's maxAllowedPacket
 }
 
 // Open connects to every server. The instance id is new at every Open: it is
@@ -110,7 +119,11 @@ func Open(ctx context.Context, cfg Config) (*Sink, error) {
 	}
 	s := &Sink{cfg: cfg, instance: hex.EncodeToString(id[:]), scope: scopeOf(mc.DBName), log: cfg.Logger}
 	s.idle = make([]*pinned, len(cfg.DSNs)*cfg.Branches)
+	s.clientMaxPacket = make([]int, len(cfg.DSNs))
 	for i, dsn := range cfg.DSNs {
+		if c, err := mysql.ParseDSN(dsn); err == nil {
+			s.clientMaxPacket[i] = c.MaxAllowedPacket // 0: the driver reads the server's
+		}
 		db, err := OpenDB(dsn, cfg.LockWaitTimeout, cfg.Branches+8)
 		if err != nil {
 			s.Close()
@@ -121,10 +134,59 @@ func Open(ctx context.Context, cfg Config) (*Sink, error) {
 			s.Close()
 			return nil, fmt.Errorf("txsink: server %d: %w", i, err)
 		}
-		s.servers = append(s.servers, &server{index: i, db: db})
+		sv := &server{index: i, db: db}
+		s.servers = append(s.servers, sv)
+		if err := s.readLimits(ctx, sv); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("txsink: server %d: %w", i, err)
+		}
 	}
 	return s, nil
 }
+
+// readLimits reads a server's max_allowed_packet and sets its statement
+// budget. A server whose limit leaves too small a budget is refused: every
+// checkpoint would have to be cut into tiny statements, and a dead letter
+// could not keep a useful part of its payload.
+func (s *Sink) readLimits(ctx context.Context, sv *server) error {
+	var serverMax int
+	if err := sv.db.GetContext(ctx, &serverMax, `SELECT @@max_allowed_packet`); err != nil {
+		return fmt.Errorf("read max_allowed_packet: %w", err)
+	}
+	limit := serverMax
+	if clientMax := s.clientMaxPacket[sv.index]; clientMax > 0 && clientMax < limit {
+		limit = clientMax
+	}
+	if limit < stmt.MinPacket {
+		return fmt.Errorf("max_allowed_packet is %d bytes (the server's %d, the client's %d): the service needs at least %d",
+			limit, serverMax, s.clientMaxPacket[sv.index], stmt.MinPacket)
+	}
+	sv.budget.Store(int64(stmt.Budget(limit)))
+	return nil
+}
+
+// RefreshLimits rereads every server's max_allowed_packet: after a
+// statement was refused for its size (an operator lowered the limit), the
+// replayed checkpoint is cut to the new budget.
+func (s *Sink) RefreshLimits(ctx context.Context) error {
+	var errs []error
+	for _, sv := range s.servers {
+		if err := s.readLimits(ctx, sv); err != nil {
+			errs = append(errs, fmt.Errorf("server %d: %w", sv.index, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// MaxStatementBytes is the budget of one statement on the server a
+// participant's branches run on.
+func (s *Sink) MaxStatementBytes(participant int) int {
+	return int(s.serverOf(participant).budget.Load())
+}
+
+// ServerStatementBytes is the budget of one statement on server i (in the
+// order of Servers).
+func (s *Sink) ServerStatementBytes(i int) int { return int(s.servers[i].budget.Load()) }
 
 // OpenDB opens a pool with the session settings the protocol relies on:
 // client-side interpolation (one round trip per statement), UTC times, a

@@ -1,0 +1,301 @@
+package pipeline
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/billing/ledger/integration/harness"
+	"github.com/billing/ledger/internal/txsink"
+	"github.com/billing/ledger/migrations"
+)
+
+// Guarantee 3 under large input: junk of any size up to the broker's
+// largest message becomes one dead letter each, with a bounded prefix of
+// its value, its full size and its SHA-256, and never stalls a partition,
+// even where the database accepts packets of only 1 MiB. Before statements
+// were bounded in bytes, 300 invalid records of 60 KiB made one dead-letter
+// statement of 18 MiB and every checkpoint failed forever.
+func TestLargeRecordsBecomeDeadLetters(t *testing.T) {
+	brokers := harness.Kafka(t)
+	e := &env{brokers: brokers, topic: harness.NewTopicWithConfigs(t, brokers, 2, map[string]string{"max.message.bytes": "8388608"})}
+	// The client refuses packets over 1 MiB, as a server configured so
+	// would: the statement budget is derived from the smaller limit.
+	e.dsn = harness.NewDatabase(t) + "&maxAllowedPacket=1048576"
+	db, err := txsink.OpenDB(e.dsn, 5*time.Second, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if err := migrations.Up(context.Background(), db.DB, quiet()); err != nil {
+		t.Fatal(err)
+	}
+	e.db = db
+
+	const prefix = 48 << 10
+	type junk struct {
+		partition int32
+		value     []byte
+	}
+	var (
+		recs  []*kgo.Record
+		sent  []junk
+		valid int
+	)
+	add := func(partition int32, value []byte) {
+		recs = append(recs, &kgo.Record{Partition: partition, Key: []byte("k"), Value: value})
+	}
+	// Partition 0: 300 invalid records of 60 KiB, then 100 valid events.
+	for i := range 300 {
+		v := []byte(fmt.Sprintf(`{"junk":%d,"pad":"%s"`, i, strings.Repeat("x", 60<<10))) // unterminated: invalid JSON
+		add(0, v)
+		sent = append(sent, junk{0, v})
+	}
+	for i := range 100 {
+		r := ev{fmt.Sprintf("p0-%d", i), "acct-a", 1, "EUR", t0}.record("")
+		add(0, r.Value)
+		valid++
+	}
+	// Partition 1: records of 1 MiB and more (payload_too_large), between
+	// valid events.
+	for i, size := range []int{1 << 20, 3 << 19, 5 << 20} {
+		v := bytes.Repeat([]byte{byte('a' + i)}, size)
+		add(1, v)
+		sent = append(sent, junk{1, v})
+		for j := range 20 {
+			r := ev{fmt.Sprintf("p1-%d-%d", i, j), "acct-b", 2, "EUR", t0}.record("")
+			add(1, r.Value)
+			valid++
+		}
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(e.topic),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerBatchMaxBytes(8<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+
+	in := start(t, e, func(c *Config, _ *txsink.Config) {
+		c.MaxPayloadBytes = 64 << 10
+		c.DeadLetterPayloadBytes = prefix
+		c.CheckpointMaxBytes = 4 << 20
+	})
+	waitCounted(t, e.db, int64(valid), len(sent))
+	if n := in.p.Stats().Aborts.Load(); n != 0 {
+		t.Errorf("%d checkpoint attempts failed: large records must not fail a checkpoint", n)
+	}
+
+	var rows []struct {
+		Partition int32  `db:"kafka_partition"`
+		Reason    string `db:"reason"`
+		Payload   []byte `db:"payload"`
+		Size      int    `db:"payload_size"`
+		Sum       []byte `db:"payload_sha256"`
+	}
+	if err := e.db.Select(&rows, `SELECT kafka_partition, reason, payload, payload_size, payload_sha256 FROM dead_letters ORDER BY kafka_partition, kafka_offset`); err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != len(sent) {
+		t.Fatalf("%d dead letters, want %d", len(rows), len(sent))
+	}
+	for i, r := range rows {
+		want := sent[i]
+		sum := sha256.Sum256(want.value)
+		wantReason := "invalid_json"
+		if len(want.value) > 64<<10 {
+			wantReason = "payload_too_large"
+		}
+		switch {
+		case r.Partition != want.partition || r.Reason != wantReason:
+			t.Errorf("dead letter %d: partition %d reason %s, want %d %s", i, r.Partition, r.Reason, want.partition, wantReason)
+		case r.Size != len(want.value):
+			t.Errorf("dead letter %d: payload_size %d, want %d", i, r.Size, len(want.value))
+		case !bytes.Equal(r.Sum, sum[:]):
+			t.Errorf("dead letter %d: payload_sha256 is not the SHA-256 of the whole value", i)
+		case len(r.Payload) > prefix || !bytes.Equal(r.Payload, want.value[:len(r.Payload)]):
+			t.Errorf("dead letter %d: stored payload of %d bytes is not a prefix of at most %d", i, len(r.Payload), prefix)
+		case len(r.Payload) < min(len(want.value), prefix):
+			t.Errorf("dead letter %d: stored %d bytes, want %d", i, len(r.Payload), min(len(want.value), prefix))
+		}
+	}
+}
+
+// Guarantee 10 in bytes: a checkpoint is taken as soon as the buffered
+// records hold CheckpointMaxBytes, however few they are and however far the
+// next checkpoint is due; so large valid events are bounded in memory by
+// bytes, not by their count.
+func TestCheckpointMaxBytesSealsEarly(t *testing.T) {
+	e := newEnv(t, 1)
+	pad := strings.Repeat("p", 60<<10)
+	var recs []*kgo.Record
+	for i := range 200 {
+		r := ev{fmt.Sprintf("big-%d", i), "acct-big", 1, "EUR", t0}.record("")
+		r.Value = append(r.Value[:len(r.Value)-1], []byte(`,"padding":"`+pad+`"}`)...)
+		recs = append(recs, r)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...), kgo.DefaultProduceTopic(e.topic), kgo.ProducerBatchMaxBytes(900<<10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu         sync.Mutex
+		n, biggest int
+	)
+	start(t, e, func(c *Config, _ *txsink.Config) {
+		c.CheckpointInterval = time.Hour // only the byte budget can seal
+		c.CheckpointMaxRecords = 1 << 20
+		c.CheckpointMaxBytes = 1 << 20
+		c.MaxPayloadBytes = 64 << 10
+		c.OnCheckpoint = func(info CheckpointInfo) {
+			mu.Lock()
+			defer mu.Unlock()
+			n++
+			biggest = max(biggest, info.Bytes)
+		}
+	})
+	waitCounted(t, e.db, 200, 0)
+	mu.Lock()
+	defer mu.Unlock()
+	if n < 3 {
+		t.Errorf("%d checkpoints for 12 MiB of events with a 1 MiB budget", n)
+	}
+	// Sealed at the budget, plus at most what one poll added: two
+	// fetches of at least 1 MiB each.
+	if biggest > 1<<20+2*(1<<20)+64<<10 {
+		t.Errorf("a checkpoint held %d bytes of records, over the 1 MiB budget and one poll", biggest)
+	}
+}
+
+// The schema pins its character sets: a ledger database created with
+// latin1 as its default stores any valid UTF-8 that input carries (event
+// and account ids, a consumer group, and the details of dead letters that
+// quote the input), emoji included. Before the columns were pinned, the
+// first dead letter quoting an emoji failed every checkpoint with 1366.
+func TestLatin1LedgerStoresAnyText(t *testing.T) {
+	brokers := harness.Kafka(t)
+	e := &env{brokers: brokers, topic: harness.NewTopic(t, brokers, 2)}
+	e.dsn = harness.NewDatabaseOn(t, harness.MySQL(t), harness.RandomName("t_"), "CHARACTER SET latin1 COLLATE latin1_swedish_ci")
+	db, err := txsink.OpenDB(e.dsn, 5*time.Second, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if err := migrations.Up(context.Background(), db.DB, quiet()); err != nil {
+		t.Fatal(err)
+	}
+	e.db = db
+	produce(t, e,
+		ev{"e-🎉-1", "acct-ü-🎉", 10, "EUR", t0}.record(""),
+		ev{"e-🎉-2", "acct-ü-🎉", 5, "EUR", t0}.record(""),
+		ev{"e-🎉-1", "acct-ü-🎉", 11, "EUR", t0}.record(""), // conflicting repeat: its detail quotes the id
+		ev{"e-€", "acct-€", 1, "€UR", t0}.record(""),      // invalid currency: its detail quotes "€UR"
+	)
+	group := "g-ü-🎉-" + e.topic
+	start(t, e, func(c *Config, s *txsink.Config) { c.Group, s.Group = group, group })
+	waitCounted(t, e.db, 2, 2)
+	got := balances(t, e.db)
+	if b := got["acct-ü-🎉/EUR"]; b.Amount != 15 || b.Count != 2 {
+		t.Errorf("balance of acct-ü-🎉 = %+v, want 15 over 2 events", b)
+	}
+	var details []string
+	if err := e.db.Select(&details, `SELECT detail FROM dead_letters ORDER BY reason`); err != nil {
+		t.Fatal(err)
+	}
+	if len(details) != 2 || !strings.Contains(details[0], "e-🎉-1") || !strings.Contains(details[1], "€UR") {
+		t.Errorf("dead letter details = %q: the input's text must be kept as it was", details)
+	}
+	var stored string
+	if err := e.db.Get(&stored, `SELECT consumer_group FROM partition_offsets LIMIT 1`); err != nil || stored != group {
+		t.Errorf("stored consumer group = %q (%v), want %q", stored, err, group)
+	}
+}
+
+// A renamed consumer group cannot double-count by accident: a group without
+// stored positions is refused on a ledger that holds positions of the topic
+// under another group. Allowed deliberately, it replays the topic from the
+// start; events within the TTL are dropped as repeats, and the dead letters
+// it meets again (same topic, partition and offset) do not stall it on
+// their unique key.
+func TestGroupChangeIsRefusedUnlessAllowed(t *testing.T) {
+	e := newEnv(t, 2)
+	var recs []*kgo.Record
+	for i := range 20 {
+		recs = append(recs, ev{fmt.Sprintf("g-%d", i), fmt.Sprintf("acct-%d", i%3), 5, "EUR", t0}.record(""))
+	}
+	recs = append(recs, &kgo.Record{Key: []byte("acct-0"), Value: []byte(`not json`)}, &kgo.Record{Key: []byte("acct-1"), Value: []byte(`{}`)})
+	produce(t, e, recs...)
+	first := start(t, e, nil)
+	waitCounted(t, e.db, 20, 2)
+	first.stop(t)
+
+	renamed := func(c *Config, s *txsink.Config) { c.Group, s.Group = "renamed-"+e.topic, "renamed-"+e.topic }
+	// Refused: Run returns at once, naming the setting.
+	scfg := txsink.Config{DSNs: []string{e.dsn}, Branches: 2, Group: "g-" + e.topic, Topic: e.topic,
+		StepTimeout: 10 * time.Second, Logger: quiet()}
+	cfg := Config{Topic: e.topic, Group: "g-" + e.topic, CheckpointInterval: time.Second, CheckpointTimeout: 10 * time.Second,
+		CheckpointMaxRecords: 100, CheckpointMaxBytes: 1 << 20, MaxPollRecords: 100, DedupTTL: time.Hour, DedupCleanupInterval: time.Second,
+		DedupCleanupBatch: 100, BillingWindow: time.Hour, MaxPayloadBytes: 4096, RecoveryInterval: time.Second,
+		DecisionRetention: time.Hour, ShutdownTimeout: 10 * time.Second, Logger: quiet(),
+		KafkaOpts: []kgo.Opt{kgo.SeedBrokers(e.brokers...)}}
+	renamed(&cfg, &scfg)
+	sink, err := txsink.Open(context.Background(), scfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close()
+	p, err := New(cfg, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = p.Run(ctx)
+	var gce *GroupChangeError
+	if !errors.As(err, &gce) || !strings.Contains(err.Error(), "ALLOW_GROUP_CHANGE") || gce.Stored[0] != "g-"+e.topic {
+		t.Fatalf("Run of a renamed group = %v, want a GroupChangeError naming ALLOW_GROUP_CHANGE", err)
+	}
+
+	// Allowed: the replay reaches the end of the topic; nothing counts
+	// twice within the TTL and the stored dead letters stay as they were.
+	in := start(t, e, func(c *Config, s *txsink.Config) {
+		renamed(c, s)
+		c.AllowGroupChange = true
+	})
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var next []int64
+		if err := e.db.Select(&next, `SELECT next_offset FROM partition_offsets WHERE consumer_group = ?`, "renamed-"+e.topic); err != nil {
+			t.Fatal(err)
+		}
+		var total int64
+		for _, n := range next {
+			total += max(n, 0)
+		}
+		if total == int64(len(recs)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the renamed group's positions sum to %d, want %d (aborted attempts: %d)", total, len(recs), in.p.Stats().Aborts.Load())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	waitCounted(t, e.db, 20, 2)
+	if d := in.p.Stats().Duplicates.Load(); d != 20 {
+		t.Errorf("the replay dropped %d repeats, want 20", d)
+	}
+}

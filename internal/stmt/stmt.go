@@ -1,0 +1,105 @@
+// Package stmt bounds the SQL statements the service builds, in rows and in
+// bytes.
+//
+// A MySQL server refuses any packet larger than its max_allowed_packet
+// (error 1153), and go-sql-driver/mysql refuses one larger than its own
+// limit before sending it. A multi-row statement whose rows carry input
+// (dead-letter payloads, event ids, account ids) can reach either limit
+// with perfectly legal input: a statement that fails for its size fails
+// again on every replay and stalls the partition. So every multi-row
+// statement is cut by [Split] into statements whose worst-case size stays
+// under a budget derived from the server's limit ([Budget]).
+//
+// Sizes are worst cases of the statement's text as the driver sends it
+// with client-side interpolation: every string or byte argument may double
+// when escaped, plus its quotes and introducer. Server-side prepared
+// statements send arguments unescaped, so the same bound holds for them.
+package stmt
+
+import (
+	"fmt"
+	"time"
+)
+
+// MaxRows is the most rows one statement holds, however small: large
+// enough to amortise a round trip, small enough for short lock lists.
+const MaxRows = 1000
+
+// MinPacket is the smallest max_allowed_packet the service works with: it
+// leaves a budget for a dead letter with a useful payload prefix and for
+// full batches of small rows.
+const MinPacket = 128 << 10
+
+// Budget is the share of a server's max_allowed_packet (the smaller of the
+// server's and the client's) that one statement may use: half, leaving room
+// for the protocol's own framing and for an estimate that is off.
+func Budget(maxAllowedPacket int) int { return maxAllowedPacket / 2 }
+
+// Overhead of one argument beyond its payload: quotes, an introducer such
+// as _binary, a separating comma.
+const argOverhead = 12
+
+// ArgBytes is the most bytes v can take in a statement's text.
+func ArgBytes(v any) int {
+	switch x := v.(type) {
+	case nil:
+		return argOverhead
+	case string:
+		return 2*len(x) + argOverhead
+	case []byte:
+		return 2*len(x) + argOverhead
+	case time.Time:
+		return len("'9999-12-31 23:59:59.999999'") + argOverhead
+	case int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64, bool:
+		return 20 + argOverhead
+	default:
+		return len(fmt.Sprint(x))*2 + argOverhead
+	}
+}
+
+// RowBytes is the most bytes a row of args and its tuple text ("(?,?,?)")
+// can take.
+func RowBytes(tuple string, args ...any) int {
+	n := len(tuple) + 1
+	for _, a := range args {
+		n += ArgBytes(a)
+	}
+	return n
+}
+
+// TooLargeError reports a single row that does not fit the budget even
+// alone: the caller must shrink what it stores (payload prefixes are cut
+// to fit before this can happen).
+type TooLargeError struct {
+	Row, Bytes, Budget int
+}
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("stmt: row %d needs up to %d bytes, over the statement budget of %d", e.Row, e.Bytes, e.Budget)
+}
+
+// Split cuts rows 0..n-1 into consecutive ranges [start, end) of at most
+// MaxRows rows whose worst-case size, fixed (the statement's text without
+// rows) plus rowBytes of each row, stays within budget, and calls fn for
+// each range in order. It stops at fn's first error. A row that does not
+// fit alone is a *TooLargeError.
+func Split(n, fixed, budget int, rowBytes func(i int) int, fn func(start, end int) error) error {
+	start, size := 0, fixed
+	for i := 0; i < n; i++ {
+		rb := rowBytes(i)
+		if fixed+rb > budget {
+			return &TooLargeError{Row: i, Bytes: fixed + rb, Budget: budget}
+		}
+		if i > start && (i-start == MaxRows || size+rb > budget) {
+			if err := fn(start, i); err != nil {
+				return err
+			}
+			start, size = i, fixed
+		}
+		size += rb
+	}
+	if start < n {
+		return fn(start, n)
+	}
+	return nil
+}
