@@ -263,11 +263,17 @@ func advertiseKafka(ctx context.Context, c testcontainers.Container) error {
 	return wait.ForLog(kafkaStartedLine).WithStartupTimeout(3*time.Minute).WaitUntilReady(ctx, c)
 }
 
-// clusterID is a new KRaft cluster id: 16 random bytes, base64url.
+// clusterID is a new KRaft cluster id: 16 random bytes, base64url, not
+// starting with "-" (which the storage tool would take for an option; Kafka's
+// own random ids avoid it the same way).
 func clusterID() string {
 	b := make([]byte, 16)
-	_, _ = rand.Read(b)
-	return base64.RawURLEncoding.EncodeToString(b)
+	for {
+		_, _ = rand.Read(b)
+		if id := base64.RawURLEncoding.EncodeToString(b); id[0] != '-' {
+			return id
+		}
+	}
 }
 
 // startMySQL starts a MySQL-compatible server as root:root and returns the
