@@ -83,7 +83,8 @@ pick_engine() {
 	log "engine: $ENGINE"
 }
 
-# podman_setup: Podman with runc, as measured on our Debian 12 machines.
+# podman_setup: Podman with runc, as measured on our Debian 12 machines
+# (Podman 4.3, CNI networking).
 # crun, Podman's default runtime, refuses to start containers where the
 # cgroups are in hybrid mode; runc works. Podman's default rlimits (nofile
 # 1048576) exceed the host's hard limits there, and runc's setrlimit is
@@ -92,8 +93,11 @@ pick_engine() {
 # CLI, podman-compose and the API service testcontainers-go talks to.
 # Root only (rootless Podman keeps its own configuration); idempotent.
 podman_setup() {
-	if ! command -v podman >/dev/null || ! command -v runc >/dev/null; then
-		apt_install podman runc
+	# dnsname: containers of a compose project find each other by service
+	# name on the project's network (Podman 4.3 with CNI networking).
+	if ! command -v podman >/dev/null || ! command -v runc >/dev/null ||
+		{ [[ -d /usr/lib/cni ]] && [[ ! -x /usr/lib/cni/dnsname ]]; }; then
+		apt_install podman runc golang-github-containernetworking-plugin-dnsname
 	fi
 	is_root || return 0
 	local nofile nproc conf=/etc/containers/containers.conf.d/50-billing-ledger.conf want
