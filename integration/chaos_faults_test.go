@@ -41,10 +41,14 @@ const (
 	// SIGKILL of the broker, then start: log recovery, group coordinator
 	// and transaction coordinator reloaded.
 	faultCrashKafka faultKind = "crash-kafka"
+	// A burst of records at the limits of the input contract (junk of 1
+	// MiB and more, padded invalid and valid records; see
+	// chaos_hostile_test.go).
+	faultHostile faultKind = "hostile"
 )
 
 var allFaultKinds = []faultKind{faultKill, faultTerm, faultZombie, faultStepKill,
-	faultRestartMariaDB, faultCrashMariaDB, faultRestartKafka, faultCrashKafka}
+	faultRestartMariaDB, faultCrashMariaDB, faultRestartKafka, faultCrashKafka, faultHostile}
 
 func (k faultKind) instanceFault() bool {
 	return k == faultKill || k == faultTerm || k == faultZombie || k == faultStepKill
@@ -192,6 +196,7 @@ type faultResult struct {
 // next fault.
 type faultDriver struct {
 	r       *chaosRun
+	hostile *hostileSource
 	results []faultResult
 }
 
@@ -267,6 +272,10 @@ func (d *faultDriver) inject(ctx context.Context, f plannedFault, res *faultResu
 		return d.services(ctx, res, []string{"restart", "kafka"})
 	case faultCrashKafka:
 		return d.services(ctx, res, []string{"kill", "kafka"}, f.Hold, []string{"start", "kafka"})
+	case faultHostile:
+		note, err := d.hostile.burst(ctx)
+		res.Note = note
+		return err
 	}
 	return fmt.Errorf("unknown fault kind %q", f.Kind)
 }

@@ -89,7 +89,7 @@ var chaosProfiles = map[string]chaosProfile{
 		Faults: 12,
 		Required: [][]faultKind{{faultKill}, {faultTerm}, {faultZombie}, {faultZombie}, {faultZombie},
 			{faultStepKill}, {faultStepKill},
-			{faultRestartMariaDB}, {faultCrashMariaDB}, {faultRestartKafka}, {faultCrashKafka}},
+			{faultRestartMariaDB}, {faultCrashMariaDB}, {faultRestartKafka}, {faultCrashKafka}, {faultHostile}},
 		Weights:              map[faultKind]int{faultKill: 1},
 		Gap:                  [2]time.Duration{time.Second, 3 * time.Second},
 		CheckpointMaxRecords: 500, MaxPollRecords: 250,
@@ -101,9 +101,9 @@ var chaosProfiles = map[string]chaosProfile{
 		Name: "long", Events: 1_000_000, Rate: 1000, AbortEvery: 200 * time.Millisecond, DupRatio: 0.1, ConflictRatio: 0.01, OverflowCases: 30,
 		Faults: 130,
 		Required: [][]faultKind{{faultKill}, {faultTerm}, {faultZombie}, {faultStepKill},
-			{faultRestartMariaDB}, {faultCrashMariaDB}, {faultRestartKafka}, {faultCrashKafka}},
+			{faultRestartMariaDB}, {faultCrashMariaDB}, {faultRestartKafka}, {faultCrashKafka}, {faultHostile}},
 		Weights: map[faultKind]int{faultKill: 20, faultTerm: 12, faultZombie: 12, faultStepKill: 16,
-			faultRestartMariaDB: 10, faultCrashMariaDB: 10, faultRestartKafka: 10, faultCrashKafka: 10},
+			faultRestartMariaDB: 10, faultCrashMariaDB: 10, faultRestartKafka: 10, faultCrashKafka: 10, faultHostile: 8},
 		Gap:                  [2]time.Duration{time.Second, 4 * time.Second},
 		CheckpointMaxRecords: 2000, MaxPollRecords: 500,
 		Progress: 3 * time.Minute, Settle: 15 * time.Minute, ShutdownGrace: time.Minute,
@@ -279,7 +279,9 @@ func TestChaos(t *testing.T) {
 	billingBin := harness.Binary(t, billingPkg)
 	genBin := harness.Binary(t, "github.com/billing/ledger/cmd/billing-gen")
 	verifyBin := harness.Binary(t, "github.com/billing/ledger/cmd/billing-verify")
-	topic := harness.NewTopic(t, brokers, chaosPartitions)
+	// Records up to 8 MiB: the hostile fault's junk exceeds the broker's
+	// default limit of 1 MiB.
+	topic := harness.NewTopicWithConfigs(t, brokers, chaosPartitions, map[string]string{"max.message.bytes": "8388608"})
 	dsn := harness.NewDatabase(t)
 	db, err := sqlx.Open("mysql", dsn)
 	if err != nil {
@@ -419,7 +421,8 @@ func TestChaos(t *testing.T) {
 	}()
 
 	// Faults.
-	d := &faultDriver{r: r}
+	d := &faultDriver{r: r, hostile: newHostileSource(brokers, topic, faultSeed)}
+	defer d.hostile.close()
 	faultsBegan := time.Now()
 	if err := d.run(ctx, schedule); err != nil {
 		t.Errorf("fault driver: %v", err)
@@ -437,6 +440,17 @@ func TestChaos(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if d.hostile.produced() > 0 {
+				// A hostile burst may have come after the generator
+				// finished: take the ends again, the faults being over.
+				target, lso, err := committedEnds(ctx, brokers, topic)
+				if err != nil {
+					t.Fatal(err)
+				}
+				r.mu.Lock()
+				r.targets, r.lso = target, lso
+				r.mu.Unlock()
+			}
 		case <-ctx.Done():
 			t.Fatalf("waiting for billing-gen: %v", context.Cause(ctx))
 		}
@@ -450,9 +464,13 @@ func TestChaos(t *testing.T) {
 		}
 	}
 
-	// The verdict.
+	// The verdict, on billing-gen's expected ledger plus what the hostile
+	// bursts added.
 	var verdict string
 	if !t.Failed() {
+		if expectedPath, err = d.hostile.mergeInto(expectedPath, filepath.Join(logDir, "expected-with-hostile.json")); err != nil {
+			t.Fatal(err)
+		}
 		verdict, err = runVerify(ctx, verifyBin, logDir, dsn, expectedPath, topic)
 		r.logf("billing-verify: %s", verdict)
 		if err != nil {

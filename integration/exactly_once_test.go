@@ -131,6 +131,54 @@ func TestZombieCannotCommit(t *testing.T) {
 	waitExact(t, e.db, w, 90*time.Second)
 }
 
+// No orphaned partition: an instance paused between its recovery and its
+// claim of a newly assigned partition, past the session timeout, loses the
+// partition to a successor; when it wakes it may still claim it (raising
+// its epoch) before its client learns it lost it. The successor, fenced at
+// its next checkpoint, must claim the partition again, not drop it:
+// otherwise nobody consumes it, since the group keeps it with the
+// successor.
+//
+// Whether the woken instance's claim lands first is a race with its Kafka
+// client, which cancels the claim's context as soon as a heartbeat is
+// refused; this test pauses the instance at the failpoint for the group's
+// side of the story, and makes the claim land, as the instance's own would
+// when it wins the race, by raising the epoch under its name.
+func TestPartitionTakenWhileAssignedIsClaimedAgain(t *testing.T) {
+	e := newTestEnv(t, 1)
+	w := newWorkload("orphan", 1200)
+	produce(t, e.brokers, e.topic, w.records[:600])
+	paused := e.start(t, "paused", map[string]string{"BILLING_FAILPOINTS": "assign-before-claim=stop@1"})
+	if !paused.WaitOutput(context.Background(), "failpoint assign-before-claim: SIGSTOP", 60*time.Second) {
+		t.Fatal("the first instance never reached its claim")
+	}
+	successor := e.start(t, "successor", nil)
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		if _, n := ledger(t, e.db); n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the successor counted nothing: was it ever assigned the partition?")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	paused.Signal(syscall.SIGCONT)
+	if !paused.WaitOutput(context.Background(), "partitions lost", 60*time.Second) {
+		t.Fatal("the paused instance did not learn it lost the partition")
+	}
+	// The woken instance's claim, landed.
+	if _, err := e.db.Exec(`UPDATE partition_offsets SET epoch = epoch + 1, owner = ? WHERE kafka_topic = ? AND kafka_partition = 0`,
+		instanceOf(t, paused), e.topic); err != nil {
+		t.Fatal(err)
+	}
+	produce(t, e.brokers, e.topic, w.records[600:])
+	waitExact(t, e.db, w, 90*time.Second)
+	if !successor.WaitOutput(context.Background(), "claimed again", time.Second) {
+		t.Fatal("the successor was not fenced and did not claim again; the test did not reproduce the takeover")
+	}
+}
+
 // Guarantees 1 and 7 across a rebalance: a second instance joins mid-stream
 // and the first leaves gracefully while records keep arriving; partitions
 // move twice and every event counts once.

@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,6 +24,7 @@ import (
 	"github.com/billing/ledger/internal/naive"
 	"github.com/billing/ledger/internal/pipeline"
 	"github.com/billing/ledger/internal/txsink"
+	"github.com/billing/ledger/internal/txsink/mysqldriver"
 )
 
 // Every variant of the measurement runs in a child process of the bench
@@ -63,6 +65,11 @@ type childSpec struct {
 	MemLimit    int64             `json:"mem_limit"` // service mode: Go soft memory limit unless GOMEMLIMIT is set; 0: none
 	CPUProfile  string            `json:"cpu_profile"`
 	HeapProfile string            `json:"heap_profile"`
+	// SteadyKeys dedup keys are stored right before the catch-up, their
+	// expiries spread evenly over the next SteadySpan (steady-state
+	// variant).
+	SteadyKeys int64         `json:"steady_keys"`
+	SteadySpan time.Duration `json:"steady_span"`
 }
 
 // childResult is what a child reports.
@@ -297,95 +304,158 @@ func topicReader(spec childSpec) (*kgo.Client, error) {
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 }
 
-// readAll consumes the whole topic and decodes it, in poll order (the
-// order the service sees it in).
-func readAll(spec childSpec, maxPayload int) ([]pipeline.BenchRecord, int64, error) {
-	cl, err := topicReader(spec)
-	if err != nil {
-		return nil, 0, err
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), spec.Timeout)
-	defer cancel()
-	dec := event.NewDecoder(maxPayload)
-	recs := make([]pipeline.BenchRecord, 0, spec.Records)
-	var invalid int64
-	next := map[int32]int64{}
-	for {
-		finished := true
-		for p, end := range spec.Ends {
-			finished = finished && next[p] >= end
-		}
-		if finished {
-			return recs, invalid, nil
-		}
-		fs := cl.PollFetches(ctx)
-		if ctx.Err() != nil {
-			return nil, 0, fmt.Errorf("reading the topic: %w", ctx.Err())
-		}
-		fs.EachRecord(func(r *kgo.Record) {
-			next[r.Partition] = r.Offset + 1
-			ev, err := dec.Decode(r.Value)
-			if err != nil {
-				invalid++
-				return
-			}
-			recs = append(recs, pipeline.BenchRecord{Event: ev, Partition: r.Partition, Offset: r.Offset, Timestamp: r.Timestamp})
-		})
-	}
+// topicChunks reads the topic and decodes it, in poll order (the order the
+// service sees it in), a chunk at a time: the sink-only limit holds one
+// chunk in memory, not the topic.
+type topicChunks struct {
+	cl      *kgo.Client
+	dec     *event.Decoder
+	ends    map[int32]int64
+	next    map[int32]int64
+	pending []pipeline.Record
+	invalid int64
 }
 
-func openSink(ctx context.Context, spec childSpec, cfg config.Config) (*txsink.Sink, error) {
-	return txsink.Open(ctx, cfg.Sink([]string{spec.DSN}, childLogger()))
+func newTopicChunks(spec childSpec, maxPayload int) (*topicChunks, error) {
+	cl, err := topicReader(spec)
+	if err != nil {
+		return nil, err
+	}
+	return &topicChunks{cl: cl, dec: event.NewDecoder(maxPayload), ends: spec.Ends, next: map[int32]int64{}}, nil
+}
+
+func (c *topicChunks) done() bool {
+	for p, end := range c.ends {
+		if c.next[p] < end {
+			return false
+		}
+	}
+	return true
+}
+
+// chunk returns the next n decoded records (fewer at the end, none after).
+func (c *topicChunks) chunk(ctx context.Context, n int) ([]pipeline.Record, error) {
+	for len(c.pending) < n && !c.done() {
+		fs := c.cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("reading the topic: %w", ctx.Err())
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			c.next[r.Partition] = r.Offset + 1
+			ev, err := c.dec.Decode(r.Value)
+			if err != nil {
+				c.invalid++
+				return
+			}
+			c.pending = append(c.pending, pipeline.Record{Event: ev, Partition: r.Partition, Offset: r.Offset, Timestamp: r.Timestamp})
+		})
+	}
+	k := min(n, len(c.pending))
+	out := slices.Clone(c.pending[:k])
+	c.pending = slices.Delete(c.pending, 0, k)
+	return out, nil
+}
+
+// ledger is the sink and the servers of the benchmark's ledger.
+type ledger struct {
+	sink *txsink.Sink
+	db   *mysqldriver.Driver
+}
+
+func (l ledger) Close() {
+	l.sink.Close()
+	l.db.Close()
+}
+
+func openSink(ctx context.Context, spec childSpec, cfg config.Config) (ledger, error) {
+	sink, db, err := mysqldriver.OpenSink(ctx, []string{spec.DSN}, cfg.MySQL(), cfg.Sink(childLogger()))
+	return ledger{sink, db}, err
 }
 
 func pipelineConfig(cfg config.Config, onCheckpoint func(pipeline.CheckpointInfo)) pipeline.Config {
 	return cfg.Pipeline([]kgo.Opt{kgo.SeedBrokers(cfg.KafkaBrokers...)}, childLogger(), onCheckpoint)
 }
 
-// sinkOnly feeds the pre-decoded topic to the checkpoint protocol, chunk by
-// chunk, without Kafka: what MySQL sustains for the service's statements.
+// sinkOnly feeds the topic to the checkpoint protocol, chunk by chunk,
+// without Kafka in the timed part: what MySQL sustains for the service's
+// statements. It is the MySQL side of the limit, so it must bound the
+// service from above: the same statements through the same Checkpointer, no
+// coordination (no poll loop, no barrier, no rebalance), and no memory
+// pressure (one chunk decoded at a time, no soft memory limit). Only the
+// checkpoints are timed: the units are laid end to end on a clock that
+// stops while the next chunk is read and decoded.
 func sinkOnly(spec childSpec, cfg config.Config) (childResult, error) {
 	var res childResult
-	recs, invalid, err := readAll(spec, cfg.MaxPayloadBytes)
+	chunks, err := newTopicChunks(spec, cfg.MaxPayloadBytes)
 	if err != nil {
 		return res, err
 	}
-	res.Invalid = invalid
-	ctx := context.Background()
-	sink, err := openSink(ctx, spec, cfg)
+	defer chunks.cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), spec.Timeout)
+	defer cancel()
+	l, err := openSink(ctx, spec, cfg)
 	if err != nil {
 		return res, err
 	}
-	defer sink.Close()
+	defer l.Close()
 	var parts []int32
 	for p := range spec.Ends {
 		parts = append(parts, p)
 	}
-	pos, err := sink.Claim(ctx, parts)
+	pos, err := l.sink.Claim(ctx, parts)
 	if err != nil {
 		return res, err
 	}
+	if spec.SteadyKeys > 0 {
+		if err := storeSteadyKeys(ctx, spec.DSN, spec.SteadyKeys, spec.SteadySpan); err != nil {
+			return res, err
+		}
+	}
+	// The janitor runs beside the checkpoints, as in the service.
+	jctx, stopJanitor := context.WithCancel(ctx)
+	defer stopJanitor()
+	go func() {
+		tick := time.NewTicker(cfg.DedupCleanupInterval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-jctx.Done():
+				return
+			case <-tick.C:
+				pipeline.CleanExpired(jctx, pipeline.Pools(l.db), cfg.DedupCleanupBatch, childLogger())
+			}
+		}
+	}()
 	col := newCollector()
-	bc, err := pipeline.NewBenchCheckpointer(pipelineConfig(cfg, func(info pipeline.CheckpointInfo) {
+	var busy time.Duration // checkpoint time so far: the stopped clock
+	start := time.Now()
+	bc, err := pipeline.NewCheckpointer(pipelineConfig(cfg, func(info pipeline.CheckpointInfo) {
 		logCheckpoint(info)
+		busy += info.Duration
 		if info.Err != nil && !info.Decided {
 			col.fail()
 			return
 		}
-		col.add(unit{end: time.Now(), dur: info.Duration, records: info.Records, phases: info.Phases}, time.Time{}, nil)
-	}), sink)
+		col.add(unit{end: start.Add(busy), dur: info.Duration, records: info.Records, phases: info.Phases}, time.Time{}, nil)
+	}), l.sink, pipeline.Pools(l.db))
 	if err != nil {
 		return res, err
 	}
 	rt0, kinds0 := roundTrips.snapshot()
 	cpu := newCPUMeter(spec.Watch)
-	start := time.Now()
-	deadline := start.Add(spec.Timeout)
-	for lo := 0; lo < len(recs); {
-		hi := min(lo+spec.SinkChunk, len(recs))
+	for {
+		cpu.pause()
+		recs, err := chunks.chunk(ctx, spec.SinkChunk)
+		cpu.resume()
+		if err != nil {
+			res.TimedOut = true
+			break
+		}
+		if len(recs) == 0 {
+			break
+		}
 		next := map[int32]int64{}
-		for _, r := range recs[lo:hi] {
+		for _, r := range recs {
 			next[r.Partition] = r.Offset + 1
 		}
 		var cuts []txsink.PartitionCut
@@ -394,18 +464,20 @@ func sinkOnly(spec childSpec, cfg config.Config) (childResult, error) {
 				cuts = append(cuts, txsink.PartitionCut{Partition: p, Epoch: pos[p].Epoch, NextOffset: n})
 			}
 		}
-		decided, err := bc.Checkpoint(ctx, recs[lo:hi], cuts)
-		if time.Now().After(deadline) {
+		for {
+			decided, err := bc.Checkpoint(ctx, recs, cuts)
+			if decided || ctx.Err() != nil {
+				break
+			}
+			slog.Warn("sink-only checkpoint failed; retrying it", "err", err)
+		}
+		if ctx.Err() != nil {
 			res.TimedOut = true
 			break
 		}
-		if !decided {
-			slog.Warn("sink-only checkpoint failed; retrying it", "err", err)
-			continue
-		}
-		lo = hi
 	}
-	res.CatchUpS = time.Since(start).Seconds()
+	res.Invalid = chunks.invalid
+	res.CatchUpS = busy.Seconds()
 	res.CPU = cpu.cores()
 	rt1, kinds1 := roundTrips.snapshot()
 	res.Records = col.total()
@@ -479,7 +551,7 @@ func start(spec childSpec, cfg config.Config, topic, group string, col *collecto
 		in.close = func() { j.Close(); db.Close() }
 		in.ready = func() bool { return true } // assigned at New
 	case modeService:
-		sink, err := openSink(ctx, spec, cfg)
+		l, err := openSink(ctx, spec, cfg)
 		if err != nil {
 			cancel()
 			return nil, err
@@ -492,14 +564,14 @@ func start(spec childSpec, cfg config.Config, topic, group string, col *collecto
 			}
 			now := time.Now()
 			col.add(unit{end: now, dur: info.Duration, records: info.Records, phases: info.Phases}, now, info.RecordTimes)
-		}), sink)
+		}), l.sink, pipeline.Pools(l.db))
 		if err != nil {
 			cancel()
-			sink.Close()
+			l.Close()
 			return nil, err
 		}
 		run = func() error { return p.Run(ctx) }
-		in.close = sink.Close
+		in.close = l.Close
 		parts := int64(len(spec.Ends))
 		in.ready = func() bool { return p.Stats().AssignedParts.Load() == parts }
 	}
@@ -513,6 +585,11 @@ func start(spec childSpec, cfg config.Config, topic, group string, col *collecto
 // same process and database, fed live by the parent.
 func streaming(spec childSpec, cfg config.Config, cmds <-chan string) (childResult, error) {
 	var res childResult
+	if spec.SteadyKeys > 0 && spec.Mode == modeService {
+		if err := storeSteadyKeys(context.Background(), spec.DSN, spec.SteadyKeys, spec.SteadySpan); err != nil {
+			return res, err
+		}
+	}
 	col := newCollector()
 	stopProfile := startCPUProfile(spec.CPUProfile)
 	cpu := newCPUMeter(spec.Watch)

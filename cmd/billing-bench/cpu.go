@@ -70,6 +70,11 @@ type cpuMeter struct {
 	start map[string]float64
 	stall float64
 	t0    time.Time
+
+	skipped     time.Duration      // paused time, left out
+	pausedAt    time.Time          // while paused
+	pausedCPU   map[string]float64 // CPU seconds at the pause; nil when running
+	pausedStall float64
 }
 
 func newCPUMeter(watch map[string]int) *cpuMeter {
@@ -86,10 +91,38 @@ func newCPUMeter(watch map[string]int) *cpuMeter {
 	return m
 }
 
+// pause stops the meter: what the processes use until resume is not
+// counted, nor the time.
+func (m *cpuMeter) pause() {
+	m.pausedAt = time.Now()
+	m.pausedCPU = map[string]float64{}
+	for name, pid := range m.pids {
+		m.pausedCPU[name] = cpuSeconds(pid)
+	}
+	m.pausedStall = cpuStallMicros()
+}
+
+// resume starts the meter again after pause.
+func (m *cpuMeter) resume() {
+	if m.pausedCPU == nil {
+		return
+	}
+	m.skipped += time.Since(m.pausedAt)
+	for name, pid := range m.pids {
+		if now, at := cpuSeconds(pid), m.pausedCPU[name]; now >= 0 && at >= 0 {
+			m.start[name] += now - at
+		}
+	}
+	if now := cpuStallMicros(); now >= 0 && m.pausedStall >= 0 {
+		m.stall += now - m.pausedStall
+	}
+	m.pausedCPU = nil
+}
+
 // cores returns, per process, CPU seconds used since the meter started
-// divided by the elapsed time.
+// divided by the elapsed time (pauses left out of both).
 func (m *cpuMeter) cores() map[string]float64 {
-	el := time.Since(m.t0).Seconds()
+	el := (time.Since(m.t0) - m.skipped).Seconds()
 	out := map[string]float64{}
 	for name, pid := range m.pids {
 		if m.start[name] < 0 || el <= 0 {

@@ -42,6 +42,8 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"maps"
+	"slices"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -84,6 +86,14 @@ type options struct {
 	expected    string
 	repeat      int
 	memLimit    int64
+	admin2      string        // a second server, for the two-servers variant
+	steadyRate  float64       // expected catch-up rate of the steady-state variant
+	steadyTTL   time.Duration // its DEDUP_TTL
+	load        int           // busy cores of background load during measurements
+	decisions   []int         // coordinator counts of the decision-rate measurement
+	decisionsD  time.Duration
+	hostileEvents    int // padded valid events of the hostile variant
+	hostileJunkEvery int // one junk record of 1 MiB per this many of them
 }
 
 type variant struct {
@@ -91,7 +101,17 @@ type variant struct {
 	accounts  int
 	cacheKeys int   // DEDUP_CACHE_KEYS override, 0 = the service's
 	preload   int64 // dedup keys inserted before the run
-	note      string
+	// steady: the child stores as many keys as the run inserts, expiring
+	// evenly over the expected catch-up, and the service runs with a short
+	// TTL: keys expire and are deleted as fast as they are inserted.
+	steady bool
+	// shard: the ledger spans two servers (MYSQL_SHARD_DSNS on -mysql2-dsn).
+	shard bool
+	// hostile: the workload is records of the maximum size (produceHostile),
+	// measured in service mode only: its peak RSS must stay bounded.
+	hostile bool
+	env   map[string]string // service settings of the variant
+	note  string
 }
 
 func envOr(name, def string) string {
@@ -114,7 +134,7 @@ func main() {
 	flag.Float64Var(&o.zipfS, "zipf-s", 1.1, "Zipf skew of account popularity")
 	flag.Float64Var(&o.dupRatio, "dup-ratio", 0.05, "fraction of events sent twice")
 	flag.Uint64Var(&o.seed, "seed", 1, "generator seed")
-	flag.StringVar(&variants, "variants", "default,large-state,many-accounts", "workload variants to run")
+	flag.StringVar(&variants, "variants", "default,large-state,many-accounts,steady-state", "workload variants to run: default, large-state, many-accounts, steady-state, two-servers, hostile")
 	flag.StringVar(&modes, "modes", "consume-only,sink-only,naive,service", "what to measure per variant")
 	flag.StringVar(&serviceEnv, "service-env", "", "service settings over its defaults, e.g. MYSQL_BRANCHES=1,CHECKPOINT_MAX_RECORDS=20000")
 	flag.IntVar(&o.naiveBatch, "naive-batch", 0, "naive batch size (default: the service's CHECKPOINT_MAX_RECORDS)")
@@ -133,8 +153,28 @@ func main() {
 	flag.IntVar(&o.repeat, "repeat", 1, "measure every mode this many times, interleaved; the table shows the median run and the range")
 	flag.StringVar(&o.topic, "topic", "", "measure an existing topic (kept) instead of producing one, e.g. from an earlier -keep run; needs -expected and one variant")
 	flag.StringVar(&o.expected, "expected", "", "billing-gen's expected ledger of -topic")
+	flag.StringVar(&o.admin2, "mysql2-dsn", envOr("MYSQL2_DSN", "root:root@tcp(127.0.0.1:3307)/"), "admin DSN of a second server, for the two-servers variant (env MYSQL2_DSN)")
+	flag.Float64Var(&o.steadyRate, "steady-rate", 170_000, "steady-state variant: the catch-up rate (events/s) over which the stored keys' expiries are spread")
+	flag.DurationVar(&o.steadyTTL, "steady-ttl", 5*time.Second, "steady-state variant: DEDUP_TTL, so that the run's own keys expire during it too")
+	flag.IntVar(&o.load, "load", 0, "run this many busy goroutines in a separate process during the measurements (the limit must hold under load too)")
+	var decisions string
+	flag.StringVar(&decisions, "decisions", "", "measure only the decision rate of the control server with these numbers of concurrent coordinators, e.g. 1,2,4,8,16")
+	flag.DurationVar(&o.decisionsD, "decisions-duration", 5*time.Second, "length of each decision-rate measurement")
+	flag.IntVar(&o.hostileEvents, "hostile-events", 20_000, "hostile variant: valid events padded to just under MAX_PAYLOAD_BYTES")
+	flag.IntVar(&o.hostileJunkEvery, "hostile-junk-every", 40, "hostile variant: one junk record of 1 MiB per this many events")
 	flag.Parse()
+	for _, d := range splitList(decisions) {
+		n, err := strconv.Atoi(d)
+		if err != nil || n < 1 || n > 256 {
+			fatalf("-decisions: %q is not a count of coordinators", d)
+		}
+		o.decisions = append(o.decisions, n)
+	}
 
+	if *childSpecJSON == "burn" {
+		burn()
+		return
+	}
 	if *childSpecJSON != "" {
 		var spec childSpec
 		if err := json.Unmarshal([]byte(*childSpecJSON), &spec); err != nil {
@@ -215,6 +255,12 @@ func main() {
 	}
 }
 
+// steadySpan is how long the steady-state variant's catch-up should last:
+// the stored keys' expiries are spread over it.
+func steadySpan(o *options) time.Duration {
+	return time.Duration(float64(o.events) / o.steadyRate * float64(time.Second))
+}
+
 func splitList(s string) []string {
 	var out []string
 	for _, x := range strings.Split(s, ",") {
@@ -293,17 +339,34 @@ func run(ctx context.Context, o *options) error {
 	fmt.Print(mi.String())
 	runID := fmt.Sprintf("%x", time.Now().UnixNano()&0xffffff)
 
+	if len(o.decisions) > 0 {
+		return decisionRates(ctx, o)
+	}
+	if o.load > 0 {
+		stopLoad, err := backgroundLoad(o.load)
+		if err != nil {
+			return err
+		}
+		defer stopLoad()
+		fmt.Printf("background load: %d busy goroutines in a separate process\n", o.load)
+	}
 	all := map[string]variant{
 		"default":       {name: "default", accounts: o.accounts, note: "service defaults"},
 		"large-state":   {name: "large-state", accounts: o.accounts, cacheKeys: o.lsCache, preload: o.lsKeys, note: fmt.Sprintf("DEDUP_CACHE_KEYS=%d, %d dedup keys stored beforehand", o.lsCache, o.lsKeys)},
 		"many-accounts": {name: "many-accounts", accounts: o.manyAcc, note: fmt.Sprintf("%d accounts", o.manyAcc)},
+		"steady-state": {name: "steady-state", accounts: o.accounts, steady: true,
+			env:  map[string]string{"DEDUP_TTL": o.steadyTTL.String(), "DEDUP_CLEANUP_INTERVAL": "250ms"},
+			note: fmt.Sprintf("DEDUP_TTL=%s; %d keys stored beforehand, expiring evenly over %s: keys expire and are deleted throughout", o.steadyTTL, o.events, steadySpan(o))},
+		"two-servers": {name: "two-servers", accounts: o.accounts, shard: true, note: "MYSQL_SHARD_DSNS: a second server holds half the results and keys"},
+		"hostile": {name: "hostile", accounts: 1000, hostile: true,
+			note: fmt.Sprintf("%d valid events padded to MAX_PAYLOAD_BYTES, one junk record of 1 MiB per %d; service mode only", o.hostileEvents, o.hostileJunkEvery)},
 	}
 	var infos []variantInfo
 	var ms []measurement
 	for _, name := range o.variants {
 		v, ok := all[name]
 		if !ok {
-			return fmt.Errorf("unknown variant %q (want default, large-state or many-accounts)", name)
+			return fmt.Errorf("unknown variant %q (want one of %s)", name, strings.Join(slices.Sorted(maps.Keys(all)), ", "))
 		}
 		info, got, err := runVariant(ctx, o, v, runID, adm)
 		infos = append(infos, info)
@@ -353,7 +416,12 @@ func runVariant(ctx context.Context, o *options, v variant, runID string, adm *k
 		if !o.keep {
 			defer deleteTopic(adm, topic)
 		}
-		if d, err = generate(ctx, o, v, topic, expected, logf); err != nil {
+		if v.hostile {
+			d, err = produceHostile(ctx, o, adm, topic, expected)
+		} else {
+			d, err = generate(ctx, o, v, topic, expected, logf)
+		}
+		if err != nil {
 			return info, nil, err
 		}
 	}
@@ -369,15 +437,22 @@ func runVariant(ctx context.Context, o *options, v variant, runID string, adm *k
 	}
 
 	env := map[string]string{}
+	for k, val := range v.env {
+		env[k] = val
+	}
 	for k, val := range o.serviceEnv {
 		env[k] = val
 	}
 	if v.cacheKeys > 0 {
 		env["DEDUP_CACHE_KEYS"] = fmt.Sprint(v.cacheKeys)
 	}
+	modes := o.modes
+	if v.hostile {
+		modes = []string{modeService}
+	}
 	var out []measurement
 	for rep := 1; rep <= o.repeat; rep++ {
-		for _, mode := range o.modes {
+		for _, mode := range modes {
 			if ctx.Err() != nil {
 				return info, out, ctx.Err()
 			}
@@ -423,6 +498,23 @@ func measure(ctx context.Context, o *options, v variant, mode, runID, topic, exp
 		var err error
 		if spec.DSN, err = databaseDSN(o.admin, dbName, true); err != nil {
 			return fail(err)
+		}
+		if v.steady && (mode == modeSink || mode == modeService) {
+			spec.SteadyKeys, spec.SteadySpan = o.events, steadySpan(o)
+		}
+		if v.shard && (mode == modeSink || mode == modeService) {
+			if err := createDatabase(ctx, o.admin2, dbName); err != nil {
+				return fail(err)
+			}
+			if !o.keep {
+				defer dropDatabase(o.admin2, dbName)
+			}
+			shard, err := databaseDSN(o.admin2, dbName, true)
+			if err != nil {
+				return fail(err)
+			}
+			spec.ServiceEnv = maps.Clone(env)
+			spec.ServiceEnv["MYSQL_SHARD_DSNS"] = shard
 		}
 	}
 	if mode == modeService || mode == modeNaive {

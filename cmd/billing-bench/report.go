@@ -165,7 +165,7 @@ func renderTable(o *options, infos []variantInfo, ms []measurement) string {
 	}
 	b.WriteString("\n")
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "variant\tmode\tevents/s\t÷limit\t÷naive\te2e p50\te2e p99\tunit p50\tunit p99\trecords/unit\tSQL RT/unit\tfailed\tpeak RSS\tcores: self/mysql/kafka\tstall\tledger\t")
+	fmt.Fprintln(tw, "variant\tmode\tevents/s\t÷limit\t÷naive\te2e p50\te2e p99\tunit p50\tunit p99\trecords/unit\tSQL RT/unit\tfailed\tpeak RSS\tcores: self/mysql/kafka\tCPU s/M ev: self/mysql\tstall\tledger\t")
 	// Per variant and mode, the run with the median rate stands for all.
 	byKey := map[string]measurement{}
 	rates := map[string][]float64{}
@@ -260,9 +260,15 @@ func renderTable(o *options, infos []variantInfo, ms []measurement) string {
 			if v, ok := r.CPU["cpu stall"]; ok {
 				stall = fmt.Sprintf("%.0f%%", 100*v)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t%s\t%d\t%.0f MiB\t%s\t%s\t%s\t\n",
+			perM := "-"
+			if r.Records > 0 && r.CatchUpS > 0 {
+				// CPU seconds per million events: cores over the catch-up.
+				f := r.CatchUpS / float64(r.Records) * 1e6
+				perM = fmt.Sprintf("%.1f/%.1f", r.CPU["bench process"]*f, r.CPU["mysql"]*f)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t%s\t%d\t%.0f MiB\t%s\t%s\t%s\t%s\t\n",
 				m.Variant, m.Mode, rate, ratio(limit), vsNaive, lat(r.LatP50), lat(r.LatP99),
-				unitP(r.CatchUp.P50), unitP(r.CatchUp.P99), r.CatchUp.Mean, rt, r.Failed, r.PeakRSSMiB, cores, stall, ledger)
+				unitP(r.CatchUp.P50), unitP(r.CatchUp.P99), r.CatchUp.Mean, rt, r.Failed, r.PeakRSSMiB, cores, perM, stall, ledger)
 		}
 	}
 	tw.Flush()
@@ -276,7 +282,8 @@ e2e: record timestamp → commit that makes it visible, in the live phase. unit:
   attempts. peak RSS: VmHWM of the child process. cores: CPU used during the catch-up by the child,
   the MySQL server and the broker (when they run on this machine), in cores; stall: share of that
   time in which some runnable task on the machine waited for a CPU (/proc/pressure/cpu), a measure
-  of contention and so of noise. ledger: the catch-up
+  of contention and so of noise. CPU s/M ev: CPU seconds per million events of the child and of the
+  MySQL server over the catch-up (sink-only: over its checkpoints only). ledger: the catch-up
   result against billing-gen's expected ledger ("N twice": events counted twice).
 `)
 	return b.String()

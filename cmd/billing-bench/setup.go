@@ -24,7 +24,7 @@ import (
 
 	"github.com/billing/ledger/internal/ledgercheck"
 	"github.com/billing/ledger/internal/naive"
-	"github.com/billing/ledger/internal/txsink"
+	"github.com/billing/ledger/internal/txsink/mysqldriver"
 	"github.com/billing/ledger/migrations"
 )
 
@@ -178,7 +178,7 @@ func createDatabase(ctx context.Context, admin, name string) error {
 	if err != nil {
 		return err
 	}
-	sdb, err := txsink.OpenDB(dsn, 5*time.Second, 2)
+	sdb, err := mysqldriver.OpenDB(dsn, 5*time.Second, 2)
 	if err != nil {
 		return err
 	}
@@ -217,7 +217,7 @@ func preloadDedupKeys(ctx context.Context, admin, name string, n int64, ttl time
 	if err != nil {
 		return err
 	}
-	db, err := txsink.OpenDB(dsn, 30*time.Second, 2)
+	db, err := mysqldriver.OpenDB(dsn, 30*time.Second, 2)
 	if err != nil {
 		return err
 	}

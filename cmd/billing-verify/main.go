@@ -34,8 +34,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/billing/ledger/internal/ledgercheck"
 	"github.com/jmoiron/sqlx"
+
+	"github.com/billing/ledger/internal/ledgercheck"
+	"github.com/billing/ledger/internal/mysqlconn"
 )
 
 // listFlag is a repeatable flag whose values may also be comma-separated.
@@ -156,7 +158,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "billing-verify: expected %s (seed %d, topic %q, window %v): %d balances, %d windows, %d dead letters, %d events\n",
 		o.expectedPath, exp.Seed, exp.Topic, time.Duration(exp.Window), len(exp.Balances), len(exp.Windows), exp.DeadLetterTotal(), exp.EventsValid)
 	for i, d := range o.dsns {
-		fmt.Fprintf(stdout, "billing-verify: server %d: %s\n", i, ledgercheck.RedactDSN(d))
+		fmt.Fprintf(stdout, "billing-verify: server %d: %s\n", i, mysqlconn.Redact(d))
 	}
 
 	v := &verifier{o: o, exp: exp, dbs: make([]*sqlx.DB, len(o.dsns))}

@@ -23,7 +23,7 @@ import (
 
 	"github.com/billing/ledger/internal/config"
 	"github.com/billing/ledger/internal/event"
-	"github.com/billing/ledger/internal/txsink"
+	"github.com/billing/ledger/internal/txsink/mysqldriver"
 )
 
 const deadLettersUsage = `Usage:
@@ -142,7 +142,7 @@ func openServers(cfg config.Config, log *slog.Logger) ([]*sqlx.DB, *conns, error
 	}
 	var dbs []*sqlx.DB
 	for i, dsn := range c.dsns {
-		db, err := txsink.OpenDB(dsn, cfg.MySQLLockWaitTimeout, 2)
+		db, err := mysqldriver.OpenDB(dsn, cfg.MySQLLockWaitTimeout, 2)
 		if err != nil {
 			closeAll(dbs)
 			return nil, nil, fmt.Errorf("server %d: %w", i, err)

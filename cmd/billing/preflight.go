@@ -2,11 +2,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
-	"github.com/go-sql-driver/mysql"
-	"github.com/jmoiron/sqlx"
+	"github.com/billing/ledger/internal/txsink/mysqldriver"
 )
 
 // grantChecks are statements that touch no row but need the privileges the
@@ -36,14 +34,17 @@ var grantChecks = []struct{ privilege, table, sql string }{
 	{"SELECT", "checkpoint_decisions", `SELECT COUNT(*) FROM checkpoint_decisions WHERE 1=0`},
 	{"INSERT", "checkpoint_decisions", `INSERT INTO checkpoint_decisions SELECT * FROM checkpoint_decisions WHERE 1=0`},
 	{"DELETE", "checkpoint_decisions", `DELETE FROM checkpoint_decisions WHERE 1=0`},
+	{"SELECT", "ledger_identity", `SELECT COUNT(*) FROM ledger_identity WHERE 1=0`},
+	{"INSERT", "ledger_identity", `INSERT INTO ledger_identity SELECT * FROM ledger_identity WHERE 1=0`},
 }
 
 // preflight checks, on every server, that the account has every privilege
 // the service needs, so that a missing grant stops the service at start
 // with a message naming it, instead of failing every checkpoint later. No
 // row is read or written.
-func preflight(ctx context.Context, servers []*sqlx.DB) error {
-	for i, db := range servers {
+func preflight(ctx context.Context, servers *mysqldriver.Driver) error {
+	for i := range servers.Len() {
+		db := servers.Server(i).DB()
 		for _, c := range grantChecks {
 			if _, err := db.ExecContext(ctx, c.sql); err != nil {
 				if denied(err) {
@@ -62,9 +63,5 @@ func preflight(ctx context.Context, servers []*sqlx.DB) error {
 	return nil
 }
 
-// denied reports a missing privilege: ER_DBACCESS_DENIED_ERROR (1044),
-// ER_TABLEACCESS_DENIED_ERROR (1142), ER_COLUMNACCESS_DENIED_ERROR (1143).
-func denied(err error) bool {
-	var me *mysql.MySQLError
-	return errors.As(err, &me) && (me.Number == 1044 || me.Number == 1142 || me.Number == 1143)
-}
+// denied reports a missing privilege on a database, table or column.
+func denied(err error) bool { return mysqldriver.Denied(err) }

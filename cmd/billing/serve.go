@@ -20,7 +20,7 @@ import (
 	"github.com/billing/ledger/internal/metrics"
 	"github.com/billing/ledger/internal/mysqlconn"
 	"github.com/billing/ledger/internal/pipeline"
-	"github.com/billing/ledger/internal/txsink"
+	"github.com/billing/ledger/internal/txsink/mysqldriver"
 	"github.com/billing/ledger/migrations"
 )
 
@@ -68,7 +68,7 @@ func migrate(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 // pending, so that a service account without DDL grants runs against a
 // schema migrated beforehand by `billing migrate`.
 func migrateServer(ctx context.Context, cfg config.Config, dsn string, log *slog.Logger, always bool) error {
-	db, err := txsink.OpenDB(dsn, cfg.MySQLLockWaitTimeout, 2)
+	db, err := mysqldriver.OpenDB(dsn, cfg.MySQLLockWaitTimeout, 2)
 	if err != nil {
 		return err
 	}
@@ -134,14 +134,15 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 			return fmt.Errorf("migrate: server %d: %w", i, err)
 		}
 	}
-	sinkCfg := cfg.Sink(c.dsns, log)
+	sinkCfg := cfg.Sink(log)
 	sinkCfg.Failpoints = fps
-	sink, err := txsink.Open(ctx, sinkCfg)
+	sink, dbs, err := mysqldriver.OpenSink(ctx, c.dsns, cfg.MySQL(), sinkCfg)
 	if err != nil {
 		return err
 	}
+	defer dbs.Close()
 	defer sink.Close()
-	if err := preflight(ctx, sink.Servers()); err != nil {
+	if err := preflight(ctx, dbs); err != nil {
 		return err
 	}
 	log.Info("starting", "instance", sink.Instance(), "topic", cfg.KafkaTopic, "group", cfg.KafkaGroup,
@@ -151,10 +152,12 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	var m *metrics.Metrics
 	// The callback runs only once Run has started: m and ready, set just
 	// after New returns, exist before the first checkpoint.
-	p, err := pipeline.New(cfg.Pipeline(c.kopts, log, func(info pipeline.CheckpointInfo) {
+	pcfg := cfg.Pipeline(c.kopts, log, func(info pipeline.CheckpointInfo) {
 		m.OnCheckpoint(info)
 		ready.OnCheckpoint(info)
-	}), sink)
+	})
+	pcfg.Failpoints = fps
+	p, err := pipeline.New(pcfg, sink, pipeline.Pools(dbs))
 	if err != nil {
 		return err
 	}
@@ -165,12 +168,12 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	// Sampling goes on during the graceful shutdown (lag while draining).
 	sctx, stopSampling := context.WithCancel(context.WithoutCancel(ctx))
 	if ln != nil {
-		servers := make([]*sql.DB, 0, len(sink.Servers()))
-		for _, db := range sink.Servers() {
-			servers = append(servers, db.DB)
+		servers := make([]*sql.DB, dbs.Len())
+		for i := range servers {
+			servers[i] = dbs.Server(i).DB().DB
 		}
 		sampler := &metrics.Sampler{
-			Kafka: kadm.NewClient(p.Client()), Control: sink.Control().DB, Servers: servers,
+			Kafka: kadm.NewClient(p.Client()), Control: servers[0], Servers: servers,
 			Topic: cfg.KafkaTopic, Group: cfg.KafkaGroup, Owner: sink.Instance(),
 			Interval: cfg.MetricsSample, Timeout: min(cfg.MetricsSample, 10*time.Second), Logger: log,
 		}

@@ -8,17 +8,23 @@ import (
 
 	"github.com/billing/ledger/internal/pipeline"
 	"github.com/billing/ledger/internal/txsink"
+	"github.com/billing/ledger/internal/txsink/mysqldriver"
 )
 
-// Sink is the configuration of the checkpoint sink these settings describe,
-// over dsns (the control server first). The service and the benchmark both
-// build their sink from it, so that what is measured is what runs.
-func (c Config) Sink(dsns []string, log *slog.Logger) txsink.Config {
+// Sink is the configuration of the checkpoint sink these settings
+// describe, and MySQL the options of the servers it runs on. The service
+// and the benchmark both build their sink from them (see
+// mysqldriver.OpenSink), so that what is measured is what runs.
+func (c Config) Sink(log *slog.Logger) txsink.Config {
 	return txsink.Config{
-		DSNs: dsns, Branches: c.MySQLBranches, Group: c.KafkaGroup, Topic: c.KafkaTopic,
-		LockWaitTimeout: c.MySQLLockWaitTimeout, StepTimeout: c.CheckpointTimeout,
-		Logger: log,
+		Branches: c.MySQLBranches, Group: c.KafkaGroup, Topic: c.KafkaTopic,
+		StepTimeout: c.CheckpointTimeout, Logger: log,
 	}
+}
+
+// MySQL are the options of the ledger's servers.
+func (c Config) MySQL() mysqldriver.Options {
+	return mysqldriver.Options{LockWaitTimeout: c.MySQLLockWaitTimeout}
 }
 
 // Pipeline is the pipeline configuration these settings describe. kopts

@@ -31,7 +31,7 @@
 // checkpoint's outcome: committed, the key counts as stored; rolled back,
 // it is claimed here. Exactly one checkpoint owns a key. This rests on
 // affected rows counting changed rows only (no CLIENT_FOUND_ROWS, which
-// txsink.OpenDB turns off). A claimed key whose event is not counted after
+// mysqldriver.OpenDB turns off). A claimed key whose event is not counted after
 // all (an overflow dead letter) is removed again (Unclaim).
 //
 // Memory holds a Cache of committed keys only, bounded by a budget of

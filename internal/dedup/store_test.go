@@ -17,7 +17,7 @@ import (
 	"github.com/billing/ledger/integration/harness"
 	"github.com/billing/ledger/internal/dedup"
 	"github.com/billing/ledger/internal/stmt"
-	"github.com/billing/ledger/internal/txsink"
+	"github.com/billing/ledger/internal/txsink/mysqldriver"
 	"github.com/billing/ledger/migrations"
 )
 
@@ -93,12 +93,12 @@ func (x sqlTx) Select(ctx context.Context, dest any, q string, args ...any) erro
 	return x.tx.SelectContext(ctx, dest, q, args...)
 }
 
-// newStore opens a fresh database with the schema, through txsink.OpenDB
+// newStore opens a fresh database with the schema, through mysqldriver.OpenDB
 // so that sessions are configured as the service's are.
 func newStore(t *testing.T) *sqlx.DB {
 	t.Helper()
 	dsn := harness.NewDatabase(t)
-	db, err := txsink.OpenDB(dsn, 2*time.Second, 8)
+	db, err := mysqldriver.OpenDB(dsn, 2*time.Second, 8)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -61,6 +61,10 @@ const (
 	ReasonConflictingDuplicate Reason = "conflicting_duplicate"
 	// ReasonAmountOverflow: aggregating amounts would overflow int64.
 	ReasonAmountOverflow Reason = "amount_overflow"
+	// ReasonRejectedByDatabase: the database refused to store the event
+	// (a constraint, trigger or setting of the server), every time it was
+	// tried; the detail carries the server's message.
+	ReasonRejectedByDatabase Reason = "rejected_by_database"
 )
 
 // AllReasons returns every Reason declared by this package, decoder
@@ -81,5 +85,6 @@ func AllReasons() []Reason {
 		ReasonInvalidTime,
 		ReasonConflictingDuplicate,
 		ReasonAmountOverflow,
+		ReasonRejectedByDatabase,
 	}
 }

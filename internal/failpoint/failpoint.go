@@ -9,6 +9,8 @@
 // where action is one of
 //
 //	kill        SIGKILL this process: no deferred function, no flush, no goodbye
+//	stop        SIGSTOP this process, as a pause would (GC, a frozen VM): it
+//	            goes on where it stopped when sent SIGCONT
 //	exit        os.Exit(3) without running deferred functions
 //	error       the step fails with an error wrapping ErrInjected
 //	sleep:DUR   the step pauses for DUR (time.ParseDuration)
@@ -66,7 +68,7 @@ func Parse(spec string) (*Set, error) {
 			a.nth, act = nth, body
 		}
 		switch {
-		case act == "kill" || act == "exit" || act == "error":
+		case act == "kill" || act == "stop" || act == "exit" || act == "error":
 			a.kind = act
 		case strings.HasPrefix(act, "sleep:"):
 			d, err := time.ParseDuration(strings.TrimPrefix(act, "sleep:"))
@@ -102,6 +104,10 @@ func (s *Set) Inject(name string) error {
 		fmt.Fprintf(os.Stderr, "failpoint %s: SIGKILL\n", name)
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {} // the signal is on its way
+	case "stop":
+		fmt.Fprintf(os.Stderr, "failpoint %s: SIGSTOP\n", name)
+		// The signal stops the whole process at once; it resumes here.
+		_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
 	case "exit":
 		fmt.Fprintf(os.Stderr, "failpoint %s: exit 3\n", name)
 		os.Exit(3)

@@ -436,3 +436,48 @@ func sortBalances(rows []BalanceRow) {
 func sortWindows(rows []WindowRow) {
 	slices.SortFunc(rows, func(a, b WindowRow) int { return compareWindowKeys(a.Key(), b.Key()) })
 }
+
+// Merge adds o's tables to e's: o describes events disjoint from e's (say,
+// records a test produced beside the generator's). The windows must be the
+// same size. Rows with the same key are summed; the counts and dead letters
+// add up; e stays sorted.
+func (e *Expected) Merge(o *Expected) error {
+	if e.Window != o.Window {
+		return fmt.Errorf("merge: window %s and %s differ", time.Duration(e.Window), time.Duration(o.Window))
+	}
+	e.EventsValid += o.EventsValid
+	if e.DeadLetters == nil {
+		e.DeadLetters = map[string]int64{}
+	}
+	for r, n := range o.DeadLetters {
+		e.DeadLetters[r] += n
+	}
+	e.Balances = mergeRows(e.Balances, o.Balances, BalanceRow.Key, func(a *BalanceRow, b BalanceRow) {
+		a.BalanceMinor += b.BalanceMinor
+		a.EventCount += b.EventCount
+	})
+	e.Windows = mergeRows(e.Windows, o.Windows, WindowRow.Key, func(a *WindowRow, b WindowRow) {
+		a.AmountMinor += b.AmountMinor
+		a.EventCount += b.EventCount
+	})
+	sortBalances(e.Balances)
+	sortWindows(e.Windows)
+	return e.Validate()
+}
+
+// mergeRows adds the rows of b to a: a row whose key a has is summed into
+// it (add), the others appended.
+func mergeRows[R any, K comparable](a, b []R, key func(R) K, add func(*R, R)) []R {
+	at := make(map[K]int, len(a))
+	for i, r := range a {
+		at[key(r)] = i
+	}
+	for _, r := range b {
+		if i, ok := at[key(r)]; ok {
+			add(&a[i], r)
+		} else {
+			a = append(a, r)
+		}
+	}
+	return a
+}

@@ -2,6 +2,7 @@ package ledgercheck
 
 import (
 	"math"
+	"reflect"
 	"testing"
 	"time"
 )
@@ -320,5 +321,42 @@ func TestAddInt64(t *testing.T) {
 		if sum != tc.sum || ok != tc.ok {
 			t.Errorf("addInt64(%d, %d) = %d, %v; want %d, %v", tc.a, tc.b, sum, ok, tc.sum, tc.ok)
 		}
+	}
+}
+
+// Merging two ledgers gives the ledger of all their events.
+func TestExpectedMerge(t *testing.T) {
+	at := time.Date(2026, 11, 29, 13, 5, 0, 0, time.UTC)
+	a, _ := NewLedger(time.Hour)
+	b, _ := NewLedger(time.Hour)
+	all, _ := NewLedger(time.Hour)
+	for i, e := range []Event{
+		{"e1", "acct-1", 5, "EUR", at}, {"e2", "acct-2", 7, "EUR", at},
+		{"h1", "acct-1", 3, "EUR", at.Add(2 * time.Hour)}, {"h2", "acct-9", 1, "USD", at},
+	} {
+		if i < 2 {
+			a.Add(e)
+		} else {
+			b.Add(e)
+		}
+		all.Add(e)
+	}
+	a.DeadLetter("invalid_json")
+	b.DeadLetter("invalid_json")
+	b.DeadLetter("payload_too_large")
+	all.DeadLetter("invalid_json")
+	all.DeadLetter("invalid_json")
+	all.DeadLetter("payload_too_large")
+	got := a.Expected()
+	if err := got.Merge(b.Expected()); err != nil {
+		t.Fatal(err)
+	}
+	want := all.Expected()
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("merged %+v\nwant %+v", got, want)
+	}
+	other, _ := NewLedger(time.Minute)
+	if err := got.Merge(other.Expected()); err == nil {
+		t.Fatal("merged ledgers of different windows")
 	}
 }

@@ -8,6 +8,8 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/jmoiron/sqlx"
+
+	"github.com/billing/ledger/internal/mysqlconn"
 )
 
 // NormalizeDSN parses a go-sql-driver/mysql DSN and forces the options the
@@ -16,24 +18,11 @@ import (
 func NormalizeDSN(dsn string) (string, error) {
 	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
-		return "", fmt.Errorf("parse MySQL DSN %q: %w", RedactDSN(dsn), err)
+		return "", fmt.Errorf("parse MySQL DSN %q: %w", mysqlconn.Redact(dsn), err)
 	}
 	cfg.ParseTime = true
 	cfg.Loc = time.UTC
 	return cfg.FormatDSN(), nil
-}
-
-// RedactDSN returns dsn with its password replaced by "xxx", for messages.
-// An unparsable DSN is returned as "<invalid DSN>" (it may hold a password).
-func RedactDSN(dsn string) string {
-	cfg, err := mysql.ParseDSN(dsn)
-	if err != nil {
-		return "<invalid DSN>"
-	}
-	if cfg.Passwd != "" {
-		cfg.Passwd = "xxx"
-	}
-	return cfg.FormatDSN()
 }
 
 // OpenDB opens a small connection pool to the server and database named by
@@ -45,13 +34,13 @@ func OpenDB(ctx context.Context, dsn string) (*sqlx.DB, error) {
 	}
 	db, err := sqlx.Open("mysql", norm)
 	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", RedactDSN(dsn), err)
+		return nil, fmt.Errorf("open %s: %w", mysqlconn.Redact(dsn), err)
 	}
 	db.SetMaxOpenConns(2)
 	db.SetConnMaxLifetime(5 * time.Minute)
 	if err := db.PingContext(ctx); err != nil {
 		_ = db.Close()
-		return nil, fmt.Errorf("connect %s: %w", RedactDSN(dsn), err)
+		return nil, fmt.Errorf("connect %s: %w", mysqlconn.Redact(dsn), err)
 	}
 	return db, nil
 }

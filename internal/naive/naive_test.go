@@ -18,6 +18,7 @@ import (
 	"github.com/billing/ledger/internal/naive"
 	"github.com/billing/ledger/internal/pipeline"
 	"github.com/billing/ledger/internal/txsink"
+	"github.com/billing/ledger/internal/txsink/mysqldriver"
 	"github.com/billing/ledger/migrations"
 )
 
@@ -123,8 +124,8 @@ func job(t *testing.T, brokers []string, topic string, db *sqlx.DB, fps *failpoi
 func service(t *testing.T, brokers []string, topic string, dsn string, fps *failpoint.Set) *pipeline.Pipeline {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	sink, err := txsink.Open(ctx, txsink.Config{DSNs: []string{dsn}, Branches: 1, Group: "svc-" + topic, Topic: topic,
-		LockWaitTimeout: 2 * time.Second, StepTimeout: 10 * time.Second, Failpoints: fps, Logger: quiet()})
+	sink, dbs, err := mysqldriver.OpenSink(ctx, []string{dsn}, mysqldriver.Options{LockWaitTimeout: 2 * time.Second},
+		txsink.Config{Branches: 1, Group: "svc-" + topic, Topic: topic, StepTimeout: 10 * time.Second, Failpoints: fps, Logger: quiet()})
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -137,10 +138,11 @@ func service(t *testing.T, brokers []string, topic string, dsn string, fps *fail
 		DecisionRetention: time.Hour, ShutdownTimeout: 10 * time.Second,
 		KafkaOpts: []kgo.Opt{kgo.SeedBrokers(brokers...), kgo.SessionTimeout(6 * time.Second), kgo.RebalanceTimeout(20 * time.Second)},
 		Logger:    quiet(),
-	}, sink)
+	}, sink, pipeline.Pools(dbs))
 	if err != nil {
 		cancel()
 		sink.Close()
+		dbs.Close()
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
@@ -153,6 +155,7 @@ func service(t *testing.T, brokers []string, topic string, dsn string, fps *fail
 			t.Error("service did not stop")
 		}
 		sink.Close()
+		dbs.Close()
 	})
 	return p
 }
@@ -162,7 +165,7 @@ func service(t *testing.T, brokers []string, topic string, dsn string, fps *fail
 func serviceDatabase(t *testing.T) (*sqlx.DB, string) {
 	t.Helper()
 	dsn := harness.NewDatabase(t)
-	db, err := txsink.OpenDB(dsn, 5*time.Second, 2)
+	db, err := mysqldriver.OpenDB(dsn, 5*time.Second, 2)
 	if err != nil {
 		t.Fatal(err)
 	}

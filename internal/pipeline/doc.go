@@ -25,39 +25,36 @@
 //
 // # Checkpoints
 //
-// A checkpoint starts with a barrier: under one lock, the source cuts every
-// assigned partition at its current position and hands the records below
-// the cuts to the checkpoint (sealLocked). With a single source task the
-// barrier is aligned by construction: nothing of the next checkpoint can
-// overtake it. Polling then continues at once while the checkpoint runs on
-// its own goroutine (asynchronous snapshot); at most one checkpoint is in
-// flight, and fetching pauses when twice CHECKPOINT_MAX_RECORDS are
-// buffered behind it.
+// A checkpoint starts with a barrier (barrier.go): under one lock, the
+// source cuts every assigned partition at its current position and hands
+// the records below the cuts to the checkpoint as a snapshot. With a single
+// source task the barrier is aligned by construction: nothing of the next
+// checkpoint can overtake it. Polling then continues at once while the
+// checkpoint runs on its own goroutine (asynchronous snapshot); at most one
+// checkpoint is in flight, and fetching pauses when twice
+// CheckpointMaxRecords or CheckpointMaxBytes are buffered behind it.
 //
-// The checkpoint itself (checkpoint.go) is one global XA transaction over
-// the participants of package txsink: parallel branches on separate
-// connections, on one or several MySQL servers, event ids and accounts
-// placed by hash. Dedup claims (the keys of ids the cache does not know,
-// inserted unless stored), aggregate upserts and dead letters all run inside
-// those branches, so the state of both operators is snapshotted at the same
-// barrier as the input position. Only the ids of claim statements that met
-// a stored key are looked up, on a pooled connection: under READ COMMITTED
-// that reads what an in-branch read would (the committed rows), and the
-// claim's row lock already decided which checkpoint owns a contested key.
-// Then:
-//
-//  1. pre-commit: XA END and XA PREPARE on every branch that wrote;
-//  2. decision: one local transaction on the control server checks the
-//     partitions' epochs (fencing), writes the cuts as the new positions and
-//     inserts the commit decision (compare-and-set on its primary key);
-//  3. commit: XA COMMIT on every branch, then, for lag tools only, the
-//     positions are committed to the Kafka group.
+// The Checkpointer (checkpointer.go) commits the snapshot as one global XA
+// transaction over the participants of package txsink, whose protocol (and
+// its specification, the scenario files of txsink/testdata) it follows. The
+// checkpoint's work is planned without I/O (plan.go: what to claim, what
+// each record becomes, what each participant writes) and executed between
+// the plan's steps: dedup claims (the keys of ids the cache does not know,
+// inserted unless stored; only the ids of claim statements that met a
+// stored key are looked up, on a pooled connection: under READ COMMITTED
+// that reads what an in-branch read would, the committed rows, and the
+// claim's row lock already decided which checkpoint owns a contested key),
+// aggregate upserts and dead letters all run inside the branches, so the
+// state of both operators is snapshotted at the same barrier as the input
+// position.
 //
 // A failure before the decision rolls every branch back; the source then
 // discards everything it buffered and rereads its positions from MySQL
 // (replay from the last committed checkpoint). After the decision the
 // checkpoint is committed, whatever happens: recovery rolls forward the
-// branches a crash left prepared.
+// branches a crash left prepared. A checkpoint that the server refuses for
+// its data, twice, is not replayed forever: the records responsible are
+// isolated by trials and dead-lettered (isolate.go).
 //
 // # Rebalances and zombies
 //
@@ -68,7 +65,10 @@
 // revoke first checkpoints what is buffered, so the next owner continues
 // exactly there. An instance that lost its partitions without knowing it (a
 // paused process, a network cut) still holds old epochs: its decision fails
-// the epoch check, and nothing it prepared commits.
+// the epoch check, and nothing it prepared commits. The claims only fence;
+// the group's assignment decides who consumes: a partition whose claim was
+// taken while this member still holds it (a paused instance woke up and
+// claimed it late) is claimed again, never dropped (see reclaimLocked).
 //
 // # Dead letters and overflow
 //

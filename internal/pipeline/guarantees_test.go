@@ -11,7 +11,7 @@ import (
 
 	"github.com/billing/ledger/integration/harness"
 	"github.com/billing/ledger/internal/failpoint"
-	"github.com/billing/ledger/internal/txsink"
+	"github.com/billing/ledger/internal/txsink/mysqldriver"
 	"github.com/billing/ledger/migrations"
 )
 
@@ -73,7 +73,7 @@ func TestOverflowIsDeadLettered(t *testing.T) {
 func TestShardedOverTwoServers(t *testing.T) {
 	e := newEnv(t, 3)
 	second := harness.NewDatabase(t)
-	db2, err := txsink.OpenDB(second, 5*time.Second, 2)
+	db2, err := mysqldriver.OpenDB(second, 5*time.Second, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func TestShardedOverTwoServers(t *testing.T) {
 		}
 	}
 	produce(t, e, recs...)
-	start(t, e, func(c *Config, s *txsink.Config) {
+	start(t, e, func(c *Config, s *sinkConfig) {
 		s.DSNs = []string{e.dsn, second}
 		s.Branches = 2
 	})
@@ -139,7 +139,7 @@ func TestShardedOverTwoServers(t *testing.T) {
 // again.
 func TestDedupKeysExpire(t *testing.T) {
 	e := newEnv(t, 1)
-	start(t, e, func(c *Config, _ *txsink.Config) {
+	start(t, e, func(c *Config, _ *sinkConfig) {
 		c.DedupTTL = 2 * time.Second
 		c.DedupCleanupInterval = 200 * time.Millisecond
 	})
@@ -174,7 +174,7 @@ func TestCheckpointTimeoutAborts(t *testing.T) {
 		recs = append(recs, ev{fmt.Sprintf("to-%d", i), fmt.Sprintf("a-%d", i%7), 1, "EUR", t0}.record(""))
 	}
 	produce(t, e, recs...)
-	in := start(t, e, func(c *Config, s *txsink.Config) {
+	in := start(t, e, func(c *Config, s *sinkConfig) {
 		c.CheckpointTimeout = 2 * time.Second
 		s.Failpoints = fp
 	})
@@ -189,7 +189,7 @@ func TestCheckpointTimeoutAborts(t *testing.T) {
 // checkpoints are still caught, through MySQL.
 func TestCacheBudgetBoundsMemory(t *testing.T) {
 	e := newEnv(t, 2)
-	in := start(t, e, func(c *Config, _ *txsink.Config) { c.DedupCacheKeys = 10 })
+	in := start(t, e, func(c *Config, _ *sinkConfig) { c.DedupCacheKeys = 10 })
 	var first, again []*kgo.Record
 	for i := range 300 {
 		x := ev{fmt.Sprintf("b-%d", i), fmt.Sprintf("a-%d", i%11), 1, "EUR", t0}
@@ -207,10 +207,7 @@ func TestCacheBudgetBoundsMemory(t *testing.T) {
 	if d := in.p.Stats().Duplicates.Load(); d != 300 {
 		t.Fatalf("duplicates = %d, want 300", d)
 	}
-	in.p.ckptMu.Lock()
-	n := in.p.cache.Len()
-	in.p.ckptMu.Unlock()
-	if n > 10 {
+	if n := in.p.DedupCacheKeys(); n > 10 {
 		t.Fatalf("cache holds %d keys, budget 10", n)
 	}
 }

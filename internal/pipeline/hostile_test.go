@@ -13,9 +13,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/billing/ledger/integration/harness"
 	"github.com/billing/ledger/internal/txsink"
-	"github.com/billing/ledger/migrations"
 )
 
 // Guarantee 3 under large input: junk of any size up to the broker's
@@ -25,20 +23,10 @@ import (
 // were bounded in bytes, 300 invalid records of 60 KiB made one dead-letter
 // statement of 18 MiB and every checkpoint failed forever.
 func TestLargeRecordsBecomeDeadLetters(t *testing.T) {
-	brokers := harness.Kafka(t)
-	e := &env{brokers: brokers, topic: harness.NewTopicWithConfigs(t, brokers, 2, map[string]string{"max.message.bytes": "8388608"})}
 	// The client refuses packets over 1 MiB, as a server configured so
 	// would: the statement budget is derived from the smaller limit.
-	e.dsn = harness.NewDatabase(t) + "&maxAllowedPacket=1048576"
-	db, err := txsink.OpenDB(e.dsn, 5*time.Second, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	if err := migrations.Up(context.Background(), db.DB, quiet()); err != nil {
-		t.Fatal(err)
-	}
-	e.db = db
+	e := newEnvWith(t, 2, envOptions{topicConfigs: map[string]string{"max.message.bytes": "8388608"}, dsnParams: "&maxAllowedPacket=1048576"})
+	brokers := e.brokers
 
 	const prefix = 48 << 10
 	type junk struct {
@@ -86,7 +74,7 @@ func TestLargeRecordsBecomeDeadLetters(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	in := start(t, e, func(c *Config, _ *txsink.Config) {
+	in := start(t, e, func(c *Config, _ *sinkConfig) {
 		c.MaxPayloadBytes = 64 << 10
 		c.DeadLetterPayloadBytes = prefix
 		c.CheckpointMaxBytes = 4 << 20
@@ -156,7 +144,7 @@ func TestCheckpointMaxBytesSealsEarly(t *testing.T) {
 		mu         sync.Mutex
 		n, biggest int
 	)
-	start(t, e, func(c *Config, _ *txsink.Config) {
+	start(t, e, func(c *Config, _ *sinkConfig) {
 		c.CheckpointInterval = time.Hour // only the byte budget can seal
 		c.CheckpointMaxRecords = 1 << 20
 		c.CheckpointMaxBytes = 1 << 20
@@ -187,18 +175,7 @@ func TestCheckpointMaxBytesSealsEarly(t *testing.T) {
 // quote the input), emoji included. Before the columns were pinned, the
 // first dead letter quoting an emoji failed every checkpoint with 1366.
 func TestLatin1LedgerStoresAnyText(t *testing.T) {
-	brokers := harness.Kafka(t)
-	e := &env{brokers: brokers, topic: harness.NewTopic(t, brokers, 2)}
-	e.dsn = harness.NewDatabaseOn(t, harness.MySQL(t), harness.RandomName("t_"), "CHARACTER SET latin1 COLLATE latin1_swedish_ci")
-	db, err := txsink.OpenDB(e.dsn, 5*time.Second, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	if err := migrations.Up(context.Background(), db.DB, quiet()); err != nil {
-		t.Fatal(err)
-	}
-	e.db = db
+	e := newEnvWith(t, 2, envOptions{create: []string{"CHARACTER SET latin1 COLLATE latin1_swedish_ci"}})
 	produce(t, e,
 		ev{"e-🎉-1", "acct-ü-🎉", 10, "EUR", t0}.record(""),
 		ev{"e-🎉-2", "acct-ü-🎉", 5, "EUR", t0}.record(""),
@@ -206,7 +183,7 @@ func TestLatin1LedgerStoresAnyText(t *testing.T) {
 		ev{"e-€", "acct-€", 1, "€UR", t0}.record(""),      // invalid currency: its detail quotes "€UR"
 	)
 	group := "g-ü-🎉-" + e.topic
-	start(t, e, func(c *Config, s *txsink.Config) { c.Group, s.Group = group, group })
+	start(t, e, func(c *Config, s *sinkConfig) { c.Group, s.Group = group, group })
 	waitCounted(t, e.db, 2, 2)
 	got := balances(t, e.db)
 	if b := got["acct-ü-🎉/EUR"]; b.Amount != 15 || b.Count != 2 {
@@ -243,22 +220,15 @@ func TestGroupChangeIsRefusedUnlessAllowed(t *testing.T) {
 	waitCounted(t, e.db, 20, 2)
 	first.stop(t)
 
-	renamed := func(c *Config, s *txsink.Config) { c.Group, s.Group = "renamed-"+e.topic, "renamed-"+e.topic }
+	renamed := func(c *Config, s *sinkConfig) { c.Group, s.Group = "renamed-"+e.topic, "renamed-"+e.topic }
 	// Refused: Run returns at once, naming the setting.
-	scfg := txsink.Config{DSNs: []string{e.dsn}, Branches: 2, Group: "g-" + e.topic, Topic: e.topic,
-		StepTimeout: 10 * time.Second, Logger: quiet()}
-	cfg := Config{Topic: e.topic, Group: "g-" + e.topic, CheckpointInterval: time.Second, CheckpointTimeout: 10 * time.Second,
-		CheckpointMaxRecords: 100, CheckpointMaxBytes: 1 << 20, MaxPollRecords: 100, DedupTTL: time.Hour, DedupCleanupInterval: time.Second,
-		DedupCleanupBatch: 100, BillingWindow: time.Hour, MaxPayloadBytes: 4096, RecoveryInterval: time.Second,
-		DecisionRetention: time.Hour, ShutdownTimeout: 10 * time.Second, Logger: quiet(),
-		KafkaOpts: []kgo.Opt{kgo.SeedBrokers(e.brokers...)}}
+	scfg := sinkConfig{DSNs: []string{e.dsn}, Config: txsink.Config{Branches: 2, Topic: e.topic, StepTimeout: 10 * time.Second, Logger: quiet()}}
+	cfg := testConfig(e)
 	renamed(&cfg, &scfg)
-	sink, err := txsink.Open(context.Background(), scfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sink, d := openSink(t, scfg)
+	defer d.Close()
 	defer sink.Close()
-	p, err := New(cfg, sink)
+	p, err := New(cfg, sink, Pools(d))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +242,7 @@ func TestGroupChangeIsRefusedUnlessAllowed(t *testing.T) {
 
 	// Allowed: the replay reaches the end of the topic; nothing counts
 	// twice within the TTL and the stored dead letters stay as they were.
-	in := start(t, e, func(c *Config, s *txsink.Config) {
+	in := start(t, e, func(c *Config, s *sinkConfig) {
 		renamed(c, s)
 		c.AllowGroupChange = true
 	})
@@ -297,5 +267,79 @@ func TestGroupChangeIsRefusedUnlessAllowed(t *testing.T) {
 	waitCounted(t, e.db, 20, 2)
 	if d := in.p.Stats().Duplicates.Load(); d != 20 {
 		t.Errorf("the replay dropped %d repeats, want 20", d)
+	}
+}
+
+// Guarantee 3 against a database that refuses valid records: an operator's
+// CHECK constraint refuses one account's events and caps another's
+// balance. Each refused event becomes one rejected_by_database dead letter
+// with the server's message, in arrival order (the event that would take
+// the capped balance over the limit, not the earlier ones); everything
+// else commits, and no partition stalls. Before, every checkpoint covering
+// a refused record failed forever.
+func TestRecordsTheDatabaseRefusesAreIsolated(t *testing.T) {
+	e := newEnv(t, 3)
+	for _, ddl := range []string{
+		`ALTER TABLE account_balances ADD CONSTRAINT no_poison CHECK (account_id <> 'acct-poison')`,
+		`ALTER TABLE account_balances ADD CONSTRAINT cap CHECK (account_id <> 'acct-cap' OR balance_minor <= 100)`,
+	} {
+		if _, err := e.db.Exec(ddl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var recs []*kgo.Record
+	for i := range 60 {
+		recs = append(recs, ev{fmt.Sprintf("ok-%d", i), fmt.Sprintf("acct-%d", i%7), 1, "EUR", t0}.record(""))
+		if i%20 == 5 {
+			recs = append(recs, ev{fmt.Sprintf("poison-%d", i), "acct-poison", 1, "EUR", t0}.record(fmt.Sprintf("k-%d", i)))
+		}
+	}
+	// One partition (keyed by account), in this order: 60 passes, the
+	// second 60 would make 120, the 30 makes 90.
+	recs = append(recs,
+		ev{"cap-1", "acct-cap", 60, "EUR", t0}.record(""),
+		ev{"cap-2", "acct-cap", 60, "EUR", t0}.record(""),
+		ev{"cap-3", "acct-cap", 30, "EUR", t0}.record(""),
+	)
+	produce(t, e, recs...)
+	var (
+		mu      sync.Mutex
+		offsets []string
+	)
+	start(t, e, func(c *Config, _ *sinkConfig) {
+		c.OnCheckpoint = func(info CheckpointInfo) {
+			if info.Err != nil {
+				mu.Lock()
+				offsets = append(offsets, info.Offsets)
+				mu.Unlock()
+			}
+		}
+	})
+	waitCounted(t, e.db, 62, 4)
+	var rows []struct {
+		EventID string `db:"event_id"`
+		Reason  string `db:"reason"`
+		Detail  string `db:"detail"`
+	}
+	if err := e.db.Select(&rows, `SELECT event_id, reason, detail FROM dead_letters ORDER BY event_id`); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"cap-2", "poison-25", "poison-45", "poison-5"}
+	for i, r := range rows {
+		if r.EventID != want[i] || r.Reason != "rejected_by_database" || !strings.Contains(r.Detail, "CONSTRAINT") {
+			t.Errorf("dead letter %d = %+v, want %s rejected_by_database with the server's message", i, r, want[i])
+		}
+	}
+	got := balances(t, e.db)
+	if b := got["acct-cap/EUR"]; b.Amount != 90 || b.Count != 2 {
+		t.Errorf("acct-cap = %+v, want 90 over 2 events", b)
+	}
+	if _, ok := got["acct-poison/EUR"]; ok {
+		t.Error("the refused account has a balance")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(offsets) == 0 || offsets[0] == "" {
+		t.Errorf("failed attempts reported offsets %q: a failing checkpoint must name its partitions and offsets", offsets)
 	}
 }

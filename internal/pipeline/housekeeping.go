@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -36,18 +37,29 @@ func (p *Pipeline) housekeeping(ctx context.Context) {
 			}
 			cancel()
 		case <-cleanT.C:
-			for i, db := range p.sink.Servers() {
-				cctx, cancel := context.WithTimeout(ctx, p.cfg.DedupCleanupInterval)
-				n, err := dedup.Cleanup(cctx, db, time.Now(), p.cfg.DedupCleanupBatch, 100*p.cfg.DedupCleanupBatch, p.sink.ServerStatementBytes(i))
-				cancel()
-				if err != nil {
-					p.log.Warn("dedup cleanup failed", "server", i, "err", err)
-				} else if n > 0 {
-					p.log.Debug("expired dedup keys deleted", "server", i, "keys", n)
-				}
-			}
+			cctx, cancel := context.WithTimeout(ctx, p.cfg.DedupCleanupInterval)
+			CleanExpired(cctx, p.pools, p.cfg.DedupCleanupBatch, p.log)
+			cancel()
 		}
 	}
+}
+
+// CleanExpired is one pass of the janitor: on every server, it deletes the
+// expired dedup keys of due journal rows, batch keys per statement and at
+// most 100 batches, and returns how many it deleted. Failures are logged;
+// the next pass retries.
+func CleanExpired(ctx context.Context, pools []Pool, batch int, log *slog.Logger) int64 {
+	var total int64
+	for i, pool := range pools {
+		n, err := dedup.Cleanup(ctx, pool.DB(), time.Now(), batch, 100*batch, pool.MaxStatementBytes())
+		total += n
+		if err != nil {
+			log.Warn("dedup cleanup failed", "server", i, "err", err)
+		} else if n > 0 {
+			log.Debug("expired dedup keys deleted", "server", i, "keys", n)
+		}
+	}
+	return total
 }
 
 // commitToGroup queues the decided positions for the Kafka group, for lag

@@ -13,8 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/billing/ledger/internal/dedup"
 	"github.com/billing/ledger/internal/event"
+	"github.com/billing/ledger/internal/failpoint"
 	"github.com/billing/ledger/internal/txsink"
 )
 
@@ -82,7 +82,14 @@ type Config struct {
 	// OnCheckpoint, if set, is called after every checkpoint attempt, from
 	// the goroutine that ran it. It must not block.
 	OnCheckpoint func(CheckpointInfo)
+	// Failpoints are armed by tests (FailAssignBeforeClaim); nil arms
+	// none.
+	Failpoints *failpoint.Set
 }
+
+// FailAssignBeforeClaim names the failpoint between the recovery and the
+// claim of newly assigned partitions, for tests.
+const FailAssignBeforeClaim = "assign-before-claim"
 
 func (c *Config) validate() error {
 	var errs []error
@@ -137,6 +144,7 @@ type CheckpointInfo struct {
 	Phases      map[string]time.Duration // dedup, write, prepare, decide, commit
 	Err         error                    // nil when committed
 	FailedPhase string
+	Offsets     string      // on failure: the offsets covered, per partition ("p3:120-4511")
 	Decided     bool        // the commit decision is durable (even if Err is a late XA COMMIT failure)
 	Retrying    bool        // Err is the expected refusal of the fast path; the checkpoint is retried at once in careful mode
 	RecordTimes []time.Time // Kafka timestamps of the records, for end-to-end latency
@@ -184,12 +192,8 @@ type Pipeline struct {
 	rewindAfter   time.Time     // no rewind attempt before (after a failure)
 	rewindBackoff time.Duration // the last failure's backoff; 0 after a success
 
-	// ckptMu serialises checkpoint execution; the checkpoint that holds it
-	// owns cache and seq.
-	ckptMu   sync.Mutex
-	cache    *dedup.Cache
-	seq      uint64
-	cacheLen atomic.Int64 // cache.Len() after the last checkpoint, for metrics
+	ckpt  *Checkpointer // commits the snapshots the barrier cuts
+	pools []Pool
 
 	groupMu      sync.Mutex // guards groupPending
 	groupPending map[int32]kgo.EpochOffset
@@ -199,9 +203,10 @@ type Pipeline struct {
 	wg   sync.WaitGroup                     // checkpoint goroutines
 }
 
-// New builds a pipeline over an open sink. The Kafka client is created here
-// and joins the group when Run starts polling.
-func New(cfg Config, sink *txsink.Sink) (*Pipeline, error) {
+// New builds a pipeline over an open sink and the pools of its servers (in
+// the sink's order; see Pools). The Kafka client is created here and joins
+// the group when Run starts polling.
+func New(cfg Config, sink *txsink.Sink, pools []Pool) (*Pipeline, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("pipeline: %w", err)
 	}
@@ -214,7 +219,7 @@ func New(cfg Config, sink *txsink.Sink) (*Pipeline, error) {
 		sink:  sink,
 		dec:   event.NewDecoder(cfg.MaxPayloadBytes),
 		parts: map[int32]*partition{},
-		cache: dedup.NewCache(cfg.DedupCacheKeys),
+		pools: pools,
 
 		groupSignal: make(chan struct{}, 1),
 	}
@@ -243,6 +248,7 @@ func New(cfg Config, sink *txsink.Sink) (*Pipeline, error) {
 	}
 	p.cl = cl
 	p.adm = kadm.NewClient(cl)
+	p.ckpt = newCheckpointer(cfg, sink, pools, &p.stats)
 	return p, nil
 }
 
@@ -251,7 +257,7 @@ func (p *Pipeline) Stats() *Stats { return &p.stats }
 
 // DedupCacheKeys is the number of event ids held in the in-memory dedup
 // cache after the last checkpoint.
-func (p *Pipeline) DedupCacheKeys() int { return int(p.cacheLen.Load()) }
+func (p *Pipeline) DedupCacheKeys() int { return p.ckpt.CacheKeys() }
 
 // Client is the pipeline's Kafka client (for lag metrics).
 func (p *Pipeline) Client() *kgo.Client { return p.cl }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/billing/ledger/integration/harness"
 	"github.com/billing/ledger/internal/txsink"
+	"github.com/billing/ledger/internal/txsink/mysqldriver"
 	"github.com/billing/ledger/migrations"
 )
 
@@ -30,10 +31,22 @@ type env struct {
 
 func newEnv(t *testing.T, partitions int) *env {
 	t.Helper()
+	return newEnvWith(t, partitions, envOptions{})
+}
+
+// envOptions vary a test's topic and database.
+type envOptions struct {
+	topicConfigs map[string]string // topic-level settings (max.message.bytes)
+	dsnParams    string            // appended to the database's DSN ("&maxAllowedPacket=…")
+	create       []string          // CREATE DATABASE options ("CHARACTER SET latin1")
+}
+
+func newEnvWith(t *testing.T, partitions int, o envOptions) *env {
+	t.Helper()
 	e := &env{brokers: harness.Kafka(t)}
-	e.topic = harness.NewTopic(t, e.brokers, partitions)
-	e.dsn = harness.NewDatabase(t)
-	db, err := txsink.OpenDB(e.dsn, 5*time.Second, 4)
+	e.topic = harness.NewTopicWithConfigs(t, e.brokers, partitions, o.topicConfigs)
+	e.dsn = harness.NewDatabaseOn(t, harness.MySQL(t), harness.RandomName("t_"), o.create...) + o.dsnParams
+	db, err := mysqldriver.OpenDB(e.dsn, 5*time.Second, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,11 +103,16 @@ type instance struct {
 	shutdown func()
 }
 
-func start(t *testing.T, e *env, mod func(*Config, *txsink.Config)) *instance {
-	t.Helper()
-	scfg := txsink.Config{DSNs: []string{e.dsn}, Branches: 2, Group: "g-" + e.topic, Topic: e.topic,
-		LockWaitTimeout: 2 * time.Second, StepTimeout: 10 * time.Second, Logger: quiet()}
-	cfg := Config{
+// sinkConfig is what start opens the sink with.
+type sinkConfig struct {
+	txsink.Config
+	DSNs []string
+}
+
+// testConfig is the pipeline configuration of the tests: fast checkpoints,
+// small budgets.
+func testConfig(e *env) Config {
+	return Config{
 		Topic: e.topic, Group: "g-" + e.topic,
 		CheckpointInterval: 100 * time.Millisecond, CheckpointTimeout: 10 * time.Second, CheckpointMaxRecords: 10000, CheckpointMaxBytes: 32 << 20,
 		MaxPollRecords: 1000, DedupTTL: time.Hour, DedupCacheKeys: 1000, DedupCleanupInterval: time.Second,
@@ -103,15 +121,29 @@ func start(t *testing.T, e *env, mod func(*Config, *txsink.Config)) *instance {
 		KafkaOpts: []kgo.Opt{kgo.SeedBrokers(e.brokers...), kgo.SessionTimeout(6 * time.Second), kgo.RebalanceTimeout(20 * time.Second)},
 		Logger:    quiet(),
 	}
+}
+
+// openSink opens the sink of s over MySQL.
+func openSink(t *testing.T, s sinkConfig) (*txsink.Sink, *mysqldriver.Driver) {
+	t.Helper()
+	sink, d, err := mysqldriver.OpenSink(context.Background(), s.DSNs, mysqldriver.Options{LockWaitTimeout: 2 * time.Second}, s.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sink, d
+}
+
+func start(t *testing.T, e *env, mod func(*Config, *sinkConfig)) *instance {
+	t.Helper()
+	scfg := sinkConfig{DSNs: []string{e.dsn}, Config: txsink.Config{Branches: 2, Group: "g-" + e.topic, Topic: e.topic,
+		StepTimeout: 10 * time.Second, Logger: quiet()}}
+	cfg := testConfig(e)
 	if mod != nil {
 		mod(&cfg, &scfg)
 	}
 	ctx := context.Background()
-	sink, err := txsink.Open(ctx, scfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := New(cfg, sink)
+	sink, d := openSink(t, scfg)
+	p, err := New(cfg, sink, Pools(d))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,6 +163,7 @@ func start(t *testing.T, e *env, mod func(*Config, *txsink.Config)) *instance {
 				t.Error("Run did not return within 30s of cancellation")
 			}
 			sink.Close()
+			d.Close()
 		})
 	}
 	in.shutdown = stop

@@ -31,6 +31,10 @@ type partition struct {
 	// checkpoint): the position must be reread from MySQL before the
 	// partition is consumed again, and records fetched meanwhile are dropped.
 	rewind bool
+	// reclaimAfter holds back claiming the partition again after its claim
+	// was taken (see reclaimLocked); reclaimBackoff is the last wait.
+	reclaimAfter   time.Time
+	reclaimBackoff time.Duration
 }
 
 func (pt *partition) pending() bool {
@@ -173,140 +177,6 @@ func (p *Pipeline) processLocked(fetches kgo.Fetches) {
 	})
 }
 
-// updatePendingLocked publishes how many consumed records no decided
-// checkpoint covers yet.
-func (p *Pipeline) updatePendingLocked() {
-	n, b := p.bufferedLocked()
-	if p.inflight != nil {
-		n += len(p.inflight.snap.records) + len(p.inflight.snap.dead)
-		b += p.inflight.snap.bytes
-	}
-	p.stats.Pending.Store(int64(n))
-	p.stats.PendingBytes.Store(int64(b))
-}
-
-// bufferedLocked returns the records buffered for the next checkpoint and
-// the memory they hold.
-func (p *Pipeline) bufferedLocked() (records, bytes int) {
-	for _, pt := range p.parts {
-		records += len(pt.records) + len(pt.dead)
-		bytes += pt.bytes
-	}
-	return records, bytes
-}
-
-// maybeSealLocked takes a checkpoint when one is due and none is in flight.
-func (p *Pipeline) maybeSealLocked(ctx context.Context) {
-	if p.inflight != nil {
-		return
-	}
-	if n, b := p.bufferedLocked(); time.Since(p.lastSeal) < p.cfg.CheckpointInterval && n < p.cfg.CheckpointMaxRecords && b < p.cfg.CheckpointMaxBytes {
-		return
-	}
-	snap := p.sealLocked()
-	if snap == nil {
-		return
-	}
-	in := &inflight{snap: snap, done: make(chan struct{})}
-	p.inflight = in
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		in.out = p.runCheckpoint(context.WithoutCancel(ctx), snap)
-		close(in.done)
-		p.wakePoll()
-	}()
-}
-
-// sealLocked is the barrier: it cuts every assigned partition at its
-// current position, in one step under the lock, and moves the buffered
-// records into a snapshot. Records polled later belong to the next
-// checkpoint. It returns nil when no partition moved.
-func (p *Pipeline) sealLocked() *snapshot {
-	p.lastSeal = time.Now()
-	ids := make([]int32, 0, len(p.parts))
-	for id, pt := range p.parts {
-		if pt.pending() {
-			ids = append(ids, id)
-		}
-	}
-	if len(ids) == 0 {
-		return nil
-	}
-	slices.Sort(ids)
-	n := 0
-	for _, id := range ids {
-		n += len(p.parts[id].records)
-	}
-	s := &snapshot{cuts: make([]txsink.PartitionCut, 0, len(ids)), records: make([]record, 0, n)}
-	for _, id := range ids {
-		pt := p.parts[id]
-		s.cuts = append(s.cuts, txsink.PartitionCut{Partition: id, Epoch: pt.epoch, NextOffset: pt.position})
-		s.records = append(s.records, pt.records...)
-		s.dead = append(s.dead, pt.dead...)
-		s.bytes += pt.bytes
-		// The records are copied: keep the buffer's capacity for the next
-		// checkpoint, cleared so that it pins no payload.
-		clear(pt.records)
-		pt.records, pt.dead, pt.bytes = pt.records[:0], nil, 0
-	}
-	return s
-}
-
-// collectLocked applies the outcome of the checkpoint in flight, if it has
-// finished.
-func (p *Pipeline) collectLocked() {
-	if p.inflight == nil {
-		return
-	}
-	select {
-	case <-p.inflight.done:
-		p.finishLocked(p.inflight.snap, p.inflight.out)
-		p.inflight = nil
-	default:
-	}
-}
-
-// finishLocked applies a checkpoint's outcome to the partitions. Decided:
-// the cuts are the new committed positions. Not decided: everything
-// buffered since the last committed checkpoint is discarded (it was built
-// on the aborted one) and every partition is rewound from MySQL.
-func (p *Pipeline) finishLocked(s *snapshot, out outcome) {
-	if out.decided {
-		for _, c := range s.cuts {
-			if pt := p.parts[c.Partition]; pt != nil && pt.epoch == c.Epoch {
-				pt.committed = c.NextOffset
-			}
-		}
-		p.commitToGroup(s.cuts)
-		return
-	}
-	for _, pt := range p.parts {
-		pt.records, pt.dead, pt.bytes = nil, nil, 0
-		pt.rewind = true
-	}
-}
-
-// drainLocked waits for the checkpoint in flight and then checkpoints
-// whatever is buffered, synchronously. Used before partitions are revoked
-// and at shutdown, so that the next owner starts where this one stopped.
-func (p *Pipeline) drainLocked(ctx context.Context) {
-	if p.inflight != nil {
-		select {
-		case <-p.inflight.done:
-			p.finishLocked(p.inflight.snap, p.inflight.out)
-			p.inflight = nil
-		case <-ctx.Done():
-			p.log.Warn("checkpoint in flight did not finish before the deadline; leaving it to recovery")
-			return
-		}
-	}
-	if snap := p.sealLocked(); snap != nil {
-		p.finishLocked(snap, p.runCheckpoint(ctx, snap))
-	}
-	p.updatePendingLocked()
-}
-
 // rewindLocked rereads the committed position of every partition whose
 // buffered state was discarded, and restarts fetching there. A partition
 // whose stored epoch or owner is no longer this instance's was taken over:
@@ -334,20 +204,28 @@ func (p *Pipeline) rewindLocked(ctx context.Context) {
 		p.rewindFailedLocked("cannot reread positions; retrying", "partitions", ids, "err", err)
 		return
 	}
-	var fromStart []int32
+	var fromStart, taken []int32
 	set := map[int32]kgo.EpochOffset{}
 	for _, id := range ids {
 		pt := p.parts[id]
 		ps, ok := pos[id]
 		if !ok || ps.Owner != p.sink.Instance() || ps.Epoch != pt.epoch {
-			p.log.Warn("partition taken over by another owner; dropping it", "partition", id, "held_epoch", pt.epoch, "stored_epoch", ps.Epoch)
-			delete(p.parts, id)
+			taken = append(taken, id)
 			continue
 		}
 		if ps.NextOffset == txsink.StartOffset {
 			fromStart = append(fromStart, id)
 			continue
 		}
+		pt.position, pt.committed, pt.rewind = ps.NextOffset, ps.NextOffset, false
+		set[id] = kgo.EpochOffset{Epoch: -1, Offset: ps.NextOffset}
+	}
+	for id, ps := range p.reclaimLocked(ctx, taken) {
+		if ps.NextOffset == txsink.StartOffset {
+			fromStart = append(fromStart, id)
+			continue
+		}
+		pt := p.parts[id]
 		pt.position, pt.committed, pt.rewind = ps.NextOffset, ps.NextOffset, false
 		set[id] = kgo.EpochOffset{Epoch: -1, Offset: ps.NextOffset}
 	}
@@ -374,6 +252,44 @@ func (p *Pipeline) rewindLocked(ctx context.Context) {
 	p.stats.AssignedParts.Store(int64(len(p.parts)))
 }
 
+// reclaimLocked claims again the partitions whose stored claim another
+// instance took while this member of the group still holds them: an
+// instance paused between its recovery and its claim, past the session
+// timeout, wakes up and claims a partition the group has meanwhile given
+// here. It soon learns it lost the partition, and drops it; dropping it
+// here too would leave it to nobody. The group's assignment decides who
+// consumes a partition; the claims only fence. Two members each believing
+// the partition theirs (one of them not yet told it lost it) would take
+// the claim from each other at every checkpoint: each partition's re-claims
+// back off, doubling from one second up to a minute, until its claim holds.
+// It returns the positions of the partitions claimed again.
+func (p *Pipeline) reclaimLocked(ctx context.Context, taken []int32) map[int32]txsink.Position {
+	now := time.Now()
+	var due []int32
+	for _, id := range taken {
+		if pt := p.parts[id]; now.After(pt.reclaimAfter) {
+			due = append(due, id)
+		}
+	}
+	if len(due) == 0 {
+		return nil
+	}
+	pos, err := p.sink.Claim(ctx, due)
+	if err != nil {
+		p.rewindFailedLocked("cannot claim again partitions taken over while still assigned here; retrying", "partitions", due, "err", err)
+		return nil
+	}
+	for _, id := range due {
+		pt := p.parts[id]
+		p.log.Warn("partition claimed by another instance while still assigned here; claimed again",
+			"partition", id, "held_epoch", pt.epoch, "new_epoch", pos[id].Epoch)
+		pt.epoch = pos[id].Epoch
+		pt.reclaimBackoff = min(max(2*pt.reclaimBackoff, time.Second), time.Minute)
+		pt.reclaimAfter = now.Add(pt.reclaimBackoff)
+	}
+	return pos
+}
+
 // rewindFailedLocked logs a failed rewind and holds the next attempt back.
 func (p *Pipeline) rewindFailedLocked(msg string, args ...any) {
 	p.rewindBackoff = min(max(2*p.rewindBackoff, 100*time.Millisecond), 5*time.Second)
@@ -398,6 +314,9 @@ func (p *Pipeline) onAssigned(ctx context.Context, offsets map[string]map[int32]
 	p.recovered(res)
 	if err != nil {
 		p.log.Warn("recovery before assignment incomplete", "err", err)
+	}
+	if err := p.cfg.Failpoints.Inject(FailAssignBeforeClaim); err != nil {
+		return nil, err
 	}
 	pos, err := p.sink.Claim(ctx, ids)
 	if err != nil {

@@ -4,42 +4,8 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/go-sql-driver/mysql"
+	"github.com/billing/ledger/internal/txsink/driver"
 )
-
-// MySQL and MariaDB error numbers the protocol reacts to.
-const (
-	erDupEntry              = 1062 // ER_DUP_ENTRY
-	erUnknownSystemVariable = 1193 // ER_UNKNOWN_SYSTEM_VARIABLE
-	erLockWaitTimeout       = 1205 // ER_LOCK_WAIT_TIMEOUT
-	erLockDeadlock          = 1213 // ER_LOCK_DEADLOCK
-	erXAERNota              = 1397 // XAER_NOTA: unknown xid
-	erXAERRmfail            = 1399 // XAER_RMFAIL: command not allowed in the branch's state
-	erDataOutOfRange        = 1690 // ER_DATA_OUT_OF_RANGE: BIGINT overflow in an upsert
-)
-
-func mysqlCode(err error) uint16 {
-	var me *mysql.MySQLError
-	if errors.As(err, &me) {
-		return me.Number
-	}
-	return 0
-}
-
-// IsOverflow reports whether err is the server refusing a value out of the
-// column's range (a BIGINT sum overflowing).
-func IsOverflow(err error) bool { return mysqlCode(err) == erDataOutOfRange }
-
-// IsDuplicateKey reports whether err is a unique-key violation.
-func IsDuplicateKey(err error) bool { return mysqlCode(err) == erDupEntry }
-
-// IsLockConflict reports whether err is a lock wait timeout or a deadlock:
-// another transaction (often another instance's prepared branch) holds rows
-// this one needs. The checkpoint aborts and replays.
-func IsLockConflict(err error) bool {
-	c := mysqlCode(err)
-	return c == erLockWaitTimeout || c == erLockDeadlock
-}
 
 var (
 	// ErrFenced means a partition of the checkpoint is no longer owned by
@@ -54,7 +20,7 @@ var (
 	// ErrOutcomeUnknown means the decision could not be made durable nor
 	// proven either way within the deadline (the control server is
 	// unreachable). The caller must neither assume commit nor abort: it
-	// rereads its positions from MySQL, which waits for the outcome.
+	// rereads its positions, which waits for the outcome.
 	ErrOutcomeUnknown = errors.New("txsink: checkpoint outcome unknown")
 )
 
@@ -75,9 +41,31 @@ func (e *FencedError) Unwrap() error { return ErrFenced }
 
 // PhaseError says in which phase of the protocol a checkpoint failed.
 type PhaseError struct {
-	Phase string // "start", "write", "prepare", "decide", "commit", "abort"
+	Phase string // "prepare", "decide", "commit", "abort"
 	Err   error
 }
 
 func (e *PhaseError) Error() string { return e.Phase + ": " + e.Err.Error() }
 func (e *PhaseError) Unwrap() error { return e.Err }
+
+// StatementError is a failed statement inside a branch. Use errors.As to
+// find the participant, and Sink.Code to classify the cause.
+type StatementError struct {
+	Participant int
+	Err         error
+}
+
+func (e *StatementError) Error() string {
+	return fmt.Sprintf("participant %d: %v", e.Participant, e.Err)
+}
+
+func (e *StatementError) Unwrap() error { return e.Err }
+
+// positions converts the driver's rows.
+func positions(stored map[int32]driver.Stored) map[int32]Position {
+	out := make(map[int32]Position, len(stored))
+	for p, s := range stored {
+		out[p] = Position{Epoch: s.Epoch, NextOffset: s.NextOffset, Owner: s.Owner}
+	}
+	return out
+}

@@ -4,17 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
-	"github.com/billing/ledger/internal/stmt"
+	"github.com/billing/ledger/internal/txsink/driver"
 )
 
-// InDoubt is a prepared branch of this service found by XA RECOVER.
+// InDoubt is a prepared branch of this ledger found by XA RECOVER.
 type InDoubt struct {
 	Server int
-	Xid    Xid
+	Xid    driver.Xid
 	ID     GlobalID
+	Qual   Qualifier
 }
 
 // RecoveryResult counts what a recovery pass did.
@@ -22,190 +22,226 @@ type RecoveryResult struct {
 	Committed  int // branches rolled forward under a commit decision
 	RolledBack int // branches rolled back under an abort decision
 	Skipped    int // undecided branches too young to abort
-	// Remaining lists the gtrids still in doubt after the pass.
+	Ended      int // connections ended that held an old branch attached
+	// Remaining lists the gtrids still in doubt after the pass. A key
+	// starting with '?' stands for a server that could not be listed.
 	Remaining map[string]bool
 }
 
-// Recover resolves this service's prepared branches on every server by the
-// decision record:
-//
-//   - decided commit: XA COMMIT (roll forward);
-//   - decided abort: XA ROLLBACK;
-//   - undecided and older than minAge: an abort decision is inserted by
-//     compare-and-set; if it wins the branch is rolled back, if it loses
-//     (the coordinator decided commit meanwhile) the branch is committed;
-//   - undecided and younger than minAge: skipped, since its coordinator may
-//     still be deciding it. This is for liveness only: a coordinator that
-//     comes late finds the abort decision and aborts.
-//
-// The absence of a branch from XA RECOVER is never taken as proof of
-// anything; only the decision record is. Recover returns the errors of the
+// Recover resolves the ledger's prepared branches on every server by the
+// decision record, following recoveryStep; a branch the server refuses to
+// resolve from elsewhere may have its holding connection ended, following
+// killVerdict, and is resolved by a later pass. Branches of other ledgers,
+// other applications, or forged with this service's format but without the
+// ledger's MAC are never touched. Recover returns the errors of the
 // branches it could not resolve, after trying all of them.
 func (s *Sink) Recover(ctx context.Context, minAge time.Duration) (RecoveryResult, error) {
 	res := RecoveryResult{Remaining: map[string]bool{}}
 	var errs []error
-	for _, sv := range s.servers {
-		branches, err := s.listInDoubt(ctx, sv)
+	decisions := map[string]driver.Outcome{}
+	seen := map[driver.Xid]bool{}
+	for i, sv := range s.servers {
+		branches, err := s.listInDoubt(ctx, i)
 		if err != nil {
 			errs = append(errs, err)
-			res.Remaining["?server"+fmt.Sprint(sv.index)] = true // unknown: keep decisions
+			res.Remaining[fmt.Sprintf("?server%d", i)] = true // unknown: keep decisions
 			continue
 		}
-		decisions := map[string]outcome{}
 		for _, b := range branches {
-			o, ok := decisions[b.Xid.Gtrid]
-			if !ok {
-				var found bool
-				o, found, err = s.lookupDecision(ctx, b.Xid.Gtrid)
-				if err != nil {
+			if seen[b.Xid] {
+				// Two DSNs name the same server (a shard database beside
+				// the control database): listed once already.
+				continue
+			}
+			seen[b.Xid] = true
+			age := s.now().Sub(b.ID.Created)
+			o, decided := decisions[b.Xid.Gtrid]
+			if !decided {
+				if o, decided, err = s.control.Lookup(ctx, b.Xid.Gtrid); err != nil {
+					errs = append(errs, fmt.Errorf("look up decision %s: %w", b.Xid.Gtrid, err))
+					res.Remaining[b.Xid.Gtrid] = true
+					continue
+				}
+			}
+			switch recoveryStep(decided, o, age, minAge) {
+			case stepWait:
+				res.Skipped++
+				res.Remaining[b.Xid.Gtrid] = true
+				continue
+			case stepAbort:
+				if o, err = s.decide(ctx, b.Xid.Gtrid, driver.Aborted); err != nil {
 					errs = append(errs, err)
 					res.Remaining[b.Xid.Gtrid] = true
 					continue
 				}
-				if !found {
-					if time.Since(b.ID.Created) < minAge {
-						res.Skipped++
-						res.Remaining[b.Xid.Gtrid] = true
-						continue
-					}
-					o, err = s.decide(ctx, b.Xid.Gtrid, outcomeAbort)
-					if err != nil {
-						errs = append(errs, err)
-						res.Remaining[b.Xid.Gtrid] = true
-						continue
-					}
-				}
-				decisions[b.Xid.Gtrid] = o
 			}
-			verb := "ROLLBACK"
-			if o == outcomeCommit {
-				verb = "COMMIT"
-			}
-			err := s.xaOnce(ctx, sv, b.Xid, verb)
-			if errors.Is(err, errUnknownXid) {
-				// Listed, yet unknown to XA COMMIT/ROLLBACK: on MariaDB the
-				// branch is still attached to the connection that prepared
-				// it. Past minAge its coordinator is dead, frozen or cut
-				// off; ending that connection detaches the branch, and the
-				// next pass resolves it by the same decision.
+			decisions[b.Xid.Gtrid] = o
+			commit := o == driver.Committed
+			err := sv.Resolve(ctx, b.Xid, commit)
+			switch {
+			case sv.Code(err) == driver.UnknownXid:
+				// Listed, yet unknown to XA COMMIT/ROLLBACK from here:
+				// attached to a live connection (MariaDB). The next pass
+				// resolves it once that connection has ended.
 				res.Remaining[b.Xid.Gtrid] = true
-				if time.Since(b.ID.Created) >= minAge {
-					s.killHolder(ctx, sv, b)
+				if s.endHolder(ctx, b, age, minAge) {
+					res.Ended++
 				}
-				continue
-			}
-			if err != nil {
-				errs = append(errs, fmt.Errorf("XA %s %s/%s on server %d: %w", verb, b.Xid.Gtrid, b.Xid.Bqual, sv.index, err))
+			case err != nil:
+				errs = append(errs, fmt.Errorf("XA %s %s/%s on server %d: %w", verbOf(commit), b.Xid.Gtrid, b.Xid.Bqual, i, err))
 				res.Remaining[b.Xid.Gtrid] = true
-				continue
+			default:
+				if commit {
+					res.Committed++
+				} else {
+					res.RolledBack++
+				}
+				s.forget(b.Xid)
+				s.log.Info("resolved in-doubt branch", "gtrid", b.Xid.Gtrid, "bqual", b.Xid.Bqual, "server", i,
+					"outcome", string(o), "age", age.Round(time.Millisecond))
 			}
-			if o == outcomeCommit {
-				res.Committed++
-			} else {
-				res.RolledBack++
-			}
-			s.log.Info("resolved in-doubt branch", "gtrid", b.Xid.Gtrid, "bqual", b.Xid.Bqual, "server", sv.index, "outcome", string(o), "age", time.Since(b.ID.Created).Round(time.Millisecond))
 		}
 	}
 	return res, errors.Join(errs...)
 }
 
-// listInDoubt runs XA RECOVER on one server and keeps this service's
-// branches. XA RECOVER lists every prepared branch on the server, other
-// applications' too; its data column is the gtrid followed by the bqual.
-func (s *Sink) listInDoubt(ctx context.Context, sv *server) ([]InDoubt, error) {
-	rows, err := sv.db.QueryContext(ctx, "XA RECOVER")
+func verbOf(commit bool) driver.Verb {
+	if commit {
+		return driver.Commit
+	}
+	return driver.Rollback
+}
+
+// listInDoubt runs XA RECOVER on server i and keeps this ledger's
+// branches (see Identity.Parse).
+func (s *Sink) listInDoubt(ctx context.Context, i int) ([]InDoubt, error) {
+	xids, err := s.servers[i].Recover(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("XA RECOVER on server %d: %w", sv.index, err)
+		return nil, fmt.Errorf("XA RECOVER on server %d: %w", i, err)
 	}
-	defer rows.Close()
 	var out []InDoubt
-	for rows.Next() {
-		var format, glen, blen int64
-		var data []byte
-		if err := rows.Scan(&format, &glen, &blen, &data); err != nil {
-			return nil, fmt.Errorf("XA RECOVER on server %d: %w", sv.index, err)
+	for _, x := range xids {
+		if g, q, ok := s.ledger.Parse(x); ok {
+			out = append(out, InDoubt{Server: i, Xid: x, ID: g, Qual: q})
 		}
-		if format != FormatID || glen < 0 || blen < 0 || int(glen+blen) > len(data) {
-			continue
-		}
-		x := Xid{Gtrid: string(data[:glen]), Bqual: string(data[glen : glen+blen])}
-		id, ok := ParseGlobalID(x.Gtrid)
-		if _, _, scope, okb := parseBqual(x.Bqual); !ok || !okb || scope != s.scope {
-			continue // not this service's, or another deployment's
-		}
-		out = append(out, InDoubt{Server: sv.index, Xid: x, ID: id})
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("XA RECOVER on server %d: %w", sv.index, err)
 	}
 	return out, nil
 }
 
-// killHolder ends the connection that holds a prepared branch, named in
-// its bqual. It needs no privilege when the service's user owns that
-// connection (CONNECTION ADMIN otherwise). Killing a connection that no
-// longer holds the branch is harmless: at worst a live checkpoint on it
-// fails and replays.
-func (s *Sink) killHolder(ctx context.Context, sv *server, b InDoubt) {
-	_, conn, _, ok := parseBqual(b.Xid.Bqual)
-	if !ok {
-		return
+// endHolder ends the connection named in the qualifier of a branch the
+// server will not resolve from elsewhere, when killVerdict allows it. It
+// re-lists the branch first: resolved meanwhile, there is nothing to end.
+// A refusal is logged once per branch, not at every pass.
+func (s *Sink) endHolder(ctx context.Context, b InDoubt, age, minAge time.Duration) bool {
+	if age < minAge {
+		return false // its coordinator may be alive and about to resolve it
 	}
-	_, err := sv.db.ExecContext(ctx, "KILL CONNECTION "+strconv.FormatUint(conn, 10))
+	sv := s.servers[b.Server]
+	if why := s.holderVerdict(ctx, sv, b, age, minAge); why != "" {
+		if s.firstReport(b.Xid) {
+			s.log.Warn("in-doubt branch attached to a connection that is not ended", "gtrid", b.Xid.Gtrid, "bqual", b.Xid.Bqual,
+				"server", b.Server, "connection", b.Qual.Conn, "age", age.Round(time.Millisecond), "reason", why)
+		}
+		return false
+	}
+	err := sv.Kill(ctx, b.Qual.Conn)
 	s.log.Warn("ended the connection holding an old in-doubt branch", "gtrid", b.Xid.Gtrid, "bqual", b.Xid.Bqual,
-		"server", sv.index, "connection", conn, "age", time.Since(b.ID.Created).Round(time.Millisecond), "err", err)
+		"server", b.Server, "connection", b.Qual.Conn, "age", age.Round(time.Millisecond), "err", err)
+	return err == nil
 }
 
-// InDoubtBranches lists this service's prepared branches on every server.
+// holderVerdict gathers killVerdict's inputs from the server.
+func (s *Sink) holderVerdict(ctx context.Context, sv driver.Server, b InDoubt, age, minAge time.Duration) string {
+	xids, err := sv.Recover(ctx)
+	if err != nil {
+		return "cannot re-list the branch: " + err.Error()
+	}
+	listed := false
+	for _, x := range xids {
+		listed = listed || x == b.Xid
+	}
+	if !listed {
+		return "no longer in doubt"
+	}
+	session, err := sv.Session(ctx, b.Qual.Conn)
+	if err != nil {
+		return "cannot look the connection up: " + err.Error()
+	}
+	uptime, err := sv.Uptime(ctx)
+	if err != nil {
+		return "cannot read the server's uptime: " + err.Error()
+	}
+	return killVerdict(session, uptime, age, minAge)
+}
+
+// firstReport reports whether x was not reported yet, and remembers it.
+// The memory is bounded: past 1,024 branches it starts over (a branch is
+// then reported once more).
+func (s *Sink) firstReport(x driver.Xid) bool {
+	key := x.Gtrid + "/" + x.Bqual
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.reported[key]; ok {
+		return false
+	}
+	if len(s.reported) >= 1024 {
+		clear(s.reported)
+	}
+	s.reported[key] = 1
+	return true
+}
+
+func (s *Sink) forget(x driver.Xid) {
+	s.mu.Lock()
+	delete(s.reported, x.Gtrid+"/"+x.Bqual)
+	s.mu.Unlock()
+}
+
+// InDoubtBranches lists this ledger's prepared branches on every server,
+// each once (two DSNs may name the same server).
 func (s *Sink) InDoubtBranches(ctx context.Context) ([]InDoubt, error) {
 	var all []InDoubt
-	for _, sv := range s.servers {
-		b, err := s.listInDoubt(ctx, sv)
+	seen := map[driver.Xid]bool{}
+	for i := range s.servers {
+		bs, err := s.listInDoubt(ctx, i)
 		if err != nil {
 			return nil, err
 		}
-		all = append(all, b...)
+		for _, b := range bs {
+			if !seen[b.Xid] {
+				seen[b.Xid] = true
+				all = append(all, b)
+			}
+		}
 	}
 	return all, nil
 }
 
-// PruneDecisions deletes up to limit decision rows older than olderThan whose
-// checkpoint has no branch left in doubt. It needs a complete view of the
-// branches in doubt: pass the Remaining set of a recovery pass that reached
-// every server (it refuses when the set says a server was unreachable).
+// PruneDecisions deletes up to limit decision rows older than olderThan
+// whose checkpoint has no branch left in doubt (see prunable). It needs a
+// complete view of the branches in doubt: pass the Remaining set of a
+// recovery pass that reached every server (it refuses when the set says a
+// server was unreachable).
 func (s *Sink) PruneDecisions(ctx context.Context, olderThan time.Duration, remaining map[string]bool, limit int) (int64, error) {
 	for g := range remaining {
 		if len(g) > 0 && g[0] == '?' {
 			return 0, errors.New("prune decisions: a server was not reached by recovery")
 		}
 	}
-	var candidates []string
-	err := s.Control().SelectContext(ctx, &candidates,
-		`SELECT gtrid FROM checkpoint_decisions WHERE decided_at < ? ORDER BY decided_at LIMIT ?`,
-		time.Now().UTC().Add(-olderThan), limit)
+	candidates, err := s.control.Decided(ctx, s.now().UTC().Add(-olderThan), limit)
 	if err != nil {
 		return 0, fmt.Errorf("prune decisions: %w", err)
 	}
-	var del []any
+	var del []string
 	for _, g := range candidates {
-		if !remaining[g] {
+		if prunable(g, remaining) {
 			del = append(del, g)
 		}
 	}
 	if len(del) == 0 {
 		return 0, nil
 	}
-	var n int64
-	err = s.controlChunks(len(del), 64, func(i int) int { return stmt.ArgBytes(del[i]) }, func(start, end int) error {
-		r, err := s.Control().ExecContext(ctx, `DELETE FROM checkpoint_decisions WHERE gtrid IN (`+placeholders(end-start)+`)`, del[start:end]...)
-		if err != nil {
-			return err
-		}
-		k, _ := r.RowsAffected()
-		n += k
-		return nil
-	})
+	n, err := s.control.Forget(ctx, del)
 	if err != nil {
 		return n, fmt.Errorf("prune decisions: %w", err)
 	}

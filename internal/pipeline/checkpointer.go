@@ -1,0 +1,449 @@
+package pipeline
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/billing/ledger/internal/dedup"
+	"github.com/billing/ledger/internal/event"
+	"github.com/billing/ledger/internal/txsink"
+	"github.com/billing/ledger/internal/txsink/driver"
+	"github.com/billing/ledger/internal/txsink/mysqldriver"
+)
+
+// Pool is one server's pool, for statements outside checkpoints' branches:
+// lookups of contested dedup keys and the cleanup of expired ones.
+// *mysqldriver.Server is one.
+type Pool interface {
+	dedup.Querier
+	DB() *sqlx.DB
+	// RefreshLimits rereads the server's statement budget (after a
+	// statement was refused for its size).
+	RefreshLimits(ctx context.Context) error
+}
+
+// Pools returns the pools of d's servers, in the sink's server order.
+func Pools(d *mysqldriver.Driver) []Pool {
+	out := make([]Pool, d.Len())
+	for i := range out {
+		out[i] = d.Server(i)
+	}
+	return out
+}
+
+// Checkpointer commits snapshots: the checkpoint coordinator. It runs the
+// plan (plan.go) over the sink's participants and the two-phase commit,
+// retries where a retry can succeed, and isolates records the database
+// refuses (isolate.go). It owns the dedup cache and the checkpoint
+// sequence: its checkpoints run one at a time.
+type Checkpointer struct {
+	cfg   Config
+	log   *slog.Logger
+	sink  *txsink.Sink
+	pools []Pool
+	stats *Stats
+
+	mu       sync.Mutex // held by the checkpoint running; guards cache and seq
+	cache    *dedup.Cache
+	seq      uint64
+	cacheLen atomic.Int64 // cache.Len() after the last checkpoint, for metrics
+}
+
+// NewCheckpointer builds a checkpoint coordinator over sink and the pools
+// of the sink's servers (in the same order). cfg is validated as by New;
+// cfg.KafkaOpts is not used. The pipeline builds its own; benchmarks and
+// tests use one alone to commit records that did not come from Kafka.
+func NewCheckpointer(cfg Config, sink *txsink.Sink, pools []Pool) (*Checkpointer, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("pipeline: %w", err)
+	}
+	return newCheckpointer(cfg, sink, pools, &Stats{}), nil
+}
+
+func newCheckpointer(cfg Config, sink *txsink.Sink, pools []Pool, stats *Stats) *Checkpointer {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Checkpointer{cfg: cfg, log: cfg.Logger, sink: sink, pools: pools, stats: stats, cache: dedup.NewCache(cfg.DedupCacheKeys)}
+}
+
+// Record is one decoded event and where it came from, for Checkpoint.
+type Record struct {
+	Event      event.Event
+	Partition  int32
+	Offset     int64
+	Timestamp  time.Time
+	Key, Value []byte
+}
+
+// Checkpoint commits recs as one checkpoint cut at cuts (the partitions
+// must have been claimed on the sink at the epochs the cuts name), with
+// the retries and isolation of the pipeline's checkpoints. It returns
+// whether the commit decision was taken and the error, if any.
+func (c *Checkpointer) Checkpoint(ctx context.Context, recs []Record, cuts []txsink.PartitionCut) (bool, error) {
+	s := &snapshot{cuts: cuts, records: make([]record, len(recs))}
+	for i, r := range recs {
+		s.records[i] = record{ev: r.Event, partition: r.Partition, offset: r.Offset, ts: r.Timestamp, key: r.Key, value: r.Value}
+	}
+	out := c.run(ctx, s)
+	return out.decided, out.err
+}
+
+// Stats are the totals of the checkpoints committed.
+func (c *Checkpointer) Stats() *Stats { return c.stats }
+
+// CacheKeys is the number of event ids in the dedup cache after the last
+// checkpoint.
+func (c *Checkpointer) CacheKeys() int { return int(c.cacheLen.Load()) }
+
+// errNeedCareful asks for the checkpoint to be retried in careful mode: the
+// server refused a sum as out of range, and only per-event checks against
+// the stored values can tell which events to refuse.
+var errNeedCareful = errors.New("amount sum out of range")
+
+// run commits one snapshot. Each attempt is bounded by CheckpointTimeout.
+// An attempt that fails before its decision is aborted; then:
+//
+//   - the server refused a sum (Overflow): retried once in careful mode,
+//     every key seeded, each event checked against the stored values;
+//   - a statement exceeded the server's packet limit (TooLarge): the limits
+//     are reread and the snapshot retried once, cut to the new budget;
+//   - the server refused the data itself (Data): retried once (one failure
+//     could be a fluke); failing again, the records responsible are
+//     isolated and become rejected_by_database dead letters, and the rest
+//     is retried;
+//   - anything else (a lock wait, a lost connection, a fenced partition):
+//     the checkpoint fails, and the source replays it from MySQL.
+func (c *Checkpointer) run(ctx context.Context, s *snapshot) outcome {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	careful, refreshed, dataRetried, isolated := false, false, false, false
+	for {
+		actx, cancel := context.WithTimeout(ctx, c.cfg.CheckpointTimeout)
+		info := c.attempt(actx, s, careful, false)
+		cancel()
+		if info.Err != nil && !info.Decided && ctx.Err() == nil {
+			switch code := c.sink.Code(info.Err); {
+			case code == driver.Overflow && !careful:
+				careful, info.Retrying = true, true
+			case code == driver.TooLarge && !refreshed:
+				refreshed, info.Retrying = true, true
+				for _, p := range c.pools {
+					if err := p.RefreshLimits(ctx); err != nil {
+						c.log.Warn("cannot reread the server's max_allowed_packet", "err", err)
+					}
+				}
+			case (code == driver.Data || code == driver.Overflow) && !dataRetried:
+				dataRetried, info.Retrying = true, true
+			case (code == driver.Data || code == driver.Overflow) && !isolated:
+				isolated = true
+				c.report(info)
+				if next, n := c.isolate(ctx, s, careful, info.Err); n > 0 {
+					s, info.Retrying = next, true
+				}
+				if !info.Retrying {
+					return outcome{decided: false, err: info.Err}
+				}
+				continue
+			}
+		}
+		c.report(info)
+		if !info.Retrying {
+			return outcome{decided: info.Decided, err: info.Err}
+		}
+	}
+}
+
+// attempt runs the checkpoint protocol once:
+//
+//  1. dedup: ids the cache does not know are claimed on their participants
+//     (a branch each, in parallel); the ids of claim statements that met a
+//     stored key are looked up; every record is classified in arrival
+//     order;
+//  2. aggregate the new events per account and per window, checking 64-bit
+//     overflow per event (keys whose overflow the server could miss start
+//     from their stored values, read under row locks; see aggregate);
+//  3. write dedup keys, aggregates and dead letters, each participant its
+//     share, in parallel;
+//  4. prepare every branch that wrote, decide (fenced), commit.
+//
+// Any failure before the decision aborts every branch. After the decision
+// the checkpoint is committed even if delivering XA COMMIT fails (recovery
+// rolls it forward). A trial stops after step 3 and rolls everything back
+// (isolate.go): it only tells whether the writes would succeed.
+func (c *Checkpointer) attempt(ctx context.Context, s *snapshot, careful, trial bool) (info CheckpointInfo) {
+	now := time.Now()
+	c.seq++
+	tx := c.sink.Begin(c.seq)
+	info = CheckpointInfo{Gtrid: tx.Gtrid(), Started: now, Careful: careful, Records: len(s.records) + len(s.dead), Bytes: s.bytes,
+		Partitions: len(s.cuts), Phases: map[string]time.Duration{}, DeadLetters: map[string]int{}}
+	mark := now
+	phase := func(name string) {
+		t := time.Now()
+		info.Phases[name] = t.Sub(mark)
+		mark = t
+	}
+	fail := func(phaseName string, err error) CheckpointInfo {
+		info.Err, info.FailedPhase = err, phaseName
+		if err != nil {
+			info.Offsets = offsetRanges(s)
+		}
+		if aerr := tx.Abort(ctx); aerr != nil {
+			c.log.Warn("abort incomplete; recovery resolves the rest", "checkpoint", info.Gtrid, "err", aerr)
+		}
+		info.Duration = time.Since(now)
+		return info
+	}
+	prefix := c.cfg.DeadLetterPayloadBytes
+
+	// 1. Dedup. Only the ids of claim statements that met a stored row are
+	// looked up, on a pooled connection outside the branches, which sees
+	// the committed rows and not this checkpoint's own inserts.
+	cp := planClaims(s.records, c.cache, now, c.cfg.DedupTTL, c.sink)
+	suspects := make([][]string, c.sink.Participants())
+	err := tx.Each(ctx, nonEmpty(cp.claims), func(ctx context.Context, b *txsink.Branch) error {
+		var err error
+		suspects[b.Participant], err = dedup.Claim(ctx, b, cp.claims[b.Participant])
+		return err
+	})
+	if err != nil {
+		return fail("dedup", err)
+	}
+	for i, ids := range suspects {
+		if len(ids) > 0 {
+			if err := dedup.Lookup(ctx, c.pools[c.sink.ServerOf(i)], ids, cp.known); err != nil {
+				return fail("dedup", err)
+			}
+		}
+	}
+	o := classify(s.records, s.dead, cp, now, c.cfg.DedupTTL, prefix)
+	info.Duplicates = o.duplicates
+	phase("dedup")
+
+	// 2. Aggregate.
+	agg := newAggregate(c.cfg.BillingWindow)
+	rb, rw := agg.riskyKeys(o.events(), careful)
+	if len(rb)+len(rw) > 0 {
+		info.Careful = true
+		if err := c.seed(ctx, tx, agg, rb, rw); err != nil {
+			return fail("aggregate", err)
+		}
+	}
+	o.count(agg, prefix)
+	info.Counted = o.counted
+	phase("aggregate")
+
+	// 3. Write, every participant its share.
+	works := planWrites(&o, agg, c.sink)
+	var writers []int
+	for i := range works {
+		if !works[i].empty() {
+			writers = append(writers, i)
+		}
+	}
+	for _, d := range o.dead {
+		info.DeadLetters[d.reason]++
+	}
+	expires := now.Add(c.cfg.DedupTTL)
+	err = tx.Each(ctx, writers, func(ctx context.Context, b *txsink.Branch) error {
+		w := &works[b.Participant]
+		if err := dedup.Unclaim(ctx, b, w.unclaim); err != nil {
+			return err
+		}
+		if err := dedup.Store(ctx, b, w.inserts, now); err != nil {
+			return err
+		}
+		if err := dedup.Journal(ctx, b, expires, w.journal); err != nil {
+			return err
+		}
+		if err := writeBalances(ctx, b, w.balances, now); err != nil {
+			return err
+		}
+		if err := writeWindows(ctx, b, w.windows, now); err != nil {
+			return err
+		}
+		return writeDeadLetters(ctx, b, c.cfg.Topic, info.Gtrid, w.dead, now)
+	})
+	if err != nil {
+		if c.sink.Code(err) == driver.Overflow && !careful {
+			err = fmt.Errorf("%w: %w", errNeedCareful, err)
+		}
+		return fail("write", err)
+	}
+	phase("write")
+	if trial {
+		return fail("trial", nil)
+	}
+
+	// 4. Two-phase commit.
+	if err := ctx.Err(); err != nil {
+		return fail("prepare", fmt.Errorf("checkpoint timeout before prepare: %w", err))
+	}
+	if err := tx.Prepare(ctx); err != nil {
+		return fail("prepare", err)
+	}
+	phase("prepare")
+	if err := ctx.Err(); err != nil {
+		// Past the deadline a recoverer may abort these branches: do not
+		// race it.
+		return fail("decide", fmt.Errorf("checkpoint timeout before decision: %w", err))
+	}
+	if err := tx.Decide(ctx, s.cuts); err != nil {
+		return fail("decide", err)
+	}
+	phase("decide")
+	info.Decided = true
+	if err := tx.Commit(ctx); err != nil {
+		info.Err, info.FailedPhase = err, "commit"
+		c.log.Error("checkpoint decided but not fully committed; recovery will roll it forward", "checkpoint", info.Gtrid, "err", err)
+	}
+	phase("commit")
+	info.Duration = time.Since(now)
+
+	for _, in := range o.inserts {
+		if !o.overflowed[in.ID] {
+			c.cache.Add(in.ID, dedup.Seen{Fingerprint: in.Fingerprint, ExpiresAt: in.ExpiresAt}, now)
+		}
+	}
+	c.cacheLen.Store(int64(c.cache.Len()))
+	c.stats.Counted.Add(int64(info.Counted))
+	c.stats.Duplicates.Add(int64(info.Duplicates))
+	c.stats.DeadLetters.Add(int64(len(o.dead)))
+	c.stats.Checkpoints.Add(1)
+	c.stats.LastCheckpoint.Store(time.Now().UnixNano())
+	if c.cfg.OnCheckpoint != nil {
+		info.RecordTimes = make([]time.Time, len(s.records))
+		for i := range s.records {
+			info.RecordTimes[i] = s.records[i].ts
+		}
+	}
+	return info
+}
+
+// seed reads, under row locks, the stored balances and window sums of the
+// given keys, each from the participant that owns the account.
+func (c *Checkpointer) seed(ctx context.Context, tx *txsink.Txn, agg *aggregate, rb map[balanceKey]bool, rw map[windowKey]bool) error {
+	P := c.sink.Participants()
+	bkeys := make([][]balanceKey, P)
+	wkeys := make([][]windowKey, P)
+	for k := range rb {
+		at := c.sink.Route(k.account)
+		bkeys[at] = append(bkeys[at], k)
+	}
+	for k := range rw {
+		at := c.sink.Route(k.account)
+		wkeys[at] = append(wkeys[at], k)
+	}
+	for i := range P {
+		// Lock in key order, as the writes do.
+		slices.SortFunc(bkeys[i], func(x, y balanceKey) int {
+			return cmp.Or(strings.Compare(x.account, y.account), strings.Compare(x.currency, y.currency))
+		})
+		slices.SortFunc(wkeys[i], func(x, y windowKey) int {
+			return cmp.Or(strings.Compare(x.account, y.account), strings.Compare(x.currency, y.currency), cmp.Compare(x.start, y.start))
+		})
+	}
+	participants := nonEmpty(bkeys)
+	for _, i := range nonEmpty(wkeys) {
+		if len(bkeys[i]) == 0 {
+			participants = append(participants, i)
+		}
+	}
+	balances := make([]map[balanceKey]total, P)
+	windows := make([]map[windowKey]total, P)
+	err := tx.Each(ctx, participants, func(ctx context.Context, b *txsink.Branch) error {
+		var err error
+		if balances[b.Participant], err = readBalances(ctx, b, bkeys[b.Participant]); err != nil {
+			return err
+		}
+		windows[b.Participant], err = readWindows(ctx, b, wkeys[b.Participant])
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	// A key without a stored row starts at zero, written as absolute too.
+	for k := range rb {
+		agg.seedBalance(k, total{})
+	}
+	for k := range rw {
+		agg.seedWindow(k, total{})
+	}
+	for i := range P {
+		for k, t := range balances[i] {
+			agg.seedBalance(k, t)
+		}
+		for k, t := range windows[i] {
+			agg.seedWindow(k, t)
+		}
+	}
+	return nil
+}
+
+// report logs an attempt and hands it to OnCheckpoint. A failure names the
+// partitions and offsets it covered, so that a checkpoint that keeps
+// failing on the same records can be found.
+func (c *Checkpointer) report(info CheckpointInfo) {
+	if info.Err != nil {
+		if !info.Decided {
+			c.stats.Aborts.Add(1)
+		}
+		lvl := c.log.Warn
+		if info.Retrying {
+			lvl = c.log.Info
+		}
+		lvl("checkpoint failed", "checkpoint", info.Gtrid, "phase", info.FailedPhase, "decided", info.Decided,
+			"records", info.Records, "partitions", info.Partitions, "offsets", info.Offsets, "retrying", info.Retrying, "err", info.Err)
+	} else {
+		c.log.Debug("checkpoint committed", "checkpoint", info.Gtrid, "records", info.Records, "counted", info.Counted,
+			"duplicates", info.Duplicates, "duration", info.Duration)
+	}
+	if c.cfg.OnCheckpoint != nil {
+		c.cfg.OnCheckpoint(info)
+	}
+}
+
+// offsetRanges names the offsets a snapshot covers, per partition:
+// "p3:120-4511".
+func offsetRanges(s *snapshot) string {
+	lo, hi := map[int32]int64{}, map[int32]int64{}
+	see := func(p int32, o int64) {
+		if v, ok := lo[p]; !ok || o < v {
+			lo[p] = o
+		}
+		if v, ok := hi[p]; !ok || o > v {
+			hi[p] = o
+		}
+	}
+	for i := range s.records {
+		see(s.records[i].partition, s.records[i].offset)
+	}
+	for i := range s.dead {
+		see(s.dead[i].partition, s.dead[i].offset)
+	}
+	parts := slices.Sorted(func(yield func(int32) bool) {
+		for p := range lo {
+			if !yield(p) {
+				return
+			}
+		}
+	})
+	var b strings.Builder
+	for i, p := range parts {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "p%d:%d-%d", p, lo[p], hi[p])
+	}
+	return b.String()
+}

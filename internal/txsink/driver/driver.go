@@ -1,0 +1,222 @@
+// Package driver is the contract between the exactly-once protocol (package
+// txsink) and the servers it runs on: what the protocol needs from an XA
+// resource manager (Server, Conn) and from the control server's bookkeeping
+// (Control), and nothing else.
+//
+// Implementations:
+//
+//   - txsink/mysqldriver: MySQL 8.4 and MariaDB 10.11, where every server
+//     quirk lives (MariaDB's prepared branches attached to their connection,
+//     XAER_NOTA, error numbers, prepared statements);
+//   - txsink/memdriver: in memory, faithful to the same contract, for tests
+//     of the protocol that run in milliseconds without servers.
+//
+// Both pass the conformance suite in txsink/drivertest, so the in-memory
+// implementation cannot drift from the real servers.
+package driver
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Xid names an XA branch: global transaction id, branch qualifier (each at
+// most 64 bytes) and format id.
+type Xid struct {
+	Format uint32
+	Gtrid  string
+	Bqual  string
+}
+
+// Verb is an XA statement run on a branch's own connection.
+type Verb string
+
+// The verbs, in the order of a branch's life.
+const (
+	Start    Verb = "START"
+	End      Verb = "END"
+	Prepare  Verb = "PREPARE"
+	Commit   Verb = "COMMIT"
+	Rollback Verb = "ROLLBACK"
+)
+
+// Server is one XA resource manager (a MySQL server).
+type Server interface {
+	// Conn opens a connection that carries one branch at a time.
+	Conn(ctx context.Context) (Conn, error)
+	// Recover lists every prepared branch on the server, whichever account
+	// or application prepared it (XA RECOVER).
+	Recover(ctx context.Context) ([]Xid, error)
+	// Resolve commits (commit true) or rolls back a prepared branch from a
+	// connection of its own. An error with code UnknownXid means no
+	// prepared branch by that xid can be resolved from there: it was
+	// resolved already, or it is attached to the live connection that
+	// prepared it (see AttachesPrepared).
+	Resolve(ctx context.Context, x Xid, commit bool) error
+	// Session describes the server connection id as far as this account
+	// can see it.
+	Session(ctx context.Context, id uint64) (Session, error)
+	// Kill ends a connection (its unprepared transaction rolls back, its
+	// prepared branch stays prepared and is detached).
+	Kill(ctx context.Context, id uint64) error
+	// Uptime is how long the server has run: connection ids start again
+	// from 1 when it starts.
+	Uptime(ctx context.Context) (time.Duration, error)
+	// MaxStatementBytes bounds one statement's text on this server.
+	MaxStatementBytes() int
+	// Code classifies an error this server or its connections returned.
+	Code(err error) Code
+}
+
+// Session is what a server says of one of its connections.
+type Session struct {
+	// Exists: the connection is open (and visible to this account).
+	Exists bool
+	// OwnUser: it runs as the account this driver connects with.
+	OwnUser bool
+	// TxKnown: the server says whether the connection holds a transaction
+	// (it may need a privilege to). InTx is then whether it holds one, and
+	// TxAge how long ago that transaction started (by the server's clock).
+	TxKnown bool
+	InTx    bool
+	TxAge   time.Duration
+}
+
+// Conn is a connection pinned to one branch at a time.
+type Conn interface {
+	// ID is the server's id of the connection.
+	ID() uint64
+	// XA runs an XA statement for x on this connection.
+	XA(ctx context.Context, verb Verb, x Xid) error
+	// Close gives the connection back: reusable when its last branch ended
+	// cleanly, else it is dropped, which rolls back a branch not yet
+	// prepared and leaves a prepared one prepared.
+	Close(reusable bool)
+}
+
+// Outcome is a checkpoint's decision.
+type Outcome string
+
+// The two outcomes.
+const (
+	Committed Outcome = "commit"
+	Aborted   Outcome = "abort"
+)
+
+// Decision is one row of the decision table: the outcome of a checkpoint,
+// by its gtrid, inserted at most once.
+type Decision struct {
+	Gtrid   string
+	Outcome Outcome
+	By      string // the instance that decided
+	At      time.Time
+}
+
+// Scope names whose positions are stored: a consumer group on a topic.
+type Scope struct {
+	Group, Topic string
+}
+
+// Stored is a partition's stored position and owner.
+type Stored struct {
+	Partition  int32
+	NextOffset int64
+	Epoch      int64
+	Owner      string
+}
+
+// Cut is a partition's new position, written by a commit decision.
+type Cut struct {
+	Partition  int32
+	NextOffset int64
+}
+
+// Control is the control server's bookkeeping. Each method is one local
+// transaction.
+type Control interface {
+	// Identity returns the ledger's identity, creating it with new the
+	// first time: every caller, concurrent or later, gets the same.
+	Identity(ctx context.Context, new func() (id string, secret []byte)) (id string, secret []byte, err error)
+	// Decide inserts d unless a decision for d.Gtrid exists, and returns
+	// the outcome that holds.
+	Decide(ctx context.Context, d Decision) (Outcome, error)
+	// Lookup returns the decision for gtrid, if any.
+	Lookup(ctx context.Context, gtrid string) (Outcome, bool, error)
+	// Commit is the commit point. It locks the rows of the cuts'
+	// partitions, passes them (every one it found) to fence, and unless
+	// fence refuses, writes the cuts as next offsets (owner and epoch
+	// unchanged) and inserts d; all or nothing. It returns fence's error,
+	// ErrDecided when a decision for d.Gtrid exists, or an error wrapping
+	// ErrAmbiguous when the outcome of the transaction's COMMIT is unknown.
+	Commit(ctx context.Context, d Decision, s Scope, cuts []Cut, fence func([]Stored) error) error
+	// Claim raises each partition's epoch (creating its row at epoch 1,
+	// next offset StartOffset), records owner, and returns the rows.
+	Claim(ctx context.Context, s Scope, owner string, partitions []int32, at time.Time) (map[int32]Stored, error)
+	// Positions reads the partitions' rows, waiting for any commit decision
+	// in progress on them.
+	Positions(ctx context.Context, s Scope, partitions []int32) (map[int32]Stored, error)
+	// Groups lists the groups with positions stored for topic.
+	Groups(ctx context.Context, topic string) ([]string, error)
+	// Decided lists up to limit gtrids decided before.
+	Decided(ctx context.Context, before time.Time, limit int) ([]string, error)
+	// Forget deletes the decisions of gtrids.
+	Forget(ctx context.Context, gtrids []string) (int64, error)
+}
+
+// StartOffset is the next offset of a partition never checkpointed: its
+// consumption starts at the beginning of the log.
+const StartOffset = -2
+
+// Code classifies errors so that the protocol and the pipeline react alike
+// on every server.
+type Code int
+
+// The codes.
+const (
+	// Unknown: anything else (a bug, a timeout of the caller's context).
+	Unknown Code = iota
+	// UnknownXid: no prepared branch by that xid can be resolved here
+	// (XAER_NOTA).
+	UnknownXid
+	// DuplicateXid: a branch by that xid exists already (XAER_DUPID).
+	DuplicateXid
+	// Transient: retrying later may succeed (lock wait, deadlock, lost
+	// connection, server restarting, too many connections).
+	Transient
+	// TooLarge: a statement exceeded the server's packet limit.
+	TooLarge
+	// Overflow: a value exceeded its column's range (a BIGINT sum).
+	Overflow
+	// Duplicate: a unique key was violated.
+	Duplicate
+	// Data: the server refused the data itself (a constraint, a value it
+	// cannot store); retrying the same data fails again.
+	Data
+)
+
+var codeNames = [...]string{"unknown", "unknown_xid", "duplicate_xid", "transient", "too_large", "overflow", "duplicate", "data"}
+
+func (c Code) String() string {
+	if int(c) < len(codeNames) {
+		return codeNames[c]
+	}
+	return "invalid"
+}
+
+var (
+	// ErrDecided: a decision for the gtrid exists already.
+	ErrDecided = errors.New("driver: checkpoint already decided")
+	// ErrAmbiguous: a COMMIT was sent and its outcome is unknown (the
+	// connection broke).
+	ErrAmbiguous = errors.New("driver: outcome of COMMIT unknown")
+)
+
+// CodedError is an error with a code, for drivers whose errors carry none
+// of their own (the in-memory one).
+type CodedError struct {
+	Code Code
+	Msg  string
+}
+
+func (e *CodedError) Error() string { return e.Msg + " (" + e.Code.String() + ")" }

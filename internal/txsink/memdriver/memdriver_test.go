@@ -1,0 +1,41 @@
+package memdriver_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/billing/ledger/internal/txsink/driver"
+	"github.com/billing/ledger/internal/txsink/drivertest"
+	"github.com/billing/ledger/internal/txsink/memdriver"
+)
+
+type harness struct{ opts memdriver.Options }
+
+func (h harness) New(ctx context.Context, t *testing.T) drivertest.Fixture {
+	c := memdriver.New(h.opts)
+	s := c.As("billing")
+	return drivertest.Fixture{
+		Server: s, Control: s, Other: c.As("mallory"), AttachesPrepared: h.opts.AttachPrepared,
+		Write: func(ctx context.Context, conn driver.Conn, key, value string) error {
+			return conn.(*memdriver.Conn).Put(key, value)
+		},
+		Read: func(ctx context.Context, key string) (string, bool, error) {
+			v, ok := c.Get(key)
+			return v, ok, nil
+		},
+	}
+}
+
+// The in-memory driver passes the conformance suite in every mode it
+// models: MariaDB's attached prepared branches and MySQL 8.4's detached
+// ones, with and without the privilege to see other transactions.
+func TestConformance(t *testing.T) {
+	for _, attach := range []bool{true, false} {
+		for _, visible := range []bool{true, false} {
+			t.Run(fmt.Sprintf("attach=%v,txvisible=%v", attach, visible), func(t *testing.T) {
+				drivertest.RunConformanceTests(t, harness{memdriver.Options{AttachPrepared: attach, TxVisible: visible}})
+			})
+		}
+	}
+}

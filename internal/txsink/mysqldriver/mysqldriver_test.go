@@ -1,0 +1,94 @@
+package mysqldriver_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/billing/ledger/integration/harness"
+	"github.com/billing/ledger/internal/txsink/driver"
+	"github.com/billing/ledger/internal/txsink/drivertest"
+	"github.com/billing/ledger/internal/txsink/mysqldriver"
+	"github.com/billing/ledger/migrations"
+)
+
+type fixtures struct{}
+
+// New makes a ledger database on the test server (MariaDB from `make
+// test`, or MySQL 8.4 through testcontainers), a scratch table for the
+// suite's writes, and a second account without any privilege.
+func (fixtures) New(ctx context.Context, t *testing.T) drivertest.Fixture {
+	dsn := harness.NewDatabase(t)
+	d, err := mysqldriver.Open(ctx, []string{dsn}, mysqldriver.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	db := d.Server(0).DB()
+	if err := migrations.Up(ctx, db.DB, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `CREATE TABLE conformance_kv (k VARBINARY(64) PRIMARY KEY, v VARBINARY(64) NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	var detach []int
+	attaches := db.SelectContext(ctx, &detach, `SELECT @@xa_detach_on_prepare`) != nil || len(detach) == 0 || detach[0] == 0
+	return drivertest.Fixture{
+		Server: d.Server(0), Control: d.Control(), Other: otherAccount(ctx, t), AttachesPrepared: attaches,
+		Write: func(ctx context.Context, c driver.Conn, key, value string) error {
+			_, err := c.(*mysqldriver.Conn).Exec(ctx, `INSERT INTO conformance_kv (k, v) VALUES (?, ?)`, key, value)
+			return err
+		},
+		Read: func(ctx context.Context, key string) (string, bool, error) {
+			var v []string
+			err := db.SelectContext(ctx, &v, `SELECT v FROM conformance_kv WHERE k = ?`, key)
+			if err != nil || len(v) == 0 {
+				return "", false, err
+			}
+			return v[0], true, nil
+		},
+	}
+}
+
+// otherAccount creates an account with no privilege at all and connects
+// as it.
+func otherAccount(ctx context.Context, t *testing.T) driver.Server {
+	admin := harness.MySQL(t)
+	user := harness.RandomName("dt_")
+	db, err := sql.Open("mysql", admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(ctx, fmt.Sprintf("CREATE USER '%s'@'%%' IDENTIFIED BY 'pw'", user)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		db, err := sql.Open("mysql", admin)
+		if err == nil {
+			_, _ = db.Exec(fmt.Sprintf("DROP USER IF EXISTS '%s'@'%%'", user))
+			db.Close()
+		}
+	})
+	cfg, err := mysql.ParseDSN(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.User, cfg.Passwd, cfg.DBName = user, "pw", ""
+	d, err := mysqldriver.Open(ctx, []string{cfg.FormatDSN()}, mysqldriver.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	return d.Server(0)
+}
+
+// The MySQL driver passes the conformance suite against the test server.
+func TestConformance(t *testing.T) {
+	drivertest.RunConformanceTests(t, fixtures{})
+}

@@ -1,0 +1,342 @@
+package txsink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/datadriven"
+
+	"github.com/billing/ledger/internal/failpoint"
+	"github.com/billing/ledger/internal/txsink/driver"
+	"github.com/billing/ledger/internal/txsink/memdriver"
+)
+
+// TestScenarios runs the protocol's specification: every file in
+// testdata/ states one rule by example, over in-memory servers (package
+// memdriver) and a clock the file drives. Run with -rewrite to regenerate
+// the expected output after a deliberate change, and read the diff.
+//
+// Commands:
+//
+//	server name=S [attach] [txvisible]        a server (MariaDB-like with attach)
+//	ledger name=L control=S [shards=S2,S3]    a ledger: identity on its control server
+//	instance name=i ledger=L [branches=n]     a process of the ledger (txsink.Sink)
+//	tick d=DUR                                advance the clock
+//	claim instance=i partitions=0,1           Claim
+//	positions instance=i partitions=0,1       Positions
+//	begin instance=i ckpt=n                   Begin; the transaction is named i/n
+//	write txn=i/n participant=p key=k         a write in the branch of p
+//	prepare|commit|abort txn=i/n [fail=name]  a protocol step (failpoint name armed as error)
+//	decide txn=i/n cuts=p:epoch:next,...      Decide
+//	crash instance=i                          the process dies: every connection dropped
+//	recover instance=i minage=DUR             a recovery pass
+//	branches server=S                         the server's XA branches
+//	get server=S key=k                        a committed value
+//	decisions ledger=L                        the ledger's decision table
+//	forge server=S user=u xid=GTRID/BQUAL     another account prepares a branch
+//	replay server=S user=u txn=i/n p=p        another account re-creates a real xid
+//	restart server=S                          the server restarts
+//	fail server=S op=OP code=CODE             the next OP on S fails (see memdriver.Fail)
+func TestScenarios(t *testing.T) {
+	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
+		w := newWorld()
+		datadriven.RunTest(t, path, w.run)
+	})
+}
+
+type world struct {
+	now       time.Time
+	servers   map[string]*memdriver.Cluster
+	ledgers   map[string]ledgerSpec
+	instances map[string]*Sink
+	txns      map[string]*Txn
+	failpts   map[string]*failpoint.Set
+}
+
+type ledgerSpec struct {
+	control string
+	servers []string // control first
+}
+
+func newWorld() *world {
+	return &world{
+		now:     time.UnixMilli(0).UTC(),
+		servers: map[string]*memdriver.Cluster{}, ledgers: map[string]ledgerSpec{},
+		instances: map[string]*Sink{}, txns: map[string]*Txn{}, failpts: map[string]*failpoint.Set{},
+	}
+}
+
+func (w *world) clock() time.Time { return w.now }
+
+func (w *world) run(t *testing.T, d *datadriven.TestData) string {
+	ctx := context.Background()
+	arg := func(key string) string {
+		a, ok := d.Arg(key)
+		if !ok {
+			d.Fatalf(t, "%s: missing %s=", d.Cmd, key)
+		}
+		return strings.Join(a.Vals, ",")
+	}
+	opt := func(key string) string {
+		if a, ok := d.Arg(key); ok {
+			return strings.Join(a.Vals, ",")
+		}
+		return ""
+	}
+	txn := func() *Txn {
+		tx, ok := w.txns[arg("txn")]
+		if !ok {
+			d.Fatalf(t, "unknown transaction %s", arg("txn"))
+		}
+		return tx
+	}
+	switch d.Cmd {
+	case "server":
+		w.servers[arg("name")] = memdriver.New(memdriver.Options{AttachPrepared: d.HasArg("attach"), TxVisible: d.HasArg("txvisible"), Now: w.clock})
+		return "ok"
+	case "ledger":
+		name := arg("name")
+		spec := ledgerSpec{control: arg("control"), servers: []string{arg("control")}}
+		if s := opt("shards"); s != "" {
+			spec.servers = append(spec.servers, strings.Split(s, ",")...)
+		}
+		w.ledgers[name] = spec
+		w.server(t, d, spec.control).SeedIdentity((strings.ToLower(name) + strings.Repeat("0", 16))[:16], []byte("secret of " + name + strings.Repeat(".", 32))[:32])
+		return "ok"
+	case "instance":
+		name := arg("name")
+		spec := w.ledgers[arg("ledger")]
+		branches := 1
+		if b := opt("branches"); b != "" {
+			branches, _ = strconv.Atoi(b)
+		}
+		var servers []driver.Server
+		for _, s := range spec.servers {
+			servers = append(servers, w.server(t, d, s).As("billing"))
+		}
+		fp, _ := failpoint.Parse("")
+		w.failpts[name] = fp
+		s, err := New(ctx, Config{Branches: branches, Group: "g", Topic: "t", StepTimeout: time.Second, Now: w.clock,
+			Instance: name, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, w.server(t, d, spec.control).As("billing"), servers)
+		if err != nil {
+			return "error: " + err.Error()
+		}
+		w.instances[name] = s
+		return "ok"
+	case "tick":
+		dur, err := time.ParseDuration(arg("d"))
+		if err != nil {
+			d.Fatalf(t, "%v", err)
+		}
+		w.now = w.now.Add(dur)
+		return "now " + w.now.Sub(time.UnixMilli(0)).String()
+	case "claim", "positions":
+		s := w.instance(t, d, arg("instance"))
+		var parts []int32
+		for _, p := range strings.Split(arg("partitions"), ",") {
+			n, _ := strconv.Atoi(p)
+			parts = append(parts, int32(n))
+		}
+		var pos map[int32]Position
+		var err error
+		if d.Cmd == "claim" {
+			pos, err = s.Claim(ctx, parts)
+		} else {
+			pos, err = s.Positions(ctx, parts)
+		}
+		if err != nil {
+			return "error: " + err.Error()
+		}
+		var out []string
+		for _, p := range parts {
+			if ps, ok := pos[p]; ok {
+				out = append(out, fmt.Sprintf("p%d: next %d, epoch %d, owner %s", p, ps.NextOffset, ps.Epoch, ps.Owner))
+			} else {
+				out = append(out, fmt.Sprintf("p%d: none", p))
+			}
+		}
+		return strings.Join(out, "\n")
+	case "begin":
+		s := w.instance(t, d, arg("instance"))
+		n, _ := strconv.ParseUint(arg("ckpt"), 10, 64)
+		tx := s.Begin(n)
+		w.txns[arg("instance")+"/"+arg("ckpt")] = tx
+		return tx.Gtrid()
+	case "write":
+		tx := txn()
+		p, _ := strconv.Atoi(arg("participant"))
+		err := tx.Each(ctx, []int{p}, func(ctx context.Context, b *Branch) error {
+			return b.Write(func(c driver.Conn) error { return c.(*memdriver.Conn).Put(arg("key"), tx.Gtrid()) })
+		})
+		return result(err)
+	case "prepare", "decide", "commit", "abort":
+		tx := txn()
+		if f := opt("fail"); f != "" {
+			fp, _ := failpoint.Parse(f + "=error")
+			tx.s.cfg.Failpoints = fp
+			defer func() { tx.s.cfg.Failpoints = nil }()
+		}
+		var err error
+		switch d.Cmd {
+		case "prepare":
+			err = tx.Prepare(ctx)
+		case "decide":
+			var cuts []PartitionCut
+			for _, c := range strings.Split(arg("cuts"), ",") {
+				var p, e, n int64
+				if _, err := fmt.Sscanf(c, "%d:%d:%d", &p, &e, &n); err != nil {
+					d.Fatalf(t, "cut %q: %v", c, err)
+				}
+				cuts = append(cuts, PartitionCut{Partition: int32(p), Epoch: e, NextOffset: n})
+			}
+			err = tx.Decide(ctx, cuts)
+		case "commit":
+			err = tx.Commit(ctx)
+		case "abort":
+			err = tx.Abort(ctx)
+		}
+		return result(err)
+	case "crash":
+		name := arg("instance")
+		s := w.instance(t, d, name)
+		for key, tx := range w.txns {
+			if strings.HasPrefix(key, name+"/") {
+				tx.Abandon()
+				delete(w.txns, key)
+			}
+		}
+		s.mu.Lock()
+		for i, c := range s.idle {
+			if c != nil {
+				c.Close(false)
+				s.idle[i] = nil
+			}
+		}
+		s.mu.Unlock()
+		delete(w.instances, name)
+		return "ok"
+	case "recover":
+		s := w.instance(t, d, arg("instance"))
+		minAge, err := time.ParseDuration(arg("minage"))
+		if err != nil {
+			d.Fatalf(t, "%v", err)
+		}
+		res, err := s.Recover(ctx, minAge)
+		remaining := slices.Sorted(func(yield func(string) bool) {
+			for g := range res.Remaining {
+				if !yield(g) {
+					return
+				}
+			}
+		})
+		out := fmt.Sprintf("committed %d, rolled back %d, skipped %d, ended %d; in doubt %v", res.Committed, res.RolledBack, res.Skipped, res.Ended, remaining)
+		if err != nil {
+			out += "\nerror: " + err.Error()
+		}
+		return out
+	case "branches":
+		b := w.server(t, d, arg("server")).Branches()
+		if len(b) == 0 {
+			return "none"
+		}
+		return strings.Join(b, "\n")
+	case "get":
+		v, ok := w.server(t, d, arg("server")).Get(arg("key"))
+		if !ok {
+			return "absent"
+		}
+		return v
+	case "decisions":
+		ds := w.server(t, d, w.ledgers[arg("ledger")].control).Decisions()
+		if len(ds) == 0 {
+			return "none"
+		}
+		var out []string
+		for g, dec := range ds {
+			out = append(out, fmt.Sprintf("%s %s by %s", g, dec.Outcome, dec.By))
+		}
+		slices.Sort(out)
+		return strings.Join(out, "\n")
+	case "forge", "replay":
+		sv := w.server(t, d, arg("server")).As(arg("user"))
+		var x driver.Xid
+		if d.Cmd == "forge" {
+			g, b, _ := strings.Cut(arg("xid"), "/")
+			x = driver.Xid{Format: FormatID, Gtrid: g, Bqual: b}
+		} else {
+			tx := txn()
+			p, _ := strconv.Atoi(arg("p"))
+			b := tx.branches[p]
+			if b == nil {
+				d.Fatalf(t, "no branch p%d in %s", p, arg("txn"))
+			}
+			x = b.xid
+		}
+		c, err := sv.Conn(ctx)
+		if err != nil {
+			return "error: " + err.Error()
+		}
+		for _, v := range []driver.Verb{driver.Start, driver.End, driver.Prepare} {
+			if err := c.XA(ctx, v, x); err != nil {
+				return fmt.Sprintf("%s: error: %v", v, err)
+			}
+		}
+		return fmt.Sprintf("prepared %s %s on c%d as %s", x.Gtrid, x.Bqual, c.ID(), arg("user"))
+	case "restart":
+		w.server(t, d, arg("server")).Restart()
+		return "ok"
+	case "fail":
+		codes := map[string]driver.Code{"transient": driver.Transient, "unknown": driver.Unknown, "data": driver.Data}
+		code, ok := codes[arg("code")]
+		if !ok {
+			d.Fatalf(t, "unknown code %s", arg("code"))
+		}
+		w.server(t, d, arg("server")).Fail(arg("op"), code)
+		return "ok"
+	}
+	d.Fatalf(t, "unknown command %s", d.Cmd)
+	return ""
+}
+
+func (w *world) server(t *testing.T, d *datadriven.TestData, name string) *memdriver.Cluster {
+	s, ok := w.servers[name]
+	if !ok {
+		d.Fatalf(t, "unknown server %s", name)
+	}
+	return s
+}
+
+func (w *world) instance(t *testing.T, d *datadriven.TestData, name string) *Sink {
+	s, ok := w.instances[name]
+	if !ok {
+		d.Fatalf(t, "unknown instance %s", name)
+	}
+	return s
+}
+
+// result renders an error by its meaning: the protocol's sentinel errors
+// by name, anything else as its text.
+func result(err error) string {
+	var fe *FencedError
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.As(err, &fe):
+		return "fenced: " + fe.Error()
+	case errors.Is(err, ErrAborted):
+		return "aborted: " + err.Error()
+	case errors.Is(err, ErrOutcomeUnknown):
+		return "outcome unknown: " + err.Error()
+	case errors.Is(err, failpoint.ErrInjected):
+		return "stopped: " + err.Error()
+	}
+	return "error: " + err.Error()
+}
