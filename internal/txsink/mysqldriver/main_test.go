@@ -1,4 +1,4 @@
-package mysqldriver
+package mysqldriver_test
 
 import (
 	"os"
