@@ -40,7 +40,9 @@ is_root() { [[ $(id -u) == 0 ]]; }
 # apt_install PKG...: Debian packages, as root only. None of the packages
 # installed here starts a service.
 apt_install() {
-	is_root && command -v apt-get >/dev/null || die "missing: $* (install them, or run as root on Debian)"
+	if ! is_root || ! command -v apt-get >/dev/null; then
+		die "missing: $* (install them, or run as root on Debian)"
+	fi
 	mkdir -p "$IMG_CACHE"
 	log "installing Debian packages: $* (log: $IMG_CACHE/apt.log)"
 	{

@@ -33,6 +33,7 @@ sql_string() {
 }
 
 # sql_ident S: S as a back-quoted identifier.
+# shellcheck disable=SC2016 # the back quotes are SQL, not a command
 sql_ident() { printf '`%s`' "${1//\`/\`\`}"; }
 
 # A leading option means "run the server with these options".
