@@ -76,12 +76,11 @@ EXPOSE 8080
 
 # `billing healthcheck` GETs http://127.0.0.1:<port of HTTP_ADDR>/readyz and
 # exits 0 on 200, 1 otherwise: distroless has no shell or curl to probe
-# with. Ready means partitions assigned and checkpoints not stalled, so an
-# instance without partitions (more instances than partitions) stays
-# unhealthy; nothing restarts on that. Kubernetes ignores HEALTHCHECK: use
-# httpGet probes on /healthz (liveness) and /readyz (readiness). Containers
-# of this image that run billing-gen or billing-verify disable the check
-# (docker-compose.yml does).
+# with. Ready means the instance can do its job (docs/operations.md; a
+# standby without partitions is ready); nothing restarts on unhealthy.
+# Kubernetes ignores HEALTHCHECK: use httpGet probes on /healthz (liveness)
+# and /readyz (readiness). Containers of this image that run billing-gen or
+# billing-verify disable the check (docker-compose.yml does).
 HEALTHCHECK --interval=10s --timeout=5s --start-period=60s --retries=3 \
     CMD ["/usr/local/bin/billing", "healthcheck"]
 

@@ -444,6 +444,16 @@ func TestGracefulShutdownUnderLoad(t *testing.T) {
 		return n == int64(len(all)), fmt.Sprintf("%d of %d records committed", n, len(all))
 	})
 	wantAll, nAll := opsExpected(all, nil)
+	// The decision moves the offsets; the results become visible at XA
+	// COMMIT a moment later: wait for every event to show, then compare
+	// exactly (a surplus would show as well).
+	opsWait(t, 30*time.Second, "the last checkpoint's results are visible", func() (bool, string) {
+		var n int64
+		for _, tot := range opsLedger(t, e.db) {
+			n += tot.count
+		}
+		return n >= nAll, fmt.Sprintf("%d of %d events", n, nAll)
+	})
 	opsCompare(t, "ledger after the restart", opsLedger(t, e.db), wantAll)
 
 	// Caught up: every owned partition's lag is 0, and once the last

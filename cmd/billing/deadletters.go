@@ -3,13 +3,16 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"database/sql"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"os/user"
 	"slices"
 	"strconv"
 	"strings"
@@ -29,76 +32,67 @@ import (
 const deadLettersUsage = `Usage:
   billing deadletters list [--reason R] [--limit N] [--pending]
   billing deadletters show ID [--max-bytes N] [--payload-out FILE]
-  billing deadletters reinject ID [--payload-file FILE] [--force] [--timeout D]
+  billing deadletters reinject ID [--payload-file FILE] [--by NAME] [--force] [--timeout D]
 
 ID is the one printed by list: N for a row of the control server (MYSQL_DSN),
 S:N for a row of shard server S (MYSQL_SHARD_DSNS[S-1]).
 
 reinject produces the stored payload (or FILE's, corrected) again to
-KAFKA_TOPIC, with the original key, on the original partition. It refuses a
-payload that does not decode, a row already reinjected, and an event id that
-is already counted (present and unexpired in dedup_keys); --force overrides
-the last two, with a warning.
+KAFKA_TOPIC, with the original key, on the original partition, and records
+who did it, whether it was forced, where the record landed and the SHA-256 of
+what was produced, in the row and in the log. It refuses a payload that does
+not decode, a payload whose event id or account differs from the dead
+letter's (or when the dead letter names none), a row already reinjected, and
+an event id that is already counted (present and unexpired in dedup_keys);
+--force overrides all but the first, with a warning each.
+
+billing deadletters COMMAND --help describes one command.
 `
 
 // errRefused marks a refusal (exit status 1, no stack of wrapping).
 var errRefused = errors.New("refused")
 
 // deadLetters runs `billing deadletters ...`. It returns the exit status.
-func deadLetters(ctx context.Context, cfg config.Config, log *slog.Logger, args []string, stdout, stderr io.Writer) int {
+func deadLetters(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, deadLettersUsage)
 		return 2
 	}
-	var err error
+	var cmd func(args []string, stdout, stderr io.Writer) int
 	switch args[0] {
 	case "list":
-		err = dlList(ctx, cfg, log, args[1:], stdout)
+		cmd = dlList
 	case "show":
-		err = dlShow(ctx, cfg, log, args[1:], stdout)
+		cmd = dlShow
 	case "reinject":
-		err = dlReinject(ctx, cfg, log, args[1:], stdout, stderr)
+		cmd = dlReinject
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, deadLettersUsage)
 		return 0
 	default:
-		err = usageError{fmt.Errorf("unknown deadletters command %q", args[0])}
-	}
-	var ue usageError
-	switch {
-	case err == nil:
-		return 0
-	case errors.As(err, &ue):
-		fmt.Fprintf(stderr, "billing deadletters: %v\n\n%s", err, deadLettersUsage)
+		fmt.Fprintf(stderr, "billing deadletters: unknown command %q\n\n%s", args[0], deadLettersUsage)
 		return 2
-	default:
-		fmt.Fprintf(stderr, "billing deadletters: %v\n", err)
-		return 1
 	}
+	return cmd(args[1:], stdout, stderr)
 }
 
-type usageError struct{ error }
-
-// parseArgs parses flags placed before or after the positional arguments,
-// and checks the number of positional arguments.
-func parseArgs(fs *flag.FlagSet, args []string, positional int) ([]string, error) {
-	fs.SetOutput(io.Discard)
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, usageError{err}
+// dlRun runs a dead-letter command once its arguments are parsed: it reads
+// the configuration and maps fn's error to the exit status (a usageError
+// 2, anything else 1).
+func dlRun(fs *cliFlags, stdout, stderr io.Writer, fn func(ctx context.Context, cfg config.Config, log *slog.Logger) error) int {
+	return withConfig(stderr, func(ctx context.Context, cfg config.Config, log *slog.Logger) int {
+		err := fn(ctx, cfg, log)
+		var ue usageError
+		switch {
+		case err == nil:
+			return 0
+		case errors.As(err, &ue):
+			return fs.fail(stderr, err)
+		default:
+			fmt.Fprintf(stderr, "billing deadletters: %v\n", err)
+			return 1
 		}
-		args = fs.Args()
-		if len(args) == 0 {
-			break
-		}
-		pos = append(pos, args[0])
-		args = args[1:]
-	}
-	if len(pos) != positional {
-		return nil, usageError{fmt.Errorf("want %d argument(s), got %d", positional, len(pos))}
-	}
-	return pos, nil
+	})
 }
 
 // dlID names a dead letter: its server (index in the DSN list) and its id
@@ -169,23 +163,37 @@ type dlRow struct {
 	Key          []byte       `db:"record_key"`
 	Payload      []byte       `db:"payload"`
 	PayloadSize  int64        `db:"payload_size"`
+	PayloadSHA   []byte       `db:"payload_sha256"`
 	Checkpoint   string       `db:"checkpoint_id"`
 	CreatedAt    time.Time    `db:"created_at"`
 	ReinjectedAt sql.NullTime `db:"reinjected_at"`
-	server       int
+	// The audit of the last re-injection (the log keeps every one).
+	ReinjectedBy        sql.NullString `db:"reinjected_by"`
+	ReinjectedForced    sql.NullBool   `db:"reinjected_forced"`
+	ReinjectedPartition sql.NullInt32  `db:"reinjected_partition"`
+	ReinjectedOffset    sql.NullInt64  `db:"reinjected_offset"`
+	ReinjectedSHA256    []byte         `db:"reinjected_sha256"`
+	server              int
 }
 
-func dlList(ctx context.Context, cfg config.Config, log *slog.Logger, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("list", flag.ContinueOnError)
+func dlList(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("billing deadletters list", "[--reason R] [--limit N] [--pending]",
+		"Lists dead letters of every server, newest first.\n")
 	reason := fs.String("reason", "", "only this reason")
-	limit := fs.Int("limit", 50, "at most this many rows, newest first")
+	limit := fs.Int("limit", 50, "at most this many rows, newest first (1 to 100000)")
 	pending := fs.Bool("pending", false, "only rows not yet reinjected")
-	if _, err := parseArgs(fs, args, 0); err != nil {
-		return err
+	if _, code, done := fs.parse(args, 0, stdout, stderr); done {
+		return code
 	}
 	if *limit < 1 || *limit > 100000 {
-		return usageError{errors.New("--limit must be between 1 and 100000")}
+		return fs.fail(stderr, errors.New("--limit must be between 1 and 100000"))
 	}
+	return dlRun(fs, stdout, stderr, func(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+		return listDeadLetters(ctx, cfg, log, *reason, *limit, *pending, stdout)
+	})
+}
+
+func listDeadLetters(ctx context.Context, cfg config.Config, log *slog.Logger, reason string, limit int, pending bool, stdout io.Writer) error {
 	dbs, _, err := openServers(cfg, log)
 	if err != nil {
 		return err
@@ -193,15 +201,15 @@ func dlList(ctx context.Context, cfg config.Config, log *slog.Logger, args []str
 	defer closeAll(dbs)
 	q := `SELECT id, kafka_topic, kafka_partition, kafka_offset, reason, event_id, payload_size, created_at, reinjected_at FROM dead_letters WHERE 1=1`
 	var qargs []any
-	if *reason != "" {
+	if reason != "" {
 		q += ` AND reason = ?`
-		qargs = append(qargs, *reason)
+		qargs = append(qargs, reason)
 	}
-	if *pending {
+	if pending {
 		q += ` AND reinjected_at IS NULL`
 	}
 	q += ` ORDER BY created_at DESC, id DESC LIMIT ?`
-	qargs = append(qargs, *limit)
+	qargs = append(qargs, limit)
 	var all []dlRow
 	for i, db := range dbs {
 		var rows []dlRow
@@ -214,7 +222,7 @@ func dlList(ctx context.Context, cfg config.Config, log *slog.Logger, args []str
 		all = append(all, rows...)
 	}
 	slices.SortStableFunc(all, func(a, b dlRow) int { return b.CreatedAt.Compare(a.CreatedAt) })
-	all = all[:min(len(all), *limit)]
+	all = all[:min(len(all), limit)]
 
 	tw := tabwriter.NewWriter(stdout, 0, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tCREATED\tREASON\tSOURCE\tEVENT_ID\tBYTES\tREINJECTED")
@@ -229,8 +237,8 @@ func dlList(ctx context.Context, cfg config.Config, log *slog.Logger, args []str
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if len(all) == *limit {
-		fmt.Fprintf(stdout, "(first %d; raise --limit for more)\n", *limit)
+	if len(all) == limit {
+		fmt.Fprintf(stdout, "(first %d; raise --limit for more)\n", limit)
 	}
 	return nil
 }
@@ -241,7 +249,8 @@ func loadDL(ctx context.Context, dbs []*sqlx.DB, id dlID) (*dlRow, error) {
 	}
 	var r dlRow
 	err := dbs[id.server].GetContext(ctx, &r, `SELECT id, kafka_topic, kafka_partition, kafka_offset, reason, detail, event_id, record_key,
-		payload, payload_size, checkpoint_id, created_at, reinjected_at FROM dead_letters WHERE id = ?`, id.id)
+		payload, payload_size, payload_sha256, checkpoint_id, created_at, reinjected_at, reinjected_by, reinjected_forced,
+		reinjected_partition, reinjected_offset, reinjected_sha256 FROM dead_letters WHERE id = ?`, id.id)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("%w: no dead letter %s", errRefused, id)
 	}
@@ -252,18 +261,25 @@ func loadDL(ctx context.Context, dbs []*sqlx.DB, id dlID) (*dlRow, error) {
 	return &r, nil
 }
 
-func dlShow(ctx context.Context, cfg config.Config, log *slog.Logger, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("show", flag.ContinueOnError)
+func dlShow(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("billing deadletters show", "ID [--max-bytes N] [--payload-out FILE]",
+		"Shows one dead letter: where it came from, why, the re-injection audit, and its\npayload (verbatim when printable, Go-quoted otherwise).\n")
 	maxBytes := fs.Int("max-bytes", 64<<10, "print at most this many bytes of the payload")
 	out := fs.String("payload-out", "", "write the stored payload, byte for byte, to this new file (for correction and reinject --payload-file)")
-	pos, err := parseArgs(fs, args, 1)
-	if err != nil {
-		return err
+	pos, code, done := fs.parse(args, 1, stdout, stderr)
+	if done {
+		return code
 	}
 	id, err := parseDLID(pos[0])
 	if err != nil {
-		return err
+		return fs.fail(stderr, err)
 	}
+	return dlRun(fs, stdout, stderr, func(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+		return showDeadLetter(ctx, cfg, log, id, *maxBytes, *out, stdout)
+	})
+}
+
+func showDeadLetter(ctx context.Context, cfg config.Config, log *slog.Logger, id dlID, maxBytes int, out string, stdout io.Writer) error {
 	dbs, _, err := openServers(cfg, log)
 	if err != nil {
 		return err
@@ -275,7 +291,18 @@ func dlShow(ctx context.Context, cfg config.Config, log *slog.Logger, args []str
 	}
 	reinj := "-"
 	if r.ReinjectedAt.Valid {
-		reinj = r.ReinjectedAt.Time.UTC().Format(time.RFC3339Nano)
+		reinj = r.ReinjectedAt.Time.UTC().Format(time.RFC3339Nano) + " by " + safeText(r.ReinjectedBy.String, 255)
+		if r.ReinjectedForced.Bool {
+			reinj += " (forced)"
+		}
+		if r.ReinjectedPartition.Valid && r.ReinjectedOffset.Valid {
+			reinj += fmt.Sprintf(" to %s/%d/%d", safeText(r.Topic, 256), r.ReinjectedPartition.Int32, r.ReinjectedOffset.Int64)
+		} else {
+			reinj += " (produce not confirmed)"
+		}
+		if len(r.ReinjectedSHA256) > 0 {
+			reinj += ", sha256 " + hex.EncodeToString(r.ReinjectedSHA256)
+		}
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 8, 1, ' ', 0)
 	for _, kv := range [][2]string{
@@ -295,9 +322,9 @@ func dlShow(ctx context.Context, cfg config.Config, log *slog.Logger, args []str
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintln(stdout, renderPayload(r.Payload, *maxBytes))
-	if *out != "" {
-		f, err := os.OpenFile(*out, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	fmt.Fprintln(stdout, renderPayload(r.Payload, maxBytes))
+	if out != "" {
+		f, err := os.OpenFile(out, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 		if err != nil {
 			return fmt.Errorf("--payload-out: %w", err)
 		}
@@ -308,7 +335,7 @@ func dlShow(ctx context.Context, cfg config.Config, log *slog.Logger, args []str
 		if err := f.Close(); err != nil {
 			return fmt.Errorf("--payload-out: %w", err)
 		}
-		fmt.Fprintf(stdout, "payload written to %s\n", *out)
+		fmt.Fprintf(stdout, "payload written to %s\n", out)
 	}
 	return nil
 }
@@ -317,6 +344,9 @@ func payloadSummary(r *dlRow) string {
 	s := fmt.Sprintf("%d bytes", r.PayloadSize)
 	if int64(len(r.Payload)) < r.PayloadSize {
 		s += fmt.Sprintf(", only the first %d stored", len(r.Payload))
+	}
+	if len(r.PayloadSHA) > 0 {
+		s += ", sha256 " + hex.EncodeToString(r.PayloadSHA)
 	}
 	return s
 }
@@ -366,22 +396,104 @@ func safeText(s string, max int) string {
 	return s
 }
 
-func dlReinject(ctx context.Context, cfg config.Config, log *slog.Logger, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("reinject", flag.ContinueOnError)
+func dlReinject(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("billing deadletters reinject", "ID [--payload-file FILE] [--by NAME] [--force] [--timeout D]",
+		"Produces the dead letter's payload (or FILE's, corrected) again to KAFKA_TOPIC, with\nthe original key, on the original partition, and records who did it, whether it was\nforced, where the record landed and the SHA-256 of the value produced.\n\nRefused: a payload that does not decode; an event id or account different from the\ndead letter's, or a dead letter that names none (a re-injection must not mint a new\nevent); a row already reinjected; an event id already counted (unexpired in\ndedup_keys). --force overrides all but the first, each with a warning.\n")
 	payloadFile := fs.String("payload-file", "", "produce this file's content instead of the stored payload")
-	force := fs.Bool("force", false, "reinject even if the row was reinjected before or the event id is already counted")
+	by := fs.String("by", defaultOperator(), "who re-injects: recorded in the row (reinjected_by) and the log")
+	force := fs.Bool("force", false, "override the identity, already-reinjected and already-counted checks (each is warned about and recorded)")
 	timeout := fs.Duration("timeout", 30*time.Second, "bound on producing the record")
-	pos, err := parseArgs(fs, args, 1)
-	if err != nil {
-		return err
+	pos, code, done := fs.parse(args, 1, stdout, stderr)
+	if done {
+		return code
 	}
 	id, err := parseDLID(pos[0])
 	if err != nil {
-		return err
+		return fs.fail(stderr, err)
 	}
-	if *timeout <= 0 {
-		return usageError{errors.New("--timeout must be positive")}
+	switch {
+	case *timeout <= 0:
+		return fs.fail(stderr, errors.New("--timeout must be positive"))
+	case strings.TrimSpace(*by) == "" || !utf8.ValidString(*by) || utf8.RuneCountInString(*by) > 255:
+		return fs.fail(stderr, errors.New("--by must be 1 to 255 characters of UTF-8"))
 	}
+	o := reinjectOpts{id: id, payloadFile: *payloadFile, by: *by, force: *force, timeout: *timeout}
+	return dlRun(fs, stdout, stderr, func(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+		return reinject(ctx, cfg, log, o, stdout, stderr)
+	})
+}
+
+type reinjectOpts struct {
+	id          dlID
+	payloadFile string
+	by          string
+	force       bool
+	timeout     time.Duration
+}
+
+// defaultOperator names who runs the command: $USER (or the account) at
+// the host name, "unknown" for what cannot be found.
+func defaultOperator() string {
+	name := os.Getenv("USER")
+	if name == "" {
+		if u, err := user.Current(); err == nil {
+			name = u.Username
+		}
+	}
+	host, _ := os.Hostname()
+	if name == "" {
+		name = "unknown"
+	}
+	if host == "" {
+		return name
+	}
+	return name + "@" + host
+}
+
+// identityOf returns the event id and the account a dead letter stands
+// for: its event_id column, and the account_id of its stored payload when
+// that payload is a JSON object naming one as a string (it may be invalid
+// for another reason), or else its record key (producers key by account).
+// known is false for a part the dead letter does not name.
+func identityOf(r *dlRow) (eventID, account string, idKnown, accountKnown bool) {
+	if r.EventID != nil {
+		eventID, idKnown = string(r.EventID), true
+	}
+	var named struct {
+		AccountID *string `json:"account_id"`
+	}
+	if json.Unmarshal(r.Payload, &named) == nil && named.AccountID != nil && *named.AccountID != "" {
+		return eventID, *named.AccountID, idKnown, true
+	}
+	if len(r.Key) > 0 {
+		return eventID, string(r.Key), idKnown, true
+	}
+	return eventID, "", idKnown, false
+}
+
+// identityProblems lists how the event to produce differs from the dead
+// letter it replaces: another event id or account would count a new event
+// instead of the one that was refused.
+func identityProblems(r *dlRow, ev event.Event) []string {
+	wantID, wantAccount, idKnown, accountKnown := identityOf(r)
+	var p []string
+	switch {
+	case !idKnown:
+		p = append(p, fmt.Sprintf("the dead letter (%s) names no event id, so the payload's event_id %s cannot be checked against it", safeText(r.Reason, 64), safeText(ev.EventID, 256)))
+	case wantID != ev.EventID:
+		p = append(p, fmt.Sprintf("the payload's event_id %s differs from the dead letter's %s", safeText(ev.EventID, 256), safeText(wantID, 256)))
+	}
+	switch {
+	case !accountKnown:
+		p = append(p, fmt.Sprintf("the dead letter names no account (no account_id in its payload, no record key), so the payload's account_id %s cannot be checked against it", safeText(ev.AccountID, 128)))
+	case wantAccount != ev.AccountID:
+		p = append(p, fmt.Sprintf("the payload's account_id %s differs from the dead letter's %s", safeText(ev.AccountID, 128), safeText(wantAccount, 128)))
+	}
+	return p
+}
+
+func reinject(ctx context.Context, cfg config.Config, log *slog.Logger, o reinjectOpts, stdout, stderr io.Writer) error {
+	id := o.id
 	dbs, c, err := openServers(cfg, log)
 	if err != nil {
 		return err
@@ -391,14 +503,23 @@ func dlReinject(ctx context.Context, cfg config.Config, log *slog.Logger, args [
 	if err != nil {
 		return err
 	}
-	warn := func(format string, a ...any) { fmt.Fprintf(stderr, "WARNING: "+format+"\n", a...) }
+	overridden := []string{} // the checks --force overrode, for the log
+	refuseOrWarn := func(check, msg string) error {
+		if !o.force {
+			return fmt.Errorf("%w: %s (--force to reinject anyway)", errRefused, msg)
+		}
+		fmt.Fprintf(stderr, "WARNING: %s\n", msg)
+		if !slices.Contains(overridden, check) {
+			overridden = append(overridden, check)
+		}
+		return nil
+	}
 
 	if r.ReinjectedAt.Valid {
-		if !*force {
-			return fmt.Errorf("%w: dead letter %s was already reinjected at %s (--force to reinject again; the pipeline drops an identical copy of a counted event within DEDUP_TTL)",
-				errRefused, id, r.ReinjectedAt.Time.UTC().Format(time.RFC3339Nano))
+		if err := refuseOrWarn("already_reinjected", fmt.Sprintf("dead letter %s was already reinjected at %s by %s; the pipeline drops an identical copy of a counted event within DEDUP_TTL",
+			id, r.ReinjectedAt.Time.UTC().Format(time.RFC3339Nano), safeText(r.ReinjectedBy.String, 255))); err != nil {
+			return err
 		}
-		warn("dead letter %s was already reinjected at %s", id, r.ReinjectedAt.Time.UTC().Format(time.RFC3339Nano))
 	}
 
 	// 1. What to produce, and is it valid?
@@ -406,8 +527,8 @@ func dlReinject(ctx context.Context, cfg config.Config, log *slog.Logger, args [
 		return fmt.Errorf("%w: dead letter %s came from topic %s, but KAFKA_TOPIC is %s", errRefused, id, safeText(r.Topic, 256), cfg.KafkaTopic)
 	}
 	payload := r.Payload
-	if *payloadFile != "" {
-		if payload, err = os.ReadFile(*payloadFile); err != nil {
+	if o.payloadFile != "" {
+		if payload, err = os.ReadFile(o.payloadFile); err != nil {
 			return fmt.Errorf("--payload-file: %w", err)
 		}
 	} else if int64(len(r.Payload)) < r.PayloadSize {
@@ -422,11 +543,17 @@ func dlReinject(ctx context.Context, cfg config.Config, log *slog.Logger, args [
 		}
 		return fmt.Errorf("%w: the payload does not decode (%s: %v): it would only be dead-lettered again; correct it and pass --payload-file", errRefused, reason, err)
 	}
-	if r.EventID != nil && string(r.EventID) != ev.EventID {
-		warn("the payload's event_id %s differs from the dead letter's %s", safeText(ev.EventID, 256), safeBytes(r.EventID, 256))
+
+	// 2. The same event? A correction fixes a field; it must not turn the
+	// dead letter into another event (another id counts anew, another
+	// account moves money to someone else).
+	for _, p := range identityProblems(r, ev) {
+		if err := refuseOrWarn("identity", p); err != nil {
+			return err
+		}
 	}
 
-	// 2. Already counted? The pipeline's dedup is the arbiter, this is the
+	// 3. Already counted? The pipeline's dedup is the arbiter, this is the
 	// operator's early warning: within DEDUP_TTL an identical copy is
 	// dropped and a different one is dead-lettered as a conflict.
 	now := time.Now().UTC()
@@ -439,25 +566,29 @@ func dlReinject(ctx context.Context, cfg config.Config, log *slog.Logger, args [
 			if !e.After(now) {
 				continue
 			}
-			if !*force {
-				return fmt.Errorf("%w: event_id %s is already counted (dedup key on server %d until %s); reinjecting cannot change the ledger: an identical payload is dropped as a duplicate, a different one is dead-lettered as conflicting_duplicate (--force to produce anyway)",
-					errRefused, safeText(ev.EventID, 256), i, e.Format(time.RFC3339))
+			if err := refuseOrWarn("already_counted", fmt.Sprintf("event_id %s is already counted (dedup key on server %d until %s); reinjecting cannot change the ledger while the key lives: an identical payload is dropped as a duplicate, a different one is dead-lettered as conflicting_duplicate; consumed after %s, it would count a second time",
+				safeText(ev.EventID, 256), i, e.Format(time.RFC3339), e.Format(time.RFC3339))); err != nil {
+				return err
 			}
-			warn("event_id %s is already counted (dedup key on server %d until %s). Produced before that, the record is dropped or dead-lettered; consumed after it, it would count a second time.",
-				safeText(ev.EventID, 256), i, e.Format(time.RFC3339))
 		}
 	}
 
-	// 3. Mark the row first, atomically: of two concurrent reinjects only
-	// one proceeds.
+	// 4. Mark the row first, atomically (of two concurrent reinjects only
+	// one proceeds), with who and what: the audit outlives a crash between
+	// here and the produce.
 	db := dbs[id.server]
+	sum := sha256.Sum256(payload)
 	mark := time.Now().UTC().Truncate(time.Microsecond)
-	var res sql.Result
+	q := `UPDATE dead_letters SET reinjected_at = ?, reinjected_by = ?, reinjected_forced = ?, reinjected_sha256 = ?,
+		reinjected_partition = NULL, reinjected_offset = NULL WHERE id = ? AND `
+	qargs := []any{mark, o.by, o.force, sum[:], id.id}
 	if r.ReinjectedAt.Valid {
-		res, err = db.ExecContext(ctx, `UPDATE dead_letters SET reinjected_at = ? WHERE id = ? AND reinjected_at = ?`, mark, id.id, r.ReinjectedAt.Time)
+		q += `reinjected_at = ?`
+		qargs = append(qargs, r.ReinjectedAt.Time)
 	} else {
-		res, err = db.ExecContext(ctx, `UPDATE dead_letters SET reinjected_at = ? WHERE id = ? AND reinjected_at IS NULL`, mark, id.id)
+		q += `reinjected_at IS NULL`
 	}
+	res, err := db.ExecContext(ctx, q, qargs...)
 	if err != nil {
 		return fmt.Errorf("mark dead letter %s: %w", id, err)
 	}
@@ -465,30 +596,41 @@ func dlReinject(ctx context.Context, cfg config.Config, log *slog.Logger, args [
 		return fmt.Errorf("%w: dead letter %s was reinjected concurrently", errRefused, id)
 	}
 
-	// 4. Produce; on failure, unmark (only our own mark).
-	off, err := produceOnce(ctx, c.kopts, cfg.KafkaTopic, r, payload, id, *timeout)
+	// 5. Produce; on failure, put the row back as it was (only if it still
+	// holds our mark).
+	part, off, err := produceOnce(ctx, c.kopts, cfg.KafkaTopic, r, payload, id, o.timeout)
 	if err != nil {
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
-		if _, uerr := db.ExecContext(uctx, `UPDATE dead_letters SET reinjected_at = NULL WHERE id = ? AND reinjected_at = ?`, id.id, mark); uerr != nil {
-			warn("could not clear reinjected_at of %s after the failure: %v", id, uerr)
+		if _, uerr := db.ExecContext(uctx, `UPDATE dead_letters SET reinjected_at = ?, reinjected_by = ?, reinjected_forced = ?, reinjected_sha256 = ?,
+			reinjected_partition = ?, reinjected_offset = ? WHERE id = ? AND reinjected_at = ?`,
+			r.ReinjectedAt, r.ReinjectedBy, r.ReinjectedForced, r.ReinjectedSHA256, r.ReinjectedPartition, r.ReinjectedOffset, id.id, mark); uerr != nil {
+			fmt.Fprintf(stderr, "WARNING: could not restore the re-injection columns of %s after the failure: %v\n", id, uerr)
 		}
 		return fmt.Errorf("produce: %w (if the failure was a timeout the record may still have been written; running reinject again is safe: the pipeline drops an identical copy of a counted event)", err)
 	}
-	fmt.Fprintf(stdout, "reinjected dead letter %s (event_id %s) to %s partition %d at offset %d\n", id, safeText(ev.EventID, 256), cfg.KafkaTopic, r.Partition, off)
+	log.Info("dead letter re-injected", "dead_letter", id.String(), "source", fmt.Sprintf("%s/%d/%d", r.Topic, r.Partition, r.Offset),
+		"reason", r.Reason, "by", o.by, "forced", o.force, "overridden", overridden, "corrected", o.payloadFile != "",
+		"partition", part, "offset", off, "sha256", hex.EncodeToString(sum[:]))
+	if _, err := db.ExecContext(ctx, `UPDATE dead_letters SET reinjected_partition = ?, reinjected_offset = ? WHERE id = ? AND reinjected_at = ?`,
+		part, off, id.id, mark); err != nil {
+		fmt.Fprintf(stderr, "WARNING: the record was produced to partition %d at offset %d, but recording that in dead letter %s failed: %v\n", part, off, id, err)
+	}
+	fmt.Fprintf(stdout, "reinjected dead letter %s (event_id %s) to %s partition %d at offset %d\n", id, safeText(ev.EventID, 256), cfg.KafkaTopic, part, off)
 	return nil
 }
 
 // produceOnce writes the record with an idempotent producer to the dead
-// letter's original partition with its original key, and returns its offset.
-func produceOnce(ctx context.Context, kopts []kgo.Opt, topic string, r *dlRow, payload []byte, id dlID, timeout time.Duration) (int64, error) {
+// letter's original partition with its original key, and returns where it
+// landed.
+func produceOnce(ctx context.Context, kopts []kgo.Opt, topic string, r *dlRow, payload []byte, id dlID, timeout time.Duration) (int32, int64, error) {
 	cl, err := kgo.NewClient(append(slices.Clip(kopts),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.RecordDeliveryTimeout(timeout),
 		kgo.WithLogger(kgo.BasicLogger(io.Discard, kgo.LogLevelNone, nil)),
 	)...)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer cl.Close()
 	pctx, cancel := context.WithTimeout(ctx, timeout)
@@ -502,9 +644,7 @@ func produceOnce(ctx context.Context, kopts []kgo.Opt, topic string, r *dlRow, p
 	}
 	res := cl.ProduceSync(pctx, rec)
 	if err := res.FirstErr(); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return rec.Offset, nil
+	return rec.Partition, rec.Offset, nil
 }
-
-func newFlagSet() *flag.FlagSet { return flag.NewFlagSet("billing deadletters", flag.ContinueOnError) }

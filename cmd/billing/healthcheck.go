@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -18,12 +17,12 @@ import (
 // exits 0 on 200, 1 otherwise. It reads only HTTP_ADDR (default :8080), not
 // the whole configuration, so it works in any container of the service.
 func healthcheck(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("healthcheck", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	path := fs.String("path", "/readyz", "endpoint to check: /readyz or /healthz")
+	fs := newFlags("billing healthcheck", "[--path /readyz] [--timeout 4s]",
+		"GETs http://127.0.0.1:<port of HTTP_ADDR><path> and exits 0 on 200, 1 otherwise:\nthe health check of containers without a shell or curl. Reads only HTTP_ADDR.\n")
+	path := fs.String("path", "/readyz", "endpoint to check: /readyz (readiness) or /healthz (liveness)")
 	timeout := fs.Duration("timeout", 4*time.Second, "bound on the request")
-	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
-		return 2
+	if _, code, done := fs.parse(args, 0, stdout, stderr); done {
+		return code
 	}
 	addr, ok := os.LookupEnv("HTTP_ADDR")
 	if !ok {

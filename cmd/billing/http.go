@@ -4,92 +4,68 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"sync"
 	"time"
 
-	"github.com/billing/ledger/internal/metrics"
-	"github.com/billing/ledger/internal/pipeline"
+	"github.com/billing/ledger/internal/health"
 )
+
+// Limits of the metrics and health server: a client that trickles its
+// headers or body, or never reads the answer, cannot hold a connection
+// (and its goroutine) for long. The write timeout exceeds the bound the
+// metrics handler puts on a scrape (10s).
+const (
+	httpReadHeaderTimeout = 5 * time.Second
+	httpReadTimeout       = 10 * time.Second
+	httpWriteTimeout      = 30 * time.Second
+	httpIdleTimeout       = 60 * time.Second
+)
+
+// newHTTPServer is the server of /metrics, /healthz and /readyz, with its
+// limits.
+func newHTTPServer(h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: httpReadHeaderTimeout,
+		ReadTimeout:       httpReadTimeout,
+		WriteTimeout:      httpWriteTimeout,
+		IdleTimeout:       httpIdleTimeout,
+		MaxHeaderBytes:    16 << 10,
+	}
+}
 
 // handler serves
 //
-//	/healthz  200 while the process runs (liveness);
-//	/readyz   200 when partitions are assigned and checkpoints keep up
-//	          (see readiness), 503 with the reason otherwise, and 503 once
-//	          a shutdown started;
+//	/healthz  liveness (health.Monitor.Live): 200 from the start of the
+//	          process; 503 when the pipeline is wedged;
+//	/readyz   readiness (health.Monitor.Ready): 200 when the instance can
+//	          do its job, 503 with the reason otherwise (startup phases
+//	          included), and 503 once a shutdown started;
 //	/metrics  Prometheus metrics.
-func handler(ctx context.Context, m *metrics.Metrics, r *readiness) http.Handler {
+func handler(ctx context.Context, mon *health.Monitor, metrics http.Handler) http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		fmt.Fprintln(w, "ok")
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if ctx.Err() != nil {
-			http.Error(w, "shutting down", http.StatusServiceUnavailable)
-			return
-		}
-		ok, why := r.Ready()
+	answer := func(w http.ResponseWriter, ok bool, why string) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
 		if !ok {
-			http.Error(w, why, http.StatusServiceUnavailable)
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		fmt.Fprintln(w, why)
+	}
+	mux.HandleFunc("GET "+health.PathHealthz, func(w http.ResponseWriter, _ *http.Request) {
+		ok, why := mon.Live()
+		answer(w, ok, why)
+	})
+	mux.HandleFunc("GET "+health.PathReadyz, func(w http.ResponseWriter, _ *http.Request) {
+		if ctx.Err() != nil {
+			answer(w, false, "shutting down")
 			return
 		}
-		fmt.Fprintln(w, "ready:", why)
+		ok, why := mon.Ready()
+		if ok {
+			why = "ready: " + why
+		}
+		answer(w, ok, why)
 	})
-	mux.Handle("GET /metrics", m.Handler())
+	mux.Handle("GET "+health.PathMetrics, metrics)
 	return mux
-}
-
-// readiness decides /readyz. An instance is ready when it owns partitions
-// and either its last committed checkpoint (or its start, before the first)
-// is younger than READY_MAX_CHECKPOINT_AGE, or it is idle: nothing consumed
-// waits for a checkpoint (Stats.Pending) and no attempt failed since the
-// last commit.
-type readiness struct {
-	stats   *pipeline.Stats
-	maxAge  time.Duration
-	started time.Time
-	now     func() time.Time
-
-	mu          sync.Mutex
-	failedSince bool
-}
-
-func newReadiness(maxAge time.Duration) *readiness {
-	return &readiness{maxAge: maxAge, started: time.Now(), now: time.Now}
-}
-
-// OnCheckpoint follows checkpoint outcomes (chained into
-// pipeline.Config.OnCheckpoint).
-func (r *readiness) OnCheckpoint(info pipeline.CheckpointInfo) {
-	if info.Retrying {
-		return
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.failedSince = !info.Decided
-}
-
-// Ready reports readiness and a short reason.
-func (r *readiness) Ready() (bool, string) {
-	if r.stats == nil || r.stats.AssignedParts.Load() == 0 {
-		return false, "no partitions assigned"
-	}
-	last := r.started
-	if n := r.stats.LastCheckpoint.Load(); n != 0 {
-		last = time.Unix(0, n)
-	}
-	age := r.now().Sub(last)
-	if age <= r.maxAge {
-		return true, "checkpointing"
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	switch {
-	case r.failedSince:
-		return false, fmt.Sprintf("no checkpoint committed for %s and the last attempt failed", age.Round(time.Second))
-	case r.stats.Pending.Load() != 0:
-		return false, fmt.Sprintf("no checkpoint committed for %s while %d records wait", age.Round(time.Second), r.stats.Pending.Load())
-	default:
-		return true, "idle"
-	}
 }

@@ -5,11 +5,18 @@
 //
 // Usage:
 //
-//	billing                run the service (configured by environment variables)
+//	billing [run]          run the service (configured by environment variables)
 //	billing migrate        apply the schema migrations and exit
+//	billing status         where the ledger stands (read-only; --json)
+//	billing compare        compare this ledger with another, exactly
 //	billing deadletters …  list, show and reinject dead letters (see deadletters.go)
 //	billing healthcheck    probe /readyz of the local instance (container health check)
+//	billing version        version, commit and Go version (also --version)
 //	billing --help         print the environment variables, defaults and meanings
+//
+// Every command parses its arguments before it reads the configuration:
+// -h/--help prints help and exits 0 without connecting to anything, an
+// unknown flag or command exits 2.
 //
 // Exit status: 0 after a clean shutdown, 1 on a runtime failure (or a
 // refused dead-letter operation), 2 on a configuration or usage error, 130
@@ -18,14 +25,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"os/signal"
 	"runtime/debug"
-	"slices"
 	"strings"
 	"syscall"
 
@@ -49,77 +54,97 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	cmd := ""
-	if len(args) > 0 {
-		cmd = args[0]
+	if len(args) == 0 {
+		return runService(nil, stdout, stderr)
 	}
-	switch cmd {
-	case "-h", "-help", "--help", "help":
-		fmt.Fprint(stdout, helpText)
-		if err := config.Usage(stdout); err != nil {
-			fmt.Fprintln(stderr, err)
-			return 1
+	switch args[0] {
+	case "-h", "-help", "--help":
+		return printHelp(stdout, stderr)
+	case "help":
+		if len(args) > 1 { // billing help status = billing status --help
+			return run([]string{args[1], "--help"}, stdout, stderr)
 		}
-		return 0
+		return printHelp(stdout, stderr)
+	case "-version", "--version", "version":
+		return versionCmd(args[1:], stdout, stderr)
+	case "run":
+		return runService(args[1:], stdout, stderr)
+	case "migrate":
+		return migrateCmd(args[1:], stdout, stderr)
+	case "status":
+		return statusCmd(args[1:], stdout, stderr)
+	case "compare":
+		return compareCmd(args[1:], stdout, stderr)
+	case "deadletters":
+		return deadLetters(args[1:], stdout, stderr)
 	case "healthcheck":
 		return healthcheck(args[1:], stdout, stderr)
-	case "deadletters":
-		if len(args) < 2 || slices.Contains([]string{"-h", "-help", "--help", "help"}, args[1]) {
-			fmt.Fprint(stdout, deadLettersUsage)
-			if len(args) < 2 {
-				return 2
-			}
-			return 0
-		}
-	case "", "run", "migrate":
-	default:
-		fmt.Fprintf(stderr, "billing: unknown command %q (try --help)\n", cmd)
-		return 2
 	}
+	if strings.HasPrefix(args[0], "-") {
+		fmt.Fprintf(stderr, "billing: unknown flag %q (try billing --help)\n", args[0])
+	} else {
+		fmt.Fprintf(stderr, "billing: unknown command %q (try billing --help)\n", args[0])
+	}
+	return 2
+}
 
-	cfg, err := config.Load()
-	if err != nil {
-		fmt.Fprintln(stderr, "billing:", err)
-		var ce *config.Error
-		if errors.As(err, &ce) {
-			return 2
-		}
-		return 1
-	}
-	log := newLogger(cfg, stderr)
-
-	ctx, stop := signalContext(log)
-	defer stop()
-
-	if cmd == "deadletters" {
-		return deadLetters(ctx, cfg, log, args[1:], stdout, stderr)
-	}
-	if cmd == "migrate" {
-		if err := migrate(ctx, cfg, log); err != nil {
-			log.Error("migration failed", "err", err)
-			return 1
-		}
-		return 0
-	}
-	if err := serve(ctx, cfg, log); err != nil {
-		log.Error("billing stopped", "err", err)
+func printHelp(stdout, stderr io.Writer) int {
+	fmt.Fprint(stdout, helpText)
+	if err := config.Usage(stdout); err != nil {
+		fmt.Fprintln(stderr, err)
 		return 1
 	}
 	return 0
 }
 
+// runService runs `billing [run]`: the service, until SIGTERM/SIGINT.
+func runService(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("billing run", "", "Runs the service: consumes KAFKA_TOPIC as a member of KAFKA_GROUP and commits the\nledger to MySQL at every checkpoint, until SIGTERM or SIGINT. `billing` alone does\nthe same. Configured by environment variables only (billing --help lists them).\n")
+	if _, code, done := fs.parse(args, 0, stdout, stderr); done {
+		return code
+	}
+	return withConfig(stderr, func(ctx context.Context, cfg config.Config, log *slog.Logger) int {
+		if err := serve(ctx, cfg, log); err != nil {
+			log.Error("billing stopped", "err", err)
+			return 1
+		}
+		return 0
+	})
+}
+
+// migrateCmd runs `billing migrate`.
+func migrateCmd(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("billing migrate", "", "Applies the pending schema migrations to every server (MYSQL_DSN and\nMYSQL_SHARD_DSNS) under goose's lock, then exits. Needs an account allowed to\nrun DDL (see docs/operations.md).\n")
+	if _, code, done := fs.parse(args, 0, stdout, stderr); done {
+		return code
+	}
+	return withConfig(stderr, func(ctx context.Context, cfg config.Config, log *slog.Logger) int {
+		if err := migrate(ctx, cfg, log); err != nil {
+			log.Error("migration failed", "err", err)
+			return 1
+		}
+		return 0
+	})
+}
+
 const helpText = `billing: exactly-once Kafka → MySQL billing ledger.
 
 Usage:
-  billing                run the service
+  billing [run]          run the service
   billing migrate        apply the schema migrations to every server and exit
-  billing deadletters    list | show ID | reinject ID  (billing deadletters help)
+  billing status         where the ledger stands: positions, lag, owners, the last
+                         checkpoint, branches in doubt, dead letters waiting (--json)
+  billing compare        compare this ledger with another, exactly (--other-dsn DSN):
+                         tells when a rebuilt ledger has caught up
+  billing deadletters    list | show ID | reinject ID  (billing deadletters --help)
   billing healthcheck    GET /readyz on HTTP_ADDR's port: exit 0 on 200, 1 otherwise
                          (--path /healthz for liveness); for container health checks
-  billing --help         this text
+  billing version        version, commit and Go version of this build (also --version)
+  billing --help         this text; billing COMMAND --help (or billing help COMMAND)
+                         describes one command and never runs it
 
-Exit status: 0 clean shutdown, 1 runtime failure, 2 configuration or usage
-error, 130 second signal during shutdown.
+Exit status: 0 success or clean shutdown, 1 runtime failure or refusal, 2
+configuration or usage error, 130 second signal during shutdown.
 
 Environment (every setting; DSNs and secrets are never logged):
 `

@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -11,9 +13,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/billing/ledger/internal/buildinfo"
+	"github.com/billing/ledger/internal/health"
 	"github.com/billing/ledger/internal/metrics"
 	"github.com/billing/ledger/internal/pipeline"
 )
@@ -24,7 +29,7 @@ func clearEnv(t *testing.T) {
 	t.Helper()
 	for _, kv := range os.Environ() {
 		name, _, _ := strings.Cut(kv, "=")
-		for _, p := range []string{"KAFKA_", "MYSQL_", "CHECKPOINT_", "DEDUP_", "HTTP_", "LOG_", "READY_", "SHUTDOWN_", "METRICS_", "BILLING_"} {
+		for _, p := range []string{"KAFKA_", "MYSQL_", "CHECKPOINT_", "DEDUP_", "HTTP_", "LOG_", "READY_", "LIVENESS_", "HEALTH_", "SHUTDOWN_", "METRICS_", "BILLING_"} {
 			if strings.HasPrefix(name, p) {
 				t.Setenv(name, "") // restored after the test
 				os.Unsetenv(name)
@@ -67,18 +72,134 @@ func TestHelpPrintsAlignedTable(t *testing.T) {
 	}
 }
 
-func TestUnknownCommandExit2(t *testing.T) {
+// countingListener accepts and counts connections: pointed at by
+// KAFKA_BROKERS, MYSQL_DSN and HTTP_ADDR, it shows whether a command
+// connected to anything.
+func countingListener(t *testing.T) (addr string, accepted *atomic.Int64) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	accepted = &atomic.Int64{}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			c.Close()
+		}
+	}()
+	return ln.Addr().String(), accepted
+}
+
+// TestHelpNeverActs: -h/--help at every level prints help on stdout and
+// exits 0, and a bad flag, argument or command exits 2, all without
+// connecting to Kafka, MySQL or the HTTP endpoint, although the
+// configuration points at a live listener.
+func TestHelpNeverActs(t *testing.T) {
 	clearEnv(t)
+	addr, accepted := countingListener(t)
+	t.Setenv("KAFKA_BROKERS", addr)
+	t.Setenv("MYSQL_DSN", "u:p@tcp("+addr+")/billing?timeout=1s")
+	t.Setenv("HTTP_ADDR", addr)
+	tests := []struct {
+		args []string
+		code int
+		want string // in stdout (exit 0) or stderr (exit 2)
+	}{
+		{[]string{"--help"}, 0, "billing status"},
+		{[]string{"-h"}, 0, "KAFKA_BROKERS"},
+		{[]string{"help"}, 0, "Usage:"},
+		{[]string{"help", "status"}, 0, "billing status [--json]"},
+		{[]string{"run", "--help"}, 0, "billing run"},
+		{[]string{"migrate", "--help"}, 0, "billing migrate"},
+		{[]string{"migrate", "-h"}, 0, "billing migrate"},
+		{[]string{"status", "--help"}, 0, "--json"},
+		{[]string{"version", "--help"}, 0, "--json"},
+		{[]string{"compare", "--help"}, 0, "--other-dsn"},
+		{[]string{"help", "compare"}, 0, "EXACT"},
+		{[]string{"healthcheck", "--help"}, 0, "--path"},
+		{[]string{"deadletters", "--help"}, 0, "reinject ID"},
+		{[]string{"deadletters", "help"}, 0, "reinject ID"},
+		{[]string{"deadletters", "list", "--help"}, 0, "--pending"},
+		{[]string{"deadletters", "show", "--help"}, 0, "--payload-out"},
+		{[]string{"deadletters", "show", "7", "-h"}, 0, "--payload-out"},
+		{[]string{"deadletters", "reinject", "1", "--payload-file", "x", "--help"}, 0, "--by"},
+
+		{[]string{"--bogus"}, 2, "unknown flag"},
+		{[]string{"frobnicate"}, 2, "unknown command"},
+		{[]string{"run", "--bogus"}, 2, "flag provided but not defined: -bogus"},
+		{[]string{"run", "now"}, 2, "want 0 argument(s)"},
+		{[]string{"migrate", "--bogus"}, 2, "billing migrate: flag provided but not defined"},
+		{[]string{"migrate", "extra"}, 2, "want 0 argument(s)"},
+		{[]string{"status", "--bogus"}, 2, "not defined"},
+		{[]string{"status", "--timeout", "0s"}, 2, "--timeout must be positive"},
+		{[]string{"version", "--bogus"}, 2, "not defined"},
+		{[]string{"compare"}, 2, "--other-dsn is required"},
+		{[]string{"compare", "--other-dsn", "x", "extra"}, 2, "want 0 argument(s)"},
+		{[]string{"healthcheck", "--bogus"}, 2, "not defined"},
+		{[]string{"healthcheck", "/readyz"}, 2, "want 0 argument(s)"},
+		{[]string{"deadletters"}, 2, "Usage:"},
+		{[]string{"deadletters", "bogus"}, 2, "unknown command"},
+		{[]string{"deadletters", "list", "--bogus"}, 2, "not defined"},
+		{[]string{"deadletters", "list", "--limit", "0"}, 2, "--limit must be between"},
+		{[]string{"deadletters", "show"}, 2, "want 1 argument(s)"},
+		{[]string{"deadletters", "show", "abc"}, 2, "bad dead letter id"},
+		{[]string{"deadletters", "reinject", "1", "--force=maybe"}, 2, "invalid boolean"},
+		{[]string{"deadletters", "reinject", "1", "--by", ""}, 2, "--by must be"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			code := run(tt.args, &out, &errOut)
+			if code != tt.code {
+				t.Fatalf("exit %d, want %d\nstdout: %s\nstderr: %s", code, tt.code, out.String(), errOut.String())
+			}
+			where := out.String()
+			if tt.code != 0 {
+				where = errOut.String()
+			}
+			if !strings.Contains(where, tt.want) {
+				t.Fatalf("output lacks %q\nstdout: %s\nstderr: %s", tt.want, out.String(), errOut.String())
+			}
+			if tt.code == 0 && errOut.Len() != 0 {
+				t.Errorf("help wrote to stderr: %s", errOut.String())
+			}
+		})
+	}
+	time.Sleep(50 * time.Millisecond) // let a stray connection be accepted
+	if n := accepted.Load(); n != 0 {
+		t.Fatalf("%d connection(s) made by help or usage errors", n)
+	}
+}
+
+// TestVersion: `billing version`, `billing --version` and `billing version
+// --json` print what internal/buildinfo reports, without any configuration.
+func TestVersion(t *testing.T) {
+	clearEnv(t)
+	want := buildinfo.Get()
+	for _, args := range [][]string{{"version"}, {"--version"}, {"-version"}} {
+		var out, errOut bytes.Buffer
+		if code := run(args, &out, &errOut); code != 0 {
+			t.Fatalf("%v: exit %d, %s", args, code, errOut.String())
+		}
+		for _, part := range []string{want.Version, want.Commit, want.GoVersion} {
+			if !strings.Contains(out.String(), part) {
+				t.Errorf("%v: %q lacks %q", args, out.String(), part)
+			}
+		}
+	}
 	var out, errOut bytes.Buffer
-	if code := run([]string{"frobnicate"}, &out, &errOut); code != 2 {
-		t.Fatalf("exit %d, want 2", code)
+	if code := run([]string{"version", "--json"}, &out, &errOut); code != 0 {
+		t.Fatalf("--json: exit %d", code)
 	}
-	if code := run([]string{"deadletters"}, &out, &errOut); code != 2 {
-		t.Fatalf("deadletters without subcommand: exit %d, want 2", code)
-	}
-	out.Reset()
-	if code := run([]string{"deadletters", "help"}, &out, &errOut); code != 0 || !strings.Contains(out.String(), "reinject ID") {
-		t.Fatalf("deadletters help: exit %d, %q", code, out.String())
+	var got buildinfo.Info
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil || got != want {
+		t.Fatalf("--json = %s (%v), want %+v", out.String(), err, want)
 	}
 }
 
@@ -165,90 +286,84 @@ func TestStartupLogHasNoSecret(t *testing.T) {
 	}
 }
 
-func TestReadiness(t *testing.T) {
-	start := time.Unix(1_700_000_000, 0)
-	const maxAge = time.Minute
-	tests := []struct {
-		name     string
-		assigned int64
-		lastCkpt time.Duration // after start; 0 = none
-		now      time.Duration // after start
-		pending  int64         // records no decided checkpoint covers
-		events   []pipeline.CheckpointInfo
-		ready    bool
-		why      string
-	}{
-		{name: "no partitions", assigned: 0, now: time.Second, why: "no partitions assigned"},
-		{name: "fresh start", assigned: 3, now: 10 * time.Second, pending: 500, ready: true, why: "checkpointing"},
-		{name: "recent checkpoint", assigned: 3, lastCkpt: 5 * time.Minute, now: 5*time.Minute + 30*time.Second, pending: 9, ready: true, why: "checkpointing"},
-		{name: "idle after a checkpoint", assigned: 3, lastCkpt: time.Minute, now: time.Hour,
-			events: []pipeline.CheckpointInfo{{Decided: true}}, ready: true, why: "idle"},
-		{name: "idle from the start", assigned: 3, now: time.Hour, ready: true, why: "idle"},
-		{name: "records wait, no checkpoint", assigned: 3, lastCkpt: time.Minute, now: time.Hour, pending: 50,
-			events: []pipeline.CheckpointInfo{{Decided: true}}, why: "while 50 records wait"},
-		{name: "backlog never checkpointed", assigned: 3, now: 2 * time.Minute, pending: 10, why: "while 10 records wait"},
-		{name: "failing checkpoints", assigned: 3, lastCkpt: time.Minute, now: time.Hour,
-			events: []pipeline.CheckpointInfo{{Decided: true}, {Err: context.DeadlineExceeded}}, why: "last attempt failed"},
-		{name: "careful retry is not a failure", assigned: 3, lastCkpt: time.Minute, now: time.Hour,
-			events: []pipeline.CheckpointInfo{{Decided: true}, {Err: context.DeadlineExceeded, Retrying: true}}, ready: true, why: "idle"},
-		{name: "recovered after a failure", assigned: 3, lastCkpt: time.Minute, now: time.Hour,
-			events: []pipeline.CheckpointInfo{{Err: context.DeadlineExceeded}, {Decided: true}}, ready: true, why: "idle"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			st := &pipeline.Stats{}
-			r := &readiness{stats: st, maxAge: maxAge, started: start, now: func() time.Time { return start.Add(tt.now) }}
-			st.AssignedParts.Store(tt.assigned)
-			for _, ev := range tt.events {
-				r.OnCheckpoint(ev)
-			}
-			if tt.lastCkpt != 0 {
-				st.LastCheckpoint.Store(start.Add(tt.lastCkpt).UnixNano())
-			}
-			st.Pending.Store(tt.pending)
-			ok, why := r.Ready()
-			if ok != tt.ready || !strings.Contains(why, tt.why) {
-				t.Fatalf("Ready() = %v, %q; want %v, %q", ok, why, tt.ready, tt.why)
-			}
-		})
-	}
-}
-
+// TestHandler: the endpoints answer from the monitor's state, startup
+// included, and /readyz turns 503 once a shutdown starts while /healthz
+// stays 200.
 func TestHandler(t *testing.T) {
 	st := &pipeline.Stats{}
-	st.AssignedParts.Store(1)
-	m := metrics.New(metrics.Options{Stats: st})
-	r := &readiness{stats: st, maxAge: time.Minute, started: time.Now(), now: time.Now}
+	m := metrics.New(metrics.Options{})
+	mon := health.New(health.Options{ReadyMaxAge: time.Minute, MaxStall: 5 * time.Minute, CheckInterval: time.Second})
 	ctx, cancel := context.WithCancel(context.Background())
-	h := handler(ctx, m, r)
+	h := handler(ctx, mon, m.Handler())
 	get := func(path string) (int, string) {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
 		return rec.Code, rec.Body.String()
 	}
-	if code, body := get("/healthz"); code != 200 || body != "ok\n" {
-		t.Errorf("/healthz = %d %q", code, body)
+	mon.SetPhase("migrating the schema")
+	if code, body := get("/healthz"); code != 200 || !strings.Contains(body, "starting: migrating the schema") {
+		t.Errorf("/healthz during startup = %d %q", code, body)
 	}
-	if code, body := get("/readyz"); code != 200 || !strings.HasPrefix(body, "ready") {
+	if code, body := get("/readyz"); code != 503 || !strings.Contains(body, "starting: migrating the schema") {
+		t.Errorf("/readyz during startup = %d %q", code, body)
+	}
+	if code, body := get("/metrics"); code != 200 || !strings.Contains(body, "billing_build_info{") {
+		t.Errorf("/metrics during startup = %d, lacks billing_build_info", code)
+	}
+	mon.Start(health.Checks{Stats: st,
+		MySQL:      func(context.Context) error { return nil },
+		Membership: func(context.Context) (bool, int, error) { return true, 0, nil }})
+	mon.Check(ctx)
+	if code, body := get("/readyz"); code != 200 || !strings.Contains(body, "ready: standby") {
 		t.Errorf("/readyz = %d %q", code, body)
-	}
-	if code, body := get("/metrics"); code != 200 || !strings.Contains(body, "billing_partitions_assigned 1") {
-		t.Errorf("/metrics = %d, body lacks billing_partitions_assigned 1", code)
 	}
 	if code, _ := get("/nope"); code != 404 {
 		t.Errorf("/nope = %d", code)
 	}
-	st.AssignedParts.Store(0)
-	if code, body := get("/readyz"); code != 503 || !strings.Contains(body, "no partitions") {
-		t.Errorf("/readyz without partitions = %d %q", code, body)
-	}
-	st.AssignedParts.Store(1)
 	cancel()
 	if code, body := get("/readyz"); code != 503 || !strings.Contains(body, "shutting down") {
 		t.Errorf("/readyz while shutting down = %d %q", code, body)
 	}
 	if code, _ := get("/healthz"); code != 200 {
 		t.Errorf("/healthz while shutting down = %d", code)
+	}
+}
+
+// TestHTTPServerLimits: the server has read-header, read, write and idle
+// timeouts, and a client that opens a connection and trickles a request
+// without finishing its headers is disconnected (here with the read-header
+// timeout shortened; the wait for the disconnection is bounded generously,
+// nothing is timed).
+func TestHTTPServerLimits(t *testing.T) {
+	srv := newHTTPServer(http.NotFoundHandler())
+	if srv.ReadHeaderTimeout <= 0 || srv.ReadTimeout <= 0 || srv.WriteTimeout <= 0 || srv.IdleTimeout <= 0 {
+		t.Fatalf("a limit is missing: %+v", srv)
+	}
+	if srv.WriteTimeout <= 10*time.Second {
+		t.Errorf("write timeout %s does not exceed the scrape bound of 10s", srv.WriteTimeout)
+	}
+	srv.ReadHeaderTimeout = 200 * time.Millisecond
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	defer srv.Close()
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write([]byte("GET /healthz HTTP/1.1\r\nHost: x\r\n")); err != nil { // never finished
+		t.Fatal(err)
+	}
+	conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	b, err := io.ReadAll(conn)
+	if err != nil {
+		t.Fatalf("the server did not close the connection of a client that never finished its headers: %v", err)
+	}
+	if strings.Contains(string(b), "404") {
+		t.Fatalf("an unfinished request was answered: %q", b)
 	}
 }
 
@@ -327,18 +442,19 @@ func TestRenderPayloadIsSafe(t *testing.T) {
 	}
 }
 
-func TestParseArgsInterspersed(t *testing.T) {
-	fs := newFlagSet()
+func TestParseInterspersed(t *testing.T) {
+	var out, errOut bytes.Buffer
+	fs := newFlags("billing test", "ID", "")
 	force := fs.Bool("force", false, "")
 	file := fs.String("payload-file", "", "")
-	pos, err := parseArgs(fs, []string{"12", "--payload-file", "f.json", "--force"}, 1)
-	if err != nil || len(pos) != 1 || pos[0] != "12" || !*force || *file != "f.json" {
-		t.Fatalf("got %v %v force=%v file=%q", pos, err, *force, *file)
+	pos, code, done := fs.parse([]string{"12", "--payload-file", "f.json", "--force"}, 1, &out, &errOut)
+	if done || len(pos) != 1 || pos[0] != "12" || !*force || *file != "f.json" {
+		t.Fatalf("got %v %d %v force=%v file=%q", pos, code, done, *force, *file)
 	}
-	if _, err := parseArgs(newFlagSet(), []string{"1", "2"}, 1); err == nil {
+	if _, code, done := newFlags("billing test", "", "").parse([]string{"1", "2"}, 1, &out, &errOut); !done || code != 2 {
 		t.Fatal("two positional arguments accepted")
 	}
-	if _, err := parseArgs(newFlagSet(), []string{"--nope"}, 0); err == nil {
+	if _, code, done := newFlags("billing test", "", "").parse([]string{"--nope"}, 0, &out, &errOut); !done || code != 2 {
 		t.Fatal("unknown flag accepted")
 	}
 }

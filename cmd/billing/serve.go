@@ -8,14 +8,19 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/pressly/goose/v3"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/billing/ledger/internal/buildinfo"
 	"github.com/billing/ledger/internal/config"
 	"github.com/billing/ledger/internal/failpoint"
+	"github.com/billing/ledger/internal/health"
 	"github.com/billing/ledger/internal/kafkaconn"
 	"github.com/billing/ledger/internal/metrics"
 	"github.com/billing/ledger/internal/mysqlconn"
@@ -117,83 +122,25 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	log.Info("configured", "kafka", c.kafka, "mysql", mysqlconn.RedactAll(c.dsns), "topic", cfg.KafkaTopic, "group", cfg.KafkaGroup)
+	log.Info("configured", "kafka", c.kafka, "mysql", mysqlconn.RedactAll(c.dsns), "topic", cfg.KafkaTopic, "group", cfg.KafkaGroup,
+		"version", buildinfo.Get().Version, "commit", buildinfo.Get().Commit)
 
-	// Listen first: a bad or busy HTTP_ADDR is a startup error, found
-	// before anything connects. Serving starts once the pipeline exists.
-	var ln net.Listener
+	// Health and metrics are served from the first second, before
+	// anything connects: a slow start (migrations under their lock,
+	// recovery, the first claim) answers /healthz 200 and /readyz 503
+	// "starting: <phase>" instead of not answering. A bad or busy
+	// HTTP_ADDR is a startup error.
+	mon := health.New(health.Options{ReadyMaxAge: cfg.ReadyMaxAge, MaxStall: cfg.LiveMaxAge, CheckInterval: cfg.HealthCheck})
+	m := metrics.New(metrics.Options{Topic: cfg.KafkaTopic, Group: cfg.KafkaGroup, CheckpointTimeout: cfg.CheckpointTimeout, Process: true})
 	if cfg.HTTPAddr != "" {
-		if ln, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+		ln, err := net.Listen("tcp", cfg.HTTPAddr)
+		if err != nil {
 			return fmt.Errorf("HTTP_ADDR: %w", err)
 		}
-		defer ln.Close()
-	}
-
-	for i, dsn := range c.dsns {
-		if err := migrateServer(ctx, cfg, dsn, log.With("server", i), false); err != nil {
-			return fmt.Errorf("migrate: server %d: %w", i, err)
-		}
-	}
-	sinkCfg := cfg.Sink(log)
-	sinkCfg.Failpoints = fps
-	sink, dbs, err := mysqldriver.OpenSink(ctx, c.dsns, cfg.MySQL(), sinkCfg)
-	if err != nil {
-		return err
-	}
-	defer dbs.Close()
-	defer sink.Close()
-	if err := preflight(ctx, dbs); err != nil {
-		return err
-	}
-	log.Info("starting", "instance", sink.Instance(), "topic", cfg.KafkaTopic, "group", cfg.KafkaGroup,
-		"servers", len(c.dsns), "participants", sink.Participants())
-
-	ready := newReadiness(cfg.ReadyMaxAge)
-	var m *metrics.Metrics
-	// The callback runs only once Run has started: m and ready, set just
-	// after New returns, exist before the first checkpoint.
-	pcfg := cfg.Pipeline(c.kopts, log, func(info pipeline.CheckpointInfo) {
-		m.OnCheckpoint(info)
-		ready.OnCheckpoint(info)
-	})
-	pcfg.Failpoints = fps
-	p, err := pipeline.New(pcfg, sink, pipeline.Pools(dbs))
-	if err != nil {
-		return err
-	}
-	ready.stats = p.Stats()
-	m = metrics.New(metrics.Options{Stats: p.Stats(), DedupCacheKeys: dedupCacheKeys(p), Process: true})
-
-	sampling := make(chan struct{})
-	// Sampling goes on during the graceful shutdown (lag while draining).
-	sctx, stopSampling := context.WithCancel(context.WithoutCancel(ctx))
-	if ln != nil {
-		servers := make([]*sql.DB, dbs.Len())
-		for i := range servers {
-			servers[i] = dbs.Server(i).DB().DB
-		}
-		sampler := &metrics.Sampler{
-			Kafka: kadm.NewClient(p.Client()), Control: servers[0], Servers: servers,
-			Topic: cfg.KafkaTopic, Group: cfg.KafkaGroup, Owner: sink.Instance(),
-			Interval: cfg.MetricsSample, Timeout: min(cfg.MetricsSample, 10*time.Second), Logger: log,
-		}
+		srv := newHTTPServer(handler(ctx, mon, m.Handler()))
+		served := make(chan struct{})
 		go func() {
-			defer close(sampling)
-			sampler.Run(sctx, m)
-		}()
-	} else {
-		close(sampling)
-	}
-	// The sampler uses the pipeline's client and the sink's pools: stop it
-	// before they close.
-	defer func() {
-		stopSampling()
-		<-sampling
-	}()
-
-	if ln != nil {
-		srv := &http.Server{Handler: handler(ctx, m, ready), ReadHeaderTimeout: 5 * time.Second}
-		go func() {
+			defer close(served)
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("http server failed", "addr", cfg.HTTPAddr, "err", err)
 			}
@@ -202,22 +149,144 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()
 			_ = srv.Shutdown(sctx)
+			_ = srv.Close()
+			<-served
 		}()
 		log.Info("serving /metrics, /healthz and /readyz", "addr", ln.Addr().String())
 	}
+
+	mon.SetPhase("migrating the schema")
+	for i, dsn := range c.dsns {
+		if err := migrateServer(ctx, cfg, dsn, log.With("server", i), false); err != nil {
+			return fmt.Errorf("migrate: server %d: %w", i, err)
+		}
+	}
+	mon.SetPhase("connecting to MySQL")
+	sinkCfg := cfg.Sink(log)
+	sinkCfg.Failpoints = fps
+	sink, dbs, err := mysqldriver.OpenSink(ctx, c.dsns, cfg.MySQL(), sinkCfg)
+	if err != nil {
+		return err
+	}
+	defer dbs.Close()
+	defer sink.Close()
+	mon.SetPhase("checking grants")
+	if err := preflight(ctx, dbs); err != nil {
+		return err
+	}
+	log.Info("starting", "instance", sink.Instance(), "topic", cfg.KafkaTopic, "group", cfg.KafkaGroup,
+		"servers", len(c.dsns), "participants", sink.Participants())
+
+	// The callback runs only once Run has started; m and mon exist before.
+	// The kprom hooks go to the pipeline's client only. The client id names
+	// the instance, so that the group's members (billing status, Kafka's
+	// tools) tell which member is which owner of partition_offsets.
+	kopts := append(slices.Clip(c.kopts), m.KafkaHooks(), kgo.ClientID("billing-"+sink.Instance()))
+	pcfg := cfg.Pipeline(kopts, log, func(info pipeline.CheckpointInfo) {
+		m.OnCheckpoint(info)
+		mon.OnCheckpoint(info)
+	})
+	pcfg.Failpoints = fps
+	p, err := pipeline.New(pcfg, sink, pipeline.Pools(dbs))
+	if err != nil {
+		return err
+	}
+	servers := make([]*sql.DB, dbs.Len())
+	for i := range servers {
+		servers[i] = dbs.Server(i).DB().DB
+		m.AddDB(strconv.Itoa(i), servers[i])
+	}
+	m.Attach(p.Stats(), p.DedupCacheKeys, mon.Stall)
+	adm := kadm.NewClient(p.Client())
+	mon.Start(health.Checks{
+		Stats:      p.Stats(),
+		MySQL:      pingAll(servers),
+		Membership: membership(p.Client(), adm, cfg.KafkaGroup, cfg.KafkaTopic),
+	})
+
+	// Health checks and sampling go on during the graceful shutdown (lag
+	// while draining); they use the pipeline's client and the sink's pools:
+	// stop them before those close.
+	bgctx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
+	var bg sync.WaitGroup
+	if cfg.HTTPAddr != "" { // nobody asks otherwise
+		bg.Add(1)
+		go func() {
+			defer bg.Done()
+			mon.Run(bgctx)
+		}()
+		sampler := &metrics.Sampler{
+			Kafka: adm, Servers: servers, Topic: cfg.KafkaTopic, Group: cfg.KafkaGroup, Owner: sink.Instance(),
+			Interval: cfg.MetricsSample, Timeout: min(cfg.MetricsSample, 10*time.Second), Logger: log,
+		}
+		bg.Add(1)
+		go func() {
+			defer bg.Done()
+			sampler.Run(bgctx, m)
+		}()
+	}
+	defer func() {
+		stopBackground()
+		bg.Wait()
+	}()
+
 	err = p.Run(ctx)
-	stopSampling()
+	stopBackground()
 	st := p.Stats()
 	log.Info("stopped", "counted", st.Counted.Load(), "checkpoints", st.Checkpoints.Load(), "consumed", st.Consumed.Load())
 	return err
 }
 
-// dedupCacheKeys returns the pipeline's in-memory dedup key count getter
-// when it has one (see the report: pipeline.Pipeline.DedupCacheKeys is a
-// requested addition); nil otherwise, which leaves the metric out.
-func dedupCacheKeys(p *pipeline.Pipeline) func() int {
-	if g, ok := any(p).(interface{ DedupCacheKeys() int }); ok {
-		return g.DedupCacheKeys
+// pingAll checks that every server answers.
+func pingAll(servers []*sql.DB) func(context.Context) error {
+	return func(ctx context.Context) error {
+		for i, db := range servers {
+			if err := db.PingContext(ctx); err != nil {
+				return fmt.Errorf("server %d: %w", i, err)
+			}
+		}
+		return nil
 	}
-	return nil
+}
+
+// membership asks the group coordinator whether the pipeline's client is
+// a member of the group (kgo's own view, GroupMetadata, says whether it
+// believes it joined; DescribeGroups confirms it and that the group is
+// Stable, not in the middle of a rebalance), and how many partitions of
+// the topic the group assigned it.
+func membership(cl *kgo.Client, adm *kadm.Client, group, topic string) func(context.Context) (bool, int, error) {
+	return func(ctx context.Context) (bool, int, error) {
+		gs, err := adm.DescribeGroups(ctx, group)
+		if err != nil {
+			return false, 0, fmt.Errorf("describe group: %w", err)
+		}
+		g, ok := gs[group]
+		if !ok {
+			return false, 0, nil
+		}
+		if g.Err != nil {
+			return false, 0, fmt.Errorf("describe group: %w", g.Err)
+		}
+		id, _ := cl.GroupMetadata()
+		if id == "" || g.State != "Stable" {
+			// Not joined, or the group is rebalancing: nobody consumes
+			// until the assignment is settled.
+			return false, 0, nil
+		}
+		for _, mem := range g.Members {
+			if mem.MemberID != id {
+				continue
+			}
+			n := 0
+			if ca, ok := mem.Assigned.AsConsumer(); ok {
+				for _, t := range ca.Topics {
+					if t.Topic == topic {
+						n += len(t.Partitions)
+					}
+				}
+			}
+			return true, n, nil
+		}
+		return false, 0, nil
+	}
 }

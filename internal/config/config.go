@@ -71,7 +71,9 @@ type Config struct {
 
 	HTTPAddr        string        `envconfig:"HTTP_ADDR" default:":8080" desc:"address of /metrics, /healthz and /readyz; empty disables"`
 	ReadyMaxAge     time.Duration `envconfig:"READY_MAX_CHECKPOINT_AGE" default:"60s" desc:"/readyz fails when the last checkpoint is older than this while records wait to be checkpointed"`
-	MetricsSample   time.Duration `envconfig:"METRICS_SAMPLE_INTERVAL" default:"15s" desc:"how often consumer lag and the dedup_keys row estimates are sampled for /metrics"`
+	LiveMaxAge      time.Duration `envconfig:"LIVENESS_MAX_CHECKPOINT_AGE" default:"5m" desc:"/healthz fails (the pipeline is wedged; the orchestrator restarts the instance) when records have waited this long with no checkpoint committed; must exceed READY_MAX_CHECKPOINT_AGE and CHECKPOINT_TIMEOUT"`
+	HealthCheck     time.Duration `envconfig:"HEALTH_CHECK_INTERVAL" default:"5s" desc:"how often /readyz's view of MySQL, Kafka and group membership is refreshed (each round bounded by it)"`
+	MetricsSample   time.Duration `envconfig:"METRICS_SAMPLE_INTERVAL" default:"15s" desc:"how often consumer lag, dead letters waiting, branches in doubt and the dedup_keys row estimates are sampled for /metrics"`
 	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"30s" desc:"bound on a graceful shutdown (SIGTERM); a second signal exits at once"`
 	LogFormat       string        `envconfig:"LOG_FORMAT" default:"auto" desc:"json, text, or auto (text on a terminal, json otherwise)"`
 	LogLevel        string        `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
@@ -156,6 +158,7 @@ func (c *Config) validate() []string {
 		"DECISION_RETENTION":       c.DecisionRetention,
 		"SHUTDOWN_TIMEOUT":         c.ShutdownTimeout,
 		"READY_MAX_CHECKPOINT_AGE": c.ReadyMaxAge,
+		"HEALTH_CHECK_INTERVAL":    c.HealthCheck,
 		"METRICS_SAMPLE_INTERVAL":  c.MetricsSample,
 	}
 	for _, name := range slices.Sorted(maps.Keys(positive)) {
@@ -181,6 +184,9 @@ func (c *Config) validate() []string {
 	}
 	if c.CheckpointTimeout <= c.CheckpointInterval {
 		bad("CHECKPOINT_TIMEOUT (%s) must exceed CHECKPOINT_INTERVAL (%s)", c.CheckpointTimeout, c.CheckpointInterval)
+	}
+	if c.LiveMaxAge <= c.ReadyMaxAge || c.LiveMaxAge <= c.CheckpointTimeout {
+		bad("LIVENESS_MAX_CHECKPOINT_AGE (%s) must exceed READY_MAX_CHECKPOINT_AGE (%s) and CHECKPOINT_TIMEOUT (%s): an instance must be taken out of service before it is restarted", c.LiveMaxAge, c.ReadyMaxAge, c.CheckpointTimeout)
 	}
 	if c.DecisionRetention < 2*c.CheckpointTimeout {
 		bad("DECISION_RETENTION (%s) must be at least twice CHECKPOINT_TIMEOUT", c.DecisionRetention)

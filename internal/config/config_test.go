@@ -79,6 +79,9 @@ func TestValidate(t *testing.T) {
 		want string
 	}{
 		{"negative ttl", map[string]string{"DEDUP_TTL": "-1h"}, "DEDUP_TTL must be positive"},
+		{"liveness before readiness", map[string]string{"LIVENESS_MAX_CHECKPOINT_AGE": "30s"}, "LIVENESS_MAX_CHECKPOINT_AGE (30s) must exceed READY_MAX_CHECKPOINT_AGE"},
+		{"liveness within the checkpoint timeout", map[string]string{"LIVENESS_MAX_CHECKPOINT_AGE": "90s", "CHECKPOINT_TIMEOUT": "2m", "KAFKA_REBALANCE_TIMEOUT": "3m"}, "must exceed READY_MAX_CHECKPOINT_AGE (1m0s) and CHECKPOINT_TIMEOUT (2m0s)"},
+		{"no health checks", map[string]string{"HEALTH_CHECK_INTERVAL": "0s"}, "HEALTH_CHECK_INTERVAL must be positive"},
 		{"broker without port", map[string]string{"KAFKA_BROKERS": "localhost"}, "is not host:port"},
 		{"rebalance shorter than checkpoint", map[string]string{"KAFKA_REBALANCE_TIMEOUT": "10s"}, "must exceed CHECKPOINT_TIMEOUT"},
 		{"fractional window", map[string]string{"BILLING_WINDOW": "1500ms"}, "BILLING_WINDOW must be a whole number of seconds"},

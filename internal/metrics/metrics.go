@@ -1,17 +1,23 @@
 package metrics
 
 import (
+	"database/sql"
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/plugin/kprom"
 
+	"github.com/billing/ledger/internal/buildinfo"
 	"github.com/billing/ledger/internal/event"
 	"github.com/billing/ledger/internal/pipeline"
+	"github.com/billing/ledger/internal/txsink/mysqldriver"
 )
 
 const namespace = "billing"
@@ -21,11 +27,19 @@ var phases = []string{"dedup", "aggregate", "write", "prepare", "decide", "commi
 
 // Options configure [New].
 type Options struct {
-	// Stats are the pipeline's running totals (required).
+	// Stats are the pipeline's running totals. They can also be attached
+	// later (Attach): before, the totals read 0.
 	Stats *pipeline.Stats
 	// DedupCacheKeys, if set, returns the number of event ids the pipeline
-	// holds in memory; without it billing_dedup_keys_memory is not exported.
+	// holds in memory (billing_dedup_cache_keys).
 	DedupCacheKeys func() int
+	// Topic and Group label the lag and dead-letter gauges.
+	Topic, Group string
+	// CheckpointTimeout is exported as billing_checkpoint_timeout_seconds,
+	// so that alert rules can compare ages with the setting in force.
+	CheckpointTimeout time.Duration
+	// Build labels billing_build_info; buildinfo.Get() when zero.
+	Build buildinfo.Info
 	// Now is the clock (tests); time.Now by default.
 	Now func() time.Time
 	// Process adds the Go runtime and process collectors.
@@ -35,23 +49,33 @@ type Options struct {
 // Metrics is the service's metric set. Its methods are safe for concurrent
 // use.
 type Metrics struct {
-	reg     *prometheus.Registry
-	now     func() time.Time
-	started time.Time
-	stats   *pipeline.Stats
+	reg          *prometheus.Registry
+	now          func() time.Time
+	started      time.Time
+	topic, group string
+
+	stats     atomic.Pointer[pipeline.Stats]
+	cacheKeys atomic.Pointer[func() int]
+	stall     atomic.Pointer[func() time.Duration]
 
 	deadLetters    *prometheus.CounterVec
 	ckptDuration   prometheus.Histogram
 	phaseDuration  *prometheus.HistogramVec
 	ckptFailures   *prometheus.CounterVec
-	commitLatency  prometheus.Histogram
+	e2eLatency     prometheus.Histogram
 	mysqlErrors    *prometheus.CounterVec
 	lag            *prometheus.GaugeVec
+	dlWaiting      *prometheus.GaugeVec
+	inDoubt        *prometheus.GaugeVec
+	inDoubtAge     *prometheus.GaugeVec
 	dedupRows      *prometheus.GaugeVec
 	sampleFailures *prometheus.CounterVec
 
-	mu       sync.Mutex // guards lagParts
+	mu       sync.Mutex // guards lagParts and dlReasons
 	lagParts map[int32]bool
+	// dlReasons are the reasons with a waiting gauge outside the
+	// pre-registered set (a reason of an older or newer build).
+	dlReasons map[string]bool
 }
 
 // New builds the metric set in a new private registry.
@@ -59,39 +83,71 @@ func New(o Options) *Metrics {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	m := &Metrics{reg: prometheus.NewRegistry(), now: o.Now, started: o.Now(), stats: o.Stats, lagParts: map[int32]bool{}}
-	st := o.Stats
-	counter := func(name, help string, v func() int64, labels prometheus.Labels) prometheus.Collector {
-		return prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: namespace, Name: name, Help: help, ConstLabels: labels},
-			func() float64 { return float64(v()) })
+	if o.Build == (buildinfo.Info{}) {
+		o.Build = buildinfo.Get()
+	}
+	m := &Metrics{reg: prometheus.NewRegistry(), now: o.Now, started: o.Now(), topic: o.Topic, group: o.Group,
+		lagParts: map[int32]bool{}, dlReasons: map[string]bool{}}
+	if o.Stats != nil {
+		m.Attach(o.Stats, o.DedupCacheKeys, nil)
+	}
+	stat := func(v func(*pipeline.Stats) int64) func() float64 {
+		return func() float64 {
+			if st := m.stats.Load(); st != nil {
+				return float64(v(st))
+			}
+			return 0
+		}
+	}
+	counter := func(name, help string, v func(*pipeline.Stats) int64, labels prometheus.Labels) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: namespace, Name: name, Help: help, ConstLabels: labels}, stat(v))
 	}
 	gauge := func(name, help string, v func() float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: name, Help: help}, v)
 	}
 	m.reg.MustRegister(
-		counter("records_consumed_total", "Records taken from Kafka; a replay after an aborted checkpoint counts again.", st.Consumed.Load, nil),
-		counter("events_counted_total", "Valid events committed to the ledger (each event once).", st.Counted.Load, nil),
-		counter("duplicates_dropped_total", "Repeated event ids dropped in committed checkpoints.", st.Duplicates.Load, nil),
-		counter("checkpoints_total", "Checkpoint attempts by outcome.", st.Checkpoints.Load, prometheus.Labels{"outcome": "committed"}),
-		counter("checkpoints_total", "Checkpoint attempts by outcome.", st.Aborts.Load, prometheus.Labels{"outcome": "aborted"}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: "build_info",
+			Help:        "Always 1; the labels name the running build (version and commit stamped at link time, Go version).",
+			ConstLabels: prometheus.Labels{"version": o.Build.Version, "commit": o.Build.Commit, "go_version": o.Build.GoVersion}},
+			func() float64 { return 1 }),
+		counter("records_consumed_total", "Records taken from Kafka; a replay after an aborted checkpoint counts again.", func(s *pipeline.Stats) int64 { return s.Consumed.Load() }, nil),
+		counter("events_counted_total", "Valid events committed to the ledger (each event once).", func(s *pipeline.Stats) int64 { return s.Counted.Load() }, nil),
+		counter("duplicates_dropped_total", "Repeated event ids dropped in committed checkpoints (dedup hits).", func(s *pipeline.Stats) int64 { return s.Duplicates.Load() }, nil),
+		counter("checkpoints_total", "Checkpoint attempts by outcome.", func(s *pipeline.Stats) int64 { return s.Checkpoints.Load() }, prometheus.Labels{"outcome": "committed"}),
+		counter("checkpoints_total", "Checkpoint attempts by outcome.", func(s *pipeline.Stats) int64 { return s.Aborts.Load() }, prometheus.Labels{"outcome": "aborted"}),
 		counter("indoubt_resolved_total", "Prepared XA branches left in doubt (crash, lost connection) that recovery resolved, by outcome.",
-			st.RecoveredCommit.Load, prometheus.Labels{"outcome": "committed"}),
+			func(s *pipeline.Stats) int64 { return s.RecoveredCommit.Load() }, prometheus.Labels{"outcome": "committed"}),
 		counter("indoubt_resolved_total", "Prepared XA branches left in doubt (crash, lost connection) that recovery resolved, by outcome.",
-			st.RecoveredAbort.Load, prometheus.Labels{"outcome": "rolled_back"}),
-		gauge("partitions_assigned", "Partitions this instance currently owns.", func() float64 { return float64(st.AssignedParts.Load()) }),
+			func(s *pipeline.Stats) int64 { return s.RecoveredAbort.Load() }, prometheus.Labels{"outcome": "rolled_back"}),
+		gauge("partitions_assigned", "Partitions this instance currently owns (claimed in MySQL).", stat(func(s *pipeline.Stats) int64 { return s.AssignedParts.Load() })),
+		gauge("records_pending", "Records consumed and not yet covered by a decided checkpoint (buffered or in flight).", stat(func(s *pipeline.Stats) int64 { return s.Pending.Load() })),
 		gauge("last_checkpoint_timestamp_seconds", "Unix time of the last committed checkpoint; 0 before the first.", func() float64 {
-			if n := st.LastCheckpoint.Load(); n != 0 {
-				return float64(n) / 1e9
+			if st := m.stats.Load(); st != nil {
+				if n := st.LastCheckpoint.Load(); n != 0 {
+					return float64(n) / 1e9
+				}
 			}
 			return 0
 		}),
 		gauge("last_checkpoint_age_seconds", "Seconds since the last committed checkpoint (since the process started, before the first). Grows while the pipeline is idle: alert on it together with lag.", func() float64 {
 			return m.now().Sub(m.lastCheckpoint()).Seconds()
 		}),
+		gauge("checkpoint_stall_seconds", "How long records have waited with no checkpoint committed; 0 when none wait. /healthz fails once it exceeds LIVENESS_MAX_CHECKPOINT_AGE.", func() float64 {
+			if f := m.stall.Load(); f != nil {
+				return (*f)().Seconds()
+			}
+			return 0
+		}),
+		gauge("checkpoint_timeout_seconds", "The CHECKPOINT_TIMEOUT setting: undecided XA branches older than this are rolled back by recovery.", func() float64 {
+			return o.CheckpointTimeout.Seconds()
+		}),
+		gauge("dedup_cache_keys", "Event ids held in the in-memory dedup cache (a count of keys, bounded by DEDUP_CACHE_KEYS).", func() float64 {
+			if f := m.cacheKeys.Load(); f != nil {
+				return float64((*f)())
+			}
+			return 0
+		}),
 	)
-	if o.DedupCacheKeys != nil {
-		m.reg.MustRegister(gauge("dedup_keys_memory", "Event ids held in the in-memory dedup cache.", func() float64 { return float64(o.DedupCacheKeys()) }))
-	}
 
 	m.deadLetters = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "dead_letters_total",
 		Help: "Dead letters committed, by reason (see internal/event reasons; other = a reason this build does not know)."}, []string{"reason"})
@@ -106,8 +162,8 @@ func New(o Options) *Metrics {
 		Help: "Duration of each phase of committed checkpoints.", Buckets: durationBuckets}, []string{"phase"})
 	m.ckptFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "checkpoint_failures_total",
 		Help: "Checkpoint attempts that failed, by the phase that failed. Before decide the checkpoint is aborted and replayed; in commit it is decided and recovery rolls it forward."}, []string{"phase"})
-	m.commitLatency = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Name: "commit_latency_seconds",
-		Help: "From a record's Kafka timestamp to the commit of the checkpoint covering it (includes producer clock skew).", Buckets: latencyBuckets})
+	m.e2eLatency = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Name: "end_to_end_latency_seconds",
+		Help: "From a record's Kafka timestamp (set by the producer or the broker) to the commit of the checkpoint covering it: end-to-end latency, producer clock skew included.", Buckets: latencyBuckets})
 	m.mysqlErrors = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "mysql_errors_total",
 		Help: "MySQL errors that failed a checkpoint attempt, by kind."}, []string{"kind"})
 	for _, p := range phases {
@@ -115,23 +171,72 @@ func New(o Options) *Metrics {
 		m.phaseDuration.WithLabelValues(p)
 	}
 	m.ckptFailures.WithLabelValues("other")
-	for _, k := range ErrorKinds() {
+	for _, k := range mysqldriver.ErrorKinds() {
 		m.mysqlErrors.WithLabelValues(k)
 	}
 	m.lag = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "consumer_lag_records",
-		Help: "Per partition owned by this instance: the partition's last stable offset minus the next offset stored in MySQL (records not yet committed to the ledger; transaction markers count)."}, []string{"partition"})
+		Help: "Per partition owned by this instance: the partition's last stable offset minus the next offset stored in MySQL (records not yet committed to the ledger). Summed over the instances of a group, each partition counts once."}, []string{"topic", "group", "partition"})
+	m.dlWaiting = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "dead_letters_waiting",
+		Help: "Dead letters not re-injected, of the partitions this instance owns, by reason (sampled). Summed over the instances of a group, each counts once."}, []string{"topic", "reason"})
+	for _, r := range event.AllReasons() {
+		m.dlWaiting.WithLabelValues(o.Topic, string(r))
+	}
+	m.inDoubt = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "xa_branches_in_doubt",
+		Help: "Prepared XA branches of this ledger on each MySQL server (XA RECOVER, sampled; branches of other ledgers sharing a server are left out once this ledger has its id)."}, []string{"server"})
+	m.inDoubtAge = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "xa_oldest_in_doubt_age_seconds",
+		Help: "Age of the oldest prepared XA branch of this service on each MySQL server; 0 when none (sampled)."}, []string{"server"})
 	m.dedupRows = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "dedup_keys_estimate",
 		Help: "Estimated rows of dedup_keys per MySQL server (information_schema TABLE_ROWS, an InnoDB estimate)."}, []string{"server"})
 	m.sampleFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "metrics_sample_failures_total",
 		Help: "Failed background samples, by what was sampled; the previous values are kept."}, []string{"sample"})
-	for _, s := range []string{"lag", "dedup_keys"} {
+	for _, s := range samples {
 		m.sampleFailures.WithLabelValues(s)
 	}
-	m.reg.MustRegister(m.deadLetters, m.ckptDuration, m.phaseDuration, m.ckptFailures, m.commitLatency, m.mysqlErrors, m.lag, m.dedupRows, m.sampleFailures)
+	m.reg.MustRegister(m.deadLetters, m.ckptDuration, m.phaseDuration, m.ckptFailures, m.e2eLatency, m.mysqlErrors, m.lag,
+		m.dlWaiting, m.inDoubt, m.inDoubtAge, m.dedupRows, m.sampleFailures)
 	if o.Process {
 		m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 	return m
+}
+
+// What the sampler samples, the label values of
+// billing_metrics_sample_failures_total.
+const (
+	SampleLag         = "lag"
+	SampleDedupKeys   = "dedup_keys"
+	SampleDeadLetters = "dead_letters"
+	SampleInDoubt     = "in_doubt"
+)
+
+var samples = []string{SampleLag, SampleDedupKeys, SampleDeadLetters, SampleInDoubt}
+
+// Attach connects the pipeline once it exists: its running totals, the
+// size of its dedup cache and the stall that /healthz judges (either func
+// may be nil).
+func (m *Metrics) Attach(st *pipeline.Stats, dedupCacheKeys func() int, stall func() time.Duration) {
+	m.stats.Store(st)
+	if dedupCacheKeys != nil {
+		m.cacheKeys.Store(&dedupCacheKeys)
+	}
+	if stall != nil {
+		m.stall.Store(&stall)
+	}
+}
+
+// KafkaHooks returns a kgo option that exports the Kafka client's own
+// metrics (franz-go's kprom plugin) as billing_kafka_*: connections, bytes
+// and errors per broker, fetched batches and records per topic, request
+// latency. Give it to exactly one client: the pipeline's.
+func (m *Metrics) KafkaHooks() kgo.Opt {
+	return kgo.WithHooks(kprom.NewMetrics(namespace, kprom.Subsystem("kafka"), kprom.Registry(m.reg)))
+}
+
+// AddDB exports the statistics of a connection pool (go_sql_* from
+// client_golang's DB stats collector: open, in use and idle connections,
+// waits for a connection, closes by reason), labelled db_name = name.
+func (m *Metrics) AddDB(name string, db *sql.DB) {
+	m.reg.MustRegister(collectors.NewDBStatsCollector(db, name))
 }
 
 var (
@@ -150,8 +255,10 @@ func (m *Metrics) Handler() http.Handler {
 // lastCheckpoint is the time of the last committed checkpoint, or the start
 // of the process before the first.
 func (m *Metrics) lastCheckpoint() time.Time {
-	if n := m.stats.LastCheckpoint.Load(); n != 0 {
-		return time.Unix(0, n)
+	if st := m.stats.Load(); st != nil {
+		if n := st.LastCheckpoint.Load(); n != 0 {
+			return time.Unix(0, n)
+		}
 	}
 	return m.started
 }
@@ -161,7 +268,7 @@ func (m *Metrics) lastCheckpoint() time.Time {
 func (m *Metrics) OnCheckpoint(info pipeline.CheckpointInfo) {
 	if info.Err != nil && !info.Retrying {
 		m.ckptFailures.WithLabelValues(known(info.FailedPhase, phases)).Inc()
-		if kind, ok := ErrorKind(info.Err); ok {
+		if kind, ok := mysqldriver.ErrorKind(info.Err); ok {
 			m.mysqlErrors.WithLabelValues(kind).Inc()
 		}
 	}
@@ -183,7 +290,7 @@ func (m *Metrics) OnCheckpoint(info pipeline.CheckpointInfo) {
 	end := info.Started.Add(info.Duration)
 	for _, ts := range info.RecordTimes {
 		if !ts.IsZero() {
-			m.commitLatency.Observe(max(end.Sub(ts).Seconds(), 0))
+			m.e2eLatency.Observe(max(end.Sub(ts).Seconds(), 0))
 		}
 	}
 }
@@ -195,14 +302,44 @@ func (m *Metrics) SetLag(lag map[int32]int64) {
 	defer m.mu.Unlock()
 	for p := range m.lagParts {
 		if _, ok := lag[p]; !ok {
-			m.lag.DeleteLabelValues(strconv.Itoa(int(p)))
+			m.lag.DeleteLabelValues(m.topic, m.group, strconv.Itoa(int(p)))
 			delete(m.lagParts, p)
 		}
 	}
 	for p, n := range lag {
-		m.lag.WithLabelValues(strconv.Itoa(int(p))).Set(float64(n))
+		m.lag.WithLabelValues(m.topic, m.group, strconv.Itoa(int(p))).Set(float64(n))
 		m.lagParts[p] = true
 	}
+}
+
+// SetDeadLettersWaiting replaces the counts of dead letters not
+// re-injected, by reason; every known reason absent from counts is 0. A
+// reason this build does not know keeps its own series while it has rows.
+func (m *Metrics) SetDeadLettersWaiting(counts map[string]int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, r := range reasons {
+		m.dlWaiting.WithLabelValues(m.topic, r).Set(float64(counts[r]))
+	}
+	for r := range m.dlReasons {
+		if counts[r] == 0 {
+			m.dlWaiting.DeleteLabelValues(m.topic, r)
+			delete(m.dlReasons, r)
+		}
+	}
+	for r, n := range counts {
+		if known(r, reasons) == "other" && n > 0 && len(r) <= 64 {
+			m.dlWaiting.WithLabelValues(m.topic, r).Set(float64(n))
+			m.dlReasons[r] = true
+		}
+	}
+}
+
+// SetInDoubt sets the number of the service's prepared XA branches on one
+// server and the age of the oldest.
+func (m *Metrics) SetInDoubt(server int, n int, oldest time.Duration) {
+	m.inDoubt.WithLabelValues(strconv.Itoa(server)).Set(float64(n))
+	m.inDoubtAge.WithLabelValues(strconv.Itoa(server)).Set(oldest.Seconds())
 }
 
 // SetDedupRows sets the dedup_keys estimate of one server (by index in
@@ -211,9 +348,9 @@ func (m *Metrics) SetDedupRows(server int, rows int64) {
 	m.dedupRows.WithLabelValues(strconv.Itoa(server)).Set(float64(rows))
 }
 
-// SampleFailed counts a failed sample ("lag" or "dedup_keys").
+// SampleFailed counts a failed sample (one of the Sample* names).
 func (m *Metrics) SampleFailed(sample string) {
-	m.sampleFailures.WithLabelValues(sample).Inc()
+	m.sampleFailures.WithLabelValues(known(sample, samples)).Inc()
 }
 
 var reasons = func() []string {

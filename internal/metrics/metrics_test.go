@@ -2,10 +2,10 @@ package metrics
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -14,18 +14,23 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	dto "github.com/prometheus/client_model/go"
-	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/billing/ledger/internal/buildinfo"
 	"github.com/billing/ledger/internal/event"
 	"github.com/billing/ledger/internal/pipeline"
 	"github.com/billing/ledger/internal/txsink"
+	"github.com/billing/ledger/internal/txsink/mysqldriver"
 )
 
 func newTest(t *testing.T) (*Metrics, *pipeline.Stats, *time.Time) {
 	t.Helper()
 	st := &pipeline.Stats{}
 	now := time.Unix(1_700_000_000, 0)
-	m := New(Options{Stats: st, Now: func() time.Time { return now }, DedupCacheKeys: func() int { return 42 }})
+	m := New(Options{Stats: st, Now: func() time.Time { return now }, DedupCacheKeys: func() int { return 42 },
+		Topic: "billing-events", Group: "billing-ledger", CheckpointTimeout: 30 * time.Second,
+		Build: buildinfo.Info{Version: "v1.2.3", Commit: "abc123", GoVersion: "go1.26.8"}})
 	return m, st, &now
 }
 
@@ -53,8 +58,8 @@ func TestRegistryLintAndPreregistration(t *testing.T) {
 	if n := len(series(t, m, "billing_dead_letters_total")); n != len(event.AllReasons())+1 {
 		t.Errorf("dead letter series = %d, want every reason + other = %d", n, len(event.AllReasons())+1)
 	}
-	if n := len(series(t, m, "billing_mysql_errors_total")); n != len(ErrorKinds()) {
-		t.Errorf("mysql error series = %d, want %d", n, len(ErrorKinds()))
+	if n := len(series(t, m, "billing_mysql_errors_total")); n != len(mysqldriver.ErrorKinds()) {
+		t.Errorf("mysql error series = %d, want %d", n, len(mysqldriver.ErrorKinds()))
 	}
 	if n := len(series(t, m, "billing_checkpoint_failures_total")); n != len(phases)+1 {
 		t.Errorf("failure series = %d, want %d", n, len(phases)+1)
@@ -87,7 +92,9 @@ func TestStatsExported(t *testing.T) {
 		{"billing_indoubt_resolved_total", map[string]string{"outcome": "committed"}, 4},
 		{"billing_indoubt_resolved_total", map[string]string{"outcome": "rolled_back"}, 5},
 		{"billing_partitions_assigned", nil, 6},
-		{"billing_dedup_keys_memory", nil, 42},
+		{"billing_dedup_cache_keys", nil, 42},
+		{"billing_checkpoint_timeout_seconds", nil, 30},
+		{"billing_build_info", map[string]string{"version": "v1.2.3", "commit": "abc123", "go_version": "go1.26.8"}, 1},
 		{"billing_last_checkpoint_age_seconds", nil, 90}, // since start: no checkpoint yet
 		{"billing_last_checkpoint_timestamp_seconds", nil, 0},
 	}
@@ -185,7 +192,7 @@ func TestOnCheckpoint(t *testing.T) {
 		{"other reason", value(t, m, "billing_dead_letters_total", map[string]string{"reason": "other"}), 2},
 		{"write failures", value(t, m, "billing_checkpoint_failures_total", map[string]string{"phase": "write"}), 1},
 		{"commit failures", value(t, m, "billing_checkpoint_failures_total", map[string]string{"phase": "commit"}), 1},
-		{"lock wait timeouts", value(t, m, "billing_mysql_errors_total", map[string]string{"kind": KindLockWaitTimeout}), 1},
+		{"lock wait timeouts", value(t, m, "billing_mysql_errors_total", map[string]string{"kind": mysqldriver.KindLockWaitTimeout}), 1},
 	}
 	for _, c := range checks {
 		if c.got != c.want {
@@ -206,8 +213,8 @@ func TestOnCheckpoint(t *testing.T) {
 	for _, want := range []string{
 		"billing_checkpoint_duration_seconds_count 1",
 		"billing_checkpoint_duration_seconds_sum 2",
-		"billing_commit_latency_seconds_count 2",
-		"billing_commit_latency_seconds_sum 15", // (2+3) + (2+8)
+		"billing_end_to_end_latency_seconds_count 2",
+		"billing_end_to_end_latency_seconds_sum 15", // (2+3) + (2+8)
 		`billing_checkpoint_phase_duration_seconds_count{phase="dedup"} 1`,
 	} {
 		if !strings.Contains(body, want+"\n") {
@@ -230,66 +237,6 @@ func scrape(t *testing.T, m *Metrics) string {
 	return string(b)
 }
 
-func TestErrorKind(t *testing.T) {
-	my := func(n uint16) error { return &mysql.MySQLError{Number: n, Message: "x"} }
-	tests := []struct {
-		name string
-		err  error
-		kind string
-		ok   bool
-	}{
-		{"nil", nil, "", false},
-		{"lock wait", my(1205), KindLockWaitTimeout, true},
-		{"deadlock wrapped", fmt.Errorf("write: %w", my(1213)), KindDeadlock, true},
-		{"duplicate", my(1062), KindDuplicateKey, true},
-		{"out of range", my(1690), KindOutOfRange, true},
-		{"xa nota", my(1397), KindXA, true},
-		{"xa rmfail in a join", errors.Join(errors.New("a"), my(1399)), KindXA, true},
-		{"xa dupid", my(1440), KindXA, true},
-		{"server gone", my(2006), KindConnection, true},
-		{"access denied", my(1142), KindOther, true},
-		{"bad conn", fmt.Errorf("x: %w", mysql.ErrInvalidConn), KindConnection, true},
-		{"net error", &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}, KindConnection, true},
-		{"deadline is not MySQL", fmt.Errorf("checkpoint timeout: %w", contextDeadline()), "", false},
-		{"fenced is not MySQL", txsink.ErrFenced, "", false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			kind, ok := ErrorKind(tt.err)
-			if kind != tt.kind || ok != tt.ok {
-				t.Fatalf("ErrorKind = %q, %v; want %q, %v", kind, ok, tt.kind, tt.ok)
-			}
-		})
-	}
-}
-
-func TestComputeLag(t *testing.T) {
-	const topic = "t"
-	off := func(m map[int32]int64) kadm.ListedOffsets {
-		l := kadm.ListedOffsets{topic: {}}
-		for p, o := range m {
-			l[topic][p] = kadm.ListedOffset{Topic: topic, Partition: p, Offset: o}
-		}
-		return l
-	}
-	ends := off(map[int32]int64{0: 100, 1: 50, 2: 10, 3: 7})
-	starts := off(map[int32]int64{0: 0, 1: 20, 2: 0, 3: 0})
-	pos := map[int32]int64{0: 60, 1: startOffset, 2: 12, 5: 3}
-	lag, err := computeLag(topic, pos, ends, starts)
-	if err == nil || !strings.Contains(err.Error(), "partition 5") {
-		t.Errorf("a partition without end offset must be reported, got %v", err)
-	}
-	want := map[int32]int64{0: 40, 1: 30, 2: 0}
-	if len(lag) != len(want) {
-		t.Fatalf("lag = %v, want %v", lag, want)
-	}
-	for p, w := range want {
-		if lag[p] != w {
-			t.Errorf("partition %d: lag %d, want %d", p, lag[p], w)
-		}
-	}
-}
-
 func TestSetLagDropsStalePartitions(t *testing.T) {
 	m, _, _ := newTest(t)
 	m.SetLag(map[int32]int64{0: 5, 1: 7})
@@ -297,7 +244,7 @@ func TestSetLagDropsStalePartitions(t *testing.T) {
 	if n := len(series(t, m, "billing_consumer_lag_records")); n != 1 {
 		t.Fatalf("lag series = %d, want 1 (partition 0 no longer owned)", n)
 	}
-	if v := value(t, m, "billing_consumer_lag_records", map[string]string{"partition": "1"}); v != 2 {
+	if v := value(t, m, "billing_consumer_lag_records", map[string]string{"topic": "billing-events", "group": "billing-ledger", "partition": "1"}); v != 2 {
 		t.Fatalf("lag of partition 1 = %v", v)
 	}
 	m.SetDedupRows(1, 1234)
@@ -306,13 +253,100 @@ func TestSetLagDropsStalePartitions(t *testing.T) {
 	}
 }
 
-func contextDeadline() error {
-	ctx, cancel := contextWithDeadlinePassed()
-	defer cancel()
-	<-ctx.Done()
-	return ctx.Err()
+// TestDeadLettersWaiting: every known reason has a series from the start;
+// a sample sets each (absent = 0); a reason this build does not know gets
+// its own series while it has rows, and loses it after.
+func TestDeadLettersWaiting(t *testing.T) {
+	m, _, _ := newTest(t)
+	if n := len(series(t, m, "billing_dead_letters_waiting")); n != len(event.AllReasons()) {
+		t.Fatalf("waiting series = %d, want one per reason (%d)", n, len(event.AllReasons()))
+	}
+	lbl := func(r string) map[string]string { return map[string]string{"topic": "billing-events", "reason": r} }
+	m.SetDeadLettersWaiting(map[string]int64{"invalid_json": 3, "from_the_future": 2})
+	if v := value(t, m, "billing_dead_letters_waiting", lbl("invalid_json")); v != 3 {
+		t.Errorf("invalid_json = %v", v)
+	}
+	if v := value(t, m, "billing_dead_letters_waiting", lbl("from_the_future")); v != 2 {
+		t.Errorf("unknown reason = %v", v)
+	}
+	m.SetDeadLettersWaiting(map[string]int64{"invalid_currency": 1})
+	if v := value(t, m, "billing_dead_letters_waiting", lbl("invalid_json")); v != 0 {
+		t.Errorf("invalid_json after re-injection = %v, want 0", v)
+	}
+	if n := len(series(t, m, "billing_dead_letters_waiting")); n != len(event.AllReasons()) {
+		t.Errorf("the unknown reason's series stayed: %d series", n)
+	}
+	m.SetInDoubt(1, 2, 45*time.Second)
+	if v := value(t, m, "billing_xa_oldest_in_doubt_age_seconds", map[string]string{"server": "1"}); v != 45 {
+		t.Errorf("oldest in doubt = %v", v)
+	}
+	if v := value(t, m, "billing_xa_branches_in_doubt", map[string]string{"server": "1"}); v != 2 {
+		t.Errorf("in doubt = %v", v)
+	}
 }
 
-func contextWithDeadlinePassed() (context.Context, context.CancelFunc) {
-	return context.WithDeadline(context.Background(), time.Unix(0, 0))
+// TestAttachLater: before the pipeline exists the totals read 0; once
+// attached, the running totals, the cache size and the stall show.
+func TestAttachLater(t *testing.T) {
+	m := New(Options{})
+	if v := value(t, m, "billing_events_counted_total", nil); v != 0 {
+		t.Fatalf("counted before attach = %v", v)
+	}
+	st := &pipeline.Stats{}
+	st.Counted.Store(9)
+	st.Pending.Store(4)
+	m.Attach(st, func() int { return 5 }, func() time.Duration { return 3 * time.Second })
+	for name, want := range map[string]float64{"billing_events_counted_total": 9, "billing_records_pending": 4,
+		"billing_dedup_cache_keys": 5, "billing_checkpoint_stall_seconds": 3} {
+		if v := value(t, m, name, nil); v != want {
+			t.Errorf("%s = %v, want %v", name, v, want)
+		}
+	}
+	if v := value(t, m, "billing_build_info", map[string]string{"version": buildinfo.Get().Version, "commit": buildinfo.Get().Commit, "go_version": buildinfo.Get().GoVersion}); v != 1 {
+		t.Errorf("build info = %v", v)
+	}
+}
+
+// TestKafkaAndDBCollectors: the kprom hooks export the client's metrics as
+// billing_kafka_* once a client with them talks to a broker (a fake
+// cluster here), and AddDB exports a pool's statistics labelled by name.
+func TestKafkaAndDBCollectors(t *testing.T) {
+	m, _, _ := newTest(t)
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), m.KafkaHooks())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.Ping(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := sum(t, m, "billing_kafka_connects_total"); !ok || v < 1 {
+		t.Errorf("billing_kafka_connects_total = %v (present %v), want >= 1", v, ok)
+	}
+	db, err := sql.Open("mysql", "u:p@tcp(127.0.0.1:1)/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(7)
+	m.AddDB("0", db)
+	if v := value(t, m, "go_sql_max_open_connections", map[string]string{"db_name": "0"}); v != 7 {
+		t.Errorf("go_sql_max_open_connections = %v, want 7", v)
+	}
+}
+
+// sum adds up every series of a family; ok is false when it is absent.
+func sum(t *testing.T, m *Metrics, name string) (float64, bool) {
+	t.Helper()
+	ss := series(t, m, name)
+	var v float64
+	for _, s := range ss {
+		v += s.GetCounter().GetValue() + s.GetGauge().GetValue()
+	}
+	return v, len(ss) > 0
 }

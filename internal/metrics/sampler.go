@@ -3,36 +3,39 @@ package metrics
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/billing/ledger/internal/ledgerstatus"
+	"github.com/billing/ledger/internal/txsink"
 )
 
-// startOffset is txsink.StartOffset: the stored position of a partition
-// never checkpointed (consumed from the start of the log).
-const startOffset = -2
-
 // Sampler refreshes the values that need Kafka or MySQL round trips
-// (consumer lag, dedup table size) every Interval, each round bounded by
-// Timeout, so that scrapes never wait on a remote system.
+// (consumer lag, dead letters waiting, branches in doubt, dedup table
+// size) every Interval, each round bounded by Timeout, so that scrapes
+// never wait on a remote system. The quantities are computed by
+// internal/ledgerstatus, as `billing status` computes them.
 type Sampler struct {
 	// Kafka lists the topic's offsets (kadm over the pipeline's client).
 	Kafka *kadm.Client
-	// Control is the control server, holding partition_offsets.
-	Control *sql.DB
-	// Servers are every server (control first), for dedup_keys estimates.
+	// Servers are every server, the control server (partition_offsets)
+	// first.
 	Servers      []*sql.DB
 	Topic, Group string
-	// Owner is this instance's id (txsink.Sink.Instance): lag is reported
-	// for the partitions it owns, so that the instances of a group never
-	// report a partition twice.
+	// Owner is this instance's id (txsink.Sink.Instance): lag and dead
+	// letters are reported for the partitions it owns, so that the
+	// instances of a group never report a partition twice.
 	Owner    string
 	Interval time.Duration
 	Timeout  time.Duration
 	Logger   *slog.Logger
+	// Now is the clock (tests); time.Now by default.
+	Now func() time.Time
 }
 
 // Run samples until ctx ends.
@@ -53,19 +56,64 @@ func (s *Sampler) Run(ctx context.Context, m *Metrics) {
 func (s *Sampler) Sample(ctx context.Context, m *Metrics) {
 	ctx, cancel := context.WithTimeout(ctx, s.Timeout)
 	defer cancel()
-	if s.Kafka != nil && s.Control != nil {
-		lag, err := s.Lag(ctx)
-		if err != nil {
-			m.SampleFailed("lag")
-			s.log().Debug("sampling consumer lag failed", "err", err)
+	if len(s.Servers) == 0 {
+		return
+	}
+	owned, err := s.owned(ctx)
+	if err != nil {
+		m.SampleFailed(SampleLag)
+		m.SampleFailed(SampleDeadLetters)
+		s.log().Debug("sampling the owned partitions failed", "err", err)
+	} else {
+		if s.Kafka != nil {
+			if lag, err := s.lag(ctx, owned); err != nil {
+				m.SampleFailed(SampleLag)
+				s.log().Debug("sampling consumer lag failed", "err", err)
+			} else {
+				m.SetLag(lag)
+			}
+		}
+		// Non-nil even when empty: a standby counts nothing (nil would
+		// mean every partition).
+		parts := append([]int32{}, slices.Sorted(maps.Keys(owned))...)
+		if counts, err := s.deadLetters(ctx, parts); err != nil {
+			m.SampleFailed(SampleDeadLetters)
+			s.log().Debug("sampling dead letters failed", "err", err)
 		} else {
-			m.SetLag(lag)
+			m.SetDeadLettersWaiting(counts)
 		}
 	}
+	now := time.Now
+	if s.Now != nil {
+		now = s.Now
+	}
+	ledgerID, err := ledgerstatus.LedgerID(ctx, s.Servers[0])
+	if err != nil {
+		m.SampleFailed(SampleInDoubt)
+		s.log().Debug("reading the ledger's id failed", "err", err)
+	}
 	for i, db := range s.Servers {
+		branches, err := ledgerstatus.InDoubt(ctx, db, i, ledgerID)
+		if err != nil {
+			m.SampleFailed(SampleInDoubt)
+			s.log().Debug("sampling branches in doubt failed", "server", i, "err", err)
+		} else {
+			var oldest time.Duration
+			n := 0
+			for _, b := range branches {
+				if !b.Mine() {
+					continue // another ledger's, on a shared server
+				}
+				n++
+				if !b.Created.IsZero() {
+					oldest = max(oldest, now().Sub(b.Created))
+				}
+			}
+			m.SetInDoubt(i, n, oldest)
+		}
 		n, err := DedupRows(ctx, db)
 		if err != nil {
-			m.SampleFailed("dedup_keys")
+			m.SampleFailed(SampleDedupKeys)
 			s.log().Debug("sampling dedup_keys size failed", "server", i, "err", err)
 			continue
 		}
@@ -80,15 +128,24 @@ func (s *Sampler) log() *slog.Logger {
 	return s.Logger
 }
 
-// Lag computes, for each partition this instance owns in MySQL, the last
-// stable offset (what a read_committed consumer can reach) minus the next
-// offset stored in partition_offsets. A partition never checkpointed counts
-// from the start of the log.
-func (s *Sampler) Lag(ctx context.Context) (map[int32]int64, error) {
-	pos, err := Positions(ctx, s.Control, s.Group, s.Topic, s.Owner)
+// owned returns the stored next offsets of the partitions this instance
+// owns in MySQL.
+func (s *Sampler) owned(ctx context.Context) (map[int32]int64, error) {
+	stored, err := ledgerstatus.Positions(ctx, s.Servers[0], s.Group, s.Topic)
 	if err != nil {
 		return nil, err
 	}
+	pos := map[int32]int64{}
+	for p, st := range stored {
+		if st.Owner == s.Owner {
+			pos[p] = st.NextOffset
+		}
+	}
+	return pos, nil
+}
+
+// lag is ledgerstatus.Lag of each owned partition.
+func (s *Sampler) lag(ctx context.Context, pos map[int32]int64) (map[int32]int64, error) {
 	if len(pos) == 0 {
 		return map[int32]int64{}, nil
 	}
@@ -98,67 +155,31 @@ func (s *Sampler) Lag(ctx context.Context) (map[int32]int64, error) {
 	}
 	var starts kadm.ListedOffsets
 	for _, next := range pos {
-		if next == startOffset {
+		if next == txsink.StartOffset {
 			if starts, err = s.Kafka.ListStartOffsets(ctx, s.Topic); err != nil {
 				return nil, fmt.Errorf("list start offsets: %w", err)
 			}
 			break
 		}
 	}
-	return computeLag(s.Topic, pos, ends, starts)
+	return ledgerstatus.LagOf(s.Topic, pos, ends, starts)
 }
 
-// computeLag is Lag's arithmetic: end - next, or end - log start for a
-// partition never checkpointed; never negative.
-func computeLag(topic string, pos map[int32]int64, ends, starts kadm.ListedOffsets) (map[int32]int64, error) {
-	lag := make(map[int32]int64, len(pos))
-	var errs []error
-	for p, next := range pos {
-		end, ok := ends.Lookup(topic, p)
-		if !ok || end.Err != nil {
-			errs = append(errs, fmt.Errorf("partition %d: no end offset (%v)", p, end.Err))
-			continue
+// deadLetters counts the dead letters not re-injected of the owned
+// partitions on every server (each server holds those of the accounts it
+// hosts), by reason.
+func (s *Sampler) deadLetters(ctx context.Context, partitions []int32) (map[string]int64, error) {
+	counts := map[string]int64{}
+	for i, db := range s.Servers {
+		w, err := ledgerstatus.DeadLettersWaiting(ctx, db, s.Topic, partitions)
+		if err != nil {
+			return nil, fmt.Errorf("server %d: %w", i, err)
 		}
-		if next == startOffset {
-			st, ok := starts.Lookup(topic, p)
-			if !ok || st.Err != nil {
-				errs = append(errs, fmt.Errorf("partition %d: no start offset (%v)", p, st.Err))
-				continue
-			}
-			next = st.Offset
+		for _, r := range w {
+			counts[r.Reason] += r.Count
 		}
-		lag[p] = max(end.Offset-next, 0)
 	}
-	return lag, errors.Join(errs...)
-}
-
-// Positions reads the next offsets stored in partition_offsets for the
-// partitions owned by owner (all partitions when owner is empty).
-func Positions(ctx context.Context, db *sql.DB, group, topic, owner string) (map[int32]int64, error) {
-	q := `SELECT kafka_partition, next_offset FROM partition_offsets WHERE consumer_group = ? AND kafka_topic = ?`
-	args := []any{group, topic}
-	if owner != "" {
-		q += ` AND owner = ?`
-		args = append(args, owner)
-	}
-	rows, err := db.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, fmt.Errorf("read partition_offsets: %w", err)
-	}
-	defer rows.Close()
-	pos := map[int32]int64{}
-	for rows.Next() {
-		var p int32
-		var next int64
-		if err := rows.Scan(&p, &next); err != nil {
-			return nil, fmt.Errorf("read partition_offsets: %w", err)
-		}
-		pos[p] = next
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read partition_offsets: %w", err)
-	}
-	return pos, nil
+	return counts, nil
 }
 
 // DedupRows returns InnoDB's estimate of the rows in dedup_keys of the
