@@ -7,6 +7,7 @@
 #   make image                                      # Docker, else Podman; see docs/docker.md
 #   docker build -t billing-ledger:local .          # the same with Docker by hand
 #   docker run --rm billing-ledger:local --help     # the environment variables
+#   docker run --rm billing-ledger:local version    # version and commit (make image stamps them)
 #   docker run --rm -e KAFKA_BROKERS=... -e MYSQL_DSN=... billing-ledger:local migrate
 #   docker run --rm --entrypoint billing-gen billing-ledger:local -h
 #   docker run --rm --entrypoint billing-verify billing-ledger:local -h

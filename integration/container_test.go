@@ -6,8 +6,9 @@ package integration_test
 // set; without it they skip, also in CI, since `make test` runs before any
 // image exists. With BILLING_IMAGE set, a missing engine or image fails.
 //
-//	BILLING_IMAGE     the image to test, e.g. billing-ledger:local
-//	CONTAINER_ENGINE  docker or podman (default: docker if it answers, else podman)
+//	BILLING_IMAGE         the image to test, e.g. billing-ledger:local
+//	BILLING_IMAGE_COMMIT  the commit `make image` stamped into it (checked when set)
+//	CONTAINER_ENGINE      docker or podman (default: docker if it answers, else podman)
 //
 // The containers use the host's network, so that the services on 127.0.0.1
 // (scripts/services.sh, or the harness's containers on published ports) are
@@ -158,7 +159,8 @@ func ctrName(prefix string) string { return harness.RandomName("billing-ct-" + p
 
 // TestContainerImage: what the image is, without any service: --help works,
 // the tools run (static binaries: the image has no C library), there is no
-// shell, the user is nonroot, the health check is `billing healthcheck`.
+// shell, the user is nonroot, the health check is `billing healthcheck`,
+// and `billing version` names the commit it was built from.
 func TestContainerImage(t *testing.T) {
 	e := newCtrEngine(t)
 
@@ -183,6 +185,15 @@ func TestContainerImage(t *testing.T) {
 	}
 	if hc := e.must(t, "image", "inspect", "--format", "{{json .Config.Healthcheck}}", e.image); !strings.Contains(hc, `"/usr/local/bin/billing","healthcheck"`) {
 		t.Errorf("image health check %s, want billing healthcheck", hc)
+	}
+
+	// `billing version` reports the commit `make image` stamped
+	// (internal/buildinfo), when the test is told which.
+	if commit := os.Getenv("BILLING_IMAGE_COMMIT"); commit != "" {
+		out := e.must(t, append(e.oneOff(ctrName("version"), nil), e.image, "version")...)
+		if !strings.Contains(out, "commit "+commit) {
+			t.Errorf("billing version in the image: %q, want commit %s (BILLING_IMAGE_COMMIT)", out, commit)
+		}
 	}
 }
 

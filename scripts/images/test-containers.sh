@@ -82,7 +82,8 @@ inventory=$IMG_CACHE/inventory.before
 
 phase "image against local services"
 log=$IMG_CACHE/test-container-image.log
-CI=true BILLING_IMAGE=$IMAGE CONTAINER_ENGINE=$ENGINE \
+# The commit images.sh stamped into the image, when make passed it.
+CI=true BILLING_IMAGE=$IMAGE BILLING_IMAGE_COMMIT=${COMMIT:-} CONTAINER_ENGINE=$ENGINE \
 	KAFKA_BROKERS=$KAFKA_BROKERS MYSQL_DSN=$MYSQL_DSN \
 	"$GO" test -count=1 -v -timeout "$TIMEOUT" -run "^($(
 		IFS='|'
