@@ -8,8 +8,7 @@
 #      mysql are healthy and billing is ready;
 #   3. the generator (profile demo), then `up -d --scale billing=3` while
 #      the service catches up, then the verifier (profile demo), which must
-#      print EXACT; the three instances must share the partitions (all
-#      ready);
+#      print EXACT; all three instances must turn healthy (ready);
 #   4. `down -v`, after which no container, volume or network of the run is
 #      left.
 #
