@@ -265,9 +265,10 @@ func TestContainerExactlyOnce(t *testing.T) {
 		}
 	}
 
-	// The generator, from the image too, rate-limited so that it is still
-	// producing when the consumer is killed. Its expected-ledger file goes
-	// to a host directory the image's nonroot user may write.
+	// The generator, from the image too, rate-limited (about 21 s) so that
+	// it is still producing when the consumer is killed, a few seconds in,
+	// also on a loaded machine. Its expected-ledger file goes to a host
+	// directory the image's nonroot user may write.
 	data := t.TempDir()
 	if err := os.Chmod(data, 0o777); err != nil {
 		t.Fatal(err)
@@ -275,7 +276,7 @@ func TestContainerExactlyOnce(t *testing.T) {
 	gen := ctrName("gen")
 	genArgs := e.oneOff(gen, nil, "-v", data+":/data", "--entrypoint", "/usr/local/bin/billing-gen")
 	genArgs = append(genArgs, e.image, "-brokers", strings.Join(brokers, ","), "-topic", topic,
-		"-events", "20000", "-accounts", "300", "-rate", "2000", "-seed", "10",
+		"-events", "20000", "-accounts", "300", "-rate", "1000", "-seed", "10",
 		"-expected", "/data/expected.json", "-progress", "log")
 	genProc := harness.Start(t, "billing-gen container", e.bin, nil, genArgs...)
 	t.Cleanup(func() { e.remove(t, gen) })
