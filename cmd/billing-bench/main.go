@@ -39,12 +39,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"os/signal"
-	"maps"
-	"slices"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -56,42 +56,42 @@ import (
 )
 
 type options struct {
-	brokers     []string
-	admin       string
-	events      int64
-	accounts    int
-	manyAcc     int
-	partitions  int
-	zipfS       float64
-	dupRatio    float64
-	seed        uint64
-	variants    []string
-	modes       []string
-	serviceEnv  map[string]string
-	svc         config.Config
-	naiveBatch  int
-	naiveWait   time.Duration
-	sinkChunk   int
-	lsCache     int
-	lsKeys      int64
-	liveRate    float64
-	liveSeconds time.Duration
-	timeout     time.Duration
-	gen         string
-	out         string
-	profile     bool
-	keep        bool
-	watch       map[string]int
-	topic       string
-	expected    string
-	repeat      int
-	memLimit    int64
-	admin2      string        // a second server, for the two-servers variant
-	steadyRate  float64       // expected catch-up rate of the steady-state variant
-	steadyTTL   time.Duration // its DEDUP_TTL
-	load        int           // busy cores of background load during measurements
-	decisions   []int         // coordinator counts of the decision-rate measurement
-	decisionsD  time.Duration
+	brokers          []string
+	admin            string
+	events           int64
+	accounts         int
+	manyAcc          int
+	partitions       int
+	zipfS            float64
+	dupRatio         float64
+	seed             uint64
+	variants         []string
+	modes            []string
+	serviceEnv       map[string]string
+	svc              config.Config
+	naiveBatch       int
+	naiveWait        time.Duration
+	sinkChunk        int
+	lsCache          int
+	lsKeys           int64
+	liveRate         float64
+	liveSeconds      time.Duration
+	timeout          time.Duration
+	gen              string
+	out              string
+	profile          bool
+	keep             bool
+	watch            map[string]int
+	topic            string
+	expected         string
+	repeat           int
+	memLimit         int64
+	admin2           string        // a second server, for the two-servers variant
+	steadyRate       float64       // expected catch-up rate of the steady-state variant
+	steadyTTL        time.Duration // its DEDUP_TTL
+	load             int           // busy cores of background load during measurements
+	decisions        []int         // coordinator counts of the decision-rate measurement
+	decisionsD       time.Duration
 	hostileEvents    int // padded valid events of the hostile variant
 	hostileJunkEvery int // one junk record of 1 MiB per this many of them
 }
@@ -110,8 +110,8 @@ type variant struct {
 	// hostile: the workload is records of the maximum size (produceHostile),
 	// measured in service mode only: its peak RSS must stay bounded.
 	hostile bool
-	env   map[string]string // service settings of the variant
-	note  string
+	env     map[string]string // service settings of the variant
+	note    string
 }
 
 func envOr(name, def string) string {

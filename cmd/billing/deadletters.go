@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"database/sql"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -20,6 +19,11 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/billing/ledger/internal/dedup"
+	"github.com/billing/ledger/internal/stmt"
+
+	"github.com/billing/ledger/internal/deadletters"
 
 	"github.com/jmoiron/sqlx"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -152,28 +156,10 @@ func closeAll(dbs []*sqlx.DB) {
 	}
 }
 
+// dlRow is a dead letter and the server it is on.
 type dlRow struct {
-	ID           int64        `db:"id"`
-	Topic        string       `db:"kafka_topic"`
-	Partition    int32        `db:"kafka_partition"`
-	Offset       int64        `db:"kafka_offset"`
-	Reason       string       `db:"reason"`
-	Detail       string       `db:"detail"`
-	EventID      []byte       `db:"event_id"`
-	Key          []byte       `db:"record_key"`
-	Payload      []byte       `db:"payload"`
-	PayloadSize  int64        `db:"payload_size"`
-	PayloadSHA   []byte       `db:"payload_sha256"`
-	Checkpoint   string       `db:"checkpoint_id"`
-	CreatedAt    time.Time    `db:"created_at"`
-	ReinjectedAt sql.NullTime `db:"reinjected_at"`
-	// The audit of the last re-injection (the log keeps every one).
-	ReinjectedBy        sql.NullString `db:"reinjected_by"`
-	ReinjectedForced    sql.NullBool   `db:"reinjected_forced"`
-	ReinjectedPartition sql.NullInt32  `db:"reinjected_partition"`
-	ReinjectedOffset    sql.NullInt64  `db:"reinjected_offset"`
-	ReinjectedSHA256    []byte         `db:"reinjected_sha256"`
-	server              int
+	deadletters.Row
+	server int
 }
 
 func dlList(args []string, stdout, stderr io.Writer) int {
@@ -199,27 +185,15 @@ func listDeadLetters(ctx context.Context, cfg config.Config, log *slog.Logger, r
 		return err
 	}
 	defer closeAll(dbs)
-	q := `SELECT id, kafka_topic, kafka_partition, kafka_offset, reason, event_id, payload_size, created_at, reinjected_at FROM dead_letters WHERE 1=1`
-	var qargs []any
-	if reason != "" {
-		q += ` AND reason = ?`
-		qargs = append(qargs, reason)
-	}
-	if pending {
-		q += ` AND reinjected_at IS NULL`
-	}
-	q += ` ORDER BY created_at DESC, id DESC LIMIT ?`
-	qargs = append(qargs, limit)
 	var all []dlRow
 	for i, db := range dbs {
-		var rows []dlRow
-		if err := db.SelectContext(ctx, &rows, q, qargs...); err != nil {
-			return fmt.Errorf("server %d: list dead letters: %w", i, err)
+		rows, err := deadletters.List(ctx, db, deadletters.Filter{Reason: reason, Pending: pending, Limit: limit})
+		if err != nil {
+			return fmt.Errorf("server %d: %w", i, err)
 		}
-		for j := range rows {
-			rows[j].server = i
+		for _, r := range rows {
+			all = append(all, dlRow{r, i})
 		}
-		all = append(all, rows...)
 	}
 	slices.SortStableFunc(all, func(a, b dlRow) int { return b.CreatedAt.Compare(a.CreatedAt) })
 	all = all[:min(len(all), limit)]
@@ -247,18 +221,14 @@ func loadDL(ctx context.Context, dbs []*sqlx.DB, id dlID) (*dlRow, error) {
 	if id.server >= len(dbs) {
 		return nil, fmt.Errorf("%w: no server %d (MYSQL_DSN is 0, MYSQL_SHARD_DSNS are 1..%d)", errRefused, id.server, len(dbs)-1)
 	}
-	var r dlRow
-	err := dbs[id.server].GetContext(ctx, &r, `SELECT id, kafka_topic, kafka_partition, kafka_offset, reason, detail, event_id, record_key,
-		payload, payload_size, payload_sha256, checkpoint_id, created_at, reinjected_at, reinjected_by, reinjected_forced,
-		reinjected_partition, reinjected_offset, reinjected_sha256 FROM dead_letters WHERE id = ?`, id.id)
-	if errors.Is(err, sql.ErrNoRows) {
+	r, err := deadletters.Get(ctx, dbs[id.server], id.id)
+	if errors.Is(err, deadletters.ErrNotFound) {
 		return nil, fmt.Errorf("%w: no dead letter %s", errRefused, id)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read dead letter %s: %w", id, err)
 	}
-	r.server = id.server
-	return &r, nil
+	return &dlRow{*r, id.server}, nil
 }
 
 func dlShow(args []string, stdout, stderr io.Writer) int {
@@ -558,14 +528,12 @@ func reinject(ctx context.Context, cfg config.Config, log *slog.Logger, o reinje
 	// dropped and a different one is dead-lettered as a conflict.
 	now := time.Now().UTC()
 	for i, db := range dbs {
-		var exp []time.Time
-		if err := db.SelectContext(ctx, &exp, `SELECT expires_at FROM dedup_keys WHERE event_id = ?`, ev.EventID); err != nil {
-			return fmt.Errorf("server %d: dedup lookup: %w", i, err)
+		seen := map[string]dedup.Seen{}
+		if err := dedup.Lookup(ctx, lookupPool{db}, []string{ev.EventID}, seen); err != nil {
+			return fmt.Errorf("server %d: %w", i, err)
 		}
-		for _, e := range exp {
-			if !e.After(now) {
-				continue
-			}
+		if s, ok := seen[ev.EventID]; ok && s.ExpiresAt.After(now) {
+			e := s.ExpiresAt
 			if err := refuseOrWarn("already_counted", fmt.Sprintf("event_id %s is already counted (dedup key on server %d until %s); reinjecting cannot change the ledger while the key lives: an identical payload is dropped as a duplicate, a different one is dead-lettered as conflicting_duplicate; consumed after %s, it would count a second time",
 				safeText(ev.EventID, 256), i, e.Format(time.RFC3339), e.Format(time.RFC3339))); err != nil {
 				return err
@@ -579,20 +547,11 @@ func reinject(ctx context.Context, cfg config.Config, log *slog.Logger, o reinje
 	db := dbs[id.server]
 	sum := sha256.Sum256(payload)
 	mark := time.Now().UTC().Truncate(time.Microsecond)
-	q := `UPDATE dead_letters SET reinjected_at = ?, reinjected_by = ?, reinjected_forced = ?, reinjected_sha256 = ?,
-		reinjected_partition = NULL, reinjected_offset = NULL WHERE id = ? AND `
-	qargs := []any{mark, o.by, o.force, sum[:], id.id}
-	if r.ReinjectedAt.Valid {
-		q += `reinjected_at = ?`
-		qargs = append(qargs, r.ReinjectedAt.Time)
-	} else {
-		q += `reinjected_at IS NULL`
-	}
-	res, err := db.ExecContext(ctx, q, qargs...)
+	marked, err := deadletters.Mark(ctx, db, &r.Row, deadletters.Audit{At: mark, By: o.by, Forced: o.force, SHA256: sum[:]})
 	if err != nil {
 		return fmt.Errorf("mark dead letter %s: %w", id, err)
 	}
-	if n, err := res.RowsAffected(); err != nil || n != 1 {
+	if !marked {
 		return fmt.Errorf("%w: dead letter %s was reinjected concurrently", errRefused, id)
 	}
 
@@ -602,9 +561,7 @@ func reinject(ctx context.Context, cfg config.Config, log *slog.Logger, o reinje
 	if err != nil {
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
-		if _, uerr := db.ExecContext(uctx, `UPDATE dead_letters SET reinjected_at = ?, reinjected_by = ?, reinjected_forced = ?, reinjected_sha256 = ?,
-			reinjected_partition = ?, reinjected_offset = ? WHERE id = ? AND reinjected_at = ?`,
-			r.ReinjectedAt, r.ReinjectedBy, r.ReinjectedForced, r.ReinjectedSHA256, r.ReinjectedPartition, r.ReinjectedOffset, id.id, mark); uerr != nil {
+		if uerr := deadletters.Restore(uctx, db, &r.Row, mark); uerr != nil {
 			fmt.Fprintf(stderr, "WARNING: could not restore the re-injection columns of %s after the failure: %v\n", id, uerr)
 		}
 		return fmt.Errorf("produce: %w (if the failure was a timeout the record may still have been written; running reinject again is safe: the pipeline drops an identical copy of a counted event)", err)
@@ -612,8 +569,7 @@ func reinject(ctx context.Context, cfg config.Config, log *slog.Logger, o reinje
 	log.Info("dead letter re-injected", "dead_letter", id.String(), "source", fmt.Sprintf("%s/%d/%d", r.Topic, r.Partition, r.Offset),
 		"reason", r.Reason, "by", o.by, "forced", o.force, "overridden", overridden, "corrected", o.payloadFile != "",
 		"partition", part, "offset", off, "sha256", hex.EncodeToString(sum[:]))
-	if _, err := db.ExecContext(ctx, `UPDATE dead_letters SET reinjected_partition = ?, reinjected_offset = ? WHERE id = ? AND reinjected_at = ?`,
-		part, off, id.id, mark); err != nil {
+	if err := deadletters.Landed(ctx, db, id.id, mark, part, off); err != nil {
 		fmt.Fprintf(stderr, "WARNING: the record was produced to partition %d at offset %d, but recording that in dead letter %s failed: %v\n", part, off, id, err)
 	}
 	fmt.Fprintf(stdout, "reinjected dead letter %s (event_id %s) to %s partition %d at offset %d\n", id, safeText(ev.EventID, 256), cfg.KafkaTopic, part, off)
@@ -648,3 +604,13 @@ func produceOnce(ctx context.Context, kopts []kgo.Opt, topic string, r *dlRow, p
 	}
 	return rec.Partition, rec.Offset, nil
 }
+
+// lookupPool runs dedup lookups on a server's pool, with the smallest
+// statement budget the service accepts (a lookup of one id fits any).
+type lookupPool struct{ db *sqlx.DB }
+
+func (q lookupPool) Select(ctx context.Context, dest any, query string, args ...any) error {
+	return q.db.SelectContext(ctx, dest, query, args...)
+}
+
+func (lookupPool) MaxStatementBytes() int { return stmt.Budget(stmt.MinPacket) }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/billing/ledger/internal/deadletters"
+
 	"github.com/go-sql-driver/mysql"
 	"github.com/jmoiron/sqlx"
 
@@ -122,32 +124,12 @@ func readShard(ctx context.Context, db *sqlx.DB, shard int, topic string, act *A
 		return fmt.Errorf("read billing_windows: %w", err)
 	}
 
-	type deadLetter struct {
-		Topic     string `db:"kafka_topic"`
-		Partition int32  `db:"kafka_partition"`
-		Offset    int64  `db:"kafka_offset"`
-		Reason    string `db:"reason"`
-	}
-	q := `SELECT kafka_topic, kafka_partition, kafka_offset, reason FROM dead_letters`
-	var args []any
-	if topic != "" {
-		q += ` WHERE kafka_topic = ?`
-		args = append(args, topic)
-	}
-	rows, err = tx.QueryxContext(ctx, q, args...)
+	dls, err := deadletters.Positions(ctx, tx, topic)
 	if err != nil {
-		return fmt.Errorf("read dead_letters: %w", err)
+		return err
 	}
-	for rows.Next() {
-		var d deadLetter
-		if err := rows.StructScan(&d); err != nil {
-			_ = rows.Close()
-			return fmt.Errorf("read dead_letters: %w", err)
-		}
+	for _, d := range dls {
 		act.DeadLetters = append(act.DeadLetters, DeadLetterRow{shard, d.Topic, d.Partition, d.Offset, d.Reason})
-	}
-	if err := closeRows(rows); err != nil {
-		return fmt.Errorf("read dead_letters: %w", err)
 	}
 	return nil
 }

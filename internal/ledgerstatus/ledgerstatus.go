@@ -19,6 +19,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/billing/ledger/internal/deadletters"
+
 	"github.com/go-sql-driver/mysql"
 	"github.com/twmb/franz-go/pkg/kadm"
 
@@ -211,46 +213,7 @@ func DecisionOf(ctx context.Context, control *sql.DB, gtrid string) (string, err
 }
 
 // Waiting is the number of dead letters of one reason not re-injected.
-type Waiting struct {
-	Reason string    `json:"reason"`
-	Count  int64     `json:"count"`
-	Oldest time.Time `json:"oldest"`
-}
-
-// DeadLettersWaiting counts the dead letters of topic not re-injected on
-// one server, by reason. With partitions non-nil only those partitions
-// count (the metrics sampler counts the partitions its instance owns, so
-// that the instances of a group never count a dead letter twice).
-func DeadLettersWaiting(ctx context.Context, db *sql.DB, topic string, partitions []int32) ([]Waiting, error) {
-	q := `SELECT reason, COUNT(*), MIN(created_at) FROM dead_letters WHERE kafka_topic = ? AND reinjected_at IS NULL`
-	args := []any{topic}
-	if partitions != nil {
-		if len(partitions) == 0 {
-			return nil, nil
-		}
-		q += ` AND kafka_partition IN (?` + strings.Repeat(`,?`, len(partitions)-1) + `)`
-		for _, p := range partitions {
-			args = append(args, p)
-		}
-	}
-	rows, err := db.QueryContext(ctx, q+` GROUP BY reason`, args...)
-	if err != nil {
-		return nil, fmt.Errorf("count dead letters: %w", err)
-	}
-	defer rows.Close()
-	var out []Waiting
-	for rows.Next() {
-		var w Waiting
-		if err := rows.Scan(&w.Reason, &w.Count, &w.Oldest); err != nil {
-			return nil, fmt.Errorf("count dead letters: %w", err)
-		}
-		out = append(out, w)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("count dead letters: %w", err)
-	}
-	return out, nil
-}
+type Waiting = deadletters.Waiting
 
 // MergeWaiting adds up the counts of several servers, by reason, sorted by
 // reason.

@@ -40,11 +40,11 @@ func TestLagOf(t *testing.T) {
 func TestMergeWaiting(t *testing.T) {
 	t0 := time.Unix(1_700_000_000, 0)
 	got := MergeWaiting(
-		[]Waiting{{"invalid_json", 2, t0.Add(time.Hour)}, {"amount_overflow", 1, t0}},
+		[]Waiting{{Reason: "invalid_json", Count: 2, Oldest: t0.Add(time.Hour)}, {Reason: "amount_overflow", Count: 1, Oldest: t0}},
 		nil,
-		[]Waiting{{"invalid_json", 3, t0}},
+		[]Waiting{{Reason: "invalid_json", Count: 3, Oldest: t0}},
 	)
-	want := []Waiting{{"amount_overflow", 1, t0}, {"invalid_json", 5, t0}}
+	want := []Waiting{{Reason: "amount_overflow", Count: 1, Oldest: t0}, {Reason: "invalid_json", Count: 5, Oldest: t0}}
 	if len(got) != len(want) {
 		t.Fatalf("got %v, want %v", got, want)
 	}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/billing/ledger/internal/deadletters"
+
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 
@@ -192,7 +194,7 @@ func Collect(ctx context.Context, s Sources) (*Report, error) {
 			}
 			r.InDoubt = append(r.InDoubt, e)
 		}
-		w, err := DeadLettersWaiting(ctx, db, s.Topic, nil)
+		w, err := deadletters.CountWaiting(ctx, db, s.Topic, nil)
 		if err != nil {
 			problem("server %d: %v", i, err)
 		}

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/billing/ledger/internal/deadletters"
+
 	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/billing/ledger/internal/ledgerstatus"
@@ -171,7 +173,7 @@ func (s *Sampler) lag(ctx context.Context, pos map[int32]int64) (map[int32]int64
 func (s *Sampler) deadLetters(ctx context.Context, partitions []int32) (map[string]int64, error) {
 	counts := map[string]int64{}
 	for i, db := range s.Servers {
-		w, err := ledgerstatus.DeadLettersWaiting(ctx, db, s.Topic, partitions)
+		w, err := deadletters.CountWaiting(ctx, db, s.Topic, partitions)
 		if err != nil {
 			return nil, fmt.Errorf("server %d: %w", i, err)
 		}

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/billing/ledger/internal/deadletters"
+
 	"github.com/billing/ledger/internal/txsink"
 )
 
@@ -21,7 +23,7 @@ import (
 type snapshot struct {
 	cuts    []txsink.PartitionCut
 	records []record
-	dead    []deadLetter
+	dead    []deadletters.Letter
 	bytes   int // memory held by records and dead
 }
 

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/billing/ledger/internal/deadletters"
+
 	"github.com/jmoiron/sqlx"
 
 	"github.com/billing/ledger/internal/dedup"
@@ -252,7 +254,7 @@ func (c *Checkpointer) attempt(ctx context.Context, s *snapshot, careful, trial 
 		}
 	}
 	for _, d := range o.dead {
-		info.DeadLetters[d.reason]++
+		info.DeadLetters[d.Reason]++
 	}
 	expires := now.Add(c.cfg.DedupTTL)
 	err = tx.Each(ctx, writers, func(ctx context.Context, b *txsink.Branch) error {
@@ -272,7 +274,7 @@ func (c *Checkpointer) attempt(ctx context.Context, s *snapshot, careful, trial 
 		if err := writeWindows(ctx, b, w.windows, now); err != nil {
 			return err
 		}
-		return writeDeadLetters(ctx, b, c.cfg.Topic, info.Gtrid, w.dead, now)
+		return deadletters.Write(ctx, b, c.cfg.Topic, info.Gtrid, w.dead, now)
 	})
 	if err != nil {
 		if c.sink.Code(err) == driver.Overflow && !careful {
@@ -429,7 +431,7 @@ func offsetRanges(s *snapshot) string {
 		see(s.records[i].partition, s.records[i].offset)
 	}
 	for i := range s.dead {
-		see(s.dead[i].partition, s.dead[i].offset)
+		see(s.dead[i].Partition, s.dead[i].Offset)
 	}
 	parts := slices.Sorted(func(yield func(int32) bool) {
 		for p := range lo {

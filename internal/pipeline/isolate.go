@@ -6,6 +6,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/billing/ledger/internal/deadletters"
+
 	"github.com/billing/ledger/internal/event"
 	"github.com/billing/ledger/internal/txsink/driver"
 )
@@ -146,7 +148,7 @@ func (s *snapshot) position(e element) (int32, int64) {
 		return s.records[e].partition, s.records[e].offset
 	}
 	d := &s.dead[e-len(s.records)]
-	return d.partition, d.offset
+	return d.Partition, d.Offset
 }
 
 // reject returns s with the rejected elements turned into
@@ -163,14 +165,14 @@ func (s *snapshot) reject(rejected map[element]string, prefix int) *snapshot {
 			next.records = append(next.records, *r)
 			continue
 		}
-		next.dead = append(next.dead, newDeadLetter(r.partition, r.offset, r.key, r.value, prefix, reason,
+		next.dead = append(next.dead, deadletters.New(r.partition, r.offset, r.key, r.value, prefix, reason,
 			fmt.Sprintf("the database refused this event: %s", msg), r.ev.EventID))
 	}
 	for i := range s.dead {
 		d := s.dead[i]
 		if msg, ok := rejected[len(s.records)+i]; ok {
-			d = deadLetter{partition: d.partition, offset: d.offset, reason: reason, payload: []byte{}, size: d.size, sha256: d.sha256,
-				detail: fmt.Sprintf("the database refused this record's dead letter (%s): %s", d.reason, msg)}
+			d = deadletters.Letter{Partition: d.Partition, Offset: d.Offset, Reason: reason, Payload: []byte{}, Size: d.Size, SHA256: d.SHA256,
+				Detail: fmt.Sprintf("the database refused this record's dead letter (%s): %s", d.Reason, msg)}
 		}
 		next.dead = append(next.dead, d)
 	}

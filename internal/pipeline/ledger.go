@@ -1,14 +1,10 @@
 package pipeline
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
-	"database/sql"
 	"fmt"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/billing/ledger/internal/dedup"
 	"github.com/billing/ledger/internal/stmt"
@@ -20,13 +16,7 @@ import (
 
 // execer runs statements inside a branch (txsink.Branch), each within its
 // server's statement budget (package stmt).
-type execer = dedup.Execer
-
-// preparer runs a statement through a server-side prepared statement kept
-// with the branch's connection (txsink.Branch.ExecPrepared).
-type preparer interface {
-	ExecPrepared(ctx context.Context, query string, args ...any) (sql.Result, error)
-}
+type execer = stmt.Execer
 
 // upsertSQL returns the ON DUPLICATE KEY UPDATE clause that adds a delta to
 // the given columns or, for absolute values read under a row lock, sets
@@ -48,32 +38,6 @@ func upsertSQL(absolute bool, cols ...string) string {
 	return b.String()
 }
 
-// batches runs multi-row INSERTs of n rows, as few as ex's statement
-// budget allows (package stmt): rowBytes(i) bounds row i's text, args(i)
-// gives its arguments.
-func batches(ctx context.Context, ex execer, n int, head, tuple, tail string, rowBytes func(i int) int, args func(i int) []any) error {
-	var b strings.Builder
-	return stmt.Split(n, len(head)+len(tail), ex.MaxStatementBytes(), rowBytes, func(start, end int) error {
-		b.Reset()
-		b.WriteString(head)
-		var all []any
-		for i := start; i < end; i++ {
-			if i > start {
-				b.WriteByte(',')
-			}
-			b.WriteString(tuple)
-			all = append(all, args(i)...)
-		}
-		b.WriteString(tail)
-		exec := ex.Exec
-		if p, ok := ex.(preparer); ok && end-start == stmt.MaxRows {
-			exec = p.ExecPrepared // full statements: the same text every time
-		}
-		_, err := exec(ctx, b.String(), all...)
-		return err
-	})
-}
-
 // Worst-case bytes of a result row besides its account id: the currency,
 // two BIGINTs, one or two DATETIMEs and the tuple's text.
 const resultRowBytes = 6*32 + 16
@@ -88,7 +52,7 @@ func writeBalances(ctx context.Context, ex execer, rows []balanceRow, now time.T
 				part = append(part, r)
 			}
 		}
-		err := batches(ctx, ex, len(part),
+		err := stmt.Insert(ctx, ex, len(part),
 			`INSERT INTO account_balances (account_id, currency, balance_minor, event_count, updated_at) VALUES `,
 			"(?,?,?,?,?)", upsertSQL(abs, "balance_minor", "event_count"),
 			func(i int) int { return stmt.ArgBytes(part[i].account) + resultRowBytes },
@@ -112,7 +76,7 @@ func writeWindows(ctx context.Context, ex execer, rows []windowRow, now time.Tim
 				part = append(part, r)
 			}
 		}
-		err := batches(ctx, ex, len(part),
+		err := stmt.Insert(ctx, ex, len(part),
 			`INSERT INTO billing_windows (account_id, currency, window_start, amount_minor, event_count, updated_at) VALUES `,
 			"(?,?,?,?,?,?)", upsertSQL(abs, "amount_minor", "event_count"),
 			func(i int) int { return stmt.ArgBytes(part[i].account) + resultRowBytes },
@@ -125,110 +89,6 @@ func writeWindows(ctx context.Context, ex execer, rows []windowRow, now time.Tim
 		}
 	}
 	return nil
-}
-
-// deadLetter is a record that was not counted, with the reason. It keeps
-// a bounded prefix of the record's value, its size and its SHA-256 (which
-// finds the whole record again in Kafka), never the whole value: a flood
-// of large junk costs the prefix per record, not the record.
-type deadLetter struct {
-	partition int32
-	offset    int64
-	reason    string
-	detail    string
-	eventID   string // empty when the payload named none
-	key       []byte // at most maxStoredKey bytes
-	payload   []byte // a prefix of the value, at most Config.DeadLetterPayloadBytes
-	size      int    // of the whole value
-	sha256    [32]byte
-}
-
-// newDeadLetter copies what a dead letter keeps of a record: its key and a
-// prefix of its value, so that the record's buffers can be freed.
-func newDeadLetter(partition int32, offset int64, key, value []byte, maxPayload int, reason, detail, eventID string) deadLetter {
-	d := deadLetter{partition: partition, offset: offset, reason: reason, detail: detail, eventID: eventID,
-		size: len(value), sha256: sha256.Sum256(value), payload: bytes.Clone(truncate(value, maxPayload))}
-	if d.payload == nil {
-		d.payload = []byte{}
-	}
-	if key != nil {
-		d.key = bytes.Clone(truncate(key, maxStoredKey))
-	}
-	return d
-}
-
-// bytes is what a buffered dead letter holds in memory.
-func (d *deadLetter) bytes() int {
-	return len(d.payload) + len(d.key) + len(d.detail) + len(d.eventID) + deadLetterOverhead
-}
-
-// deadLetterOverhead approximates a dead letter's fixed memory.
-const deadLetterOverhead = 160
-
-const (
-	maxStoredKey = 1024
-	maxDetail    = 500
-)
-
-// deadLetterRowBytes bounds a dead letter row's text besides its payload:
-// the topic, key, detail, event id, reason, checkpoint id, hash and the
-// numbers, each escaped in the worst case.
-func deadLetterRowBytes(topic, checkpoint string) int {
-	return stmt.ArgBytes(topic) + stmt.ArgBytes(checkpoint) + 2*(maxStoredKey+maxDetail+128+64+32) + 12*32
-}
-
-const deadLetterHead = `INSERT INTO dead_letters (kafka_topic, kafka_partition, kafka_offset, reason, detail, event_id, record_key, payload, payload_size, payload_sha256, checkpoint_id, created_at) VALUES `
-
-// A replay that meets a dead letter already stored (a group allowed to
-// start over a ledger's topic, a checkpoint whose outcome was ambiguous)
-// keeps the stored row: its offset names the same record.
-const deadLetterTail = ` ON DUPLICATE KEY UPDATE id = id`
-
-// maxPayloadPrefix is the longest payload prefix a dead letter row can
-// carry within a statement budget: the rest of the row and the statement's
-// text taken away, halved for escaping.
-func maxPayloadPrefix(budget int, topic, checkpoint string) int {
-	return max(0, (budget-len(deadLetterHead)-len(deadLetterTail)-deadLetterRowBytes(topic, checkpoint))/2)
-}
-
-func writeDeadLetters(ctx context.Context, ex execer, topic, checkpoint string, dls []deadLetter, now time.Time) error {
-	prefix := maxPayloadPrefix(ex.MaxStatementBytes(), topic, checkpoint)
-	fixed := deadLetterRowBytes(topic, checkpoint)
-	return batches(ctx, ex, len(dls), deadLetterHead, "(?,?,?,?,?,?,?,?,?,?,?,?)", deadLetterTail,
-		func(i int) int { return fixed + stmt.ArgBytes(truncate(dls[i].payload, prefix)) },
-		func(i int) []any {
-			d := dls[i]
-			var id any
-			if d.eventID != "" {
-				id = d.eventID
-			}
-			var key any
-			if d.key != nil {
-				key = d.key
-			}
-			return []any{topic, d.partition, d.offset, d.reason, truncateText(d.detail, maxDetail), id, key,
-				truncate(d.payload, prefix), d.size, d.sha256[:], checkpoint, now}
-		})
-}
-
-func truncate(b []byte, n int) []byte {
-	if len(b) > n {
-		return b[:n]
-	}
-	return b
-}
-
-// truncateText cuts s to at most n bytes on a rune boundary and makes it
-// valid UTF-8, so that it fits a VARCHAR column.
-func truncateText(s string, n int) string {
-	s = strings.ToValidUTF8(s, "?")
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
 }
 
 // readBalances locks and reads the stored balances of keys (seeding).

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/billing/ledger/internal/deadletters"
+
 	"github.com/billing/ledger/internal/dedup"
 	"github.com/billing/ledger/internal/event"
 )
@@ -51,9 +53,9 @@ func planClaims(records []record, cache *dedup.Cache, now time.Time, ttl time.Du
 // aggregated: counted (in agg), dropped as repeats, or dead letters.
 type outcomes struct {
 	verdicts   []dedup.Verdict
-	inserts    []dedup.Insert // the keys this checkpoint keeps or replaces
-	fresh      []*record      // the new events, in arrival order
-	dead       []deadLetter   // the snapshot's and this checkpoint's
+	inserts    []dedup.Insert       // the keys this checkpoint keeps or replaces
+	fresh      []*record            // the new events, in arrival order
+	dead       []deadletters.Letter // the snapshot's and this checkpoint's
 	duplicates int
 	counted    int
 	overflowed map[string]bool // ids refused as amount_overflow
@@ -61,16 +63,16 @@ type outcomes struct {
 
 // classify decides every record against what is known (dedup.Classify) and
 // turns conflicting repeats into dead letters.
-func classify(records []record, dead []deadLetter, cp claimPlan, now time.Time, ttl time.Duration, prefix int) outcomes {
+func classify(records []record, dead []deadletters.Letter, cp claimPlan, now time.Time, ttl time.Duration, prefix int) outcomes {
 	verdicts, inserts := dedup.Classify(now, ttl, cp.keys, cp.known)
-	o := outcomes{verdicts: verdicts, inserts: inserts, dead: append([]deadLetter(nil), dead...), overflowed: map[string]bool{}}
+	o := outcomes{verdicts: verdicts, inserts: inserts, dead: append([]deadletters.Letter(nil), dead...), overflowed: map[string]bool{}}
 	for i, v := range verdicts {
 		r := &records[i]
 		switch v {
 		case dedup.Duplicate:
 			o.duplicates++
 		case dedup.Conflict:
-			o.dead = append(o.dead, newDeadLetter(r.partition, r.offset, r.key, r.value, prefix, string(event.ReasonConflictingDuplicate),
+			o.dead = append(o.dead, deadletters.New(r.partition, r.offset, r.key, r.value, prefix, string(event.ReasonConflictingDuplicate),
 				fmt.Sprintf("event_id %q was first seen with different content (account, amount, currency or occurred_at)", r.ev.EventID), r.ev.EventID))
 		case dedup.New:
 			o.fresh = append(o.fresh, r)
@@ -98,7 +100,7 @@ func (o *outcomes) count(agg *aggregate, prefix int) {
 			continue
 		}
 		o.overflowed[r.ev.EventID] = true
-		o.dead = append(o.dead, newDeadLetter(r.partition, r.offset, r.key, r.value, prefix, string(event.ReasonAmountOverflow),
+		o.dead = append(o.dead, deadletters.New(r.partition, r.offset, r.key, r.value, prefix, string(event.ReasonAmountOverflow),
 			fmt.Sprintf("adding amount_minor %d to account %q %s would overflow a signed 64-bit sum", r.ev.AmountMinor, r.ev.AccountID, r.ev.Currency), r.ev.EventID))
 	}
 }
@@ -110,7 +112,7 @@ type work struct {
 	journal  []string       // every key this checkpoint keeps, for the janitor
 	balances []balanceRow
 	windows  []windowRow
-	dead     []deadLetter
+	dead     []deadletters.Letter
 }
 
 func (w *work) empty() bool {
@@ -146,7 +148,7 @@ func planWrites(o *outcomes, agg *aggregate, r router) []work {
 		works[at].windows = append(works[at].windows, row)
 	}
 	for _, d := range o.dead {
-		at := int(d.partition) % len(works)
+		at := int(d.Partition) % len(works)
 		works[at].dead = append(works[at].dead, d)
 	}
 	return works

@@ -75,7 +75,7 @@ func TestPlan(t *testing.T) {
 	}
 	reasons := map[string]string{}
 	for _, d := range o.dead {
-		reasons[d.eventID] = d.reason
+		reasons[d.EventID] = d.Reason
 	}
 	if reasons["b"] != "conflicting_duplicate" || reasons["c"] != "amount_overflow" || len(o.dead) != 2 {
 		t.Errorf("dead letters %v", reasons)
@@ -89,8 +89,8 @@ func TestPlan(t *testing.T) {
 			}
 		}
 		for _, d := range w.dead {
-			if int(d.partition)%len(works) != p {
-				t.Errorf("dead letter of partition %d written by participant %d", d.partition, p)
+			if int(d.Partition)%len(works) != p {
+				t.Errorf("dead letter of partition %d written by participant %d", d.Partition, p)
 			}
 		}
 		for _, id := range w.journal {

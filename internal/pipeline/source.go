@@ -6,6 +6,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/billing/ledger/internal/deadletters"
+
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/billing/ledger/internal/event"
@@ -24,9 +26,9 @@ type partition struct {
 	// committed is the next offset stored in MySQL as far as this instance
 	// knows: the last decided cut.
 	committed int64
-	records   []record     // valid events since the last seal
-	dead      []deadLetter // invalid records since the last seal
-	bytes     int          // memory held by records and dead (see record.bytes)
+	records   []record             // valid events since the last seal
+	dead      []deadletters.Letter // invalid records since the last seal
+	bytes     int                  // memory held by records and dead (see record.bytes)
 	// rewind is set when buffered state was discarded (an aborted
 	// checkpoint): the position must be reread from MySQL before the
 	// partition is consumed again, and records fetched meanwhile are dropped.
@@ -124,9 +126,10 @@ func (p *Pipeline) pollPlan() (time.Duration, int) {
 
 // maxRecordBytes is the most memory one buffered record can hold: a valid
 // event's value is at most MaxPayloadBytes, a dead letter keeps at most
-// DeadLetterPayloadBytes of it; keys are kept up to maxStoredKey.
+// DeadLetterPayloadBytes of it; keys are kept up to deadletters.MaxKey.
 func (p *Pipeline) maxRecordBytes() int {
-	return max(p.cfg.MaxPayloadBytes, p.cfg.DeadLetterPayloadBytes) + maxStoredKey + event.MaxEventIDLen + event.MaxAccountIDLen + recordOverhead + deadLetterOverhead + maxDetail
+	return max(p.cfg.MaxPayloadBytes+deadletters.MaxKey+event.MaxEventIDLen+event.MaxAccountIDLen+recordOverhead,
+		deadletters.MaxBytes(p.cfg.DeadLetterPayloadBytes))
 }
 
 func (p *Pipeline) wakePoll() {
@@ -166,12 +169,13 @@ func (p *Pipeline) processLocked(fetches kgo.Fetches) {
 			if errors.As(err, &de) {
 				reason, eventID = string(de.Reason), de.EventID
 			}
-			d := newDeadLetter(r.Partition, r.Offset, r.Key, r.Value, p.cfg.DeadLetterPayloadBytes, reason, err.Error(), eventID)
+			d := deadletters.New(r.Partition, r.Offset, r.Key, r.Value, p.cfg.DeadLetterPayloadBytes, reason, err.Error(), eventID)
 			pt.dead = append(pt.dead, d)
-			pt.bytes += d.bytes()
+			pt.bytes += d.Bytes()
 			return
 		}
-		rec := record{ev: ev, partition: r.Partition, offset: r.Offset, key: truncate(r.Key, maxStoredKey), value: r.Value, ts: r.Timestamp}
+		// The key is kept up to what a dead letter of the event would keep.
+		rec := record{ev: ev, partition: r.Partition, offset: r.Offset, key: r.Key[:min(len(r.Key), deadletters.MaxKey)], value: r.Value, ts: r.Timestamp}
 		pt.records = append(pt.records, rec)
 		pt.bytes += rec.bytes()
 	})

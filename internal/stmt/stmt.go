@@ -17,7 +17,10 @@
 package stmt
 
 import (
+	"context"
+	"database/sql"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -102,4 +105,44 @@ func Split(n, fixed, budget int, rowBytes func(i int) int, fn func(start, end in
 		return fn(start, n)
 	}
 	return nil
+}
+
+// Execer runs statements on one server (a checkpoint's branch, a pool)
+// within that server's budget.
+type Execer interface {
+	Exec(ctx context.Context, query string, args ...any) (sql.Result, error)
+	MaxStatementBytes() int
+}
+
+// preparer runs a statement through a server-side prepared statement kept
+// with the connection (txsink.Branch.ExecPrepared).
+type preparer interface {
+	ExecPrepared(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// Insert runs multi-row statements of n rows, head + tuple per row + tail,
+// as few as ex's budget allows: rowBytes(i) bounds row i's text, args(i)
+// gives its arguments. Full statements (MaxRows rows), whose text is the
+// same every time, run prepared where ex can.
+func Insert(ctx context.Context, ex Execer, n int, head, tuple, tail string, rowBytes func(i int) int, args func(i int) []any) error {
+	var b strings.Builder
+	return Split(n, len(head)+len(tail), ex.MaxStatementBytes(), rowBytes, func(start, end int) error {
+		b.Reset()
+		b.WriteString(head)
+		var all []any
+		for i := start; i < end; i++ {
+			if i > start {
+				b.WriteByte(',')
+			}
+			b.WriteString(tuple)
+			all = append(all, args(i)...)
+		}
+		b.WriteString(tail)
+		exec := ex.Exec
+		if p, ok := ex.(preparer); ok && end-start == MaxRows {
+			exec = p.ExecPrepared
+		}
+		_, err := exec(ctx, b.String(), all...)
+		return err
+	})
 }
