@@ -16,7 +16,7 @@ GO_TEST_TIMEOUT ?= 15m
 # Extra `go test` flags, e.g. GOTESTFLAGS=-v or GOTESTFLAGS='-run TestMySQLXA'.
 GOTESTFLAGS ?=
 
-# What the integration harness (integration/harness) connects to. Derived
+# What the test environment (internal/testenv) connects to. Derived
 # from the ports rather than taken from the environment, so `make test`
 # always tests the services it has just started; override on the command
 # line (`make test MYSQL_DSN=...`) to point elsewhere.

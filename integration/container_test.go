@@ -1,7 +1,7 @@
 package integration_test
 
 // Tests of the container image (issue 10): the image the Dockerfile builds,
-// run with Docker or Podman against the Kafka and MySQL of the harness.
+// run with Docker or Podman against the Kafka and MySQL of the testenv.
 // `make test-containers` builds the image and runs these with BILLING_IMAGE
 // set; without it they skip, also in CI, since `make test` runs before any
 // image exists. With BILLING_IMAGE set, a missing engine or image fails.
@@ -27,7 +27,7 @@ import (
 
 	"github.com/jmoiron/sqlx"
 
-	"github.com/billing/ledger/integration/harness"
+	"github.com/billing/ledger/internal/testenv"
 )
 
 // ctrEngine runs the container engine's CLI.
@@ -135,13 +135,13 @@ func (e *ctrEngine) inspect(t *testing.T, name, format string) string {
 func (e *ctrEngine) healthy(t *testing.T, name string) {
 	t.Helper()
 	if e.bin == "podman" {
-		opsWait(t, time.Minute, "podman healthcheck run "+name, func() (bool, string) {
+		testenv.Eventually(t, time.Minute, "podman healthcheck run "+name, func() (bool, string) {
 			out, code := e.run(t, "healthcheck", "run", name)
 			return code == 0, out
 		})
 		return
 	}
-	opsWait(t, 2*time.Minute, name+" healthy", func() (bool, string) {
+	testenv.Eventually(t, 2*time.Minute, name+" healthy", func() (bool, string) {
 		s := e.inspect(t, name, "{{.State.Health.Status}}")
 		return s == "healthy", s
 	})
@@ -155,7 +155,7 @@ func envArgs(env map[string]string) []string {
 	return args
 }
 
-func ctrName(prefix string) string { return harness.RandomName("billing-ct-" + prefix + "-") }
+func ctrName(prefix string) string { return testenv.RandomName("billing-ct-" + prefix + "-") }
 
 // TestContainerImage: what the image is, without any service: --help works,
 // the tools run (static binaries: the image has no C library), there is no
@@ -205,9 +205,9 @@ func TestContainerImage(t *testing.T) {
 // SHUTDOWN_TIMEOUT.
 func TestContainerExactlyOnce(t *testing.T) {
 	e := newCtrEngine(t)
-	brokers := harness.Kafka(t)
-	topic := harness.NewTopic(t, brokers, 6)
-	dsn := harness.NewDatabase(t)
+	brokers := testenv.Kafka(t)
+	topic := testenv.NewTopic(t, brokers, 6)
+	dsn := testenv.NewDatabase(t)
 	const shutdownTimeout = 20 * time.Second
 	env := map[string]string{
 		"KAFKA_BROKERS":           strings.Join(brokers, ","),
@@ -247,7 +247,7 @@ func TestContainerExactlyOnce(t *testing.T) {
 		e.startService(t, name, withEnv(env, "HTTP_ADDR", addrs[i]))
 	}
 	for i, name := range names {
-		opsWait(t, 90*time.Second, name+" /readyz", func() (bool, string) {
+		testenv.Eventually(t, 90*time.Second, name+" /readyz", func() (bool, string) {
 			code, body := opsGet("http://" + addrs[i] + "/readyz")
 			return code == 200, fmt.Sprintf("%d %s", code, body)
 		})
@@ -278,12 +278,12 @@ func TestContainerExactlyOnce(t *testing.T) {
 	genArgs = append(genArgs, e.image, "-brokers", strings.Join(brokers, ","), "-topic", topic,
 		"-events", "20000", "-accounts", "300", "-rate", "1000", "-seed", "10",
 		"-expected", "/data/expected.json", "-progress", "log")
-	genProc := harness.Start(t, "billing-gen container", e.bin, nil, genArgs...)
+	genProc := testenv.Start(t, "billing-gen container", e.bin, nil, genArgs...)
 	t.Cleanup(func() { e.remove(t, gen) })
 
 	// Midway: once checkpoints have committed offsets, and while the
 	// generator still produces, SIGKILL the first consumer; then restart it.
-	opsWait(t, time.Minute, "committed progress", func() (bool, string) {
+	testenv.Eventually(t, time.Minute, "committed progress", func() (bool, string) {
 		var next int64
 		err := db.Get(&next, `SELECT COALESCE(SUM(next_offset), 0) FROM partition_offsets`)
 		return err == nil && next > 0, fmt.Sprintf("offsets %d, err %v", next, err)
@@ -306,7 +306,7 @@ func TestContainerExactlyOnce(t *testing.T) {
 	if err := genProc.Wait(t, 3*time.Minute); err != nil {
 		t.Fatalf("billing-gen: %v\n%s", err, genProc.Output())
 	}
-	opsWait(t, 90*time.Second, names[0]+" /readyz after the restart", func() (bool, string) {
+	testenv.Eventually(t, 90*time.Second, names[0]+" /readyz after the restart", func() (bool, string) {
 		code, body := opsGet("http://" + addrs[0] + "/readyz")
 		return code == 200, fmt.Sprintf("%d %s", code, body)
 	})

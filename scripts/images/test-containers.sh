@@ -113,7 +113,7 @@ log=$IMG_CACHE/test-testcontainers.log
 		"$GO" test -count=1 -v -p 1 -timeout "$TIMEOUT" -run "^($(
 			IFS='|'
 			echo "${TC_TESTS[*]}|TestMySQLServerSettings|TestKafkaBrokerSettings|TestContainerImages|TestDatabaseDSN"
-		))\$" ./integration/ ./integration/harness/
+		))\$" ./integration/ ./internal/testenv/
 ) 2>&1 | tee "$log"
 must_pass "$log" "${TC_TESTS[@]}" TestMySQLServerSettings TestKafkaBrokerSettings
 grep -q 'Creating container for image' "$log" || die "no container was started: the tests did not take the testcontainers path; see $log"

@@ -4,9 +4,9 @@ import (
 	"os"
 	"testing"
 
-	"github.com/billing/ledger/integration/harness"
+	"github.com/billing/ledger/internal/testenv"
 )
 
-// TestMain removes the containers the harness may start for these tests
-// (its testcontainers path); see harness.Main.
-func TestMain(m *testing.M) { os.Exit(harness.Main(m)) }
+// TestMain removes the containers the test environment may start for these tests
+// (its testcontainers path); see testenv.Main.
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }

@@ -1,6 +1,8 @@
-// Package harness gives integration tests the Kafka cluster and the
-// MySQL-compatible server they run against, plus throwaway databases and
-// topics so tests never share state.
+// Package testenv is the project's one test environment: the Kafka cluster
+// and the MySQL-compatible servers tests run against, throwaway databases
+// (ledger databases migrated by migrations.Up) and topics so that tests
+// never share state, the service's binaries as processes to kill, and the
+// helpers every test needs (Eventually, Produce, Logger, InDoubt).
 //
 // Where the services come from, in order:
 //
@@ -26,7 +28,7 @@
 //
 // In -short mode (`make test-unit`) every test that asks for a service is
 // skipped.
-package harness
+package testenv
 
 import (
 	"context"
@@ -51,7 +53,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// Environment variables and container images the harness uses.
+// Environment variables and container images the test environment uses.
 const (
 	EnvKafkaBrokers = "KAFKA_BROKERS"
 	EnvMySQLDSN     = "MYSQL_DSN"

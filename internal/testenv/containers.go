@@ -1,4 +1,4 @@
-package harness
+package testenv
 
 import (
 	"context"
@@ -105,11 +105,11 @@ var containers struct {
 	started []testcontainers.Container
 }
 
-// Main runs the tests of a package that uses the harness and then removes
-// every container the harness started for them. Such packages call it from
+// Main runs the tests of a package that uses the test environment and then removes
+// every container the test environment started for them. Such packages call it from
 // their TestMain:
 //
-//	func TestMain(m *testing.M) { os.Exit(harness.Main(m)) }
+//	func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 //
 // The containers live for the whole test binary (one Kafka and one MySQL
 // for all its tests), so no single test's Cleanup can remove them. A
@@ -122,7 +122,7 @@ func Main(m *testing.M) int {
 	containers.Unlock()
 	code := m.Run()
 	if err := removeContainers(); err != nil {
-		fmt.Fprintf(os.Stderr, "harness: %v\n", err)
+		fmt.Fprintf(os.Stderr, "testenv: %v\n", err)
 		if code == 0 {
 			code = 1
 		}
@@ -161,7 +161,7 @@ func containerPath(missing string) error {
 	containers.Lock()
 	defer containers.Unlock()
 	if !containers.managed {
-		return fmt.Errorf("%s is not set, and this package cannot use containers: its TestMain must call harness.Main, which removes them after the tests", missing)
+		return fmt.Errorf("%s is not set, and this package cannot use containers: its TestMain must call testenv.Main, which removes them after the tests", missing)
 	}
 	return nil
 }
@@ -196,7 +196,7 @@ func startKafka(ctx context.Context) ([]string, error) {
 // is known), BROKER the container-internal one, CONTROLLER the KRaft quorum.
 const (
 	kafkaHostPort    = "9093/tcp"
-	kafkaAdvertised  = "/tmp/harness-advertised-listeners"
+	kafkaAdvertised  = "/tmp/testenv-advertised-listeners"
 	kafkaStartedLine = "Kafka Server started"
 )
 

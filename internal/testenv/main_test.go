@@ -1,10 +1,10 @@
-package harness
+package testenv
 
 import (
 	"os"
 	"testing"
 )
 
-// TestMain removes the containers the tests of the harness itself start
+// TestMain removes the containers the tests of the test environment itself start
 // on the testcontainers path.
 func TestMain(m *testing.M) { os.Exit(Main(m)) }

@@ -1,4 +1,4 @@
-package harness
+package testenv
 
 import (
 	"context"
@@ -68,7 +68,7 @@ func TestContainerImages(t *testing.T) {
 	}
 }
 
-// TestMySQLServerSettings: the server the harness hands out, local or in a
+// TestMySQLServerSettings: the server the test environment hands out, local or in a
 // container, runs with the settings the exactly-once design relies on and
 // with the binary log on, as MySQL 8.4 does by default (scripts/services.sh
 // and mysqlServerArgs must agree).
@@ -117,7 +117,7 @@ func TestMySQLServerSettings(t *testing.T) {
 	}
 }
 
-// TestKafkaBrokerSettings: the broker the harness hands out, local or in a
+// TestKafkaBrokerSettings: the broker the test environment hands out, local or in a
 // container, has the settings of scripts/services.sh that tests rely on.
 func TestKafkaBrokerSettings(t *testing.T) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(Kafka(t)...))
