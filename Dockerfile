@@ -4,41 +4,58 @@
 # the demo tools `billing-gen` and `billing-verify`, all static Go binaries on
 # distroless (no shell, no package manager, runs as nonroot 65532:65532).
 #
-#   docker build -t billing-ledger:local .
-#   docker run --rm billing-ledger:local --help    # the environment variables
+#   make image                                      # Docker, else Podman; see docs/docker.md
+#   docker build -t billing-ledger:local .          # the same with Docker by hand
+#   docker run --rm billing-ledger:local --help     # the environment variables
+#   docker run --rm billing-ledger:local version    # version and commit (make image stamps them)
 #   docker run --rm -e KAFKA_BROKERS=... -e MYSQL_DSN=... billing-ledger:local migrate
 #   docker run --rm --entrypoint billing-gen billing-ledger:local -h
 #   docker run --rm --entrypoint billing-verify billing-ledger:local -h
 #
-# This file is kept correct by reading (CI has no Docker engine): see
-# docs/docker.md.
+# CI builds it with Podman and local base images (`make test-containers`,
+# scripts/images/) and runs it against Kafka and MariaDB
+# (integration/container_test.go).
 
-# The golang image sets GOTOOLCHAIN=local: its Go must be at least the
-# `go` line of go.mod (1.26.8). The 1.26 tags follow the newest 1.26 patch.
-# GO_VERSION selects the golang:<GO_VERSION>-bookworm build image.
+# Base images. The defaults are the public ones; `make image` passes local
+# substitutes (scripts/images/) where no registry answers. Fully qualified
+# names, so that Podman needs no short-name resolution. The golang image sets
+# GOTOOLCHAIN=local: its Go must be at least the `go` line of go.mod; the
+# 1.26 tags follow the newest 1.26 patch.
 ARG GO_VERSION=1.26
+ARG GOLANG_IMAGE=docker.io/library/golang:${GO_VERSION}-bookworm
+ARG RUNTIME_IMAGE=gcr.io/distroless/static-debian12:nonroot
 
 # ---------------------------------------------------------------- build
 # Runs on the build machine's platform and cross-compiles to the target's
 # (CGO is off, so a multi-arch `docker buildx build --platform ...` needs no
 # emulation).
-# build compiles the three commands into /out/bin.
-FROM --platform=$BUILDPLATFORM golang:${GO_VERSION}-bookworm AS build
+FROM --platform=$BUILDPLATFORM ${GOLANG_IMAGE} AS build
 WORKDIR /src
 
-# Modules first, in their own layer: rebuilt only when go.mod or go.sum change.
+# A module proxy other than the image's default, e.g. a company mirror.
+ARG GOPROXY
+
+# Modules first: downloaded again only when go.mod or go.sum change. The
+# module and build caches are cache mounts (BuildKit, Buildah): they speed
+# up rebuilds and never reach the image.
 COPY go.mod go.sum ./
-RUN go mod download
+RUN --mount=type=cache,target=/go/pkg/mod \
+    go mod download
 
 COPY . .
 
 ARG TARGETOS
 ARG TARGETARCH
-# The build cache mount only speeds up rebuilds; nothing in it reaches the image.
-RUN --mount=type=cache,target=/root/.cache/go-build \
+# Stamped into internal/buildinfo (`billing version`); `make image`
+# passes `git describe` and the commit.
+ARG VERSION=dev
+ARG COMMIT=unknown
+RUN --mount=type=cache,target=/go/pkg/mod \
+    --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
-    go build -trimpath -buildvcs=false -ldflags="-s -w" -o /out/bin/ \
-        ./cmd/billing ./cmd/billing-gen ./cmd/billing-verify
+    go build -trimpath -buildvcs=false \
+        -ldflags="-s -w -X github.com/billing/ledger/internal/buildinfo.Version=${VERSION} -X github.com/billing/ledger/internal/buildinfo.Commit=${COMMIT}" \
+        -o /out/bin/ ./cmd/billing ./cmd/billing-gen ./cmd/billing-verify
 
 # /data: a directory the nonroot user owns, for a named volume mounted there
 # (billing-gen writes its expected-ledger file into it). A new named volume
@@ -48,24 +65,23 @@ RUN mkdir -p /out/data
 # ---------------------------------------------------------------- runtime
 # static-debian12 carries CA certificates, tzdata and an /etc/passwd with
 # nonroot (65532); the :nonroot tag already defaults to that user.
-FROM gcr.io/distroless/static-debian12:nonroot
+FROM ${RUNTIME_IMAGE}
 
 COPY --from=build /out/bin/ /usr/local/bin/
 COPY --from=build --chown=65532:65532 /out/data /data
 
-USER nonroot:nonroot
+USER 65532:65532
 
 # HTTP_ADDR (default :8080): /metrics, /healthz, /readyz.
 EXPOSE 8080
 
-# ASSUMES a `billing healthcheck` subcommand (not in cmd/billing yet): GET
-# http://127.0.0.1<port of HTTP_ADDR>/readyz, exit 0 on 200, 1 otherwise.
-# Distroless has no shell or curl to probe with. Until the subcommand exists
-# this check reports "unhealthy" (billing exits 2 on an unknown command);
-# nothing restarts on that. Kubernetes should use httpGet probes on /healthz
-# (liveness) and /readyz (readiness) instead; this HEALTHCHECK is ignored
-# there. Containers of this image that run billing-gen or billing-verify
-# must disable it (docker-compose.yml does).
+# `billing healthcheck` GETs http://127.0.0.1:<port of HTTP_ADDR>/readyz and
+# exits 0 on 200, 1 otherwise: distroless has no shell or curl to probe
+# with. Ready means the instance can do its job (docs/operations.md; a
+# standby without partitions is ready); nothing restarts on unhealthy.
+# Kubernetes ignores HEALTHCHECK: use httpGet probes on /healthz (liveness)
+# and /readyz (readiness). Containers of this image that run billing-gen or
+# billing-verify disable the check (docker-compose.yml does).
 HEALTHCHECK --interval=10s --timeout=5s --start-period=60s --retries=3 \
     CMD ["/usr/local/bin/billing", "healthcheck"]
 

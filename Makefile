@@ -16,7 +16,7 @@ GO_TEST_TIMEOUT ?= 15m
 # Extra `go test` flags, e.g. GOTESTFLAGS=-v or GOTESTFLAGS='-run TestMySQLXA'.
 GOTESTFLAGS ?=
 
-# What the integration harness (integration/harness) connects to. Derived
+# What the test environment (internal/testenv) connects to. Derived
 # from the ports rather than taken from the environment, so `make test`
 # always tests the services it has just started; override on the command
 # line (`make test MYSQL_DSN=...`) to point elsewhere.
@@ -131,3 +131,34 @@ chaos: services
 ## logs and report.json are kept, their folder is printed
 chaos-long: services
 	CHAOS_KEEP_LOGS=1 $(call chaos-run,long,$(CHAOS_LONG_TIMEOUT))
+
+# ---------------------------------------------------------------- containers
+# The image and its tests (docs/docker.md, scripts/images/). The engine is
+# Docker if it answers, else Podman (as root: installed with runc and set up
+# for these machines). Base images are the public ones; where no registry
+# answers, local substitutes are built and cached under .services/images.
+# The image is stamped with VERSION and COMMIT (internal/buildinfo).
+IMAGE ?= billing-ledger:local
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+image-env = IMAGE='$(IMAGE)' VERSION='$(VERSION)' COMMIT='$(COMMIT)' GO='$(GO)'
+
+.PHONY: image test-containers compose-demo
+
+## image: build $(IMAGE) from the Dockerfile (size and build time printed)
+image:
+	$(image-env) scripts/images/images.sh image
+
+## test-containers: the image, run against the local services (help,
+## migrate, /readyz, an exact run with kill -9 and SIGTERM), then the
+## integration tests through testcontainers (KAFKA_BROKERS and MYSQL_DSN
+## unset), then a check that no container, volume or network is left
+test-containers: services
+	$(image-env) KAFKA_BROKERS='$(KAFKA_BROKERS)' MYSQL_DSN='$(MYSQL_DSN)' \
+		scripts/images/test-containers.sh
+
+## compose-demo: docker-compose.yml for real (Docker Compose, else
+## podman-compose): up, generator and verifier until EXACT, scale to 3,
+## down -v, nothing left
+compose-demo:
+	$(image-env) scripts/images/compose-demo.sh

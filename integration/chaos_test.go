@@ -18,7 +18,7 @@ import (
 
 	"github.com/jmoiron/sqlx"
 
-	"github.com/billing/ledger/integration/harness"
+	"github.com/billing/ledger/internal/testenv"
 	"github.com/billing/ledger/internal/ledgercheck"
 )
 
@@ -248,8 +248,8 @@ func TestChaos(t *testing.T) {
 		defer c2()
 	}
 
-	brokers := harness.Kafka(t)
-	admin := harness.MySQL(t)
+	brokers := testenv.Kafka(t)
+	admin := testenv.MySQL(t)
 	svc, err := newServicesCtl(ctx, brokers, admin)
 	if err != nil {
 		t.Fatal(err)
@@ -287,13 +287,13 @@ func TestChaos(t *testing.T) {
 	}
 	t.Logf("chaos %s: logs in %s", mode, logDir)
 
-	billingBin := harness.Binary(t, billingPkg)
-	genBin := harness.Binary(t, "github.com/billing/ledger/cmd/billing-gen")
-	verifyBin := harness.Binary(t, "github.com/billing/ledger/cmd/billing-verify")
+	billingBin := testenv.Binary(t, billingPkg)
+	genBin := testenv.Binary(t, "github.com/billing/ledger/cmd/billing-gen")
+	verifyBin := testenv.Binary(t, "github.com/billing/ledger/cmd/billing-verify")
 	// Records up to 8 MiB: the hostile fault's junk exceeds the broker's
 	// default limit of 1 MiB.
-	topic := harness.NewTopicWithConfigs(t, brokers, chaosPartitions, map[string]string{"max.message.bytes": "8388608"})
-	dsn := harness.NewDatabase(t)
+	topic := testenv.NewTopicWithConfigs(t, brokers, chaosPartitions, map[string]string{"max.message.bytes": "8388608"})
+	dsn := testenv.NewDatabase(t)
 	db, err := sqlx.Open("mysql", dsn)
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package integration_test
 
 import (
+	"github.com/billing/ledger/internal/testenv"
 	"context"
 	"fmt"
 	"strings"
@@ -35,7 +36,7 @@ func TestCrashAtEveryCommitStep(t *testing.T) {
 		t.Run(st.failpoint, func(t *testing.T) {
 			e := newTestEnv(t, 6)
 			w := newWorkload(st.failpoint, 3000)
-			produce(t, e.brokers, e.topic, w.records)
+			testenv.Produce(t, e.brokers, e.topic, w.records...)
 
 			victim := e.start(t, "victim", map[string]string{"BILLING_FAILPOINTS": st.failpoint + "=kill@3"})
 			instance := instanceOf(t, victim)
@@ -45,7 +46,7 @@ func TestCrashAtEveryCommitStep(t *testing.T) {
 			}
 			gtrid := killedCheckpoint(t, victim.Output(), instance)
 
-			left := inDoubt(t, e.db, instance)
+			left := testenv.InDoubt(t, e.db, "blg1-"+instance+"-")
 			if st.inDoubt != (left > 0) {
 				t.Fatalf("%d branches in doubt after a kill at %s, want in doubt = %v", left, st.failpoint, st.inDoubt)
 			}
@@ -59,7 +60,7 @@ func TestCrashAtEveryCommitStep(t *testing.T) {
 
 			next := e.start(t, "successor", nil)
 			waitExact(t, e.db, w, 90*time.Second)
-			if n := inDoubt(t, e.db, instance); n != 0 {
+			if n := testenv.InDoubt(t, e.db, "blg1-"+instance+"-"); n != 0 {
 				t.Fatalf("%d branches of the killed instance still in doubt", n)
 			}
 			next.Signal(syscall.SIGTERM)
@@ -94,7 +95,7 @@ func killedCheckpoint(t *testing.T, out, instance string) string {
 func TestZombieCannotCommit(t *testing.T) {
 	e := newTestEnv(t, 4)
 	w := newWorkload("zombie", 2000)
-	produce(t, e.brokers, e.topic, w.records[:1000])
+	testenv.Produce(t, e.brokers, e.topic, w.records[:1000]...)
 
 	// CHECKPOINT_MAX_RECORDS=300 splits the first 1000 records into several
 	// checkpoints: the first commits, the second freezes after prepare.
@@ -109,7 +110,7 @@ func TestZombieCannotCommit(t *testing.T) {
 	}
 
 	successor := e.start(t, "successor", nil)
-	produce(t, e.brokers, e.topic, w.records[1000:])
+	testenv.Produce(t, e.brokers, e.topic, w.records[1000:]...)
 	if !successor.WaitOutput(context.Background(), "partitions assigned", 60*time.Second) {
 		t.Fatal("successor was never assigned the zombie's partitions")
 	}
@@ -147,7 +148,7 @@ func TestZombieCannotCommit(t *testing.T) {
 func TestPartitionTakenWhileAssignedIsClaimedAgain(t *testing.T) {
 	e := newTestEnv(t, 1)
 	w := newWorkload("orphan", 1200)
-	produce(t, e.brokers, e.topic, w.records[:600])
+	testenv.Produce(t, e.brokers, e.topic, w.records[:600]...)
 	paused := e.start(t, "paused", map[string]string{"BILLING_FAILPOINTS": "assign-before-claim=stop@1"})
 	if !paused.WaitOutput(context.Background(), "failpoint assign-before-claim: SIGSTOP", 60*time.Second) {
 		t.Fatal("the first instance never reached its claim")
@@ -172,7 +173,7 @@ func TestPartitionTakenWhileAssignedIsClaimedAgain(t *testing.T) {
 		instanceOf(t, paused), e.topic); err != nil {
 		t.Fatal(err)
 	}
-	produce(t, e.brokers, e.topic, w.records[600:])
+	testenv.Produce(t, e.brokers, e.topic, w.records[600:]...)
 	waitExact(t, e.db, w, 90*time.Second)
 	if !successor.WaitOutput(context.Background(), "claimed again", time.Second) {
 		t.Fatal("the successor was not fenced and did not claim again; the test did not reproduce the takeover")
@@ -188,14 +189,14 @@ func TestRebalanceMidStream(t *testing.T) {
 	chunks := 6
 	size := len(w.records) / chunks
 	a := e.start(t, "a", nil)
-	produce(t, e.brokers, e.topic, w.records[:size])
+	testenv.Produce(t, e.brokers, e.topic, w.records[:size]...)
 	var b = a
 	for i := 1; i < chunks; i++ {
 		end := (i + 1) * size
 		if i == chunks-1 {
 			end = len(w.records)
 		}
-		produce(t, e.brokers, e.topic, w.records[i*size:end])
+		testenv.Produce(t, e.brokers, e.topic, w.records[i*size:end]...)
 		switch i {
 		case 1:
 			b = e.start(t, "b", nil)

@@ -12,7 +12,7 @@ import (
 	"github.com/jmoiron/sqlx"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/billing/ledger/integration/harness"
+	"github.com/billing/ledger/internal/testenv"
 )
 
 // This file holds what the pipeline tests share: a test environment (topic,
@@ -31,9 +31,9 @@ type testEnv struct {
 
 func newTestEnv(t *testing.T, partitions int) *testEnv {
 	t.Helper()
-	e := &testEnv{brokers: harness.Kafka(t), bin: harness.Binary(t, billingPkg)}
-	e.topic = harness.NewTopic(t, e.brokers, partitions)
-	e.dsn = harness.NewDatabase(t)
+	e := &testEnv{brokers: testenv.Kafka(t), bin: testenv.Binary(t, billingPkg)}
+	e.topic = testenv.NewTopic(t, e.brokers, partitions)
+	e.dsn = testenv.NewDatabase(t)
 	db, err := sqlx.Open("mysql", e.dsn)
 	if err != nil {
 		t.Fatal(err)
@@ -72,9 +72,9 @@ func (e *testEnv) serviceEnv(extra map[string]string) map[string]string {
 	return env
 }
 
-func (e *testEnv) start(t *testing.T, name string, extra map[string]string) *harness.Process {
+func (e *testEnv) start(t *testing.T, name string, extra map[string]string) *testenv.Process {
 	t.Helper()
-	return harness.Start(t, name, e.bin, e.serviceEnv(extra))
+	return testenv.Start(t, name, e.bin, e.serviceEnv(extra))
 }
 
 type billingEvent struct {
@@ -130,20 +130,6 @@ func newWorkload(prefix string, n int) *workload {
 	}
 	w.records = append(w.records, repeats...)
 	return w
-}
-
-func produce(t *testing.T, brokers []string, topic string, recs []*kgo.Record) {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(5*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // ledger reads account_balances; before the service created the table it
@@ -220,32 +206,8 @@ func waitExact(t *testing.T, db *sqlx.DB, w *workload, timeout time.Duration) {
 	}
 }
 
-// inDoubt counts the prepared XA branches of this service's format on the
-// server (XA RECOVER is server-wide: filter by the gtrids an instance logged
-// or by the decision table of this database).
-func inDoubt(t *testing.T, db *sqlx.DB, instance string) int {
-	t.Helper()
-	rows, err := db.Query("XA RECOVER")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	n := 0
-	for rows.Next() {
-		var f, g, b int64
-		var data []byte
-		if err := rows.Scan(&f, &g, &b, &data); err != nil {
-			t.Fatal(err)
-		}
-		if strings.HasPrefix(string(data), "blg1-"+instance+"-") {
-			n++
-		}
-	}
-	return n
-}
-
 // instanceOf extracts the instance id a service logged at start.
-func instanceOf(t *testing.T, p *harness.Process) string {
+func instanceOf(t *testing.T, p *testenv.Process) string {
 	t.Helper()
 	if !p.WaitOutput(context.Background(), "instance=", 30*time.Second) {
 		t.Fatalf("%s did not log its instance id", p.Name)

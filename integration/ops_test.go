@@ -33,7 +33,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/billing/ledger/integration/harness"
+	"github.com/billing/ledger/internal/testenv"
 	"github.com/billing/ledger/internal/mysqlconn"
 	"github.com/billing/ledger/internal/testcert"
 )
@@ -77,7 +77,7 @@ func (e *opsEnv) env(extra map[string]string) map[string]string {
 // exit status.
 func (e *opsEnv) cli(t *testing.T, extra map[string]string, args ...string) (string, int) {
 	t.Helper()
-	p := harness.Start(t, "billing "+strings.Join(args, " "), e.bin, e.env(extra), args...)
+	p := testenv.Start(t, "billing "+strings.Join(args, " "), e.bin, e.env(extra), args...)
 	err := p.Wait(t, 2*time.Minute)
 	var ee *exec.ExitError
 	switch {
@@ -88,23 +88,6 @@ func (e *opsEnv) cli(t *testing.T, extra map[string]string, args ...string) (str
 	default:
 		t.Fatalf("billing %v: %v", args, err)
 		return "", -1
-	}
-}
-
-// opsWait polls cond every 100ms until it holds; at the deadline it fails
-// the test with cond's last description.
-func opsWait(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not reached within %s (last: %s)", what, timeout, state)
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
 }
 
@@ -304,8 +287,8 @@ func TestGracefulShutdownUnderLoad(t *testing.T) {
 	defer cancel()
 
 	addr := opsFreeAddr(t)
-	svc := harness.Start(t, "billing-1", e.bin, e.env(map[string]string{"HTTP_ADDR": addr, "KAFKA_SESSION_TIMEOUT": "45s"}))
-	opsWait(t, 2*time.Minute, "/readyz answers 200 (partitions assigned)", func() (bool, string) {
+	svc := testenv.Start(t, "billing-1", e.bin, e.env(map[string]string{"HTTP_ADDR": addr, "KAFKA_SESSION_TIMEOUT": "45s"}))
+	testenv.Eventually(t, 2*time.Minute, "/readyz answers 200 (partitions assigned)", func() (bool, string) {
 		if svc.Exited() {
 			t.Fatalf("service exited early:\n%s", svc.Output())
 		}
@@ -360,7 +343,7 @@ func TestGracefulShutdownUnderLoad(t *testing.T) {
 		}()
 	}()
 
-	opsWait(t, 2*time.Minute, "first run makes progress", func() (bool, string) {
+	testenv.Eventually(t, 2*time.Minute, "first run makes progress", func() (bool, string) {
 		if svc.Exited() {
 			t.Fatalf("service exited early:\n%s", svc.Output())
 		}
@@ -394,7 +377,7 @@ func TestGracefulShutdownUnderLoad(t *testing.T) {
 	// The member left the group: with a 45s session timeout, only a
 	// LeaveGroup can have removed it this fast.
 	adm := kadmClient(t, e.brokers)
-	opsWait(t, 10*time.Second, "group has no members", func() (bool, string) {
+	testenv.Eventually(t, 10*time.Second, "group has no members", func() (bool, string) {
 		gs, err := adm.DescribeGroups(ctx, e.group)
 		if err != nil {
 			return false, err.Error()
@@ -435,8 +418,8 @@ func TestGracefulShutdownUnderLoad(t *testing.T) {
 	}
 
 	// Restart: the rest of the topic, exactly.
-	svc2 := harness.Start(t, "billing-2", e.bin, e.env(map[string]string{"HTTP_ADDR": addr, "READY_MAX_CHECKPOINT_AGE": "2s"}))
-	opsWait(t, 3*time.Minute, "second run consumes everything", func() (bool, string) {
+	svc2 := testenv.Start(t, "billing-2", e.bin, e.env(map[string]string{"HTTP_ADDR": addr, "READY_MAX_CHECKPOINT_AGE": "2s"}))
+	testenv.Eventually(t, 3*time.Minute, "second run consumes everything", func() (bool, string) {
 		if svc2.Exited() {
 			t.Fatalf("service exited early:\n%s", svc2.Output())
 		}
@@ -447,7 +430,7 @@ func TestGracefulShutdownUnderLoad(t *testing.T) {
 	// The decision moves the offsets; the results become visible at XA
 	// COMMIT a moment later: wait for every event to show, then compare
 	// exactly (a surplus would show as well).
-	opsWait(t, 30*time.Second, "the last checkpoint's results are visible", func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, "the last checkpoint's results are visible", func() (bool, string) {
 		var n int64
 		for _, tot := range opsLedger(t, e.db) {
 			n += tot.count
@@ -459,13 +442,13 @@ func TestGracefulShutdownUnderLoad(t *testing.T) {
 	// Caught up: every owned partition's lag is 0, and once the last
 	// checkpoint is older than READY_MAX_CHECKPOINT_AGE the instance is
 	// still ready, as idle.
-	opsWait(t, 30*time.Second, "lag metric reaches 0 on every partition, dedup_keys sampled", func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, "lag metric reaches 0 on every partition, dedup_keys sampled", func() (bool, string) {
 		_, body := opsGet("http://" + addr + "/metrics")
 		v, n := opsMetric(body, "billing_consumer_lag_records", "")
 		_, rows := opsMetric(body, "billing_dedup_keys_estimate", `server="0"`)
 		return n == partitions && v == 0 && rows == 1, fmt.Sprintf("%d lag series, sum %v; %d dedup_keys estimate", n, v, rows)
 	})
-	opsWait(t, 30*time.Second, "/readyz says idle", func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, "/readyz says idle", func() (bool, string) {
 		code, body := opsGet("http://" + addr + "/readyz")
 		return code == 200 && strings.Contains(body, "idle"), fmt.Sprintf("%d %s", code, body)
 	})
@@ -543,10 +526,10 @@ func TestDeadLetterReinjectCountsOnce(t *testing.T) {
 	}
 	badOffset := recs[1].Offset
 
-	svc := harness.Start(t, "billing", e.bin, e.env(nil))
+	svc := testenv.Start(t, "billing", e.bin, e.env(nil))
 	waitConsumed := func(n int64) {
 		t.Helper()
-		opsWait(t, 2*time.Minute, fmt.Sprintf("%d records committed", n), func() (bool, string) {
+		testenv.Eventually(t, 2*time.Minute, fmt.Sprintf("%d records committed", n), func() (bool, string) {
 			if svc.Exited() {
 				t.Fatalf("service exited:\n%s", svc.Output())
 			}
@@ -558,7 +541,7 @@ func TestDeadLetterReinjectCountsOnce(t *testing.T) {
 	// COMMIT a moment later: wait for them, then check exactly.
 	visible := func(what string, cond func() (bool, string)) {
 		t.Helper()
-		opsWait(t, 30*time.Second, what, cond)
+		testenv.Eventually(t, 30*time.Second, what, cond)
 	}
 	waitConsumed(3)
 	visible("the dead letter", func() (bool, string) {
@@ -672,7 +655,7 @@ func opsCreateUser(t *testing.T, admin *sql.DB, database string, privileges stri
 	user := "u_" + strings.ReplaceAll(strconv.FormatInt(time.Now().UnixNano(), 36), "-", "")
 	pass := "pw-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	// Identifiers are generated above (alphanumerics), database comes from
-	// harness.NewDatabase (t_ + hex): quoting is safe.
+	// testenv.NewDatabase (t_ + hex): quoting is safe.
 	stmts := []string{
 		fmt.Sprintf("CREATE USER '%s'@'%%' IDENTIFIED BY '%s'", user, pass),
 		fmt.Sprintf("GRANT %s ON `%s`.* TO '%s'@'%%'", privileges, database, user),
@@ -743,8 +726,8 @@ func TestLeastPrivilegeGrants(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	svc := harness.Start(t, "billing as "+user, e.bin, e.env(userEnv))
-	opsWait(t, 2*time.Minute, "events counted by the least-privilege account", func() (bool, string) {
+	svc := testenv.Start(t, "billing as "+user, e.bin, e.env(userEnv))
+	testenv.Eventually(t, 2*time.Minute, "events counted by the least-privilege account", func() (bool, string) {
 		if svc.Exited() {
 			t.Fatalf("service exited:\n%s", svc.Output())
 		}
@@ -776,7 +759,7 @@ func TestLeastPrivilegeGrants(t *testing.T) {
 	short, shortPass := opsCreateUser(t, admin, database, "SELECT, INSERT, UPDATE")
 	shortCfg := adminCfg.Clone()
 	shortCfg.User, shortCfg.Passwd = short, shortPass
-	p := harness.Start(t, "billing without DELETE", e.bin, e.env(map[string]string{"MYSQL_DSN": shortCfg.FormatDSN()}))
+	p := testenv.Start(t, "billing without DELETE", e.bin, e.env(map[string]string{"MYSQL_DSN": shortCfg.FormatDSN()}))
 	if err := p.Wait(t, 2*time.Minute); err == nil {
 		t.Fatalf("service without DELETE kept running or exited 0:\n%s", p.Output())
 	}
@@ -785,7 +768,7 @@ func TestLeastPrivilegeGrants(t *testing.T) {
 	}
 
 	// The DML-only account cannot create the schema of a fresh database.
-	fresh := harness.NewDatabase(t)
+	fresh := testenv.NewDatabase(t)
 	freshCfg, _ := mysql.ParseDSN(fresh)
 	dml, dmlPass := opsCreateUser(t, admin, freshCfg.DBName, "SELECT, INSERT, UPDATE, DELETE")
 	freshCfg.User, freshCfg.Passwd = dml, dmlPass
@@ -895,7 +878,7 @@ init-file = `+initSQL+`
 		return nil
 	}
 	verified := mysqlconn.Options{TLS: mysqlconn.TLSVerify, CAFile: certs.CAFile}
-	opsWait(t, time.Minute, "private MariaDB answers over TLS", func() (bool, string) {
+	testenv.Eventually(t, time.Minute, "private MariaDB answers over TLS", func() (bool, string) {
 		select {
 		case <-exited:
 			t.Fatal("mariadbd exited")
@@ -919,8 +902,8 @@ init-file = `+initSQL+`
 	if err := os.WriteFile(pwFile, []byte(pass+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	bin := harness.Binary(t, billingPkg)
-	p := harness.Start(t, "billing migrate over TLS", bin, map[string]string{
+	bin := testenv.Binary(t, billingPkg)
+	p := testenv.Start(t, "billing migrate over TLS", bin, map[string]string{
 		"KAFKA_BROKERS":       "127.0.0.1:1", // not contacted by migrate
 		"MYSQL_DSN":           "tlsuser@tcp(" + addr + ")/tlsdb",
 		"MYSQL_SHARD_DSNS":    "",

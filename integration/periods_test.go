@@ -3,8 +3,6 @@ package integration_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -12,11 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jmoiron/sqlx"
-
-	"github.com/billing/ledger/integration/harness"
 	"github.com/billing/ledger/internal/ledgercheck"
-	"github.com/billing/ledger/migrations"
+	"github.com/billing/ledger/internal/testenv"
 )
 
 // Billing periods that close (issue 14), end to end: billing-gen produces a
@@ -38,20 +33,20 @@ func TestPeriodsVerifiedEndToEnd(t *testing.T) {
 		{"one partition, split exact", 1, 1, false},
 		{"three partitions, two instances, one killed", 3, 2, true},
 	}
-	genBin := harness.Binary(t, "github.com/billing/ledger/cmd/billing-gen")
-	verifyBin := harness.Binary(t, "github.com/billing/ledger/cmd/billing-verify")
+	genBin := testenv.Binary(t, "github.com/billing/ledger/cmd/billing-gen")
+	verifyBin := testenv.Binary(t, "github.com/billing/ledger/cmd/billing-verify")
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newTestEnv(t, tt.partitions)
 			settings := map[string]string{
 				"BILLING_WINDOW": "month", "BILLING_TIMEZONE": "Europe/Berlin", "WINDOW_CLOSE_AFTER": "48h", "LEDGER_ENTRIES": "true",
 			}
-			var procs []*harness.Process
+			var procs []*testenv.Process
 			for i := range tt.instances {
 				procs = append(procs, e.start(t, fmt.Sprintf("billing-%d", i+1), settings))
 			}
 			expected := filepath.Join(t.TempDir(), "expected.json")
-			gen := harness.Start(t, "billing-gen", genBin, nil,
+			gen := testenv.Start(t, "billing-gen", genBin, nil,
 				"-brokers", strings.Join(e.brokers, ","), "-topic", e.topic, "-events", "3000", "-rate", "1500",
 				"-windows", "24", "-window", "month", "-timezone", "Europe/Berlin", "-close-after", "48h", "-ledger-entries",
 				"-overflow-cases", "4", "-dup-ratio", "0.05", "-conflict-ratio", "0.01", "-late-ratio", "0.1",
@@ -74,7 +69,7 @@ func TestPeriodsVerifiedEndToEnd(t *testing.T) {
 			if exp.SplitExact && len(exp.Adjustments) == 0 {
 				t.Fatal("the workload has no late event: the split is not tested")
 			}
-			verify := harness.Start(t, "billing-verify", verifyBin, nil,
+			verify := testenv.Start(t, "billing-verify", verifyBin, nil,
 				"-dsn", e.dsn, "-expected", expected, "-topic", e.topic, "-wait", "2m", "-interval", "500ms")
 			if err := verify.Wait(t, 3*time.Minute); err != nil || !strings.Contains(verify.Output(), "\nEXACT: ") {
 				t.Fatalf("billing-verify: %v\n%s", err, verify.Output())
@@ -102,15 +97,7 @@ func TestPeriodsVerifiedEndToEnd(t *testing.T) {
 // runs with windows that close rely on.
 func TestChaosAuditOfSealedWindows(t *testing.T) {
 	ctx := context.Background()
-	dsn := harness.NewDatabase(t)
-	db, err := sqlx.Open("mysql", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	if err := migrations.Up(ctx, db.DB, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
-		t.Fatal(err)
-	}
+	_, db := testenv.LedgerDB(t)
 	if err := installAudit(ctx, db, true); err != nil {
 		t.Fatal(err)
 	}

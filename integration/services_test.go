@@ -15,17 +15,17 @@ import (
 	_ "github.com/go-sql-driver/mysql"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/billing/ledger/integration/harness"
+	"github.com/billing/ledger/internal/testenv"
 )
 
 // TestKafkaTransactions checks the Kafka guarantee the ledger relies on: a
 // read_committed consumer sees the records of committed transactions and
 // never those of aborted ones.
 func TestKafkaTransactions(t *testing.T) {
-	brokers := harness.Kafka(t)
+	brokers := testenv.Kafka(t)
 	// One partition: records keep their produce order, so comparing whole
 	// sequences also catches reordering or a batch delivered twice.
-	topic := harness.NewTopic(t, brokers, 1)
+	topic := testenv.NewTopic(t, brokers, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
@@ -143,7 +143,7 @@ const xaFormatID = 0x4C454447
 // START TRANSACTION, so XA statements go as plain text on one pinned
 // *sql.Conn, with the xid parts as hex literals (binary-safe).
 func TestMySQLXA(t *testing.T) {
-	dsn := harness.NewDatabase(t)
+	dsn := testenv.NewDatabase(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 

@@ -28,7 +28,7 @@ import (
 	"github.com/jmoiron/sqlx"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/billing/ledger/integration/harness"
+	"github.com/billing/ledger/internal/testenv"
 	"github.com/billing/ledger/internal/ledgerstatus"
 )
 
@@ -72,7 +72,7 @@ func stTryStatus(t *testing.T, e *opsEnv, extra map[string]string) (*ledgerstatu
 
 // stInstance returns the instance id a JSON-logging service printed in its
 // "starting" line.
-func stInstance(t *testing.T, p *harness.Process) string {
+func stInstance(t *testing.T, p *testenv.Process) string {
 	t.Helper()
 	for _, line := range strings.Split(p.Output(), "\n") {
 		var l struct {
@@ -89,9 +89,9 @@ func stInstance(t *testing.T, p *harness.Process) string {
 
 // stReady waits until /readyz of addr answers 200 with a body containing
 // want.
-func stReady(t *testing.T, p *harness.Process, addr, want string) {
+func stReady(t *testing.T, p *testenv.Process, addr, want string) {
 	t.Helper()
-	opsWait(t, 2*time.Minute, addr+"/readyz answers 200 "+want, func() (bool, string) {
+	testenv.Eventually(t, 2*time.Minute, addr+"/readyz answers 200 "+want, func() (bool, string) {
 		if p.Exited() {
 			t.Fatalf("service exited:\n%s", p.Output())
 		}
@@ -108,7 +108,7 @@ func stProduce(t *testing.T, e *opsEnv, values ...string) []*kgo.Record {
 		_ = json.Unmarshal([]byte(v), &ev)
 		recs[i] = &kgo.Record{Topic: e.topic, Key: []byte(ev.Account), Value: []byte(v)}
 	}
-	produce(t, e.brokers, e.topic, recs)
+	testenv.Produce(t, e.brokers, e.topic, recs...)
 	return recs
 }
 
@@ -129,16 +129,16 @@ func TestStandbyReadyAndStatus(t *testing.T) {
 	e := newOpsEnv(t, 1)
 	fast := map[string]string{"HEALTH_CHECK_INTERVAL": "200ms", "METRICS_SAMPLE_INTERVAL": "300ms"}
 	addrs := []string{opsFreeAddr(t), opsFreeAddr(t)}
-	svcs := make([]*harness.Process, 2)
+	svcs := make([]*testenv.Process, 2)
 	for i := range svcs {
-		svcs[i] = harness.Start(t, fmt.Sprintf("billing-%d", i+1), e.bin, e.env(stMerge(fast, map[string]string{"HTTP_ADDR": addrs[i]})))
+		svcs[i] = testenv.Start(t, fmt.Sprintf("billing-%d", i+1), e.bin, e.env(stMerge(fast, map[string]string{"HTTP_ADDR": addrs[i]})))
 	}
 	for i := range svcs {
 		stReady(t, svcs[i], addrs[i], "ready")
 	}
 	// Exactly one owns the partition; the other is a ready standby.
 	owner := -1
-	opsWait(t, time.Minute, "one owner and one standby, both ready", func() (bool, string) {
+	testenv.Eventually(t, time.Minute, "one owner and one standby, both ready", func() (bool, string) {
 		var standby []int
 		var bodies []string
 		for i, a := range addrs {
@@ -165,11 +165,11 @@ func TestStandbyReadyAndStatus(t *testing.T) {
 	}
 	values = append(values, `{"event_id":"st-bad","account_id":"acct-0",`) // invalid JSON
 	stProduce(t, e, values...)
-	opsWait(t, time.Minute, "51 records committed", func() (bool, string) {
+	testenv.Eventually(t, time.Minute, "51 records committed", func() (bool, string) {
 		n := opsSum(opsPositions(t, e))
 		return n == 51, fmt.Sprint(n)
 	})
-	opsWait(t, 30*time.Second, "the dead letter is visible", func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, "the dead letter is visible", func() (bool, string) {
 		got := opsDeadLetters(t, e.db)
 		return len(got) == 1, fmt.Sprint(got)
 	})
@@ -217,7 +217,7 @@ func TestStandbyReadyAndStatus(t *testing.T) {
 
 	// Metrics: labels on lag, the dead letters waiting counted once (by
 	// the owner), build info, the Kafka client's and the pools' series.
-	opsWait(t, 30*time.Second, "the owner's samples", func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, "the owner's samples", func() (bool, string) {
 		_, body := opsGet("http://" + addrs[owner] + "/metrics")
 		lag, nLag := opsMetric(body, "billing_consumer_lag_records", `group="`+e.group+`",partition="0",topic="`+e.topic+`"`)
 		dl, _ := opsMetric(body, "billing_dead_letters_waiting", `reason="invalid_json"`)
@@ -341,8 +341,8 @@ func TestHealthDuringStartupAndWedge(t *testing.T) {
 	}()
 	silent := (&mysql.Config{User: "u", Passwd: "p", Net: "tcp", Addr: ln.Addr().String(), DBName: "billing", AllowNativePasswords: true}).FormatDSN()
 	addr := opsFreeAddr(t)
-	slow := harness.Start(t, "billing-slow-start", e.bin, e.env(map[string]string{"HTTP_ADDR": addr, "MYSQL_DSN": silent}))
-	opsWait(t, 30*time.Second, "/healthz 200 and /readyz 503 while migrating", func() (bool, string) {
+	slow := testenv.Start(t, "billing-slow-start", e.bin, e.env(map[string]string{"HTTP_ADDR": addr, "MYSQL_DSN": silent}))
+	testenv.Eventually(t, 30*time.Second, "/healthz 200 and /readyz 503 while migrating", func() (bool, string) {
 		hc, hb := opsGet("http://" + addr + "/healthz")
 		rc, rb := opsGet("http://" + addr + "/readyz")
 		return hc == 200 && strings.Contains(hb, "starting: migrating the schema") && rc == 503 && strings.Contains(rb, "starting: migrating the schema"),
@@ -361,9 +361,9 @@ func TestHealthDuringStartupAndWedge(t *testing.T) {
 		"METRICS_SAMPLE_INTERVAL":     "300ms",
 	}
 	wAddr, sAddr := opsFreeAddr(t), opsFreeAddr(t)
-	wedged := harness.Start(t, "billing-wedged", e.bin, e.env(stMerge(quick, map[string]string{"HTTP_ADDR": wAddr, "BILLING_FAILPOINTS": "before-prepare=error"})))
+	wedged := testenv.Start(t, "billing-wedged", e.bin, e.env(stMerge(quick, map[string]string{"HTTP_ADDR": wAddr, "BILLING_FAILPOINTS": "before-prepare=error"})))
 	stReady(t, wedged, wAddr, "idle")
-	standby := harness.Start(t, "billing-standby", e.bin, e.env(stMerge(quick, map[string]string{"HTTP_ADDR": sAddr})))
+	standby := testenv.Start(t, "billing-standby", e.bin, e.env(stMerge(quick, map[string]string{"HTTP_ADDR": sAddr})))
 	stReady(t, standby, sAddr, "standby")
 
 	var values []string
@@ -371,7 +371,7 @@ func TestHealthDuringStartupAndWedge(t *testing.T) {
 		values = append(values, stEvent(fmt.Sprintf("wg-%d", i), fmt.Sprintf("acct-%d", i%4), int64(100+i)))
 	}
 	stProduce(t, e, values...)
-	opsWait(t, time.Minute, "/healthz of the wedged instance answers 503", func() (bool, string) {
+	testenv.Eventually(t, time.Minute, "/healthz of the wedged instance answers 503", func() (bool, string) {
 		code, body := opsGet("http://" + wAddr + "/healthz")
 		return code == 503 && strings.Contains(body, "wedged: 20 records have waited"), fmt.Sprintf("%d %s", code, body)
 	})
@@ -392,7 +392,7 @@ func TestHealthDuringStartupAndWedge(t *testing.T) {
 	// The orchestrator restarts the wedged instance: the standby takes
 	// over (after the session timeout) and counts everything once.
 	wedged.Signal(syscall.SIGKILL)
-	opsWait(t, 2*time.Minute, "the standby commits the 20 records", func() (bool, string) {
+	testenv.Eventually(t, 2*time.Minute, "the standby commits the 20 records", func() (bool, string) {
 		n := opsSum(opsPositions(t, e))
 		return n == 20, fmt.Sprint(n)
 	})
@@ -404,7 +404,7 @@ func TestHealthDuringStartupAndWedge(t *testing.T) {
 		tot.count++
 		want[k] = tot
 	}
-	opsWait(t, 30*time.Second, "the ledger", func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, "the ledger", func() (bool, string) {
 		got := opsLedger(t, e.db)
 		return maps.Equal(got, want), fmt.Sprint(got)
 	})
@@ -425,8 +425,8 @@ func TestReinjectChecksIdentityAndAudits(t *testing.T) {
 	bad := `{"event_id":"ra-1","account_id":"acct-r","amount_minor":40,"currency":"eur","occurred_at":"2026-11-29T10:00:00Z"}`
 	noID := `{"account_id":"acct-s","amount_minor":7,"currency":"EUR","occurred_at":"2026-11-29T10:00:00Z"}`
 	recs := stProduce(t, e, bad, noID)
-	svc := harness.Start(t, "billing", e.bin, e.env(nil))
-	opsWait(t, time.Minute, "two dead letters", func() (bool, string) {
+	svc := testenv.Start(t, "billing", e.bin, e.env(nil))
+	testenv.Eventually(t, time.Minute, "two dead letters", func() (bool, string) {
 		if svc.Exited() {
 			t.Fatalf("service exited:\n%s", svc.Output())
 		}
@@ -530,7 +530,7 @@ func TestReinjectChecksIdentityAndAudits(t *testing.T) {
 		t.Errorf("the log does not name the overridden check:\n%s", out)
 	}
 
-	opsWait(t, time.Minute, "both re-injected events counted once", func() (bool, string) {
+	testenv.Eventually(t, time.Minute, "both re-injected events counted once", func() (bool, string) {
 		got := opsLedger(t, e.db)
 		want := map[string]opsTotal{"acct-r/EUR": {40, 1}, "acct-s/EUR": {7, 1}}
 		return maps.Equal(got, want), fmt.Sprint(got)
@@ -562,15 +562,15 @@ func TestMetricsUsedByRulesExist(t *testing.T) {
 	}
 	e := newOpsEnv(t, 2)
 	addr := opsFreeAddr(t)
-	svc := harness.Start(t, "billing", e.bin, e.env(map[string]string{"HTTP_ADDR": addr, "METRICS_SAMPLE_INTERVAL": "300ms"}))
+	svc := testenv.Start(t, "billing", e.bin, e.env(map[string]string{"HTTP_ADDR": addr, "METRICS_SAMPLE_INTERVAL": "300ms"}))
 	stReady(t, svc, addr, "ready")
 	stProduce(t, e, stEvent("mu-1", "acct-1", 5), stEvent("mu-2", "acct-2", 6), stEvent("mu-1", "acct-1", 5), `not json`)
-	opsWait(t, time.Minute, "4 records committed", func() (bool, string) {
+	testenv.Eventually(t, time.Minute, "4 records committed", func() (bool, string) {
 		n := opsSum(opsPositions(t, e))
 		return n == 4, fmt.Sprint(n)
 	})
 	var missing []string
-	opsWait(t, 30*time.Second, "every metric the rules and the dashboard use", func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, "every metric the rules and the dashboard use", func() (bool, string) {
 		_, body := opsGet("http://" + addr + "/metrics")
 		have := map[string]bool{}
 		for _, line := range strings.Split(body, "\n") {
@@ -624,15 +624,15 @@ func TestBlueGreenRebuild(t *testing.T) {
 	}
 	send := func(recs []*kgo.Record) {
 		t.Helper()
-		produce(t, e.brokers, e.topic, recs)
+		testenv.Produce(t, e.brokers, e.topic, recs...)
 	}
 	send(batch(0, 3000))
 	send([]*kgo.Record{{Topic: e.topic, Key: []byte("acct-00"), Value: []byte(`{"event_id":"bg-bad"`)}})
 	logEnd := func() int64 { return int64(len(produced)) + 1 }
 
 	blueAddr := opsFreeAddr(t)
-	blue := harness.Start(t, "billing-blue", e.bin, e.env(map[string]string{"HTTP_ADDR": blueAddr}))
-	opsWait(t, 2*time.Minute, "blue has counted the topic", func() (bool, string) {
+	blue := testenv.Start(t, "billing-blue", e.bin, e.env(map[string]string{"HTTP_ADDR": blueAddr}))
+	testenv.Eventually(t, 2*time.Minute, "blue has counted the topic", func() (bool, string) {
 		if blue.Exited() {
 			t.Fatalf("blue exited:\n%s", blue.Output())
 		}
@@ -642,16 +642,16 @@ func TestBlueGreenRebuild(t *testing.T) {
 
 	// Green: a new control database, a new group; its first checkpoint is
 	// held for 20s after it committed.
-	greenDSN := harness.NewDatabase(t)
+	greenDSN := testenv.NewDatabase(t)
 	green := map[string]string{"MYSQL_DSN": greenDSN, "KAFKA_GROUP": "green-" + e.group}
-	greenSvc := harness.Start(t, "billing-green", e.bin, e.env(stMerge(green, map[string]string{
+	greenSvc := testenv.Start(t, "billing-green", e.bin, e.env(stMerge(green, map[string]string{
 		"BILLING_FAILPOINTS": "after-commit=sleep:20s@1", "CHECKPOINT_MAX_RECORDS": "300", "KAFKA_MAX_POLL_RECORDS": "100"})))
 
 	// Meanwhile the producers go on, and blue counts.
 	send(batch(3000, 4000))
 
 	var mid *ledgerstatus.Report
-	opsWait(t, time.Minute, "green's status shows a partial replay", func() (bool, string) {
+	testenv.Eventually(t, time.Minute, "green's status shows a partial replay", func() (bool, string) {
 		if greenSvc.Exited() {
 			t.Fatalf("green exited:\n%s", greenSvc.Output())
 		}
@@ -690,12 +690,12 @@ func TestBlueGreenRebuild(t *testing.T) {
 		name string
 		env  map[string]string
 	}{{"blue", nil}, {"green", green}} {
-		opsWait(t, 3*time.Minute, d.name+" reaches the log end", func() (bool, string) {
+		testenv.Eventually(t, 3*time.Minute, d.name+" reaches the log end", func() (bool, string) {
 			r := stStatus(t, e, d.env)
 			return r.TotalLag == 0 && r.LastCheckpoint != nil, fmt.Sprintf("lag %d", r.TotalLag)
 		})
 	}
-	opsWait(t, 30*time.Second, "billing compare says EXACT", func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, "billing compare says EXACT", func() (bool, string) {
 		out, code = e.cli(t, nil, "compare", "--other-dsn", greenDSN)
 		return code == 0 && strings.Contains(out, "EXACT: "), out
 	})
@@ -710,7 +710,7 @@ func TestBlueGreenRebuild(t *testing.T) {
 	if !strings.Contains(out, fmt.Sprintf("1 dead letters, %d events", n)) {
 		t.Errorf("compare verdict %q does not count the %d events", out, n)
 	}
-	for _, p := range []*harness.Process{blue, greenSvc} {
+	for _, p := range []*testenv.Process{blue, greenSvc} {
 		p.Signal(syscall.SIGTERM)
 		if err := p.Wait(t, time.Minute); err != nil {
 			t.Fatalf("%s exit: %v", p.Name, err)

@@ -5,8 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -14,11 +12,10 @@ import (
 
 	"github.com/jmoiron/sqlx"
 
-	"github.com/billing/ledger/integration/harness"
 	"github.com/billing/ledger/internal/dedup"
 	"github.com/billing/ledger/internal/stmt"
+	"github.com/billing/ledger/internal/testenv"
 	"github.com/billing/ledger/internal/txsink/mysqldriver"
-	"github.com/billing/ledger/migrations"
 )
 
 // sqlTx runs the dedup statements in one local transaction, as a branch
@@ -97,15 +94,12 @@ func (x sqlTx) Select(ctx context.Context, dest any, q string, args ...any) erro
 // so that sessions are configured as the service's are.
 func newStore(t *testing.T) *sqlx.DB {
 	t.Helper()
-	dsn := harness.NewDatabase(t)
+	dsn, _ := testenv.LedgerDB(t)
 	db, err := mysqldriver.OpenDB(dsn, 2*time.Second, 8)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	if err := migrations.Up(context.Background(), db.DB, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
-		t.Fatal(err)
-	}
 	return db
 }
 

@@ -2,177 +2,32 @@ package ledgercheck
 
 import (
 	"context"
-	"crypto/rand"
-	"database/sql"
-	"encoding/hex"
 	"fmt"
-	"os"
-	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
 	"github.com/jmoiron/sqlx"
+
+	"github.com/billing/ledger/internal/testenv"
 )
 
-// migrationPath is the ledger schema, relative to this package.
-const migrationPath = "../../migrations/00001_ledger.sql"
-
-// gooseUp returns the statements of the "-- +goose Up" section of a goose
-// SQL migration: comment lines dropped, split at semicolons outside quotes,
-// StatementBegin/End blocks kept whole.
-func gooseUp(src string) ([]string, error) {
-	var (
-		stmts   []string
-		cur     strings.Builder
-		inUp    bool
-		inBlock bool
-	)
-	flush := func() {
-		if s := strings.TrimSpace(cur.String()); s != "" {
-			stmts = append(stmts, s)
-		}
-		cur.Reset()
-	}
-	for _, line := range strings.Split(src, "\n") {
-		trim := strings.TrimSpace(line)
-		switch {
-		case strings.HasPrefix(trim, "-- +goose Up"):
-			inUp = true
-			continue
-		case strings.HasPrefix(trim, "-- +goose Down"):
-			flush()
-			return stmts, nil
-		case strings.HasPrefix(trim, "-- +goose StatementBegin"):
-			inBlock = true
-			continue
-		case strings.HasPrefix(trim, "-- +goose StatementEnd"):
-			inBlock = false
-			flush()
-			continue
-		case !inUp || strings.HasPrefix(trim, "--"):
-			continue
-		}
-		if inBlock {
-			cur.WriteString(line + "\n")
-			continue
-		}
-		// Split at semicolons outside single, double and back quotes.
-		var quote rune
-		for _, r := range line {
-			switch {
-			case quote != 0:
-				if r == quote {
-					quote = 0
-				}
-			case r == '\'' || r == '"' || r == '`':
-				quote = r
-			case r == ';':
-				flush()
-				continue
-			}
-			cur.WriteRune(r)
-		}
-		cur.WriteByte('\n')
-	}
-	if !inUp {
-		return nil, fmt.Errorf("no -- +goose Up section")
-	}
-	flush()
-	return stmts, nil
-}
-
-func TestGooseUp(t *testing.T) {
-	src := "-- header; ignored\n-- +goose Up\nCREATE TABLE a (x INT COMMENT 'a;b');\nCREATE TABLE b (\n y INT\n);\n" +
-		"-- +goose StatementBegin\nCREATE PROCEDURE p() BEGIN SELECT 1; END;\n-- +goose StatementEnd\n-- +goose Down\nDROP TABLE a;\n"
-	got, err := gooseUp(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []string{"CREATE TABLE a (x INT COMMENT 'a;b')", "CREATE TABLE b (\n y INT\n)", "CREATE PROCEDURE p() BEGIN SELECT 1; END;"}
-	if strings.Join(got, "|") != strings.Join(want, "|") {
-		t.Errorf("got %q\nwant %q", got, want)
-	}
-	data, err := os.ReadFile(migrationPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stmts, err := gooseUp(string(data))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(stmts) < 3 || !strings.HasPrefix(stmts[0], "CREATE TABLE account_balances") {
-		t.Errorf("ledger migration parsed as %q", stmts)
-	}
-}
-
-// testDB is a throwaway database on the server of MYSQL_DSN.
+// testDB is a throwaway ledger database.
 type testDB struct {
 	dsn string // DSN of the throwaway database
 	db  *sqlx.DB
 }
 
-// newTestDB creates a database with the ledger schema and drops it when the
-// test ends. It skips the test when MYSQL_DSN is not set.
+// newTestDB creates a database with the ledger schema (testenv.LedgerDB)
+// and opens it as the verifier does.
 func newTestDB(ctx context.Context, t *testing.T) *testDB {
 	t.Helper()
-	admin := os.Getenv("MYSQL_DSN")
-	if admin == "" {
-		t.Skip("MYSQL_DSN not set (an admin DSN such as root:root@tcp(127.0.0.1:3306)/)")
-	}
-	cfg, err := mysql.ParseDSN(admin)
-	if err != nil {
-		t.Fatalf("MYSQL_DSN: %v", err)
-	}
-	cfg.DBName = ""
-	root, err := sql.Open("mysql", cfg.FormatDSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = root.Close() })
-	var suffix [6]byte
-	_, _ = rand.Read(suffix[:])
-	name := "ledgercheck_test_" + hex.EncodeToString(suffix[:])
-	if _, err := root.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
-		t.Fatalf("create database: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if _, err := root.ExecContext(ctx, "DROP DATABASE "+name); err != nil {
-			t.Errorf("drop database %s: %v", name, err)
-		}
-	})
-	cfg.DBName = name
-	dsn := cfg.FormatDSN()
+	dsn, _ := testenv.LedgerDB(t)
 	db, err := OpenDB(ctx, dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = db.Close() })
-	// Every migration, in order: the schema the service runs on.
-	files, err := filepath.Glob(filepath.Join(filepath.Dir(migrationPath), "*.sql"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("migrations: %v %v", files, err)
-	}
-	slices.Sort(files)
-	for _, f := range files {
-		src, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		stmts, err := gooseUp(string(src))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, s := range stmts {
-			if _, err := db.ExecContext(ctx, s); err != nil {
-				t.Fatalf("apply schema %s: %v\n%s", f, err, s)
-			}
-		}
-	}
 	return &testDB{dsn, db}
 }
 

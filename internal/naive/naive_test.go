@@ -5,19 +5,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/jmoiron/sqlx"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/billing/ledger/integration/harness"
 	"github.com/billing/ledger/internal/event"
 	"github.com/billing/ledger/internal/failpoint"
 	"github.com/billing/ledger/internal/naive"
 	"github.com/billing/ledger/internal/pipeline"
+	"github.com/billing/ledger/internal/testenv"
 	"github.com/billing/ledger/internal/txsink"
 	"github.com/billing/ledger/internal/txsink/mysqldriver"
 	"github.com/billing/ledger/migrations"
@@ -28,8 +26,6 @@ import (
 // show that it does not have them.
 
 const t0 = "2026-11-29T13:05:00Z"
-
-func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 type ev struct {
 	ID       string `json:"event_id"`
@@ -49,35 +45,25 @@ func events(n int) []ev {
 
 func produce(t *testing.T, brokers []string, topic string, evs ...ev) {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
 	var recs []*kgo.Record
 	for _, e := range evs {
 		b, _ := json.Marshal(e)
 		recs = append(recs, &kgo.Record{Key: []byte(e.Account), Value: b})
 	}
-	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
+	testenv.Produce(t, brokers, topic, recs...)
 }
 
 // database returns a fresh database with the ledger schema and
 // naive_offsets.
 func database(t *testing.T) *sqlx.DB {
 	t.Helper()
-	db, err := naive.OpenDB(harness.NewDatabase(t))
+	dsn, _ := testenv.LedgerDB(t)
+	db, err := naive.OpenDB(dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	ctx := context.Background()
-	if err := migrations.Up(ctx, db.DB, quiet()); err != nil {
-		t.Fatal(err)
-	}
-	if err := naive.Migrate(ctx, db); err != nil {
+	if err := naive.Migrate(context.Background(), db); err != nil {
 		t.Fatal(err)
 	}
 	return db
@@ -97,7 +83,7 @@ func job(t *testing.T, brokers []string, topic string, db *sqlx.DB, fps *failpoi
 	j, err := naive.New(ctx, naive.Config{
 		Topic: topic, Consumer: "naive", KafkaOpts: []kgo.Opt{kgo.SeedBrokers(brokers...)},
 		BatchRecords: 10, BatchWait: 200 * time.Millisecond, BillingWindow: time.Hour, MaxPayloadBytes: 4096,
-		Failpoints: fps, Logger: quiet(),
+		Failpoints: fps, Logger: testenv.Logger(),
 	}, db)
 	if err != nil {
 		cancel()
@@ -126,7 +112,7 @@ func service(t *testing.T, brokers []string, topic string, dsn string, fps *fail
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	sink, dbs, err := mysqldriver.OpenSink(ctx, []string{dsn}, mysqldriver.Options{LockWaitTimeout: 2 * time.Second},
-		txsink.Config{Branches: 1, Group: "svc-" + topic, Topic: topic, StepTimeout: 10 * time.Second, Failpoints: fps, Logger: quiet()})
+		txsink.Config{Branches: 1, Group: "svc-" + topic, Topic: topic, StepTimeout: 10 * time.Second, Failpoints: fps, Logger: testenv.Logger()})
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -138,7 +124,7 @@ func service(t *testing.T, brokers []string, topic string, dsn string, fps *fail
 		DedupCleanupBatch: 100, Window: event.MustFixed(time.Hour), MaxPayloadBytes: 4096, RecoveryInterval: time.Second,
 		DecisionRetention: time.Hour, ShutdownTimeout: 10 * time.Second,
 		KafkaOpts: []kgo.Opt{kgo.SeedBrokers(brokers...), kgo.SessionTimeout(6 * time.Second), kgo.RebalanceTimeout(20 * time.Second)},
-		Logger:    quiet(),
+		Logger:    testenv.Logger(),
 	}, sink, pipeline.Pools(dbs))
 	if err != nil {
 		cancel()
@@ -165,13 +151,13 @@ func service(t *testing.T, brokers []string, topic string, dsn string, fps *fail
 // sink.
 func serviceDatabase(t *testing.T) (*sqlx.DB, string) {
 	t.Helper()
-	dsn := harness.NewDatabase(t)
+	dsn := testenv.NewDatabase(t)
 	db, err := mysqldriver.OpenDB(dsn, 5*time.Second, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	if err := migrations.Up(context.Background(), db.DB, quiet()); err != nil {
+	if err := migrations.Up(context.Background(), db.DB, testenv.Logger()); err != nil {
 		t.Fatal(err)
 	}
 	return db, dsn
@@ -201,13 +187,7 @@ func windowCount(t *testing.T, db *sqlx.DB) int64 {
 // waitFor polls cond until it holds or 60 s pass.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testenv.Eventually(t, 60*time.Second, what, func() (bool, string) { return cond(), "" })
 }
 
 // settle waits a little and checks that the count does not move on.
@@ -242,8 +222,8 @@ func sum(evs []ev) int64 {
 // A repeat that arrives in a later batch is counted a second time by the
 // naive job: it dedups inside a batch only. The service drops it.
 func TestCrossBatchDuplicateCountedTwice(t *testing.T) {
-	brokers := harness.Kafka(t)
-	topic := harness.NewTopic(t, brokers, 1)
+	brokers := testenv.Kafka(t)
+	topic := testenv.NewTopic(t, brokers, 1)
 	evs := events(10)
 	repeat := evs[3]
 
@@ -285,8 +265,8 @@ func TestCrossBatchDuplicateCountedTwice(t *testing.T) {
 // equivalent step (its results prepared, its offsets not yet decided),
 // counts every event once.
 func TestCrashBetweenResultsAndOffsetsDoubleCounts(t *testing.T) {
-	brokers := harness.Kafka(t)
-	topic := harness.NewTopic(t, brokers, 1)
+	brokers := testenv.Kafka(t)
+	topic := testenv.NewTopic(t, brokers, 1)
 	evs := events(10)
 	produce(t, brokers, topic, evs...)
 

@@ -9,8 +9,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/billing/ledger/integration/harness"
 	"github.com/billing/ledger/internal/failpoint"
+	"github.com/billing/ledger/internal/testenv"
 	"github.com/billing/ledger/internal/txsink/mysqldriver"
 	"github.com/billing/ledger/migrations"
 )
@@ -72,13 +72,13 @@ func TestOverflowIsDeadLettered(t *testing.T) {
 // event id is caught wherever its account lives.
 func TestShardedOverTwoServers(t *testing.T) {
 	e := newEnv(t, 3)
-	second := harness.NewDatabase(t)
+	second := testenv.NewDatabase(t)
 	db2, err := mysqldriver.OpenDB(second, 5*time.Second, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db2.Close()
-	if err := migrations.Up(context.Background(), db2.DB, quiet()); err != nil {
+	if err := migrations.Up(context.Background(), db2.DB, testenv.Logger()); err != nil {
 		t.Fatal(err)
 	}
 	var recs []*kgo.Record

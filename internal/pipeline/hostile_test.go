@@ -13,6 +13,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/billing/ledger/internal/testenv"
 	"github.com/billing/ledger/internal/txsink"
 )
 
@@ -222,7 +223,7 @@ func TestGroupChangeIsRefusedUnlessAllowed(t *testing.T) {
 
 	renamed := func(c *Config, s *sinkConfig) { c.Group, s.Group = "renamed-"+e.topic, "renamed-"+e.topic }
 	// Refused: Run returns at once, naming the setting.
-	scfg := sinkConfig{DSNs: []string{e.dsn}, Config: txsink.Config{Branches: 2, Topic: e.topic, StepTimeout: 10 * time.Second, Logger: quiet()}}
+	scfg := sinkConfig{DSNs: []string{e.dsn}, Config: txsink.Config{Branches: 2, Topic: e.topic, StepTimeout: 10 * time.Second, Logger: testenv.Logger()}}
 	cfg := testConfig(e)
 	renamed(&cfg, &scfg)
 	sink, d := openSink(t, scfg)

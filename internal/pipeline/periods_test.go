@@ -13,6 +13,7 @@ import (
 
 	"github.com/billing/ledger/internal/event"
 	"github.com/billing/ledger/internal/failpoint"
+	"github.com/billing/ledger/internal/testenv"
 	"github.com/billing/ledger/internal/txsink"
 )
 
@@ -75,16 +76,10 @@ func entries(t *testing.T, db *sqlx.DB) []entryRow {
 	return rows
 }
 
-// waitFor polls cond until it holds.
+// waitFor waits up to a minute for cond.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testenv.Eventually(t, time.Minute, what, func() (bool, string) { return cond(), "" })
 }
 
 // sealedCount is the number of billing_windows rows with closed_at set.
@@ -631,7 +626,7 @@ func TestDecisionRefusedWhenItsWindowClosed(t *testing.T) {
 	}
 	open := func(name string, fps *failpoint.Set) (*Checkpointer, txsink.PartitionCut) {
 		scfg := sinkConfig{DSNs: []string{e.dsn}, Config: txsink.Config{Branches: 2, Group: "g-" + e.topic, Topic: e.topic,
-			StepTimeout: 10 * time.Second, Logger: quiet(), Failpoints: fps, Instance: name}}
+			StepTimeout: 10 * time.Second, Logger: testenv.Logger(), Failpoints: fps, Instance: name}}
 		sink, d := openSink(t, scfg)
 		t.Cleanup(func() { sink.Close(); d.Close() })
 		cfg := testConfig(e)

@@ -4,9 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -15,10 +12,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/billing/ledger/integration/harness"
+	"github.com/billing/ledger/internal/testenv"
 	"github.com/billing/ledger/internal/txsink"
 	"github.com/billing/ledger/internal/txsink/mysqldriver"
-	"github.com/billing/ledger/migrations"
 )
 
 // env is one test's topic and database.
@@ -43,26 +39,11 @@ type envOptions struct {
 
 func newEnvWith(t *testing.T, partitions int, o envOptions) *env {
 	t.Helper()
-	e := &env{brokers: harness.Kafka(t)}
-	e.topic = harness.NewTopicWithConfigs(t, e.brokers, partitions, o.topicConfigs)
-	e.dsn = harness.NewDatabaseOn(t, harness.MySQL(t), harness.RandomName("t_"), o.create...) + o.dsnParams
-	db, err := mysqldriver.OpenDB(e.dsn, 5*time.Second, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	if err := migrations.Up(context.Background(), db.DB, quiet()); err != nil {
-		t.Fatal(err)
-	}
-	e.db = db
+	e := &env{brokers: testenv.Kafka(t)}
+	e.topic = testenv.NewTopicWithConfigs(t, e.brokers, partitions, o.topicConfigs)
+	e.dsn, e.db = testenv.LedgerDB(t, o.create...)
+	e.dsn += o.dsnParams
 	return e
-}
-
-func quiet() *slog.Logger {
-	if os.Getenv("TEST_LOG") != "" {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
 type ev struct {
@@ -83,14 +64,7 @@ func (e ev) record(key string) *kgo.Record {
 
 func produce(t *testing.T, e *env, recs ...*kgo.Record) {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...), kgo.DefaultProduceTopic(e.topic))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
+	testenv.Produce(t, e.brokers, e.topic, recs...)
 }
 
 // instance is one in-process pipeline.
@@ -119,7 +93,7 @@ func testConfig(e *env) Config {
 		DedupCleanupBatch: 100, Window: hourly, MaxPayloadBytes: 4096, RecoveryInterval: time.Second,
 		DecisionRetention: time.Hour, ShutdownTimeout: 10 * time.Second,
 		KafkaOpts: []kgo.Opt{kgo.SeedBrokers(e.brokers...), kgo.SessionTimeout(6 * time.Second), kgo.RebalanceTimeout(20 * time.Second)},
-		Logger:    quiet(),
+		Logger:    testenv.Logger(),
 	}
 }
 
@@ -136,7 +110,7 @@ func openSink(t *testing.T, s sinkConfig) (*txsink.Sink, *mysqldriver.Driver) {
 func start(t *testing.T, e *env, mod func(*Config, *sinkConfig)) *instance {
 	t.Helper()
 	scfg := sinkConfig{DSNs: []string{e.dsn}, Config: txsink.Config{Branches: 2, Group: "g-" + e.topic, Topic: e.topic,
-		StepTimeout: 10 * time.Second, Logger: quiet()}}
+		StepTimeout: 10 * time.Second, Logger: testenv.Logger()}}
 	cfg := testConfig(e)
 	if mod != nil {
 		mod(&cfg, &scfg)
@@ -213,23 +187,20 @@ func deadReasons(t *testing.T, db *sqlx.DB) map[string]int {
 // waitCounted waits until the ledger holds want events in total.
 func waitCounted(t *testing.T, db *sqlx.DB, want int64, dead int) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
 	var got, gotDead int64
-	for time.Now().Before(deadline) {
+	count := func() {
 		_ = db.Get(&got, `SELECT COALESCE(SUM(event_count), 0) FROM account_balances`)
 		_ = db.Get(&gotDead, `SELECT COUNT(*) FROM dead_letters`)
-		if got >= want && gotDead >= int64(dead) {
-			time.Sleep(300 * time.Millisecond) // would a surplus show up?
-			_ = db.Get(&got, `SELECT COALESCE(SUM(event_count), 0) FROM account_balances`)
-			_ = db.Get(&gotDead, `SELECT COUNT(*) FROM dead_letters`)
-			if got != want || gotDead != int64(dead) {
-				t.Fatalf("counted %d events and %d dead letters, want %d and %d", got, gotDead, want, dead)
-			}
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
-	t.Fatalf("timed out: counted %d events and %d dead letters, want %d and %d", got, gotDead, want, dead)
+	testenv.Eventually(t, 60*time.Second, "events counted", func() (bool, string) {
+		count()
+		return got >= want && gotDead >= int64(dead), fmt.Sprintf("%d events and %d dead letters, want %d and %d", got, gotDead, want, dead)
+	})
+	time.Sleep(300 * time.Millisecond) // would a surplus show up?
+	count()
+	if got != want || gotDead != int64(dead) {
+		t.Fatalf("counted %d events and %d dead letters, want %d and %d", got, gotDead, want, dead)
+	}
 }
 
 const t0 = "2026-11-29T13:05:00Z"

@@ -10,10 +10,8 @@ import (
 
 	"github.com/jmoiron/sqlx"
 
-	"github.com/billing/ledger/integration/harness"
 	"github.com/billing/ledger/internal/stmt"
-	"github.com/billing/ledger/internal/txsink/mysqldriver"
-	"github.com/billing/ledger/migrations"
+	"github.com/billing/ledger/internal/testenv"
 )
 
 // txQuerier runs sealWindows' statements in a local transaction.
@@ -38,15 +36,8 @@ func BenchmarkSealWindow(b *testing.B) {
 	for _, accounts := range []int{1000, 10000} {
 		for _, windows := range []int{1, 100} {
 			b.Run(fmt.Sprintf("accounts=%d/windows=%d", accounts, windows), func(b *testing.B) {
-				db, err := mysqldriver.OpenDB(harness.NewDatabase(b), 5*time.Second, 2)
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer db.Close()
+				_, db := testenv.LedgerDB(b)
 				ctx := context.Background()
-				if err := migrations.Up(ctx, db.DB, quiet()); err != nil {
-					b.Fatal(err)
-				}
 				base := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
 				for w := range windows {
 					for lo := 0; lo < accounts; lo += 1000 {

@@ -4,14 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"maps"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/billing/ledger/internal/testenv"
 
 	"github.com/cockroachdb/datadriven"
 
@@ -130,7 +130,7 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) string {
 		fp, _ := failpoint.Parse("")
 		w.failpts[name] = fp
 		s, err := New(ctx, Config{Branches: branches, Group: "g", Topic: "t", StepTimeout: time.Second, Now: w.clock,
-			Instance: name, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, w.server(t, d, spec.control).As("billing"), servers)
+			Instance: name, Logger: testenv.Logger()}, w.server(t, d, spec.control).As("billing"), servers)
 		if err != nil {
 			return "error: " + err.Error()
 		}

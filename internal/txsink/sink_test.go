@@ -2,10 +2,10 @@ package txsink
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
+
+	"github.com/billing/ledger/internal/testenv"
 
 	"github.com/billing/ledger/internal/txsink/driver"
 	"github.com/billing/ledger/internal/txsink/memdriver"
@@ -14,7 +14,7 @@ import (
 func memSink(t *testing.T, c *memdriver.Cluster, now func() time.Time) *Sink {
 	t.Helper()
 	s, err := New(context.Background(), Config{Branches: 1, Group: "g", Topic: "t", StepTimeout: time.Second, Now: now,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, c.As("billing"), []driver.Server{c.As("billing")})
+		Logger: testenv.Logger()}, c.As("billing"), []driver.Server{c.As("billing")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,5 +1,6 @@
 -- Database and least-privilege account of the billing service on MySQL 8.4,
--- for docker-compose.yml. The mysql image runs the files of
+-- for docker-compose.yml (and MariaDB 10.11, which stands in for it where
+-- MySQL 8.4 cannot run). The mysql image runs the files of
 -- /docker-entrypoint-initdb.d once, as root, when it initialises an empty
 -- data directory (a fresh `mysql-data` volume). After editing this file,
 -- recreate the volume: `docker compose down -v && docker compose up -d`.
@@ -21,5 +22,8 @@ GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, ALTER, INDEX, DROP, REFERENCES
 
 -- XA RECOVER (recovery lists prepared XA branches to resolve them) needs
 -- this dynamic global privilege on MySQL 8.x. MariaDB has no such privilege
--- and needs none.
-GRANT XA_RECOVER_ADMIN ON *.* TO 'billing'@'%';
+-- and needs none: the statement is a versioned comment that MySQL 8.0+
+-- runs and MariaDB skips (MariaDB ignores /*!8xxxx ... */), so the file
+-- serves both servers (the local MariaDB image of scripts/images/ runs it in
+-- CI's compose demo).
+/*!80000 GRANT XA_RECOVER_ADMIN ON *.* TO 'billing'@'%' */;

@@ -4,17 +4,14 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"io"
-	"log/slog"
 	"testing"
 
 	"github.com/go-sql-driver/mysql"
 
-	"github.com/billing/ledger/integration/harness"
+	"github.com/billing/ledger/internal/testenv"
 	"github.com/billing/ledger/internal/txsink/driver"
 	"github.com/billing/ledger/internal/txsink/drivertest"
 	"github.com/billing/ledger/internal/txsink/mysqldriver"
-	"github.com/billing/ledger/migrations"
 )
 
 type fixtures struct{}
@@ -23,16 +20,13 @@ type fixtures struct{}
 // test`, or MySQL 8.4 through testcontainers), a scratch table for the
 // suite's writes, and a second account without any privilege.
 func (fixtures) New(ctx context.Context, t *testing.T) drivertest.Fixture {
-	dsn := harness.NewDatabase(t)
+	dsn, _ := testenv.LedgerDB(t)
 	d, err := mysqldriver.Open(ctx, []string{dsn}, mysqldriver.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(d.Close)
 	db := d.Server(0).DB()
-	if err := migrations.Up(ctx, db.DB, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
-		t.Fatal(err)
-	}
 	if _, err := db.ExecContext(ctx, `CREATE TABLE conformance_kv (k VARBINARY(64) PRIMARY KEY, v VARBINARY(64) NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
@@ -58,8 +52,8 @@ func (fixtures) New(ctx context.Context, t *testing.T) drivertest.Fixture {
 // otherAccount creates an account with no privilege at all and connects
 // as it.
 func otherAccount(ctx context.Context, t *testing.T) driver.Server {
-	admin := harness.MySQL(t)
-	user := harness.RandomName("dt_")
+	admin := testenv.MySQL(t)
+	user := testenv.RandomName("dt_")
 	db, err := sql.Open("mysql", admin)
 	if err != nil {
 		t.Fatal(err)

@@ -4,18 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"slices"
 	"testing"
 	"time"
 
-	"github.com/billing/ledger/integration/harness"
 	"github.com/billing/ledger/internal/failpoint"
+	"github.com/billing/ledger/internal/testenv"
 	"github.com/billing/ledger/internal/txsink"
 	"github.com/billing/ledger/internal/txsink/driver"
 	"github.com/billing/ledger/internal/txsink/mysqldriver"
-	"github.com/billing/ledger/migrations"
 )
 
 // The protocol's rules are specified by the scenario files of package
@@ -24,27 +21,17 @@ import (
 // pinned connections, isolation, MariaDB's attached branches and the
 // connection it takes to end them, accounts, pools.
 
-func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
-
 // ledgerDB migrates a new database on the server of admin (the test
 // server when admin is empty).
 func ledgerDB(t *testing.T, admin, name string) string {
 	t.Helper()
 	if admin == "" {
-		admin = harness.MySQL(t)
+		admin = testenv.MySQL(t)
 	}
 	if name == "" {
-		name = harness.RandomName("t_")
+		name = testenv.RandomName("t_")
 	}
-	dsn := harness.NewDatabaseOn(t, admin, name)
-	db, err := mysqldriver.OpenDB(dsn, time.Second, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	if err := migrations.Up(context.Background(), db.DB, quiet()); err != nil {
-		t.Fatal(err)
-	}
+	dsn, _ := testenv.LedgerDBOn(t, admin, name)
 	return dsn
 }
 
@@ -55,7 +42,7 @@ func openSink(t *testing.T, branches int, fps string, dsns ...string) (*txsink.S
 		t.Fatal(err)
 	}
 	s, d, err := mysqldriver.OpenSink(context.Background(), dsns, mysqldriver.Options{LockWaitTimeout: 2 * time.Second},
-		txsink.Config{Branches: branches, Group: "g", Topic: "billing", StepTimeout: 10 * time.Second, Logger: quiet(), Failpoints: fp})
+		txsink.Config{Branches: branches, Group: "g", Topic: "billing", StepTimeout: 10 * time.Second, Logger: testenv.Logger(), Failpoints: fp})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,9 +234,9 @@ func TestRecoveryEndsFrozenCoordinatorsConnection(t *testing.T) {
 // back both.)
 func TestTwoLedgersShareAShardServer(t *testing.T) {
 	ctx := context.Background()
-	name := harness.RandomName("t_same_")
-	shared := harness.MySQL(t)
-	controlA, controlB := ledgerDB(t, shared, name), ledgerDB(t, harness.MySQL2(t), name)
+	name := testenv.RandomName("t_same_")
+	shared := testenv.MySQL(t)
+	controlA, controlB := ledgerDB(t, shared, name), ledgerDB(t, testenv.MySQL2(t), name)
 	shardA, shardB := ledgerDB(t, shared, ""), ledgerDB(t, shared, "")
 
 	a, _ := openSink(t, 1, "", controlA, shardA)

@@ -1,16 +1,24 @@
-// Package harness gives integration tests the Kafka cluster and the
-// MySQL-compatible server they run against, plus throwaway databases and
-// topics so tests never share state.
+// Package testenv is the project's one test environment: the Kafka cluster
+// and the MySQL-compatible servers tests run against, throwaway databases
+// (ledger databases migrated by migrations.Up) and topics so that tests
+// never share state, the service's binaries as processes to kill, and the
+// helpers every test needs (Eventually, Produce, Logger, InDoubt).
 //
 // Where the services come from, in order:
 //
 //  1. KAFKA_BROKERS (comma-separated host:port list) and MYSQL_DSN (an admin
 //     DSN without a database, e.g. root:root@tcp(127.0.0.1:3306)/). `make
 //     test` starts local services with scripts/services.sh and sets both.
-//  2. Containers through testcontainers-go when a Docker engine is reachable
-//     (Kafka: confluentinc/confluent-local:7.6.0, MySQL: mysql:8.4 as root).
-//     They are started at most once per test binary and left for Ryuk, the
-//     testcontainers reaper, to remove when the binary exits.
+//  2. Containers through testcontainers-go when a Docker engine (or Podman's
+//     Docker API, through DOCKER_HOST) is reachable: Kafka
+//     (TESTCONTAINERS_KAFKA_IMAGE, default confluentinc/confluent-local:7.6.0)
+//     and a MySQL-compatible server as root (TESTCONTAINERS_MYSQL_IMAGE,
+//     default mysql:8.4; a second one for MySQL2), with the server settings
+//     of scripts/services.sh. They are started at most once per test binary
+//     and removed by Main, which the package's TestMain must call: the
+//     reaper (Ryuk) may be unavailable (TESTCONTAINERS_RYUK_DISABLED=true
+//     where no registry answers). `make test-containers` runs this path
+//     with locally built images (docs/docker.md).
 //  3. Otherwise the test is skipped, telling how to run it. With CI=true a
 //     missing service fails the test instead: CI must never pass by
 //     silently skipping the integration suite.
@@ -20,7 +28,7 @@
 //
 // In -short mode (`make test-unit`) every test that asks for a service is
 // skipped.
-package harness
+package testenv
 
 import (
 	"context"
@@ -40,30 +48,25 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/testcontainers/testcontainers-go"
-	tckafka "github.com/testcontainers/testcontainers-go/modules/kafka"
-	tcmysql "github.com/testcontainers/testcontainers-go/modules/mysql"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// Environment variables and container images the harness uses.
+// Environment variables and container images the test environment uses.
 const (
 	EnvKafkaBrokers = "KAFKA_BROKERS"
 	EnvMySQLDSN     = "MYSQL_DSN"
 	// EnvMySQL2DSN names a second, independent MySQL-compatible server
 	// (admin DSN without a database), for tests that need two servers.
 	EnvMySQL2DSN = "MYSQL2_DSN"
-
-	KafkaImage = "confluentinc/confluent-local:7.6.0"
-	MySQLImage = "mysql:8.4"
 )
 
 // howToRun ends every skip or CI failure message.
 const howToRun = "run `make test` (starts local Kafka and MariaDB with scripts/services.sh), " +
 	"or set " + EnvKafkaBrokers + " (e.g. 127.0.0.1:9092) and " + EnvMySQLDSN +
 	" (admin DSN without database, e.g. root:root@tcp(127.0.0.1:3306)/), " +
-	"or make a Docker engine reachable for testcontainers"
+	"or make a Docker engine reachable for testcontainers (`make test-containers`, docs/docker.md)"
 
 // Env is everything an integration test can connect to.
 type Env struct {
@@ -123,7 +126,7 @@ func MySQL(t testing.TB) string {
 func MySQL2(t testing.TB) string {
 	t.Helper()
 	requireIntegration(t)
-	mysql2Once.Do(func() { mysql2Once.val, mysql2Once.err = resolveMySQLEnv(EnvMySQL2DSN) })
+	mysql2Once.Do(func() { mysql2Once.val, mysql2Once.err = resolveMySQL2() })
 	check(t, "a second MySQL server", mysql2Once.err)
 	return mysql2Once.val
 }
@@ -166,57 +169,36 @@ func resolveKafka() ([]string, error) {
 		}
 		return brokers, nil
 	}
-	if err := dockerHealthy(); err != nil {
-		return nil, fmt.Errorf("%w: %s is not set and Docker is not reachable (%v)", errAbsent, EnvKafkaBrokers, err)
+	if err := containerPath(EnvKafkaBrokers); err != nil {
+		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	ctr, err := tckafka.Run(ctx, KafkaImage, tckafka.WithClusterID("billing-integration"))
-	if err != nil {
-		// Remove a half-started container now; a started one stays for
-		// the whole binary and Ryuk reaps it.
-		_ = testcontainers.TerminateContainer(ctr)
-		return nil, fmt.Errorf("start Kafka container %s: %w", KafkaImage, err)
-	}
-	brokers, err := ctr.Brokers(ctx)
-	if err != nil {
-		_ = testcontainers.TerminateContainer(ctr)
-		return nil, fmt.Errorf("Kafka container brokers: %w", err)
-	}
-	return brokers, pingKafka(brokers)
+	return startKafka(ctx)
 }
 
 func resolveMySQL() (string, error) {
 	if dsn, err := resolveMySQLEnv(EnvMySQLDSN); !errors.Is(err, errAbsent) {
 		return dsn, err
 	}
-	if err := dockerHealthy(); err != nil {
-		return "", fmt.Errorf("%w: %s is not set and Docker is not reachable (%v)", errAbsent, EnvMySQLDSN, err)
+	return mysqlContainer(EnvMySQLDSN)
+}
+
+// resolveMySQL2: a second server, from MYSQL2_DSN or a second container.
+func resolveMySQL2() (string, error) {
+	if dsn, err := resolveMySQLEnv(EnvMySQL2DSN); !errors.Is(err, errAbsent) {
+		return dsn, err
+	}
+	return mysqlContainer(EnvMySQL2DSN)
+}
+
+func mysqlContainer(missing string) (string, error) {
+	if err := containerPath(missing); err != nil {
+		return "", err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	ctr, err := tcmysql.Run(ctx, MySQLImage,
-		tcmysql.WithUsername("root"),
-		tcmysql.WithPassword("root"),
-		// Same server settings as scripts/services.sh gives MariaDB.
-		testcontainers.WithCmdArgs(
-			"--transaction-isolation=REPEATABLE-READ",
-			"--innodb-flush-log-at-trx-commit=1",
-			"--innodb-lock-wait-timeout=10",
-			"--max-connections=1000",
-		),
-	)
-	if err != nil {
-		_ = testcontainers.TerminateContainer(ctr)
-		return "", fmt.Errorf("start MySQL container %s: %w", MySQLImage, err)
-	}
-	endpoint, err := ctr.PortEndpoint(ctx, "3306/tcp", "")
-	if err != nil {
-		_ = testcontainers.TerminateContainer(ctr)
-		return "", fmt.Errorf("MySQL container endpoint: %w", err)
-	}
-	dsn := "root:root@tcp(" + endpoint + ")/"
-	return dsn, pingMySQL(dsn)
+	return startMySQL(ctx)
 }
 
 // resolveMySQLEnv checks the admin DSN in the environment variable env;

@@ -1,4 +1,4 @@
-package harness
+package testenv
 
 import (
 	"bytes"

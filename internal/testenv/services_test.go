@@ -1,0 +1,160 @@
+package testenv
+
+import (
+	"context"
+	"database/sql"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// TestDatabaseDSN needs no server: it checks the DSN that NewDatabase hands
+// out keeps the admin credentials and address and carries the settings
+// tests rely on.
+func TestDatabaseDSN(t *testing.T) {
+	for _, admin := range []string{
+		"root:root@tcp(127.0.0.1:3306)/",
+		"root:root@tcp(127.0.0.1:3306)/?multiStatements=true&interpolateParams=true&timeout=5s",
+	} {
+		dsn, err := databaseDSN(admin, "t_0123456789abcdef")
+		if err != nil {
+			t.Fatalf("databaseDSN(%q): %v", admin, err)
+		}
+		cfg, err := mysql.ParseDSN(dsn)
+		if err != nil {
+			t.Fatalf("result %q does not parse: %v", dsn, err)
+		}
+		if cfg.DBName != "t_0123456789abcdef" || cfg.User != "root" || cfg.Passwd != "root" ||
+			cfg.Net != "tcp" || cfg.Addr != "127.0.0.1:3306" {
+			t.Errorf("databaseDSN(%q) = %q: wrong database, credentials or address", admin, dsn)
+		}
+		if !cfg.ParseTime || cfg.MultiStatements || cfg.InterpolateParams {
+			t.Errorf("databaseDSN(%q) = %q: want parseTime on, multiStatements and interpolateParams off", admin, dsn)
+		}
+	}
+}
+
+// TestContainerImages: the testcontainers path starts the public images
+// unless the environment names others, and picks the way to start Kafka by
+// the image.
+func TestContainerImages(t *testing.T) {
+	for _, tc := range []struct {
+		env, value, want string
+		get              func() string
+	}{
+		{EnvKafkaImage, "", "confluentinc/confluent-local:7.6.0", KafkaImage},
+		{EnvKafkaImage, " localhost/billing-local/kafka:4.1.1 ", "localhost/billing-local/kafka:4.1.1", KafkaImage},
+		{EnvMySQLImage, "", "mysql:8.4", MySQLImage},
+		{EnvMySQLImage, "localhost/billing-local/mariadb:10.11", "localhost/billing-local/mariadb:10.11", MySQLImage},
+	} {
+		t.Setenv(tc.env, tc.value)
+		if got := tc.get(); got != tc.want {
+			t.Errorf("%s=%q: image %q, want %q", tc.env, tc.value, got, tc.want)
+		}
+	}
+	for image, module := range map[string]bool{
+		"confluentinc/confluent-local:7.6.0":           true,
+		"docker.io/confluentinc/confluent-local:7.6.0": true,
+		"apache/kafka:4.1.1":                           false,
+		"localhost/billing-local/kafka:4.1.1":          false,
+	} {
+		if got := isConfluentLocal(image); got != module {
+			t.Errorf("isConfluentLocal(%q) = %v, want %v", image, got, module)
+		}
+	}
+}
+
+// TestMySQLServerSettings: the server the test environment hands out, local or in a
+// container, runs with the settings the exactly-once design relies on and
+// with the binary log on, as MySQL 8.4 does by default (scripts/services.sh
+// and mysqlServerArgs must agree).
+func TestMySQLServerSettings(t *testing.T) {
+	db, err := sql.Open("mysql", MySQL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	rows, err := db.Query("SHOW GLOBAL VARIABLES")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	vars := map[string]string{}
+	for rows.Next() {
+		var k, v string
+		if err := rows.Scan(&k, &v); err != nil {
+			t.Fatal(err)
+		}
+		vars[k] = v
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []struct {
+		names []string // MySQL 8 and MariaDB 10.11 spell some differently
+		value string
+	}{
+		{[]string{"transaction_isolation", "tx_isolation"}, "REPEATABLE-READ"},
+		{[]string{"innodb_flush_log_at_trx_commit"}, "1"},
+		{[]string{"log_bin"}, "ON"},
+		{[]string{"sync_binlog"}, "1"},
+		{[]string{"binlog_format"}, "ROW"},
+		{[]string{"character_set_server"}, "utf8mb4"},
+	} {
+		got, found := "", false
+		for _, n := range want.names {
+			if got, found = vars[n]; found {
+				break
+			}
+		}
+		if !found || !strings.EqualFold(got, want.value) {
+			t.Errorf("%s = %q (found %v), want %q", want.names[0], got, found, want.value)
+		}
+	}
+}
+
+// TestKafkaBrokerSettings: the broker the test environment hands out, local or in a
+// container, has the settings of scripts/services.sh that tests rely on.
+func TestKafkaBrokerSettings(t *testing.T) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(Kafka(t)...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	md, err := adm.BrokerMetadata(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rcs, err := adm.DescribeBrokerConfigs(ctx, md.Brokers.NodeIDs()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rc := range rcs {
+		if rc.Err != nil {
+			t.Fatalf("broker %s: %v", rc.Name, rc.Err)
+		}
+		got := map[string]string{}
+		for _, c := range rc.Configs {
+			got[c.Key] = c.MaybeValue()
+		}
+		for k, want := range map[string]string{
+			"auto.create.topics.enable":                "false",
+			"transaction.max.timeout.ms":               "3600000",
+			"group.initial.rebalance.delay.ms":         "0",
+			"transaction.state.log.min.isr":            "1",
+			"offsets.topic.replication.factor":         "1",
+			"transaction.state.log.replication.factor": "1",
+		} {
+			if got[k] != want {
+				t.Errorf("broker %s: %s = %q, want %q", rc.Name, k, got[k], want)
+			}
+		}
+	}
+}
