@@ -26,9 +26,14 @@
 -- their rows sealed (closed_at set). Both only grow, and only through
 -- commit decisions. One row, created here.
 
+-- The new columns come last and each ALTER does one thing, so that adding
+-- a column is instant (MySQL 8.0.29+, MariaDB 10.4+) and adding the index
+-- builds it in place without rebuilding a large billing_windows.
+
 -- +goose Up
 ALTER TABLE billing_windows
-    ADD COLUMN closed_at DATETIME(6) NULL COMMENT 'set when the window was sealed; the row never changes afterwards' AFTER event_count,
+    ADD COLUMN closed_at DATETIME(6) NULL COMMENT 'set when the window was sealed; the row never changes afterwards';
+ALTER TABLE billing_windows
     ADD KEY billing_windows_period (window_start, closed_at);
 
 CREATE TABLE window_adjustments (
@@ -60,8 +65,8 @@ CREATE TABLE ledger_entries (
 ) ENGINE = InnoDB DEFAULT CHARACTER SET = utf8mb4 COLLATE = utf8mb4_bin;
 
 ALTER TABLE partition_offsets
-    ADD COLUMN watermark DATETIME(6) NULL COMMENT 'latest occurred_at of the records below next_offset' AFTER next_offset,
-    ADD COLUMN caught_up BOOLEAN NOT NULL DEFAULT FALSE COMMENT 'next_offset had reached the end of the log when written' AFTER watermark;
+    ADD COLUMN watermark DATETIME(6) NULL COMMENT 'latest occurred_at of the records below next_offset',
+    ADD COLUMN caught_up BOOLEAN NOT NULL DEFAULT FALSE COMMENT 'next_offset had reached the end of the log when written';
 
 CREATE TABLE window_frontier (
     singleton     TINYINT NOT NULL COMMENT 'always 1: one row',
@@ -78,4 +83,5 @@ DROP TABLE window_frontier;
 ALTER TABLE partition_offsets DROP COLUMN caught_up, DROP COLUMN watermark;
 DROP TABLE ledger_entries;
 DROP TABLE window_adjustments;
-ALTER TABLE billing_windows DROP KEY billing_windows_period, DROP COLUMN closed_at;
+ALTER TABLE billing_windows DROP KEY billing_windows_period;
+ALTER TABLE billing_windows DROP COLUMN closed_at;
