@@ -51,5 +51,7 @@
 //
 // [Event.Fingerprint] is a persisted, versioned hash of the billable
 // content (not the event id) used to tell true duplicates from conflicting
-// ones; [Window] assigns events to epoch-aligned tumbling windows.
+// ones; [Window] assigns events to epoch-aligned tumbling windows, and
+// [Period] to those or to calendar days and months in a time zone (the zone
+// database is compiled in).
 package event
