@@ -1,6 +1,7 @@
 package dedup
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -305,6 +306,10 @@ func cleanupRow(ctx context.Context, db *sqlx.DB, now time.Time, batch, budget i
 	if err != nil {
 		return 0, false, fmt.Errorf("dedup cleanup: dedup_expiry seq %d: %w", j.Seq, err)
 	}
+	// In key order: each statement then walks the primary key's leaves
+	// forwards instead of jumping between pages, and concurrent cleanups
+	// lock in one order.
+	slices.SortFunc(ids, func(a, b any) int { return bytes.Compare(a.([]byte), b.([]byte)) })
 	for start := 0; start < len(ids); start += batch {
 		err := stmt.Split(min(batch, len(ids)-start), len(deleteExpired(1))+stmt.ArgBytes(now), budget,
 			func(i int) int { return stmt.ArgBytes(ids[start+i]) }, func(from, to int) error {
