@@ -244,7 +244,7 @@ func (c *Checkpointer) attempt(ctx context.Context, s *snapshot, careful, trial 
 			return fail("eventtime", err)
 		}
 		et = planEventTime(c.cfg.Window, c.cfg.WindowCloseAfter, read, s.records, s.cuts)
-		if len(s.records)+len(s.dead)+len(s.cuts) == 0 && et.idle() {
+		if len(s.records)+len(s.dead)+len(s.cuts) == 0 && et.noWork() {
 			info.skipped = true
 			return info
 		}

@@ -175,9 +175,9 @@ func planEventTime(w event.Period, closeAfter time.Duration, et txsink.EventTime
 	return plan
 }
 
-// idle reports whether the plan has nothing to do for a checkpoint without
+// noWork reports whether the plan has nothing to do for a checkpoint without
 // records: no window to close, none to seal.
-func (p *eventTimePlan) idle() bool {
+func (p *eventTimePlan) noWork() bool {
 	return !p.raise.After(p.read.Closed) && p.sealTo.IsZero()
 }
 

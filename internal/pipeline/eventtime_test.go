@@ -133,11 +133,11 @@ func TestPlanEventTimePartitions(t *testing.T) {
 	// The frontier never goes back, even when the watermark does.
 	et.Frontier.Closed = ts("2026-03-01T10:00:00Z")
 	plan = planEventTime(hour, 0, et, nil, nil)
-	if !plan.raise.Equal(et.Frontier.Closed) || plan.idle() {
-		t.Errorf("raise %s (idle %v), want the stored frontier and the seal to do", plan.raise, plan.idle())
+	if !plan.raise.Equal(et.Frontier.Closed) || plan.noWork() {
+		t.Errorf("raise %s (no work %v), want the stored frontier and the seal to do", plan.raise, plan.noWork())
 	}
 	et.Frontier.Sealed = et.Frontier.Closed
-	if plan = planEventTime(hour, 0, et, nil, nil); !plan.idle() {
+	if plan = planEventTime(hour, 0, et, nil, nil); !plan.noWork() {
 		t.Errorf("nothing to close or seal, but not idle: %+v", plan)
 	}
 }
