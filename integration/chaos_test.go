@@ -18,8 +18,8 @@ import (
 
 	"github.com/jmoiron/sqlx"
 
-	"github.com/billing/ledger/internal/testenv"
 	"github.com/billing/ledger/internal/ledgercheck"
+	"github.com/billing/ledger/internal/testenv"
 )
 
 // The chaos suite (issue 4, docs/chaos.md): three billing instances in one

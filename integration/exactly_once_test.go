@@ -1,13 +1,14 @@
 package integration_test
 
 import (
-	"github.com/billing/ledger/internal/testenv"
 	"context"
 	"fmt"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/billing/ledger/internal/testenv"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"

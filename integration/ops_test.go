@@ -33,9 +33,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/billing/ledger/internal/testenv"
 	"github.com/billing/ledger/internal/mysqlconn"
 	"github.com/billing/ledger/internal/testcert"
+	"github.com/billing/ledger/internal/testenv"
 )
 
 // opsEnv is testEnv (ledger_test.go) with the settings the operations tests

@@ -28,8 +28,8 @@ import (
 	"github.com/jmoiron/sqlx"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/billing/ledger/internal/testenv"
 	"github.com/billing/ledger/internal/ledgerstatus"
+	"github.com/billing/ledger/internal/testenv"
 )
 
 // stMerge returns the union of maps, later ones winning.
