@@ -65,11 +65,13 @@ type childSpec struct {
 	MemLimit    int64             `json:"mem_limit"` // service mode: Go soft memory limit unless GOMEMLIMIT is set; 0: none
 	CPUProfile  string            `json:"cpu_profile"`
 	HeapProfile string            `json:"heap_profile"`
-	// SteadyKeys dedup keys are stored right before the catch-up, their
-	// expiries spread evenly over the next SteadySpan (steady-state
-	// variant).
-	SteadyKeys int64         `json:"steady_keys"`
-	SteadySpan time.Duration `json:"steady_span"`
+	// SteadyKeys dedup keys are stored right before the catch-up and made
+	// to expire as the catch-up inserts keys (steady-state variant,
+	// steady.go).
+	SteadyKeys int64 `json:"steady_keys"`
+	// Replay: sink-only feeds these checkpoints (partition → next offset,
+	// the service's cuts; see replay.go) instead of cutting the topic.
+	Replay []map[int32]int64 `json:"replay,omitempty"`
 }
 
 // childResult is what a child reports.
@@ -84,6 +86,11 @@ type childResult struct {
 	CPU       map[string]float64 `json:"cpu_cores"` // during the catch-up
 	RoundTrip float64            `json:"round_trips_per_unit"`
 	RTKinds   map[string]float64 `json:"round_trips_per_unit_by_kind"`
+	Cuts      []map[int32]int64  `json:"cuts,omitempty"` // service: its catch-up checkpoints' cuts, for sink-only to replay
+	// Steady-state: keys the catch-up inserted, and stored keys deleted by
+	// the end of the catch-up.
+	SteadyInserted int64 `json:"steady_inserted,omitempty"`
+	SteadyDeleted  int64 `json:"steady_deleted,omitempty"`
 
 	LiveRecords int64     `json:"live_records"`
 	Live        unitStats `json:"live"`
@@ -103,6 +110,7 @@ type collector struct {
 	live      bool
 	liveStart time.Time
 	committed int64
+	inserted  int64 // keys inserted (events counted) in the catch-up
 	catchUp   []unit
 	liveUnits []unit
 	lat       []float64
@@ -124,6 +132,7 @@ func (c *collector) add(u unit, visible time.Time, times []time.Time) {
 		}
 	} else {
 		c.catchUp = append(c.catchUp, u)
+		c.inserted += int64(u.counted)
 	}
 	c.mu.Unlock()
 	select {
@@ -376,21 +385,22 @@ func pipelineConfig(cfg config.Config, onCheckpoint func(pipeline.CheckpointInfo
 	return cfg.Pipeline([]kgo.Opt{kgo.SeedBrokers(cfg.KafkaBrokers...)}, childLogger(), onCheckpoint)
 }
 
-// sinkOnly feeds the topic to the checkpoint protocol, chunk by chunk,
-// without Kafka in the timed part: what MySQL sustains for the service's
-// statements. It is the MySQL side of the limit, so it must bound the
-// service from above: the same statements through the same Checkpointer, no
-// coordination (no poll loop, no barrier, no rebalance), and no memory
-// pressure (one chunk decoded at a time, no soft memory limit). Only the
-// checkpoints are timed: the units are laid end to end on a clock that
-// stops while the next chunk is read and decoded.
+// sinkOnly feeds checkpoints to the checkpoint protocol without Kafka in
+// the timed part: what MySQL sustains for the service's statements. It is
+// the MySQL side of the limit, so it must bound the service from above: the
+// same checkpoints (the service's, replayed: replay.go) through the same
+// Checkpointer, no coordination (no poll loop, no barrier, no rebalance),
+// and no memory pressure (one checkpoint decoded at a time, no soft memory
+// limit). Only the checkpoints are timed: the units are laid end to end on
+// a clock that stops while the next checkpoint's records are read and
+// decoded.
 func sinkOnly(spec childSpec, cfg config.Config) (childResult, error) {
 	var res childResult
-	chunks, err := newTopicChunks(spec, cfg.MaxPayloadBytes)
+	next, invalid, closeSource, err := sinkSource(spec, cfg)
 	if err != nil {
 		return res, err
 	}
-	defer chunks.cl.Close()
+	defer closeSource()
 	ctx, cancel := context.WithTimeout(context.Background(), spec.Timeout)
 	defer cancel()
 	l, err := openSink(ctx, spec, cfg)
@@ -406,26 +416,17 @@ func sinkOnly(spec childSpec, cfg config.Config) (childResult, error) {
 	if err != nil {
 		return res, err
 	}
+	var steady *steadyKeys
 	if spec.SteadyKeys > 0 {
-		if err := storeSteadyKeys(ctx, spec.DSN, spec.SteadyKeys, spec.SteadySpan); err != nil {
+		if steady, err = storeSteadyKeys(ctx, spec.DSN, spec.SteadyKeys); err != nil {
 			return res, err
 		}
+		defer steady.close()
 	}
 	// The janitor runs beside the checkpoints, as in the service.
 	jctx, stopJanitor := context.WithCancel(ctx)
 	defer stopJanitor()
-	go func() {
-		tick := time.NewTicker(cfg.DedupCleanupInterval)
-		defer tick.Stop()
-		for {
-			select {
-			case <-jctx.Done():
-				return
-			case <-tick.C:
-				pipeline.CleanExpired(jctx, pipeline.Pools(l.db), cfg.DedupCleanupBatch, childLogger())
-			}
-		}
-	}()
+	go pipeline.Janitor(jctx, pipeline.Pools(l.db), cfg.DedupCleanupInterval, cfg.DedupCleanupBatch, cfg.MySQLBranches, childLogger())
 	col := newCollector()
 	var busy time.Duration // checkpoint time so far: the stopped clock
 	start := time.Now()
@@ -436,31 +437,31 @@ func sinkOnly(spec childSpec, cfg config.Config) (childResult, error) {
 			col.fail()
 			return
 		}
-		col.add(unit{end: start.Add(busy), dur: info.Duration, records: info.Records, phases: info.Phases}, time.Time{}, nil)
+		col.add(unit{end: start.Add(busy), dur: info.Duration, records: info.Records, counted: info.Counted, phases: info.Phases}, time.Time{}, nil)
 	}), l.sink, pipeline.Pools(l.db))
 	if err != nil {
 		return res, err
 	}
 	rt0, kinds0 := roundTrips.snapshot()
 	cpu := newCPUMeter(spec.Watch)
+	stopPacing := func() {}
+	if steady != nil {
+		stopPacing = steady.pace(col)
+	}
 	for {
 		cpu.pause()
-		recs, err := chunks.chunk(ctx, spec.SinkChunk)
+		recs, cut, err := next(ctx)
 		cpu.resume()
 		if err != nil {
 			res.TimedOut = true
 			break
 		}
-		if len(recs) == 0 {
+		if len(cut) == 0 {
 			break
-		}
-		next := map[int32]int64{}
-		for _, r := range recs {
-			next[r.Partition] = r.Offset + 1
 		}
 		var cuts []txsink.PartitionCut
 		for _, p := range parts {
-			if n, ok := next[p]; ok {
+			if n, ok := cut[p]; ok {
 				cuts = append(cuts, txsink.PartitionCut{Partition: p, Epoch: pos[p].Epoch, NextOffset: n})
 			}
 		}
@@ -483,7 +484,11 @@ func sinkOnly(spec childSpec, cfg config.Config) (childResult, error) {
 			slog.Warn("sink-only sealing checkpoint failed", "err", err)
 		}
 	}
-	res.Invalid = chunks.invalid
+	stopPacing()
+	if err := steadyResult(ctx, steady, col, &res); err != nil {
+		return res, err
+	}
+	res.Invalid = invalid()
 	res.CatchUpS = busy.Seconds()
 	res.CPU = cpu.cores()
 	rt1, kinds1 := roundTrips.snapshot()
@@ -492,6 +497,49 @@ func sinkOnly(spec childSpec, cfg config.Config) (childResult, error) {
 	res.CatchUp = summarize(col.catchUp, start)
 	res.RoundTrip, res.RTKinds = perUnit(rt1-rt0, kinds0, kinds1, len(col.catchUp))
 	return res, nil
+}
+
+// steadyResult records the steady-state figures of the catch-up.
+func steadyResult(ctx context.Context, steady *steadyKeys, col *collector, res *childResult) error {
+	if steady == nil {
+		return nil
+	}
+	col.mu.Lock()
+	res.SteadyInserted = col.inserted
+	col.mu.Unlock()
+	var err error
+	res.SteadyDeleted, err = steady.deleted(ctx)
+	return err
+}
+
+// sinkSource is where sink-only's checkpoints come from: the service's
+// cuts replayed when the spec has them, else the topic cut in poll order
+// every SinkChunk records. next returns a checkpoint's records and its cut
+// (partition → next offset), an empty cut after the last.
+func sinkSource(spec childSpec, cfg config.Config) (next func(context.Context) ([]pipeline.Record, map[int32]int64, error), invalid func() int64, closeFn func(), err error) {
+	if len(spec.Replay) > 0 {
+		r, err := newCutReplay(spec, cfg.MaxPayloadBytes)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		return r.chunk, func() int64 { return r.invalid }, r.close, nil
+	}
+	chunks, err := newTopicChunks(spec, cfg.MaxPayloadBytes)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	next = func(ctx context.Context) ([]pipeline.Record, map[int32]int64, error) {
+		recs, err := chunks.chunk(ctx, spec.SinkChunk)
+		if err != nil || len(recs) == 0 {
+			return nil, nil, err
+		}
+		cut := map[int32]int64{}
+		for _, r := range recs {
+			cut[r.Partition] = r.Offset + 1
+		}
+		return recs, cut, nil
+	}
+	return next, func() int64 { return chunks.invalid }, chunks.cl.Close, nil
 }
 
 func perUnit(total int64, before, after map[string]int64, units int) (float64, map[string]float64) {
@@ -570,7 +618,11 @@ func start(spec childSpec, cfg config.Config, topic, group string, col *collecto
 				return
 			}
 			now := time.Now()
-			col.add(unit{end: now, dur: info.Duration, records: info.Records, phases: info.Phases}, now, info.RecordTimes)
+			cut := map[int32]int64{}
+			for _, c := range info.Cuts {
+				cut[c.Partition] = c.NextOffset
+			}
+			col.add(unit{end: now, dur: info.Duration, records: info.Records, counted: info.Counted, phases: info.Phases, cut: cut}, now, info.RecordTimes)
 		}), l.sink, pipeline.Pools(l.db))
 		if err != nil {
 			cancel()
@@ -592,12 +644,18 @@ func start(spec childSpec, cfg config.Config, topic, group string, col *collecto
 // same process and database, fed live by the parent.
 func streaming(spec childSpec, cfg config.Config, cmds <-chan string) (childResult, error) {
 	var res childResult
+	col := newCollector()
+	stopPacing := func() {}
+	var steady *steadyKeys
 	if spec.SteadyKeys > 0 && spec.Mode == modeService {
-		if err := storeSteadyKeys(context.Background(), spec.DSN, spec.SteadyKeys, spec.SteadySpan); err != nil {
+		var err error
+		if steady, err = storeSteadyKeys(context.Background(), spec.DSN, spec.SteadyKeys); err != nil {
 			return res, err
 		}
+		defer steady.close()
+		stopPacing = steady.pace(col)
 	}
-	col := newCollector()
+	rt0, kinds0 := roundTrips.snapshot() // storing the steady keys is not the catch-up's
 	stopProfile := startCPUProfile(spec.CPUProfile)
 	cpu := newCPUMeter(spec.Watch)
 	begin := time.Now()
@@ -608,16 +666,27 @@ func streaming(spec childSpec, cfg config.Config, cmds <-chan string) (childResu
 	caughtUp := waitOrFail(col, spec.Records, spec.Timeout, in.runErr)
 	res.CatchUpS = time.Since(begin).Seconds()
 	res.CPU = cpu.cores()
+	stopPacing()
+	if err := steadyResult(context.Background(), steady, col, &res); err != nil {
+		return res, err
+	}
 	stopProfile()
 	writeHeapProfile(spec.HeapProfile)
-	rt, kinds := roundTrips.snapshot()
+	rt1, kinds1 := roundTrips.snapshot()
 	if err := in.stop(); err != nil {
 		res.Err = err.Error()
 	}
 	col.mu.Lock()
 	res.Records, res.Failed = col.committed, col.failed
 	res.CatchUp = summarize(col.catchUp, begin)
-	res.RoundTrip, res.RTKinds = perUnit(rt, nil, kinds, len(col.catchUp))
+	res.RoundTrip, res.RTKinds = perUnit(rt1-rt0, kinds0, kinds1, len(col.catchUp))
+	if spec.Mode == modeService {
+		for _, u := range col.catchUp {
+			if u.records > 0 {
+				res.Cuts = append(res.Cuts, u.cut)
+			}
+		}
+	}
 	col.mu.Unlock()
 	res.TimedOut = !caughtUp
 	res.Mode = spec.Mode

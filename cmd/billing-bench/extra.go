@@ -60,47 +60,6 @@ func backgroundLoad(n int) (func(), error) {
 	}, nil
 }
 
-// storeSteadyKeys stores n dedup keys whose expiries are spread evenly over
-// the next span, with their expiry journal rows, as checkpoints that ran
-// one TTL earlier would have left them: during the catch-up that follows,
-// keys expire (and the janitor deletes them) at about the rate the
-// catch-up inserts new ones.
-func storeSteadyKeys(ctx context.Context, dsn string, n int64, span time.Duration) error {
-	db, err := mysqldriver.OpenDB(dsn, 30*time.Second, 2)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	const (
-		perRow       = 8192 // ids per journal row, as dedup.Journal writes them
-		perStatement = 1024
-	)
-	start := time.Now().UTC()
-	expiry := func(i int64) time.Time { return start.Add(time.Duration(float64(span) * float64(i) / float64(n))) }
-	for lo := int64(0); lo < n; lo += perRow {
-		hi := min(lo+perRow, n)
-		var blob []byte
-		for s := lo; s < hi; s += perStatement {
-			e := min(s+perStatement, hi)
-			args := make([]any, 0, 3*(e-s))
-			for i := s; i < e; i++ {
-				sum := sha256.Sum256([]byte(fmt.Sprint(i)))
-				id := fmt.Sprintf("steady-%x", sum[:12])
-				args = append(args, id, sum[16:], expiry(i))
-				blob = append(append(blob, byte(len(id))), id...)
-			}
-			q := "INSERT INTO dedup_keys (event_id, fingerprint, expires_at) VALUES " + strings.TrimSuffix(strings.Repeat("(?,?,?),", int(e-s)), ",")
-			if _, err := db.ExecContext(ctx, q, args...); err != nil {
-				return fmt.Errorf("store steady keys: %w", err)
-			}
-		}
-		if _, err := db.ExecContext(ctx, "INSERT INTO dedup_expiry (expires_at, event_ids) VALUES (?, ?)", expiry(hi-1), blob); err != nil {
-			return fmt.Errorf("store steady keys: %w", err)
-		}
-	}
-	return nil
-}
-
 // produceHostile produces the hostile variant's workload: padded valid
 // events of just under MAX_PAYLOAD_BYTES and junk of 1 MiB, n records in
 // all, and writes its expected ledger.

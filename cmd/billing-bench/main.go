@@ -11,7 +11,8 @@
 //     (the Kafka side of the limit);
 //   - sink-only: the service's checkpoint protocol (dedup, upserts, XA
 //     prepare, fenced decision, XA commit) on the pre-decoded records,
-//     without Kafka (the MySQL side of the limit);
+//     without Kafka (the MySQL side of the limit); it runs after the
+//     service and replays the service's checkpoints (replay.go);
 //   - naive: internal/naive, the at-least-once batch job;
 //   - service: the pipeline with exactly-once on, in-process.
 //
@@ -86,11 +87,9 @@ type options struct {
 	expected         string
 	repeat           int
 	memLimit         int64
-	admin2           string        // a second server, for the two-servers variant
-	steadyRate       float64       // expected catch-up rate of the steady-state variant
-	steadyTTL        time.Duration // its DEDUP_TTL
-	load             int           // busy cores of background load during measurements
-	decisions        []int         // coordinator counts of the decision-rate measurement
+	admin2           string // a second server, for the two-servers variant
+	load             int    // busy cores of background load during measurements
+	decisions        []int  // coordinator counts of the decision-rate measurement
 	decisionsD       time.Duration
 	hostileEvents    int // padded valid events of the hostile variant
 	hostileJunkEvery int // one junk record of 1 MiB per this many of them
@@ -101,9 +100,8 @@ type variant struct {
 	accounts  int
 	cacheKeys int   // DEDUP_CACHE_KEYS override, 0 = the service's
 	preload   int64 // dedup keys inserted before the run
-	// steady: the child stores as many keys as the run inserts, expiring
-	// evenly over the expected catch-up, and the service runs with a short
-	// TTL: keys expire and are deleted as fast as they are inserted.
+	// steady: the child stores as many keys as the run inserts and makes
+	// them expire as fast as the run inserts keys (steady.go).
 	steady bool
 	// shard: the ledger spans two servers (MYSQL_SHARD_DSNS on -mysql2-dsn).
 	shard bool
@@ -154,8 +152,6 @@ func main() {
 	flag.StringVar(&o.topic, "topic", "", "measure an existing topic (kept) instead of producing one, e.g. from an earlier -keep run; needs -expected and one variant")
 	flag.StringVar(&o.expected, "expected", "", "billing-gen's expected ledger of -topic")
 	flag.StringVar(&o.admin2, "mysql2-dsn", envOr("MYSQL2_DSN", "root:root@tcp(127.0.0.1:3307)/"), "admin DSN of a second server, for the two-servers variant (env MYSQL2_DSN)")
-	flag.Float64Var(&o.steadyRate, "steady-rate", 170_000, "steady-state variant: the catch-up rate (events/s) over which the stored keys' expiries are spread")
-	flag.DurationVar(&o.steadyTTL, "steady-ttl", 5*time.Second, "steady-state variant: DEDUP_TTL, so that the run's own keys expire during it too")
 	flag.IntVar(&o.load, "load", 0, "run this many busy goroutines in a separate process during the measurements (the limit must hold under load too)")
 	var decisions string
 	flag.StringVar(&decisions, "decisions", "", "measure only the decision rate of the control server with these numbers of concurrent coordinators, e.g. 1,2,4,8,16")
@@ -255,12 +251,6 @@ func main() {
 	}
 }
 
-// steadySpan is how long the steady-state variant's catch-up should last:
-// the stored keys' expiries are spread over it.
-func steadySpan(o *options) time.Duration {
-	return time.Duration(float64(o.events) / o.steadyRate * float64(time.Second))
-}
-
 func splitList(s string) []string {
 	var out []string
 	for _, x := range strings.Split(s, ",") {
@@ -355,8 +345,8 @@ func run(ctx context.Context, o *options) error {
 		"large-state":   {name: "large-state", accounts: o.accounts, cacheKeys: o.lsCache, preload: o.lsKeys, note: fmt.Sprintf("DEDUP_CACHE_KEYS=%d, %d dedup keys stored beforehand", o.lsCache, o.lsKeys)},
 		"many-accounts": {name: "many-accounts", accounts: o.manyAcc, note: fmt.Sprintf("%d accounts", o.manyAcc)},
 		"steady-state": {name: "steady-state", accounts: o.accounts, steady: true,
-			env:  map[string]string{"DEDUP_TTL": o.steadyTTL.String(), "DEDUP_CLEANUP_INTERVAL": "250ms"},
-			note: fmt.Sprintf("DEDUP_TTL=%s; %d keys stored beforehand, expiring evenly over %s: keys expire and are deleted throughout", o.steadyTTL, o.events, steadySpan(o))},
+			env:  map[string]string{"DEDUP_CLEANUP_INTERVAL": "250ms"},
+			note: fmt.Sprintf("%d keys stored beforehand and made to expire as the catch-up inserts keys; DEDUP_CLEANUP_INTERVAL=250ms: keys are deleted as fast as they are inserted", o.events)},
 		"two-servers": {name: "two-servers", accounts: o.accounts, shard: true, note: "MYSQL_SHARD_DSNS: a second server holds half the results and keys"},
 		"ledger-entries": {name: "ledger-entries", accounts: o.accounts, env: map[string]string{"LEDGER_ENTRIES": "true"},
 			note: "LEDGER_ENTRIES=true: one ledger_entries row per counted event"},
@@ -454,13 +444,22 @@ func runVariant(ctx context.Context, o *options, v variant, runID string, adm *k
 	if v.hostile {
 		modes = []string{modeService}
 	}
+	// sink-only replays the service's checkpoints of the same repetition
+	// (replay.go), so it runs after the service.
+	if i := slices.Index(modes, modeSink); i >= 0 && slices.Contains(modes, modeService) {
+		modes = append(slices.Delete(slices.Clone(modes), i, i+1), modeSink)
+	}
 	var out []measurement
 	for rep := 1; rep <= o.repeat; rep++ {
+		var replay []map[int32]int64
 		for _, mode := range modes {
 			if ctx.Err() != nil {
 				return info, out, ctx.Err()
 			}
-			m := measure(ctx, o, v, mode, runID, topic, expected, ends, total, env, adm, rep)
+			m := measure(ctx, o, v, mode, runID, topic, expected, ends, total, env, adm, rep, replay)
+			if mode == modeService && m.Err == "" && !m.Result.TimedOut {
+				replay = m.Result.Cuts
+			}
 			out = append(out, m)
 			fmt.Println("   " + oneLine(m))
 		}
@@ -468,7 +467,7 @@ func runVariant(ctx context.Context, o *options, v variant, runID string, adm *k
 	return info, out, nil
 }
 
-func measure(ctx context.Context, o *options, v variant, mode, runID, topic, expected string, ends map[int32]int64, total int64, env map[string]string, adm *kadmClient, rep int) (m measurement) {
+func measure(ctx context.Context, o *options, v variant, mode, runID, topic, expected string, ends map[int32]int64, total int64, env map[string]string, adm *kadmClient, rep int, replay []map[int32]int64) (m measurement) {
 	m = measurement{Variant: v.name, Mode: mode, Rep: rep}
 	start := time.Now()
 	defer func() { m.WallS = time.Since(start).Seconds() }()
@@ -484,6 +483,9 @@ func measure(ctx context.Context, o *options, v variant, mode, runID, topic, exp
 	spec := childSpec{Mode: mode, Brokers: o.brokers, Topic: topic, Group: fmt.Sprintf("bench-%s-%s-%s", runID, v.name, short),
 		Records: total, Ends: ends, ServiceEnv: env, NaiveBatch: o.naiveBatch, NaiveWait: o.naiveWait,
 		SinkChunk: o.sinkChunk, Timeout: o.timeout, Watch: o.watch, MemLimit: o.memLimit}
+	if mode == modeSink {
+		spec.Replay = replay
+	}
 	dbName := strings.ReplaceAll(fmt.Sprintf("bench_%s_%s_%s", runID, v.name, short), "-", "_")
 	if mode != modeConsume {
 		if err := createDatabase(ctx, o.admin, dbName); err != nil {
@@ -504,7 +506,7 @@ func measure(ctx context.Context, o *options, v variant, mode, runID, topic, exp
 			return fail(err)
 		}
 		if v.steady && (mode == modeSink || mode == modeService) {
-			spec.SteadyKeys, spec.SteadySpan = o.events, steadySpan(o)
+			spec.SteadyKeys = o.events
 		}
 		if v.shard && (mode == modeSink || mode == modeService) {
 			if err := createDatabase(ctx, o.admin2, dbName); err != nil {
@@ -533,6 +535,22 @@ func measure(ctx context.Context, o *options, v variant, mode, runID, topic, exp
 	if o.profile && (mode == modeService || mode == modeNaive) {
 		spec.CPUProfile = filepath.Join(o.out, fmt.Sprintf("%s-%s.cpu.pprof", v.name, short))
 		spec.HeapProfile = filepath.Join(o.out, fmt.Sprintf("%s-%s.heap.pprof", v.name, short))
+	}
+	servers := []string{o.admin}
+	if v.shard && (mode == modeSink || mode == modeService) {
+		servers = append(servers, o.admin2)
+	}
+	for _, admin := range servers {
+		waited, history, prepared, err := settle(ctx, admin, 2*time.Minute)
+		if err != nil {
+			return fail(err)
+		}
+		if waited > time.Second {
+			fmt.Printf("   (%s: waited %s for the server's purge to catch up)\n", mode, waited.Round(100*time.Millisecond))
+		}
+		if history >= settleHistory {
+			fmt.Printf("   WARNING: undo history still %d after %s; %d prepared XA branches on the server hold purge back (XA RECOVER): resolve them, the figures are slowed\n", history, waited.Round(time.Second), prepared)
+		}
 	}
 	specJSON, _ := json.Marshal(spec)
 	self, err := os.Executable()
@@ -648,6 +666,10 @@ func check(ctx context.Context, o *options, dbName, expected, topic string) stri
 	}
 }
 
+func steadyLine(r childResult) string {
+	return fmt.Sprintf("%d keys deleted while %d were inserted (%.2f per insert)", r.SteadyDeleted, r.SteadyInserted, float64(r.SteadyDeleted)/float64(r.SteadyInserted))
+}
+
 func oneLine(m measurement) string {
 	r := m.Result
 	s := fmt.Sprintf("%-13s %9.0f records/s", m.Mode, r.CatchUp.Rate)
@@ -664,6 +686,9 @@ func oneLine(m measurement) string {
 		s += fmt.Sprintf(", e2e p50 %.0f ms p99 %.0f ms", r.LatP50, r.LatP99)
 	}
 	s += fmt.Sprintf(", peak RSS %.0f MiB", r.PeakRSSMiB)
+	if r.SteadyInserted > 0 {
+		s += ", " + steadyLine(r)
+	}
 	if m.Ledger != "" {
 		s += ", ledger " + m.Ledger
 	}

@@ -183,6 +183,24 @@ func renderTable(o *options, infos []variantInfo, ms []measurement) string {
 		slices.SortFunc(g, func(a, b measurement) int { return cmp.Compare(a.Result.CatchUp.Rate, b.Result.CatchUp.Rate) })
 		byKey[k] = g[(len(g)-1)/2]
 	}
+	// Modes in their usual order within a variant, whatever order they ran
+	// in (sink-only runs after the service it replays).
+	rank := func(k string) int {
+		_, mode, _ := strings.Cut(k, "/")
+		return slices.Index([]string{modeConsume, modeSink, modeNaive, modeService}, mode)
+	}
+	firstOf := map[string]int{} // variant → its first position
+	for i, k := range order {
+		v, _, _ := strings.Cut(k, "/")
+		if _, ok := firstOf[v]; !ok {
+			firstOf[v] = i
+		}
+	}
+	slices.SortStableFunc(order, func(a, b string) int {
+		va, _, _ := strings.Cut(a, "/")
+		vb, _, _ := strings.Cut(b, "/")
+		return cmp.Or(cmp.Compare(firstOf[va], firstOf[vb]), cmp.Compare(rank(a), rank(b)))
+	})
 	var rows []measurement
 	for _, k := range order {
 		rows = append(rows, byKey[k])
@@ -272,10 +290,16 @@ func renderTable(o *options, infos []variantInfo, ms []measurement) string {
 		}
 	}
 	tw.Flush()
+	for _, m := range rows {
+		if m.Result.SteadyInserted > 0 {
+			fmt.Fprintf(&b, "%s %s: during the catch-up, %s\n", m.Variant, m.Mode, steadyLine(m.Result))
+		}
+	}
 	b.WriteString(`
 events/s: sustained catch-up rate (records after the first checkpoint/batch/poll, over the time
   from its end to the last one's end); with -repeat, the median run (the row's other figures are
-  that run's) and the range. ÷limit: over min(consume-only, sink-only); ÷naive: over naive.
+  that run's) and the range. ÷limit: over min(consume-only, sink-only); sink-only replays the
+  service's checkpoints of the same repetition when the service ran. ÷naive: over naive.
 e2e: record timestamp → commit that makes it visible, in the live phase. unit: checkpoint (service,
   sink-only), batch (naive), poll (consume-only), catch-up phase. SQL RT/unit: client commands sent
   per unit in the catch-up (start-up and background work included). failed: aborted checkpoint

@@ -374,3 +374,46 @@ func liveProducer(ctx context.Context, brokers []string, topic, prefix string, r
 	}
 	return sent.Load(), nil
 }
+
+// settleHistory is the undo history (InnoDB's purge backlog) below which
+// the server counts as quiet.
+const settleHistory = 10_000
+
+// settle waits, at most maxWait, until the server's purge has caught up
+// with the undo history of what ran before (the previous measurement's
+// deletes and dropped database), so that no measurement pays for another's
+// work. It returns how long it waited, the history left and the number of
+// prepared XA branches on the server: a branch left in doubt holds purge
+// back for as long as it lasts (the history then only grows), which slows
+// every measurement until someone resolves it.
+func settle(ctx context.Context, admin string, maxWait time.Duration) (waited time.Duration, history int64, prepared int, err error) {
+	db, err := adminDB(admin)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer db.Close()
+	start := time.Now()
+	for {
+		// trx_rseg_history_len is in MySQL 8 and MariaDB alike.
+		if err := db.QueryRowContext(ctx, `SELECT COUNT FROM information_schema.INNODB_METRICS WHERE NAME = 'trx_rseg_history_len'`).Scan(&history); err != nil {
+			return time.Since(start), 0, 0, fmt.Errorf("purge history: %w", err)
+		}
+		if history < settleHistory || time.Since(start) >= maxWait {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return time.Since(start), history, 0, ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	rows, err := db.QueryContext(ctx, "XA RECOVER")
+	if err != nil {
+		return time.Since(start), history, 0, fmt.Errorf("XA RECOVER: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		prepared++
+	}
+	return time.Since(start), history, prepared, rows.Err()
+}

@@ -27,7 +27,9 @@ type unit struct {
 	end     time.Time
 	dur     time.Duration
 	records int
+	counted int // events added to the ledger (keys inserted)
 	phases  map[string]time.Duration
+	cut     map[int32]int64 // service: partition → next offset after it
 }
 
 // summary of a run of units.

@@ -60,7 +60,7 @@ type Config struct {
 
 	DedupTTL             time.Duration `envconfig:"DEDUP_TTL" default:"24h" desc:"an event id is remembered this long after its first arrival (processing time)"`
 	DedupCacheKeys       int           `envconfig:"DEDUP_CACHE_KEYS" default:"100000" desc:"in-memory budget of remembered event ids; beyond it, ids are checked against MySQL only"`
-	DedupCleanupInterval time.Duration `envconfig:"DEDUP_CLEANUP_INTERVAL" default:"5s" desc:"how often expired dedup keys are deleted"`
+	DedupCleanupInterval time.Duration `envconfig:"DEDUP_CLEANUP_INTERVAL" default:"5s" desc:"how often the janitor looks for expired dedup keys; it then deletes them until none is due, MYSQL_BRANCHES connections per server"`
 	DedupCleanupBatch    int           `envconfig:"DEDUP_CLEANUP_BATCH" default:"1000" desc:"expired dedup keys deleted per statement (short transactions, no long locks)"`
 
 	BillingWindow          string           `envconfig:"BILLING_WINDOW" default:"1h" desc:"billing windows over occurred_at: a duration (tumbling windows aligned to the Unix epoch, UTC), or day or month (calendar periods from local midnight and the first of the month in BILLING_TIMEZONE)"`

@@ -216,7 +216,7 @@ func (c *Checkpointer) attempt(ctx context.Context, s *snapshot, careful, trial 
 	c.seq++
 	tx := c.sink.Begin(c.seq)
 	info = CheckpointInfo{Gtrid: tx.Gtrid(), Started: now, Careful: careful, Records: len(s.records) + len(s.dead), Bytes: s.bytes,
-		Partitions: len(s.cuts), Phases: map[string]time.Duration{}, DeadLetters: map[string]int{}}
+		Partitions: len(s.cuts), Cuts: s.cuts, Phases: map[string]time.Duration{}, DeadLetters: map[string]int{}}
 	mark := now
 	phase := func(name string) {
 		t := time.Now()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/billing/ledger/internal/failpoint"
 	"github.com/billing/ledger/internal/testenv"
+	"github.com/billing/ledger/internal/txsink"
 	"github.com/billing/ledger/internal/txsink/mysqldriver"
 	"github.com/billing/ledger/migrations"
 )
@@ -159,6 +160,54 @@ func TestDedupKeysExpire(t *testing.T) {
 	}
 	produce(t, e, ev{"ttl-1", "acct-t", 10, "EUR", t0}.record(""))
 	waitCounted(t, e.db, 2, 0)
+}
+
+// The janitor keeps up with expiry: a backlog of expired keys far larger
+// than one pass (100 statements of DedupCleanupBatch keys per connection)
+// is deleted at once, not one pass per interval, and nothing unexpired is
+// touched. With one pass per interval (an hour here) it would take 20.
+func TestJanitorWorksOffABacklogAtOnce(t *testing.T) {
+	e := newEnv(t, 1)
+	sink, d := openSink(t, sinkConfig{DSNs: []string{e.dsn}, Config: txsink.Config{Branches: 2, Group: "g-" + e.topic,
+		Topic: e.topic, StepTimeout: 10 * time.Second, Logger: testenv.Logger()}})
+	t.Cleanup(func() { sink.Close(); d.Close() })
+	now := time.Now().UTC()
+	store := func(prefix string, n int, expires time.Time) {
+		// As checkpoints of 10 new keys each leave them: the keys, and a
+		// journal row per checkpoint.
+		for lo := 0; lo < n; lo += 10 {
+			var blob []byte
+			tx := e.db.MustBegin()
+			for i := lo; i < min(lo+10, n); i++ {
+				id := fmt.Sprintf("%s-%06d", prefix, i)
+				tx.MustExec(`INSERT INTO dedup_keys (event_id, fingerprint, expires_at) VALUES (?, ?, ?)`, id, make([]byte, 16), expires)
+				blob = append(append(blob, byte(len(id))), id...)
+			}
+			tx.MustExec(`INSERT INTO dedup_expiry (expires_at, event_ids) VALUES (?, ?)`, expires, blob)
+			if err := tx.Commit(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	const batch, expired = 2, 2 * 100 * 2 * 20 // 20 passes of 2 connections
+	store("old", expired, now.Add(-time.Minute))
+	store("new", 100, now.Add(time.Hour))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Janitor(ctx, Pools(d), time.Hour, batch, 2, testenv.Logger())
+	}()
+	defer func() { cancel(); <-done }()
+	var left, live int
+	testenv.Eventually(t, 60*time.Second, "expired keys deleted", func() (bool, string) {
+		_ = e.db.Get(&left, `SELECT COUNT(*) FROM dedup_keys WHERE event_id LIKE 'old-%'`)
+		return left == 0, fmt.Sprintf("%d of %d left", left, expired)
+	})
+	if err := e.db.Get(&live, `SELECT COUNT(*) FROM dedup_keys WHERE event_id LIKE 'new-%'`); err != nil || live != 100 {
+		t.Fatalf("unexpired keys left: %d (%v), want 100", live, err)
+	}
 }
 
 // Guarantee 4 (timeout): a checkpoint that cannot finish within

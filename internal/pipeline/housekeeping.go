@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -14,13 +15,20 @@ import (
 
 // housekeeping runs until ctx ends: periodic recovery of in-doubt branches
 // (with pruning of old decision rows once nothing of theirs is in doubt),
-// and continuous deletion of expired dedup keys, and of ledger entries
-// older than their retention, on every server.
+// the janitor (expired dedup keys, in a goroutine of its own: under
+// sustained load it works without pause, and recovery must not wait for
+// it), and the deletion of ledger entries older than their retention, on
+// every server.
 func (p *Pipeline) housekeeping(ctx context.Context) {
+	var janitor sync.WaitGroup
+	defer janitor.Wait()
+	janitor.Go(func() {
+		Janitor(ctx, p.pools, p.cfg.DedupCleanupInterval, p.cfg.DedupCleanupBatch, p.sink.Participants()/len(p.pools), p.log)
+	})
 	recoverT := time.NewTicker(p.cfg.RecoveryInterval)
 	defer recoverT.Stop()
-	cleanT := time.NewTicker(p.cfg.DedupCleanupInterval)
-	defer cleanT.Stop()
+	retentionT := time.NewTicker(p.cfg.DedupCleanupInterval)
+	defer retentionT.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -37,10 +45,7 @@ func (p *Pipeline) housekeeping(ctx context.Context) {
 				p.log.Debug("pruned decisions", "rows", n)
 			}
 			cancel()
-		case <-cleanT.C:
-			cctx, cancel := context.WithTimeout(ctx, p.cfg.DedupCleanupInterval)
-			CleanExpired(cctx, p.pools, p.cfg.DedupCleanupBatch, p.log)
-			cancel()
+		case <-retentionT.C:
 			if p.cfg.LedgerEntriesRetention > 0 {
 				cctx, cancel := context.WithTimeout(ctx, p.cfg.DedupCleanupInterval)
 				DeleteOldEntries(cctx, p.pools, time.Now().Add(-p.cfg.LedgerEntriesRetention), p.cfg.DedupCleanupBatch, p.log)
@@ -50,22 +55,65 @@ func (p *Pipeline) housekeeping(ctx context.Context) {
 	}
 }
 
-// CleanExpired is one pass of the janitor: on every server, it deletes the
-// expired dedup keys of due journal rows, batch keys per statement and at
-// most 100 batches, and returns how many it deleted. Failures are logged;
-// the next pass retries.
-func CleanExpired(ctx context.Context, pools []Pool, batch int, log *slog.Logger) int64 {
-	var total int64
-	for i, pool := range pools {
-		n, err := dedup.Cleanup(ctx, pool.DB(), time.Now(), batch, 100*batch, pool.MaxStatementBytes())
-		total += n
-		if err != nil {
-			log.Warn("dedup cleanup failed", "server", i, "err", err)
-		} else if n > 0 {
-			log.Debug("expired dedup keys deleted", "server", i, "keys", n)
+// Janitor deletes expired dedup keys on every server until ctx ends. At
+// start and then every interval it runs passes of CleanExpired, one after
+// the other for as long as the last one left due keys behind: keys are deleted as fast as they
+// expire (in steady state, as fast as checkpoints insert them) however
+// short the interval, and a backlog is worked off at once rather than one
+// bounded pass per tick. Each pass is bounded in keys, and in time by
+// passTimeout or interval, whichever is longer (a pass cut short rolls
+// back the journal row it was deleting: its work is lost).
+func Janitor(ctx context.Context, pools []Pool, interval time.Duration, batch, workers int, log *slog.Logger) {
+	const passTimeout = 30 * time.Second
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		for ctx.Err() == nil {
+			cctx, cancel := context.WithTimeout(ctx, max(interval, passTimeout))
+			_, more := CleanExpired(cctx, pools, batch, workers, log)
+			cancel()
+			if !more {
+				break
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
 		}
 	}
-	return total
+}
+
+// CleanExpired is one pass of the janitor: on every server, workers
+// connections in parallel (each takes a due journal row of its own) delete
+// the expired dedup keys of due journal rows, batch keys per statement and
+// at most 100 batches each. It returns how many keys it deleted and
+// whether due rows may be left. Failures are logged; the next pass
+// retries.
+func CleanExpired(ctx context.Context, pools []Pool, batch, workers int, log *slog.Logger) (deleted int64, more bool) {
+	workers = max(workers, 1)
+	var (
+		mu sync.Mutex
+		wg sync.WaitGroup
+	)
+	for i, pool := range pools {
+		for range workers {
+			wg.Go(func() {
+				n, err := dedup.Cleanup(ctx, pool.DB(), time.Now(), batch, 100*batch, pool.MaxStatementBytes())
+				if err != nil {
+					log.Warn("dedup cleanup failed", "server", i, "err", err)
+				} else if n > 0 {
+					log.Debug("expired dedup keys deleted", "server", i, "keys", n)
+				}
+				mu.Lock()
+				deleted += n
+				more = more || (err == nil && n >= int64(100*batch))
+				mu.Unlock()
+			})
+		}
+	}
+	wg.Wait()
+	return deleted, more
 }
 
 // DeleteOldEntries is one pass of the ledger entries' retention: on every

@@ -46,9 +46,9 @@ type Config struct {
 	// DedupCacheKeys bounds the event ids remembered in memory; 0 disables
 	// the cache (every id is checked in MySQL).
 	DedupCacheKeys int
-	// DedupCleanupInterval is how often expired keys are deleted, at most
-	// 100 × DedupCleanupBatch per server and pass, DedupCleanupBatch per
-	// statement.
+	// DedupCleanupInterval is how often the janitor looks for expired
+	// keys; it then deletes them until none is due (Janitor),
+	// DedupCleanupBatch per statement.
 	DedupCleanupInterval time.Duration
 	DedupCleanupBatch    int
 	// Window is the billing window over occurred_at: fixed windows aligned
@@ -158,7 +158,8 @@ type CheckpointInfo struct {
 	Duplicates  int            // repeats dropped
 	DeadLetters map[string]int // by reason
 	Partitions  int
-	Careful     bool // a retry with per-event overflow checks against stored values
+	Cuts        []txsink.PartitionCut // where the checkpoint leaves each partition it covers (read-only)
+	Careful     bool                  // a retry with per-event overflow checks against stored values
 	Started     time.Time
 	Duration    time.Duration
 	Phases      map[string]time.Duration // dedup, write, prepare, decide, commit
