@@ -93,8 +93,8 @@ demo:
 ## bench: the service against its limits (Kafka read alone, its SQL alone)
 ## and against the naive at-least-once job, on the services `make services`
 ## starts (override KAFKA_BROKERS / MYSQL_DSN like `make test`). Variants
-## default, large-state and many-accounts, BENCH_EVENTS each (about 6.5
-## minutes at 1,000,000 on 2 cores; BENCH_EVENTS=200000 about 4.5). More
+## default, large-state, many-accounts and steady-state, BENCH_EVENTS each
+## (about 10 minutes at 1,000,000 on 2 cores; BENCH_EVENTS=200000 about 5). More
 ## flags through BENCH_FLAGS, e.g. BENCH_FLAGS='-variants default -profile
 ## -service-env MYSQL_BRANCHES=1'; `bin/billing-bench -h` lists them.
 ## Results, logs and profiles go to bin/bench-results/<time>/. See

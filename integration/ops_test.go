@@ -446,7 +446,11 @@ func TestGracefulShutdownUnderLoad(t *testing.T) {
 		_, body := opsGet("http://" + addr + "/metrics")
 		v, n := opsMetric(body, "billing_consumer_lag_records", "")
 		_, rows := opsMetric(body, "billing_dedup_keys_estimate", `server="0"`)
-		return n == partitions && v == 0 && rows == 1, fmt.Sprintf("%d lag series, sum %v; %d dedup_keys estimate", n, v, rows)
+		// The test's account (root) may read the purge history.
+		_, purge := opsMetric(body, "billing_mysql_purge_history_length", `server="0"`)
+		_, foreign := opsMetric(body, "billing_xa_foreign_branches_in_doubt", `server="0"`)
+		return n == partitions && v == 0 && rows == 1 && purge == 1 && foreign == 1,
+			fmt.Sprintf("%d lag series, sum %v; %d dedup_keys estimate, %d purge history, %d foreign branches series", n, v, rows, purge, foreign)
 	})
 	testenv.Eventually(t, 30*time.Second, "/readyz says idle", func() (bool, string) {
 		code, body := opsGet("http://" + addr + "/readyz")
@@ -702,7 +706,8 @@ func TestLeastPrivilegeGrants(t *testing.T) {
 	if err := os.WriteFile(pwFile, []byte(pass+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	userEnv := map[string]string{"MYSQL_DSN": userCfg.FormatDSN(), "MYSQL_PASSWORD_FILE": pwFile}
+	// With /metrics on, so that the sampler runs as this account.
+	userEnv := map[string]string{"MYSQL_DSN": userCfg.FormatDSN(), "MYSQL_PASSWORD_FILE": pwFile, "HTTP_ADDR": opsFreeAddr(t)}
 
 	var recs []*kgo.Record
 	want := map[string]opsTotal{}
@@ -737,6 +742,15 @@ func TestLeastPrivilegeGrants(t *testing.T) {
 	opsCompare(t, "ledger", opsLedger(t, e.db), want)
 	if strings.Contains(svc.Output(), pass) {
 		t.Fatal("the service logged the password read from MYSQL_PASSWORD_FILE")
+	}
+	// Without PROCESS the purge history is not sampled, said once (the
+	// sampler runs every second: wait for a few rounds).
+	testenv.Eventually(t, 30*time.Second, "the sampler says once that PROCESS is missing", func() (bool, string) {
+		return strings.Count(svc.Output(), "lacks PROCESS") == 1, ""
+	})
+	time.Sleep(3 * time.Second)
+	if n := strings.Count(svc.Output(), "lacks PROCESS"); n != 1 {
+		t.Errorf("the missing PROCESS privilege was said %d times, want once:\n%s", n, svc.Output())
 	}
 
 	userCfg.Passwd = pass

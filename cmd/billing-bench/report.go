@@ -205,19 +205,39 @@ func renderTable(o *options, infos []variantInfo, ms []measurement) string {
 	for _, k := range order {
 		rows = append(rows, byKey[k])
 	}
-	for _, in := range infos {
-		limit := 0.0
-		for _, mode := range []string{modeConsume, modeSink} {
-			if m, ok := byKey[in.Name+"/"+mode]; ok && m.Result.CatchUp.Rate > 0 && !m.Result.TimedOut {
-				if limit == 0 || m.Result.CatchUp.Rate < limit {
-					limit = m.Result.CatchUp.Rate
-				}
+	// Ratios pair the measurements of one repetition (the service and the
+	// sink-only run that replays it ran back to back): per repetition, then
+	// the median over repetitions.
+	repRate := map[string]float64{} // variant/mode/rep → rate; absent when timed out
+	for _, m := range ms {
+		if m.Result.CatchUp.Rate > 0 && !m.Result.TimedOut {
+			repRate[fmt.Sprintf("%s/%s/%d", m.Variant, m.Mode, m.Rep)] = m.Result.CatchUp.Rate
+		}
+	}
+	pairedRatio := func(variant, mode string, den func(rep int) float64) (float64, bool) {
+		var rs []float64
+		for rep := 1; rep <= maxRep(ms); rep++ {
+			num, d := repRate[fmt.Sprintf("%s/%s/%d", variant, mode, rep)], den(rep)
+			if num > 0 && d > 0 {
+				rs = append(rs, num/d)
 			}
 		}
-		naiveRate := 0.0
-		if m, ok := byKey[in.Name+"/"+modeNaive]; ok && !m.Result.TimedOut {
-			naiveRate = m.Result.CatchUp.Rate
+		if len(rs) == 0 {
+			return 0, false
 		}
+		return median(rs), true
+	}
+	for _, in := range infos {
+		limitOf := func(rep int) float64 {
+			limit := 0.0
+			for _, mode := range []string{modeConsume, modeSink} {
+				if r := repRate[fmt.Sprintf("%s/%s/%d", in.Name, mode, rep)]; r > 0 && (limit == 0 || r < limit) {
+					limit = r
+				}
+			}
+			return limit
+		}
+		naiveOf := func(rep int) float64 { return repRate[fmt.Sprintf("%s/%s/%d", in.Name, modeNaive, rep)] }
 		for _, m := range rows {
 			if m.Variant != in.Name {
 				continue
@@ -230,15 +250,18 @@ func renderTable(o *options, infos []variantInfo, ms []measurement) string {
 			if r.TimedOut {
 				rate = fmt.Sprintf("%s (timeout)", fmtRate(float64(r.Records)/r.CatchUpS))
 			}
-			ratio := func(den float64) string {
-				if den == 0 || (m.Mode != modeNaive && m.Mode != modeService) || r.CatchUp.Rate == 0 {
+			ratio := func(den func(rep int) float64) string {
+				if m.Mode != modeNaive && m.Mode != modeService {
 					return "-"
 				}
-				return fmt.Sprintf("%.2f", r.CatchUp.Rate/den)
+				if x, ok := pairedRatio(m.Variant, m.Mode, den); ok {
+					return fmt.Sprintf("%.2f", x)
+				}
+				return "-"
 			}
 			vsNaive := "-"
 			if m.Mode == modeService {
-				vsNaive = ratio(naiveRate)
+				vsNaive = ratio(naiveOf)
 			}
 			lat := func(x float64) string {
 				if m.Mode == modeConsume || m.Mode == modeSink || x == 0 {
@@ -285,7 +308,7 @@ func renderTable(o *options, infos []variantInfo, ms []measurement) string {
 				perM = fmt.Sprintf("%.1f/%.1f", r.CPU["bench process"]*f, r.CPU["mysql"]*f)
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t%s\t%d\t%.0f MiB\t%s\t%s\t%s\t%s\t\n",
-				m.Variant, m.Mode, rate, ratio(limit), vsNaive, lat(r.LatP50), lat(r.LatP99),
+				m.Variant, m.Mode, rate, ratio(limitOf), vsNaive, lat(r.LatP50), lat(r.LatP99),
 				unitP(r.CatchUp.P50), unitP(r.CatchUp.P99), r.CatchUp.Mean, rt, r.Failed, r.PeakRSSMiB, cores, perM, stall, ledger)
 		}
 	}
@@ -299,7 +322,8 @@ func renderTable(o *options, infos []variantInfo, ms []measurement) string {
 events/s: sustained catch-up rate (records after the first checkpoint/batch/poll, over the time
   from its end to the last one's end); with -repeat, the median run (the row's other figures are
   that run's) and the range. ÷limit: over min(consume-only, sink-only); sink-only replays the
-  service's checkpoints of the same repetition when the service ran. ÷naive: over naive.
+  service's checkpoints of the same repetition when the service ran. ÷naive: over naive. Ratios
+  are taken per repetition, then their median.
 e2e: record timestamp → commit that makes it visible, in the live phase. unit: checkpoint (service,
   sink-only), batch (naive), poll (consume-only), catch-up phase. SQL RT/unit: client commands sent
   per unit in the catch-up (start-up and background work included). failed: aborted checkpoint
@@ -328,4 +352,21 @@ func fmtMs(x float64) string {
 		return fmt.Sprintf("%.1f s", x/1000)
 	}
 	return fmt.Sprintf("%.0f ms", x)
+}
+
+func maxRep(ms []measurement) int {
+	n := 0
+	for _, m := range ms {
+		n = max(n, m.Rep)
+	}
+	return n
+}
+
+// median of xs (the mean of the middle two for an even count).
+func median(xs []float64) float64 {
+	s := slices.Sorted(slices.Values(xs))
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }

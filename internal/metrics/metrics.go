@@ -68,6 +68,8 @@ type Metrics struct {
 	dlWaiting      *prometheus.GaugeVec
 	inDoubt        *prometheus.GaugeVec
 	inDoubtAge     *prometheus.GaugeVec
+	foreignInDoubt *prometheus.GaugeVec
+	purgeHistory   *prometheus.GaugeVec
 	dedupRows      *prometheus.GaugeVec
 	sampleFailures *prometheus.CounterVec
 
@@ -185,6 +187,10 @@ func New(o Options) *Metrics {
 		Help: "Prepared XA branches of this ledger on each MySQL server (XA RECOVER, sampled; branches of other ledgers sharing a server are left out once this ledger has its id)."}, []string{"server"})
 	m.inDoubtAge = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "xa_oldest_in_doubt_age_seconds",
 		Help: "Age of the oldest prepared XA branch of this service on each MySQL server; 0 when none (sampled)."}, []string{"server"})
+	m.foreignInDoubt = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "xa_foreign_branches_in_doubt",
+		Help: "Prepared XA branches on each MySQL server that are not this ledger's (another ledger's, left over, forged): the service never resolves them, and while one lasts InnoDB purge cannot advance on that server (sampled)."}, []string{"server"})
+	m.purgeHistory = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "mysql_purge_history_length",
+		Help: "InnoDB undo history not yet purged on each MySQL server (information_schema.INNODB_METRICS trx_rseg_history_len, sampled); it grows without end while a transaction or prepared XA branch stays open."}, []string{"server"})
 	m.dedupRows = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "dedup_keys_estimate",
 		Help: "Estimated rows of dedup_keys per MySQL server (information_schema TABLE_ROWS, an InnoDB estimate)."}, []string{"server"})
 	m.sampleFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "metrics_sample_failures_total",
@@ -193,7 +199,7 @@ func New(o Options) *Metrics {
 		m.sampleFailures.WithLabelValues(s)
 	}
 	m.reg.MustRegister(m.deadLetters, m.ckptDuration, m.phaseDuration, m.ckptFailures, m.e2eLatency, m.mysqlErrors, m.lag,
-		m.dlWaiting, m.inDoubt, m.inDoubtAge, m.dedupRows, m.sampleFailures)
+		m.dlWaiting, m.inDoubt, m.inDoubtAge, m.foreignInDoubt, m.purgeHistory, m.dedupRows, m.sampleFailures)
 	if o.Process {
 		m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
@@ -207,9 +213,10 @@ const (
 	SampleDedupKeys   = "dedup_keys"
 	SampleDeadLetters = "dead_letters"
 	SampleInDoubt     = "in_doubt"
+	SamplePurge       = "purge_history"
 )
 
-var samples = []string{SampleLag, SampleDedupKeys, SampleDeadLetters, SampleInDoubt}
+var samples = []string{SampleLag, SampleDedupKeys, SampleDeadLetters, SampleInDoubt, SamplePurge}
 
 // Attach connects the pipeline once it exists: its running totals, the
 // size of its dedup cache and the stall that /healthz judges (either func
@@ -340,6 +347,17 @@ func (m *Metrics) SetDeadLettersWaiting(counts map[string]int64) {
 func (m *Metrics) SetInDoubt(server int, n int, oldest time.Duration) {
 	m.inDoubt.WithLabelValues(strconv.Itoa(server)).Set(float64(n))
 	m.inDoubtAge.WithLabelValues(strconv.Itoa(server)).Set(oldest.Seconds())
+}
+
+// SetForeignInDoubt sets the number of prepared XA branches on one server
+// that are not this ledger's.
+func (m *Metrics) SetForeignInDoubt(server int, n int) {
+	m.foreignInDoubt.WithLabelValues(strconv.Itoa(server)).Set(float64(n))
+}
+
+// SetPurgeHistory sets the undo history length of one server.
+func (m *Metrics) SetPurgeHistory(server int, n int64) {
+	m.purgeHistory.WithLabelValues(strconv.Itoa(server)).Set(float64(n))
 }
 
 // SetDedupRows sets the dedup_keys estimate of one server (by index in

@@ -283,6 +283,14 @@ func TestDeadLettersWaiting(t *testing.T) {
 	if v := value(t, m, "billing_xa_branches_in_doubt", map[string]string{"server": "1"}); v != 2 {
 		t.Errorf("in doubt = %v", v)
 	}
+	m.SetForeignInDoubt(1, 3)
+	if v := value(t, m, "billing_xa_foreign_branches_in_doubt", map[string]string{"server": "1"}); v != 3 {
+		t.Errorf("foreign in doubt = %v", v)
+	}
+	m.SetPurgeHistory(0, 182060)
+	if v := value(t, m, "billing_mysql_purge_history_length", map[string]string{"server": "0"}); v != 182060 {
+		t.Errorf("purge history = %v", v)
+	}
 }
 
 // TestAttachLater: before the pipeline exists the totals read 0; once

@@ -15,6 +15,7 @@ import (
 
 	"github.com/billing/ledger/internal/ledgerstatus"
 	"github.com/billing/ledger/internal/txsink"
+	"github.com/billing/ledger/internal/txsink/mysqldriver"
 )
 
 // Sampler refreshes the values that need Kafka or MySQL round trips
@@ -38,6 +39,8 @@ type Sampler struct {
 	Logger   *slog.Logger
 	// Now is the clock (tests); time.Now by default.
 	Now func() time.Time
+
+	noPurge map[int]bool // servers where the account may not read the purge history
 }
 
 // Run samples until ctx ends.
@@ -101,10 +104,11 @@ func (s *Sampler) Sample(ctx context.Context, m *Metrics) {
 			s.log().Debug("sampling branches in doubt failed", "server", i, "err", err)
 		} else {
 			var oldest time.Duration
-			n := 0
+			n, foreign := 0, 0
 			for _, b := range branches {
 				if !b.Mine() {
-					continue // another ledger's, on a shared server
+					foreign++ // another ledger's, on a shared server
+					continue
 				}
 				n++
 				if !b.Created.IsZero() {
@@ -112,6 +116,23 @@ func (s *Sampler) Sample(ctx context.Context, m *Metrics) {
 				}
 			}
 			m.SetInDoubt(i, n, oldest)
+			m.SetForeignInDoubt(i, foreign)
+		}
+		if !s.noPurge[i] {
+			switch h, err := PurgeHistory(ctx, db); {
+			case mysqldriver.NeedsProcess(err):
+				// Optional: said once, not counted as a failure.
+				if s.noPurge == nil {
+					s.noPurge = map[int]bool{}
+				}
+				s.noPurge[i] = true
+				s.log().Info("the account lacks PROCESS: billing_mysql_purge_history_length is not sampled", "server", i)
+			case err != nil:
+				m.SampleFailed(SamplePurge)
+				s.log().Debug("sampling the purge history failed", "server", i, "err", err)
+			default:
+				m.SetPurgeHistory(i, h)
+			}
 		}
 		n, err := DedupRows(ctx, db)
 		if err != nil {
@@ -182,6 +203,17 @@ func (s *Sampler) deadLetters(ctx context.Context, partitions []int32) (map[stri
 		}
 	}
 	return counts, nil
+}
+
+// PurgeHistory returns the server's undo history not yet purged (the same
+// counter in MySQL 8 and MariaDB; reading it needs PROCESS).
+func PurgeHistory(ctx context.Context, db *sql.DB) (int64, error) {
+	var n int64
+	err := db.QueryRowContext(ctx, `SELECT COUNT FROM information_schema.INNODB_METRICS WHERE NAME = 'trx_rseg_history_len'`).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("purge history: %w", err)
+	}
+	return n, nil
 }
 
 // DedupRows returns InnoDB's estimate of the rows in dedup_keys of the

@@ -152,6 +152,10 @@ const (
 	erColumnAccessDenied    = 1143 // ER_COLUMNACCESS_DENIED_ERROR
 )
 
+// NeedsProcess reports a statement refused for lack of a server-wide
+// privilege, PROCESS for information_schema's InnoDB tables.
+func NeedsProcess(err error) bool { return number(err) == erSpecificAccessDenied }
+
 // Denied reports a missing privilege on a database, table or column.
 func Denied(err error) bool {
 	switch number(err) {
