@@ -273,9 +273,14 @@ func (d *faultDriver) inject(ctx context.Context, f plannedFault, res *faultResu
 	case faultCrashKafka:
 		return d.services(ctx, res, []string{"kill", "kafka"}, f.Hold, []string{"start", "kafka"})
 	case faultHostile:
+		d.r.endsMu.Lock()
+		defer d.r.endsMu.Unlock()
 		note, err := d.hostile.burst(ctx)
 		res.Note = note
-		return err
+		if err != nil {
+			return err
+		}
+		return d.r.retarget(ctx)
 	}
 	return fmt.Errorf("unknown fault kind %q", f.Kind)
 }
