@@ -106,8 +106,7 @@ func (s *Set) Inject(name string) error {
 		select {} // the signal is on its way
 	case "stop":
 		fmt.Fprintf(os.Stderr, "failpoint %s: SIGSTOP\n", name)
-		// The signal stops the whole process at once; it resumes here.
-		_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		stopSelf() // resumes here on SIGCONT
 	case "exit":
 		fmt.Fprintf(os.Stderr, "failpoint %s: exit 3\n", name)
 		os.Exit(3)
