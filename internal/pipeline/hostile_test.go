@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/billing/ledger/internal/testenv"
@@ -235,10 +236,27 @@ func TestGroupChangeIsRefusedUnlessAllowed(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	// The client joins the group before Run begins: let the group assign
+	// the partitions first. A claim made then would store the renamed
+	// group's positions, and the check in Run would let it pass.
+	awaitStableGroup(ctx, t, e.brokers, "renamed-"+e.topic)
+	renamedRows := func() int {
+		var n int
+		if err := e.db.Get(&n, `SELECT COUNT(*) FROM partition_offsets WHERE consumer_group = ?`, "renamed-"+e.topic); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for deadline := time.Now().Add(2 * time.Second); renamedRows() == 0 && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+	}
 	err = p.Run(ctx)
 	var gce *GroupChangeError
 	if !errors.As(err, &gce) || !strings.Contains(err.Error(), "ALLOW_GROUP_CHANGE") || gce.Stored[0] != "g-"+e.topic {
 		t.Fatalf("Run of a renamed group = %v, want a GroupChangeError naming ALLOW_GROUP_CHANGE", err)
+	}
+	if n := renamedRows(); n != 0 {
+		t.Fatalf("the refused group claimed %d partitions", n)
 	}
 
 	// Allowed: the replay reaches the end of the topic; nothing counts
@@ -342,5 +360,28 @@ func TestRecordsTheDatabaseRefusesAreIsolated(t *testing.T) {
 	defer mu.Unlock()
 	if len(offsets) == 0 || offsets[0] == "" {
 		t.Errorf("failed attempts reported offsets %q: a failing checkpoint must name its partitions and offsets", offsets)
+	}
+}
+
+// awaitStableGroup waits until the consumer group has finished a
+// rebalance: its members have their assignments.
+func awaitStableGroup(ctx context.Context, t *testing.T, brokers []string, group string) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	for {
+		described, err := adm.DescribeGroups(ctx, group)
+		if err == nil && described[group].State == "Stable" && len(described[group].Members) > 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("group %s never became stable: %v (last error: %v)", group, ctx.Err(), err)
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 }

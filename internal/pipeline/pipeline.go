@@ -223,13 +223,23 @@ type Pipeline struct {
 	groupPending map[int32]kgo.EpochOffset
 	groupSignal  chan struct{}
 
+	// started is closed by Run once the group is checked (checkGroup), and
+	// startErr is what the check found. The Kafka client joins the group
+	// as soon as it has the topic's metadata, which can be before Run has
+	// begun: onAssigned waits here, so that nothing is claimed for a group
+	// Run refuses (a claim stores the group's positions, after which the
+	// check would let it pass and replay the topic).
+	started  chan struct{}
+	startErr error
+
 	wake atomic.Pointer[context.CancelFunc] // cancels the poll in progress
 	wg   sync.WaitGroup                     // checkpoint goroutines
 }
 
 // New builds a pipeline over an open sink and the pools of its servers (in
 // the sink's order; see Pools). The Kafka client is created here and joins
-// the group when Run starts polling.
+// the group once it has the topic's metadata; it claims no partition before
+// Run has checked the group.
 func New(cfg Config, sink *txsink.Sink, pools []Pool) (*Pipeline, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("pipeline: %w", err)
@@ -246,6 +256,7 @@ func New(cfg Config, sink *txsink.Sink, pools []Pool) (*Pipeline, error) {
 		pools: pools,
 
 		groupSignal: make(chan struct{}, 1),
+		started:     make(chan struct{}),
 	}
 	opts := append([]kgo.Opt{}, cfg.KafkaOpts...)
 	opts = append(opts, cfg.fetchOpts()...)
@@ -291,7 +302,10 @@ func (p *Pipeline) Client() *kgo.Client { return p.cl }
 // ShutdownTimeout, and leaves the group. It returns nil after a clean
 // shutdown; whatever it could not commit is replayed by the next owner.
 func (p *Pipeline) Run(ctx context.Context) error {
-	if err := p.checkGroup(ctx); err != nil {
+	err := p.checkGroup(ctx)
+	p.startErr = err
+	close(p.started)
+	if err != nil {
 		p.cl.Close()
 		return err
 	}

@@ -346,6 +346,14 @@ func (p *Pipeline) rewindFailedLocked(msg string, args ...any) {
 // epochs, which fences every previous owner), and replaces the group's
 // offsets with the positions stored in MySQL.
 func (p *Pipeline) onAssigned(ctx context.Context, offsets map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
+	select {
+	case <-p.started:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if p.startErr != nil {
+		return nil, p.startErr
+	}
 	var ids []int32
 	for id := range offsets[p.cfg.Topic] {
 		ids = append(ids, id)
