@@ -23,6 +23,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/billing/ledger/internal/ledgercheck"
+	"github.com/billing/ledger/internal/metrics"
 	"github.com/billing/ledger/internal/naive"
 	"github.com/billing/ledger/internal/txsink/mysqldriver"
 	"github.com/billing/ledger/migrations"
@@ -394,9 +395,8 @@ func settle(ctx context.Context, admin string, maxWait time.Duration) (waited ti
 	defer db.Close()
 	start := time.Now()
 	for {
-		// trx_rseg_history_len is in MySQL 8 and MariaDB alike.
-		if err := db.QueryRowContext(ctx, `SELECT COUNT FROM information_schema.INNODB_METRICS WHERE NAME = 'trx_rseg_history_len'`).Scan(&history); err != nil {
-			return time.Since(start), 0, 0, fmt.Errorf("purge history: %w", err)
+		if history, err = metrics.PurgeHistory(ctx, db); err != nil {
+			return time.Since(start), 0, 0, err
 		}
 		if history < settleHistory || time.Since(start) >= maxWait {
 			break

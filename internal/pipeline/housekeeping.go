@@ -56,13 +56,13 @@ func (p *Pipeline) housekeeping(ctx context.Context) {
 }
 
 // Janitor deletes expired dedup keys on every server until ctx ends. At
-// start and then every interval it runs passes of CleanExpired, one after
-// the other for as long as the last one left due keys behind: keys are deleted as fast as they
-// expire (in steady state, as fast as checkpoints insert them) however
-// short the interval, and a backlog is worked off at once rather than one
-// bounded pass per tick. Each pass is bounded in keys, and in time by
-// passTimeout or interval, whichever is longer (a pass cut short rolls
-// back the journal row it was deleting: its work is lost).
+// start and then every interval it runs cleanup passes one after the other
+// for as long as the last one left due keys behind: keys are deleted as
+// fast as they expire (in steady state, as fast as checkpoints insert
+// them) however short the interval, and a backlog is worked off at once
+// rather than one bounded pass per tick. Each pass is bounded in keys, and
+// in time by passTimeout or interval, whichever is longer (a pass cut short
+// rolls back the journal row it was deleting: its work is lost).
 func Janitor(ctx context.Context, pools []Pool, interval time.Duration, batch, workers int, log *slog.Logger) {
 	const passTimeout = 30 * time.Second
 	t := time.NewTicker(interval)
@@ -70,7 +70,7 @@ func Janitor(ctx context.Context, pools []Pool, interval time.Duration, batch, w
 	for {
 		for ctx.Err() == nil {
 			cctx, cancel := context.WithTimeout(ctx, max(interval, passTimeout))
-			_, more := CleanExpired(cctx, pools, batch, workers, log)
+			more := cleanupPass(cctx, pools, batch, workers, log)
 			cancel()
 			if !more {
 				break
@@ -84,13 +84,13 @@ func Janitor(ctx context.Context, pools []Pool, interval time.Duration, batch, w
 	}
 }
 
-// CleanExpired is one pass of the janitor: on every server, workers
+// cleanupPass is one pass of the janitor: on every server, workers
 // connections in parallel (each takes a due journal row of its own) delete
 // the expired dedup keys of due journal rows, batch keys per statement and
-// at most 100 batches each. It returns how many keys it deleted and
-// whether due rows may be left. Failures are logged; the next pass
+// at most 100 batches each. It reports whether due rows may be left (a
+// worker used its whole budget). Failures are logged; the next pass
 // retries.
-func CleanExpired(ctx context.Context, pools []Pool, batch, workers int, log *slog.Logger) (deleted int64, more bool) {
+func cleanupPass(ctx context.Context, pools []Pool, batch, workers int, log *slog.Logger) (more bool) {
 	workers = max(workers, 1)
 	var (
 		mu sync.Mutex
@@ -105,15 +105,16 @@ func CleanExpired(ctx context.Context, pools []Pool, batch, workers int, log *sl
 				} else if n > 0 {
 					log.Debug("expired dedup keys deleted", "server", i, "keys", n)
 				}
-				mu.Lock()
-				deleted += n
-				more = more || (err == nil && n >= int64(100*batch))
-				mu.Unlock()
+				if err == nil && n >= int64(100*batch) {
+					mu.Lock()
+					more = true
+					mu.Unlock()
+				}
 			})
 		}
 	}
 	wg.Wait()
-	return deleted, more
+	return more
 }
 
 // DeleteOldEntries is one pass of the ledger entries' retention: on every
