@@ -42,6 +42,9 @@ type FrontierChange struct {
 // transaction checks and raises the ledger's closing frontier (see
 // FrontierChange and frontierCheck).
 //
+// The decision also appends the checkpoint to the commit log (see
+// CommitSeq), applied at once if no branch was prepared.
+//
 // Decide returns nil only once the decision is durable. It returns an error
 // wrapping ErrFenced, ErrFrontierMoved or ErrAborted when the checkpoint
 // must abort, and one wrapping ErrOutcomeUnknown when the commit of the
@@ -61,10 +64,16 @@ func (t *Txn) Decide(ctx context.Context, cuts []PartitionCut, f *FrontierChange
 	if f != nil {
 		fc = &driver.FrontierChange{Raise: f.Raise, Check: func(stored driver.Frontier) error { return frontierCheck(f.OpenFrom, stored) }}
 	}
+	// A checkpoint that prepared no branch has nothing left to commit: its
+	// decision is applied at once.
+	applied := true
+	for _, b := range t.started() {
+		applied = applied && b.state != branchPrepared
+	}
 	d := driver.Decision{Gtrid: t.gtrid, Outcome: driver.Committed, By: t.s.instance, At: t.s.now().UTC()}
-	err := t.s.control.Commit(ctx, d, t.s.scope(), dc, func(stored []driver.Stored) error {
+	seq, err := t.s.control.Commit(ctx, d, t.s.scope(), dc, func(stored []driver.Stored) error {
 		return fence(t.s.instance, cuts, stored)
-	}, fc)
+	}, fc, applied)
 	switch {
 	case errors.Is(err, driver.ErrDecided):
 		return &PhaseError{"decide", fmt.Errorf("%w: a recoverer decided first", ErrAborted)}
@@ -83,7 +92,7 @@ func (t *Txn) Decide(ctx context.Context, cuts []PartitionCut, f *FrontierChange
 	case err != nil:
 		return &PhaseError{"decide", err}
 	}
-	t.decided = true
+	t.decided, t.seq = true, seq
 	return t.s.cfg.Failpoints.Inject(FailAfterDecision)
 }
 

@@ -5,7 +5,8 @@
 // # Specification
 //
 // The protocol's rules are pure functions (rules.go: fence, recoveryStep,
-// killVerdict, prunable), and its behaviour is specified by example in the
+// killVerdict, prunable, appliedAfter, commitLogPruneBound), and its
+// behaviour is specified by example in the
 // scenario files of testdata/, one rule per file, run over in-memory
 // servers in milliseconds (scenario_test.go):
 //
@@ -19,7 +20,9 @@
 //   - restart.txt: a server restart;
 //   - ambiguous_decision.txt: a decision whose COMMIT answer is lost;
 //   - frontier.txt: watermarks written with the offsets, and the closing
-//     frontier checked and raised by the decision.
+//     frontier checked and raised by the decision;
+//   - commit_log.txt: the commit log in commit order, applied marking
+//     after a crash at each step, the visible position, pruning.
 //
 // # Servers
 //
@@ -27,7 +30,8 @@
 // driver: a Server per participating MySQL server (branches on pinned
 // connections, XA RECOVER, resolving an xid from elsewhere, sessions and
 // KILL) and the Control bookkeeping of the control server (decisions by
-// compare-and-set, partition epochs and positions, the ledger identity).
+// compare-and-set, partition epochs and positions, the closing frontier,
+// the commit log, the ledger identity).
 // mysqldriver implements them for MySQL 8.4 and MariaDB 10.11, memdriver in
 // memory; drivertest holds both to one contract.
 //
@@ -53,8 +57,9 @@
 //	                  still holds each at the epoch the checkpoint was
 //	                  built under), the new next offsets and watermarks,
 //	                  optionally the closing frontier (checked, raised),
-//	                  the commit decision
-//	      ─▶ Commit:  XA COMMIT every prepared branch
+//	                  the commit decision, its commit log record
+//	      ─▶ Commit:  XA COMMIT every prepared branch, then mark the record
+//	                  applied
 //	or    ─▶ Abort:   an abort decision for prepared branches, then XA ROLLBACK
 //
 // The decision row's primary key is the gtrid: whoever inserts first (the
@@ -78,6 +83,34 @@
 // tells which won. If neither can be proven in time the error wraps
 // ErrOutcomeUnknown, and the caller rereads its positions (Positions,
 // which waits for the outcome) instead of guessing.
+//
+// # Commit log
+//
+// Readers of the result tables need a position that moves only forward in
+// commit order; the rows' own times (updated_at, closed_at) are when a
+// checkpoint attempt began, on its instance's clock, and a row becomes
+// visible only at XA COMMIT, seconds or a recovery pass later. So every
+// commit decision appends a record to the commit log (checkpoint_commits),
+// inside the decision's transaction, numbered from a counter row that
+// every decision locks last, after the partition rows and the frontier
+// row, and holds until it commits: numbers are in commit order, with no
+// gap (driver.Control.Commit). With it the record keeps the sealed
+// frontier the decision left.
+//
+// A decision commits before its branches, so a record is applied only
+// once every branch has committed: the coordinator marks it after its last
+// XA COMMIT (best effort); Recover marks the commit decisions it found
+// unapplied before listing the servers and of which no branch is left in
+// doubt on any server (appliedAfter, which argues why absence from XA
+// RECOVER proves the commit here); a checkpoint that prepared no branch is
+// applied in its decision. The visible position (CommitPosition) is the
+// largest number up to which every record is applied, read in one
+// statement: a reader that reads the rows of checkpoints numbered up to it
+// sees them all, and one that stores it and reads from there next time
+// misses none and sees none twice. Records are pruned oldest first, only
+// below the visible position and once older than a retention
+// (PruneCommitLog, commitLogPruneBound); the lowest retained number tells
+// a reader whether it fell behind.
 //
 // # Xids
 //

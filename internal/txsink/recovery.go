@@ -23,21 +23,38 @@ type RecoveryResult struct {
 	RolledBack int // branches rolled back under an abort decision
 	Skipped    int // undecided branches too young to abort
 	Ended      int // connections ended that held an old branch attached
+	Applied    int // commit decisions marked applied (see appliedAfter)
 	// Remaining lists the gtrids still in doubt after the pass. A key
 	// starting with '?' stands for a server that could not be listed.
 	Remaining map[string]bool
 }
+
+// maxApplyPerPass bounds the unapplied commit decisions one recovery pass
+// reads (the oldest first: they hold the visible position back).
+const maxApplyPerPass = 1000
 
 // Recover resolves the ledger's prepared branches on every server by the
 // decision record, following recoveryStep; a branch the server refuses to
 // resolve from elsewhere may have its holding connection ended, following
 // killVerdict, and is resolved by a later pass. Branches of other ledgers,
 // other applications, or forged with this service's format but without the
-// ledger's MAC are never touched. Recover returns the errors of the
+// ledger's MAC are never touched.
+//
+// It then marks applied, in the commit log, the commit decisions that
+// were not applied before the pass listed any server and none of whose
+// branches is left in doubt on any server (appliedAfter): those its
+// coordinator could not mark (it died, or its last XA COMMIT failed), this
+// pass's roll-forwards among them. Recover returns the errors of the
 // branches it could not resolve, after trying all of them.
 func (s *Sink) Recover(ctx context.Context, minAge time.Duration) (RecoveryResult, error) {
 	res := RecoveryResult{Remaining: map[string]bool{}}
 	var errs []error
+	// Read before any XA RECOVER: appliedAfter's argument needs every
+	// branch of these checkpoints prepared before the listing.
+	unapplied, uerr := s.control.Commits(ctx, 0, true, maxApplyPerPass)
+	if uerr != nil {
+		errs = append(errs, fmt.Errorf("read the unapplied commit decisions: %w", uerr))
+	}
 	decisions := map[string]driver.Outcome{}
 	seen := map[driver.Xid]bool{}
 	for i, sv := range s.servers {
@@ -99,6 +116,19 @@ func (s *Sink) Recover(ctx context.Context, minAge time.Duration) (RecoveryResul
 				s.forget(b.Xid)
 				s.log.Info("resolved in-doubt branch", "gtrid", b.Xid.Gtrid, "bqual", b.Xid.Bqual, "server", i,
 					"outcome", string(o), "age", age.Round(time.Millisecond))
+			}
+		}
+	}
+	if uerr == nil {
+		gtrids := make([]string, len(unapplied))
+		for i, r := range unapplied {
+			gtrids[i] = r.Gtrid
+		}
+		if mark := appliedAfter(gtrids, res.Remaining); len(mark) > 0 {
+			n, err := s.control.MarkApplied(ctx, mark)
+			res.Applied = int(n)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("mark commit decisions applied: %w", err))
 			}
 		}
 	}
@@ -223,10 +253,8 @@ func (s *Sink) InDoubtBranches(ctx context.Context) ([]InDoubt, error) {
 // recovery pass that reached every server (it refuses when the set says a
 // server was unreachable).
 func (s *Sink) PruneDecisions(ctx context.Context, olderThan time.Duration, remaining map[string]bool, limit int) (int64, error) {
-	for g := range remaining {
-		if len(g) > 0 && g[0] == '?' {
-			return 0, errors.New("prune decisions: a server was not reached by recovery")
-		}
+	if !complete(remaining) {
+		return 0, errors.New("prune decisions: a server was not reached by recovery")
 	}
 	candidates, err := s.control.Decided(ctx, s.now().UTC().Add(-olderThan), limit)
 	if err != nil {
@@ -244,6 +272,43 @@ func (s *Sink) PruneDecisions(ctx context.Context, olderThan time.Duration, rema
 	n, err := s.control.Forget(ctx, del)
 	if err != nil {
 		return n, fmt.Errorf("prune decisions: %w", err)
+	}
+	return n, nil
+}
+
+// CommitPosition is where the commit log stands (see driver.CommitPosition).
+type CommitPosition = driver.CommitPosition
+
+// CommitPosition reads the commit log's position in one snapshot: readers
+// of the result tables follow Visible (see the package documentation).
+func (s *Sink) CommitPosition(ctx context.Context) (CommitPosition, error) {
+	p, err := s.control.CommitPosition(ctx)
+	if err != nil {
+		return CommitPosition{}, fmt.Errorf("commit position: %w", err)
+	}
+	return p, nil
+}
+
+// PruneCommitLog deletes, from the lowest sequence number up, at most
+// limit records of the commit log that are older than retention (by the
+// control server's clock) and below the visible position (see
+// commitLogPruneBound), and returns how many it deleted.
+func (s *Sink) PruneCommitLog(ctx context.Context, retention time.Duration, limit int) (int64, error) {
+	pos, err := s.control.CommitPosition(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("prune the commit log: %w", err)
+	}
+	recs, err := s.control.Commits(ctx, pos.RetainedFrom, false, limit)
+	if err != nil {
+		return 0, fmt.Errorf("prune the commit log: %w", err)
+	}
+	through := commitLogPruneBound(recs, pos.Visible, retention)
+	if through == 0 {
+		return 0, nil
+	}
+	n, err := s.control.ForgetCommits(ctx, through)
+	if err != nil {
+		return n, fmt.Errorf("prune the commit log: %w", err)
 	}
 	return n, nil
 }

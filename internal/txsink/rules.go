@@ -124,3 +124,71 @@ func killVerdict(s driver.Session, uptime, age, minAge time.Duration) string {
 func prunable(gtrid string, remaining map[string]bool) bool {
 	return !remaining[gtrid]
 }
+
+// complete reports whether a recovery pass that left remaining in doubt
+// listed every server (an unreachable server is a key starting with '?').
+func complete(remaining map[string]bool) bool {
+	for g := range remaining {
+		if len(g) > 0 && g[0] == '?' {
+			return false
+		}
+	}
+	return true
+}
+
+// appliedAfter is the rule for marking commit decisions applied after a
+// recovery pass: of unapplied, the commit decisions found not applied
+// before the pass listed any server, those with no branch in doubt on any
+// server (not in remaining), provided the pass listed every server.
+//
+// Absence from XA RECOVER is not proof of a commit in general (NOTES.md,
+// trap 1: a branch may have been rolled back, or never prepared). Here it
+// is, because of what a commit decision already proves:
+//
+//   - a coordinator decides commit only after XA PREPARE succeeded on every
+//     branch that wrote (Txn.Prepare), so each branch was prepared, durably,
+//     before the decision, hence before the commit log was read, hence
+//     before the pass listed the servers;
+//   - a prepared branch survives its connection and a server restart, and
+//     leaves XA RECOVER only by XA COMMIT or XA ROLLBACK, and after it has
+//     been committed or rolled back on the server;
+//   - a branch of the ledger is rolled back only under an abort decision
+//     that won, and the decision is one row per gtrid: this one says commit.
+//
+// So a branch of such a checkpoint that the listing does not show has
+// committed, and its rows are visible to any later read. The order
+// matters: a checkpoint decided after the commit log was read may have
+// prepared a branch after that server was listed, which is why decisions
+// found later are left to the next pass, and a pass that could not list a
+// server marks nothing.
+func appliedAfter(unapplied []string, remaining map[string]bool) []string {
+	if !complete(remaining) {
+		return nil
+	}
+	var out []string
+	for _, g := range unapplied {
+		if !remaining[g] {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// commitLogPruneBound is the rule for pruning the commit log: the highest
+// sequence number through which it may be deleted (0: none), given the
+// oldest records, in order, and the visible position. Only a prefix goes,
+// so that the retained records stay one range and a reader can tell from
+// the lowest retained number whether it missed any; only applied records
+// below the visible position (the record at it keeps the sealed frontier
+// the position reports), and only those older than retention by the
+// control server's clock.
+func commitLogPruneBound(oldest []driver.CommitRecord, visible int64, retention time.Duration) int64 {
+	var through int64
+	for i, r := range oldest {
+		if r.Seq >= visible || !r.Applied || r.Age < retention || i > 0 && r.Seq != oldest[i-1].Seq+1 {
+			break
+		}
+		through = r.Seq
+	}
+	return through
+}

@@ -2,6 +2,7 @@ package txsink
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -123,6 +124,61 @@ func TestIdentityXid(t *testing.T) {
 	for _, bad := range []string{"", "blg1-", "blg2-a-1-1", "blg1-a-x-1", "blg1-a-1", "other"} {
 		if _, ok := ParseGlobalID(bad); ok {
 			t.Errorf("parsed gtrid %q", bad)
+		}
+	}
+}
+
+// A commit decision is marked applied only after a pass that listed every
+// server and found none of its branches in doubt.
+func TestAppliedAfter(t *testing.T) {
+	unapplied := []string{"g1", "g2", "g3"}
+	tests := []struct {
+		name      string
+		remaining map[string]bool
+		want      []string
+	}{
+		{"nothing in doubt", map[string]bool{}, []string{"g1", "g2", "g3"}},
+		{"one still in doubt", map[string]bool{"g2": true}, []string{"g1", "g3"}},
+		{"others in doubt only", map[string]bool{"undecided": true}, []string{"g1", "g2", "g3"}},
+		{"a server not listed", map[string]bool{"?server1": true}, nil},
+		{"a server not listed, one in doubt", map[string]bool{"?server0": true, "g1": true}, nil},
+	}
+	for _, tt := range tests {
+		if got := appliedAfter(unapplied, tt.remaining); !slices.Equal(got, tt.want) {
+			t.Errorf("%s: %v, want %v", tt.name, got, tt.want)
+		}
+	}
+	if got := appliedAfter(nil, map[string]bool{}); len(got) != 0 {
+		t.Errorf("nothing unapplied: %v", got)
+	}
+}
+
+// Only a prefix of applied records below the visible position and older
+// than the retention is pruned.
+func TestCommitLogPruneBound(t *testing.T) {
+	const keep = time.Hour
+	old := func(seq int64) driver.CommitRecord {
+		return driver.CommitRecord{Seq: seq, Applied: true, Age: 2 * keep}
+	}
+	edit := func(r driver.CommitRecord, fn func(*driver.CommitRecord)) driver.CommitRecord { fn(&r); return r }
+	tests := []struct {
+		name    string
+		recs    []driver.CommitRecord
+		visible int64
+		want    int64
+	}{
+		{"all old, applied, below visible", []driver.CommitRecord{old(3), old(4), old(5)}, 9, 5},
+		{"the record at the visible position stays", []driver.CommitRecord{old(3), old(4), old(5)}, 5, 4},
+		{"nothing visible", []driver.CommitRecord{old(1)}, 0, 0},
+		{"a young record stops it", []driver.CommitRecord{old(3), edit(old(4), func(r *driver.CommitRecord) { r.Age = keep - time.Second }), old(5)}, 9, 3},
+		{"an unapplied record stops it", []driver.CommitRecord{old(3), edit(old(4), func(r *driver.CommitRecord) { r.Applied = false }), old(5)}, 9, 3},
+		{"a gap stops it", []driver.CommitRecord{old(3), old(5)}, 9, 3},
+		{"the first is young", []driver.CommitRecord{edit(old(3), func(r *driver.CommitRecord) { r.Age = 0 }), old(4)}, 9, 0},
+		{"empty log", nil, 9, 0},
+	}
+	for _, tt := range tests {
+		if got := commitLogPruneBound(tt.recs, tt.visible, keep); got != tt.want {
+			t.Errorf("%s: through %d, want %d", tt.name, got, tt.want)
 		}
 	}
 }

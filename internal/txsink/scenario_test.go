@@ -46,6 +46,9 @@ import (
 //	branches server=S                         the server's XA branches
 //	get server=S key=k                        a committed value
 //	decisions ledger=L                        the ledger's decision table
+//	commits ledger=L                          the ledger's commit log
+//	position instance=i                       CommitPosition
+//	prune instance=i retention=DUR [limit=n]  PruneCommitLog (limit 100 by default)
 //	forge server=S user=u xid=GTRID/BQUAL     another account prepares a branch
 //	replay server=S user=u txn=i/n p=p        another account re-creates a real xid
 //	restart server=S                          the server restarts
@@ -269,7 +272,11 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) string {
 				}
 			}
 		})
-		out := fmt.Sprintf("committed %d, rolled back %d, skipped %d, ended %d; in doubt %v", res.Committed, res.RolledBack, res.Skipped, res.Ended, remaining)
+		applied := ""
+		if res.Applied > 0 {
+			applied = fmt.Sprintf(", applied %d", res.Applied)
+		}
+		out := fmt.Sprintf("committed %d, rolled back %d, skipped %d, ended %d%s; in doubt %v", res.Committed, res.RolledBack, res.Skipped, res.Ended, applied, remaining)
 		if err != nil {
 			out += "\nerror: " + err.Error()
 		}
@@ -297,6 +304,48 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) string {
 		}
 		slices.Sort(out)
 		return strings.Join(out, "\n")
+	case "commits":
+		ctl := w.server(t, d, w.ledgers[arg("ledger")].control).As("billing")
+		recs, err := ctl.Commits(ctx, 0, false, 1000)
+		if err != nil {
+			return "error: " + err.Error()
+		}
+		if len(recs) == 0 {
+			return "none"
+		}
+		var out []string
+		for _, r := range recs {
+			state := "not applied"
+			if r.Applied {
+				state = "applied"
+			}
+			line := fmt.Sprintf("%d %s %s, committed %s", r.Seq, r.Gtrid, state, since(r.CommittedAt))
+			if !r.SealedBefore.IsZero() {
+				line += ", sealed before " + since(r.SealedBefore)
+			}
+			out = append(out, line)
+		}
+		return strings.Join(out, "\n")
+	case "position":
+		p, err := w.instance(t, d, arg("instance")).CommitPosition(ctx)
+		if err != nil {
+			return "error: " + err.Error()
+		}
+		return fmt.Sprintf("visible %d, decided %d, retained from %d, sealed before %s", p.Visible, p.Decided, p.RetainedFrom, since(p.SealedBefore))
+	case "prune":
+		retention, err := time.ParseDuration(arg("retention"))
+		if err != nil {
+			d.Fatalf(t, "%v", err)
+		}
+		limit := 100
+		if l := opt("limit"); l != "" {
+			limit, _ = strconv.Atoi(l)
+		}
+		n, err := w.instance(t, d, arg("instance")).PruneCommitLog(ctx, retention, limit)
+		if err != nil {
+			return "error: " + err.Error()
+		}
+		return fmt.Sprintf("pruned %d", n)
 	case "forge", "replay":
 		sv := w.server(t, d, arg("server")).As(arg("user"))
 		var x driver.Xid

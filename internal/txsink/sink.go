@@ -23,7 +23,7 @@ const (
 	FailAfterPrepare   = "after-prepare"    // all prepared, no decision
 	FailAfterDecision  = "after-decision"   // decision and offsets durable, no XA COMMIT
 	FailBetweenCommits = "between-commits"  // first branch committed, the others prepared
-	FailAfterCommit    = "after-commit"     // all committed, Kafka group offsets not yet
+	FailAfterCommit    = "after-commit"     // all committed, not marked applied, Kafka group offsets not yet
 )
 
 // StartOffset is the next_offset stored for a partition never checkpointed

@@ -22,6 +22,7 @@ type Txn struct {
 	mu       sync.Mutex // guards branches while Each starts them
 	branches []*Branch
 	decided  bool
+	seq      int64 // the decision's number in the commit log
 }
 
 // Begin starts a checkpoint transaction. No branch exists until it is first
@@ -34,6 +35,11 @@ func (s *Sink) Begin(checkpoint uint64) *Txn {
 // Gtrid is the global transaction id, also recorded as the checkpoint id of
 // the rows the checkpoint writes.
 func (t *Txn) Gtrid() string { return t.gtrid }
+
+// CommitSeq is the commit decision's sequence number in the commit log, in
+// commit order; 0 before the decision, or when the decision was settled
+// after an ambiguous COMMIT (its number is then in the log only).
+func (t *Txn) CommitSeq() int64 { return t.seq }
 
 type branchState int
 
@@ -311,6 +317,10 @@ func (b *Branch) prepare(ctx context.Context, timeout time.Duration) error {
 // out, Commit returns an error: the checkpoint is decided and its offsets
 // already moved, so the caller must not replay it; recovery rolls the
 // branch forward later. Every branch's connection is released either way.
+//
+// Once every branch has committed, the checkpoint is marked applied in the
+// commit log, best effort: one small statement whose failure is only
+// logged, since recovery marks what a coordinator could not (see Recover).
 func (t *Txn) Commit(ctx context.Context) error {
 	if !t.decided {
 		return &PhaseError{"commit", errors.New("commit before decision")}
@@ -346,7 +356,13 @@ func (t *Txn) Commit(ctx context.Context) error {
 	if err := errors.Join(errs...); err != nil {
 		return &PhaseError{"commit", err}
 	}
-	return t.s.cfg.Failpoints.Inject(FailAfterCommit)
+	if err := t.s.cfg.Failpoints.Inject(FailAfterCommit); err != nil {
+		return err
+	}
+	if _, err := t.s.control.MarkApplied(ctx, []string{t.gtrid}); err != nil {
+		t.s.log.Warn("checkpoint committed but not marked applied; recovery marks it", "gtrid", t.gtrid, "err", err)
+	}
+	return nil
 }
 
 // Abort rolls back every branch of a checkpoint that was not decided

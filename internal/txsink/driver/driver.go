@@ -158,6 +158,38 @@ type FrontierChange struct {
 	Raise Frontier
 }
 
+// CommitRecord is one row of the commit log: a commit decision, numbered
+// in the order the decisions committed (Seq, from 1, without gaps), with
+// whether every branch of its checkpoint has committed (Applied).
+type CommitRecord struct {
+	Seq   int64
+	Gtrid string
+	// CommittedAt is the control server's clock at the decision; Age is
+	// the time since then by that same clock, when the record was read.
+	CommittedAt time.Time
+	Age         time.Duration
+	Applied     bool
+	// SealedBefore is the frontier's Sealed instant after the decision
+	// (zero: the decision did not lock the frontier, or nothing is sealed).
+	SealedBefore time.Time
+}
+
+// CommitPosition is where the commit log stands, read in one snapshot.
+type CommitPosition struct {
+	// Visible is the largest s such that every commit decision numbered s
+	// or less is applied (0: none). It only grows.
+	Visible int64
+	// Decided is the last sequence number allocated (0: none).
+	Decided int64
+	// RetainedFrom is the lowest sequence number still in the log
+	// (Decided+1 when the log is empty): the records below it were pruned.
+	RetainedFrom int64
+	// SealedBefore is the Sealed frontier recorded by decision Visible
+	// (zero: none): every window starting before it is sealed, and every
+	// write to it applied.
+	SealedBefore time.Time
+}
+
 // Control is the control server's bookkeeping. Each method is one local
 // transaction.
 type Control interface {
@@ -175,10 +207,26 @@ type Control interface {
 	// and epoch unchanged) and inserts d; all or nothing. With a frontier
 	// change (nil: the frontier is neither read nor locked), the frontier
 	// is then locked and passed to its Check, and raised unless Check
-	// refuses. It returns fence's or Check's error, ErrDecided when a
-	// decision for d.Gtrid exists, or an error wrapping ErrAmbiguous when
-	// the outcome of the transaction's COMMIT is unknown.
-	Commit(ctx context.Context, d Decision, s Scope, cuts []Cut, fence func([]Stored) error, f *FrontierChange) error
+	// refuses. Last, it locks the commit log's counter and appends the
+	// decision to the commit log under the next sequence number, applied
+	// at once when applied is true (no branch was prepared), and returns
+	// that number. Every commit decision takes the counter last and holds
+	// it until it commits, so sequence numbers are in commit order: once
+	// a reader sees number s, every smaller one has committed. It returns
+	// fence's or Check's error, ErrDecided when a decision for d.Gtrid
+	// exists, or an error wrapping ErrAmbiguous when the outcome of the
+	// transaction's COMMIT is unknown.
+	Commit(ctx context.Context, d Decision, s Scope, cuts []Cut, fence func([]Stored) error, f *FrontierChange, applied bool) (int64, error)
+	// MarkApplied records that every branch of the checkpoints of gtrids
+	// has committed (those already applied, or not in the log, are left).
+	MarkApplied(ctx context.Context, gtrids []string) (int64, error)
+	// Commits lists up to limit records of the commit log from sequence
+	// number from on (only those not applied, with unapplied), in order.
+	Commits(ctx context.Context, from int64, unapplied bool, limit int) ([]CommitRecord, error)
+	// CommitPosition reads the commit log's position in one snapshot.
+	CommitPosition(ctx context.Context) (CommitPosition, error)
+	// ForgetCommits deletes the records numbered through and below.
+	ForgetCommits(ctx context.Context, through int64) (int64, error)
 	// EventTime reads the frontier and every partition row of the scope,
 	// as committed (no locks).
 	EventTime(ctx context.Context, s Scope) (Frontier, []Stored, error)

@@ -8,8 +8,10 @@
 // connection or not (as the implementation declares), XA RECOVER listing
 // every account's branches, what a session lookup may say, and the control
 // bookkeeping: a decision inserted once, the commit point's fence and
-// offsets, claims raising epochs, watermarks that never go back, and the
-// frontier checked and raised by the commit point.
+// offsets, claims raising epochs, watermarks that never go back, the
+// frontier checked and raised by the commit point, and the commit log:
+// numbered in commit order under concurrent decisions, applied marking,
+// the visible position, and pruning.
 package drivertest
 
 import (
@@ -17,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -70,6 +73,10 @@ func RunConformanceTests(t *testing.T, h Harness) {
 		{"CommitWritesEventTime", testEventTime},
 		{"CommitChecksAndRaisesTheFrontier", testFrontier},
 		{"DecisionsAgeAndForget", testForget},
+		{"CommitLogInCommitOrder", testCommitOrder},
+		{"CommitLogAppliedAndVisible", testApplied},
+		{"CommitLogRecordsTheSealedFrontier", testCommitSealed},
+		{"CommitLogForget", testForgetCommits},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -392,8 +399,8 @@ func testControlCommit(t *testing.T, ctx context.Context, f Fixture) {
 	must(t, err)
 	var seen []driver.Stored
 	g := xid().Gtrid
-	err = f.Control.Commit(ctx, decision(g, driver.Committed), sc, []driver.Cut{{Partition: 0, NextOffset: 10}, {Partition: 1, NextOffset: 20}},
-		func(s []driver.Stored) error { seen = s; return nil }, nil)
+	_, err = f.Control.Commit(ctx, decision(g, driver.Committed), sc, []driver.Cut{{Partition: 0, NextOffset: 10}, {Partition: 1, NextOffset: 20}},
+		func(s []driver.Stored) error { seen = s; return nil }, nil, true)
 	must(t, err)
 	if len(seen) != 2 || seen[0].Epoch != st[0].Epoch || seen[0].Owner != "me" {
 		t.Fatalf("fence saw %+v", seen)
@@ -409,7 +416,7 @@ func testControlCommit(t *testing.T, ctx context.Context, f Fixture) {
 	// A fence that refuses writes nothing.
 	refused := errors.New("fenced")
 	g2 := xid().Gtrid
-	err = f.Control.Commit(ctx, decision(g2, driver.Committed), sc, []driver.Cut{{Partition: 0, NextOffset: 99}}, func([]driver.Stored) error { return refused }, nil)
+	_, err = f.Control.Commit(ctx, decision(g2, driver.Committed), sc, []driver.Cut{{Partition: 0, NextOffset: 99}}, func([]driver.Stored) error { return refused }, nil, true)
 	if !errors.Is(err, refused) {
 		t.Fatalf("refused fence: %v", err)
 	}
@@ -424,7 +431,7 @@ func testControlCommit(t *testing.T, ctx context.Context, f Fixture) {
 	if _, err := f.Control.Decide(ctx, decision(g3, driver.Aborted)); err != nil {
 		t.Fatal(err)
 	}
-	err = f.Control.Commit(ctx, decision(g3, driver.Committed), sc, []driver.Cut{{Partition: 0, NextOffset: 50}}, func([]driver.Stored) error { return nil }, nil)
+	_, err = f.Control.Commit(ctx, decision(g3, driver.Committed), sc, []driver.Cut{{Partition: 0, NextOffset: 50}}, func([]driver.Stored) error { return nil }, nil, true)
 	if !errors.Is(err, driver.ErrDecided) {
 		t.Fatalf("commit of a decided gtrid: %v, want ErrDecided", err)
 	}
@@ -482,7 +489,8 @@ func testEventTime(t *testing.T, ctx context.Context, f Fixture) {
 	at := func(h int) time.Time { return time.Date(2026, 3, 29, h, 0, 0, 123456000, time.UTC) }
 	commit := func(cuts ...driver.Cut) {
 		t.Helper()
-		must(t, f.Control.Commit(ctx, decision(xid().Gtrid, driver.Committed), sc, cuts, func([]driver.Stored) error { return nil }, nil))
+		_, err := f.Control.Commit(ctx, decision(xid().Gtrid, driver.Committed), sc, cuts, func([]driver.Stored) error { return nil }, nil, true)
+		must(t, err)
 	}
 	read := func() map[int32]driver.Stored {
 		t.Helper()
@@ -547,7 +555,8 @@ func testFrontier(t *testing.T, ctx context.Context, f Fixture) {
 	}
 	commit := func(fc *driver.FrontierChange, cuts ...driver.Cut) (string, error) {
 		g := xid().Gtrid
-		return g, f.Control.Commit(ctx, decision(g, driver.Committed), sc, cuts, func([]driver.Stored) error { return nil }, fc)
+		_, err := f.Control.Commit(ctx, decision(g, driver.Committed), sc, cuts, func([]driver.Stored) error { return nil }, fc, true)
+		return g, err
 	}
 	frontier := func() driver.Frontier {
 		t.Helper()
@@ -602,4 +611,257 @@ func later(ts ...time.Time) time.Time {
 		}
 	}
 	return out
+}
+
+// position reads the commit position.
+func position(t *testing.T, ctx context.Context, f Fixture) driver.CommitPosition {
+	t.Helper()
+	p, err := f.Control.CommitPosition(ctx)
+	must(t, err)
+	return p
+}
+
+// commitOne commits an empty decision of a fresh gtrid on a fresh scope
+// (no partition, so no fence) and returns the gtrid and its number.
+func commitOne(t *testing.T, ctx context.Context, f Fixture, fc *driver.FrontierChange, applied bool) (string, int64) {
+	t.Helper()
+	g := xid().Gtrid
+	seq, err := f.Control.Commit(ctx, decision(g, driver.Committed), driver.Scope{Group: "g-" + g, Topic: "log"}, nil,
+		func([]driver.Stored) error { return nil }, fc, applied)
+	must(t, err)
+	return g, seq
+}
+
+// Concurrent decisions get the numbers 1, 2, 3... in the order they
+// commit: a reader never sees a number committed while a smaller one is
+// still missing, and every decision's number is its record's.
+func testCommitOrder(t *testing.T, ctx context.Context, f Fixture) {
+	const coordinators, each = 8, 25
+	base := position(t, ctx, f)
+	if base.Visible != base.Decided {
+		t.Fatalf("fresh ledger with unapplied decisions: %+v", base)
+	}
+	got := make([]map[string]int64, coordinators)
+	errs := make([]error, coordinators)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range coordinators {
+		got[i] = map[string]int64{}
+		wg.Go(func() {
+			sc := driver.Scope{Group: "g-" + xid().Gtrid, Topic: "order"}
+			st, err := f.Control.Claim(ctx, sc, "me", []int32{int32(i)}, time.Now().UTC())
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			for n := range each {
+				g := xid().Gtrid
+				seq, err := f.Control.Commit(ctx, decision(g, driver.Committed), sc, []driver.Cut{{Partition: int32(i), NextOffset: int64(n)}},
+					func(s []driver.Stored) error {
+						if len(s) != 1 || s[0].Epoch != st[int32(i)].Epoch {
+							return fmt.Errorf("fence saw %+v", s)
+						}
+						return nil
+					}, nil, n%2 == 0)
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				got[i][g] = seq
+				if n%2 == 1 {
+					if _, err := f.Control.MarkApplied(ctx, []string{g}); err != nil {
+						errs[i] = err
+						return
+					}
+				}
+			}
+		})
+	}
+	// The reader: each listing is one snapshot of the log; the numbers it
+	// holds must be exactly base+1 ... base+k, and the visible position
+	// never goes back.
+	var observed, lastVisible int64
+	var bad string
+	reader := make(chan struct{})
+	go func() {
+		defer close(reader)
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			recs, err := f.Control.Commits(ctx, base.Decided+1, false, coordinators*each+1)
+			if err != nil {
+				bad = err.Error()
+				return
+			}
+			for i, r := range recs {
+				if r.Seq != base.Decided+1+int64(i) {
+					bad = fmt.Sprintf("a snapshot of the log holds %d at place %d: a later number committed before an earlier one", r.Seq, i)
+					return
+				}
+			}
+			p, err := f.Control.CommitPosition(ctx)
+			if err != nil {
+				bad = err.Error()
+				return
+			}
+			if p.Visible < lastVisible || p.Visible > p.Decided {
+				bad = fmt.Sprintf("visible position %d after %d (decided %d)", p.Visible, lastVisible, p.Decided)
+				return
+			}
+			lastVisible = p.Visible
+			observed++
+		}
+	}()
+	wg.Wait()
+	close(done)
+	<-reader
+	for _, err := range errs {
+		must(t, err)
+	}
+	if bad != "" {
+		t.Fatal(bad)
+	}
+	recs, err := f.Control.Commits(ctx, base.Decided+1, false, coordinators*each+1)
+	must(t, err)
+	if len(recs) != coordinators*each {
+		t.Fatalf("%d records, want %d", len(recs), coordinators*each)
+	}
+	bySeq := map[int64]string{}
+	for _, r := range recs {
+		bySeq[r.Seq] = r.Gtrid
+		if !r.Applied {
+			t.Fatalf("record %d not applied", r.Seq)
+		}
+	}
+	for _, m := range got {
+		for g, seq := range m {
+			if bySeq[seq] != g {
+				t.Fatalf("decision %s was given %d, the log has %q there", g, seq, bySeq[seq])
+			}
+		}
+	}
+	if p := position(t, ctx, f); p.Visible != base.Decided+coordinators*each || p.Decided != p.Visible {
+		t.Fatalf("after every decision applied: %+v", p)
+	}
+	t.Logf("%d snapshots of the log observed during the decisions", observed)
+}
+
+// A decision is applied at once only when told so; the visible position
+// stops below the first decision not applied; a refused commit takes no
+// number.
+func testApplied(t *testing.T, ctx context.Context, f Fixture) {
+	base := position(t, ctx, f)
+	g1, s1 := commitOne(t, ctx, f, nil, false)
+	g2, s2 := commitOne(t, ctx, f, nil, true)
+	if s1 != base.Decided+1 || s2 != s1+1 {
+		t.Fatalf("numbers %d, %d after %d", s1, s2, base.Decided)
+	}
+	if p := position(t, ctx, f); p.Visible != base.Visible || p.Decided != s2 {
+		t.Fatalf("with %d not applied: %+v", s1, p)
+	}
+	un, err := f.Control.Commits(ctx, 0, true, 10)
+	must(t, err)
+	if len(un) != 1 || un[0].Gtrid != g1 || un[0].Seq != s1 || un[0].Applied {
+		t.Fatalf("unapplied: %+v", un)
+	}
+	if un[0].Age < 0 || un[0].Age > time.Minute || un[0].CommittedAt.IsZero() {
+		t.Fatalf("age %s, committed at %s: not the server's clock", un[0].Age, un[0].CommittedAt)
+	}
+	// A refused commit, and one of a gtrid decided already, take no number.
+	refused := errors.New("fenced")
+	sc := driver.Scope{Group: "g-" + g1, Topic: "log"}
+	_, err = f.Control.Claim(ctx, sc, "me", []int32{0}, time.Now().UTC())
+	must(t, err)
+	_, err = f.Control.Commit(ctx, decision(xid().Gtrid, driver.Committed), sc, []driver.Cut{{Partition: 0, NextOffset: 1}},
+		func([]driver.Stored) error { return refused }, nil, true)
+	if !errors.Is(err, refused) {
+		t.Fatalf("refused fence: %v", err)
+	}
+	if _, err := f.Control.Commit(ctx, decision(g2, driver.Committed), driver.Scope{Group: "g", Topic: "log"}, nil,
+		func([]driver.Stored) error { return nil }, nil, true); !errors.Is(err, driver.ErrDecided) {
+		t.Fatalf("commit of a decided gtrid: %v", err)
+	}
+	if n, err := f.Control.MarkApplied(ctx, []string{g1, g2, "never-decided"}); err != nil || n != 1 {
+		t.Fatalf("mark applied: %d %v, want 1 (the others are applied or unknown)", n, err)
+	}
+	if p := position(t, ctx, f); p.Visible != s2 || p.Decided != s2 {
+		t.Fatalf("after marking %d applied: %+v", s1, p)
+	}
+	if _, s3 := commitOne(t, ctx, f, nil, true); s3 != s2+1 {
+		t.Fatalf("after refused commits the next number is %d, want %d", s3, s2+1)
+	}
+}
+
+// Each record keeps the sealed frontier its decision left; the position
+// reports the one of the decision at the visible position.
+func testCommitSealed(t *testing.T, ctx context.Context, f Fixture) {
+	fr, _, err := f.Control.EventTime(ctx, driver.Scope{Group: "g", Topic: "sealed"})
+	must(t, err)
+	x := later(fr.Closed, fr.Sealed, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)).Add(time.Hour)
+	y := x.Add(time.Hour)
+	raise := func(sealed time.Time) *driver.FrontierChange {
+		return &driver.FrontierChange{Raise: driver.Frontier{Closed: sealed, Sealed: sealed}}
+	}
+	_, sx := commitOne(t, ctx, f, raise(x), true)
+	if p := position(t, ctx, f); p.Visible != sx || !p.SealedBefore.Equal(x) {
+		t.Fatalf("after sealing before %s: %+v", x, p)
+	}
+	gy, sy := commitOne(t, ctx, f, raise(y), false)
+	if p := position(t, ctx, f); p.Visible != sx || !p.SealedBefore.Equal(x) {
+		t.Fatalf("with the seal before %s not applied: %+v, want the earlier seal", y, p)
+	}
+	// A decision that does not touch the frontier records none; a lower
+	// raise records the frontier as it stands.
+	_, sn := commitOne(t, ctx, f, nil, true)
+	_, sl := commitOne(t, ctx, f, raise(x), true)
+	if _, err := f.Control.MarkApplied(ctx, []string{gy}); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := f.Control.Commits(ctx, sx, false, 10)
+	must(t, err)
+	want := map[int64]time.Time{sx: x, sy: y, sn: {}, sl: y}
+	for _, r := range recs {
+		if w, ok := want[r.Seq]; !ok || !r.SealedBefore.Equal(w) {
+			t.Errorf("record %d: sealed before %s, want %s", r.Seq, r.SealedBefore, w)
+		}
+	}
+	if p := position(t, ctx, f); p.Visible != sl || !p.SealedBefore.Equal(y) {
+		t.Fatalf("all applied: %+v, want visible %d sealed before %s", p, sl, y)
+	}
+}
+
+// Pruning deletes a prefix; the lowest retained number tells readers what
+// is gone; numbers are never reused.
+func testForgetCommits(t *testing.T, ctx context.Context, f Fixture) {
+	base := position(t, ctx, f)
+	var seqs []int64
+	for range 3 {
+		_, s := commitOne(t, ctx, f, nil, true)
+		seqs = append(seqs, s)
+	}
+	n, err := f.Control.ForgetCommits(ctx, seqs[1])
+	must(t, err)
+	if n != seqs[1]-base.RetainedFrom+1 {
+		t.Fatalf("forgot %d records through %d, retained from %d before", n, seqs[1], base.RetainedFrom)
+	}
+	p := position(t, ctx, f)
+	if p.RetainedFrom != seqs[2] || p.Decided != seqs[2] || p.Visible != seqs[2] {
+		t.Fatalf("after forgetting through %d: %+v", seqs[1], p)
+	}
+	recs, err := f.Control.Commits(ctx, 0, false, 10)
+	must(t, err)
+	if len(recs) != 1 || recs[0].Seq != seqs[2] {
+		t.Fatalf("records left: %+v", recs)
+	}
+	_, err = f.Control.ForgetCommits(ctx, seqs[2])
+	must(t, err)
+	if p := position(t, ctx, f); p.RetainedFrom != seqs[2]+1 || p.Decided != seqs[2] || p.Visible != seqs[2] || !p.SealedBefore.IsZero() {
+		t.Fatalf("with the log empty: %+v", p)
+	}
+	if _, s := commitOne(t, ctx, f, nil, true); s != seqs[2]+1 {
+		t.Fatalf("after pruning the next number is %d, want %d", s, seqs[2]+1)
+	}
 }

@@ -52,13 +52,13 @@ func (s *Server) Lookup(ctx context.Context, gtrid string) (driver.Outcome, bool
 // Transient fault on "commit" applies it and then reports the outcome
 // ambiguous, as a connection lost during COMMIT may; any other code fails
 // it before anything is written.
-func (s *Server) Commit(ctx context.Context, d driver.Decision, scope driver.Scope, cuts []driver.Cut, fence func([]driver.Stored) error, f *driver.FrontierChange) error {
+func (s *Server) Commit(ctx context.Context, d driver.Decision, scope driver.Scope, cuts []driver.Cut, fence func([]driver.Stored) error, f *driver.FrontierChange, applied bool) (int64, error) {
 	c := s.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	code, faulty := c.faultLocked("commit")
 	if faulty && code != driver.Transient {
-		return coded(code, "injected commit failure")
+		return 0, coded(code, "injected commit failure")
 	}
 	rows := c.partitions[scope]
 	var stored []driver.Stored
@@ -68,15 +68,15 @@ func (s *Server) Commit(ctx context.Context, d driver.Decision, scope driver.Sco
 		}
 	}
 	if err := fence(stored); err != nil {
-		return err
+		return 0, err
 	}
 	if f != nil && f.Check != nil {
 		if err := f.Check(c.frontier); err != nil {
-			return err
+			return 0, err
 		}
 	}
 	if _, ok := c.decisions[d.Gtrid]; ok {
-		return driver.ErrDecided
+		return 0, driver.ErrDecided
 	}
 	for _, cut := range cuts {
 		r := rows[cut.Partition]
@@ -96,10 +96,93 @@ func (s *Server) Commit(ctx context.Context, d driver.Decision, scope driver.Sco
 		}
 	}
 	c.decisions[d.Gtrid] = d
-	if faulty {
-		return errors.Join(driver.ErrAmbiguous, coded(code, "injected loss of the COMMIT's answer"))
+	c.lastSeq++
+	rec := commitRecord{seq: c.lastSeq, gtrid: d.Gtrid, at: c.opts.Now().UTC(), applied: applied}
+	if f != nil {
+		rec.sealed = c.frontier.Sealed
 	}
-	return nil
+	c.commits = append(c.commits, rec)
+	if faulty {
+		return 0, errors.Join(driver.ErrAmbiguous, coded(code, "injected loss of the COMMIT's answer"))
+	}
+	return rec.seq, nil
+}
+
+// MarkApplied marks the commit log records of gtrids applied.
+func (s *Server) MarkApplied(ctx context.Context, gtrids []string) (int64, error) {
+	c := s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if code, ok := c.faultLocked("applied"); ok {
+		return 0, coded(code, "injected failure to mark applied")
+	}
+	want := map[string]bool{}
+	for _, g := range gtrids {
+		want[g] = true
+	}
+	var n int64
+	for i := range c.commits {
+		if r := &c.commits[i]; want[r.gtrid] && !r.applied {
+			r.applied = true
+			n++
+		}
+	}
+	return n, nil
+}
+
+// Commits lists commit log records from sequence number from on.
+func (s *Server) Commits(ctx context.Context, from int64, unapplied bool, limit int) ([]driver.CommitRecord, error) {
+	c := s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.opts.Now().UTC()
+	var out []driver.CommitRecord
+	for _, r := range c.commits {
+		if len(out) >= limit {
+			break
+		}
+		if r.seq < from || unapplied && r.applied {
+			continue
+		}
+		out = append(out, driver.CommitRecord{Seq: r.seq, Gtrid: r.gtrid, CommittedAt: r.at, Age: now.Sub(r.at), Applied: r.applied, SealedBefore: r.sealed})
+	}
+	return out, nil
+}
+
+// CommitPosition reads the commit log's position.
+func (s *Server) CommitPosition(ctx context.Context) (driver.CommitPosition, error) {
+	c := s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := driver.CommitPosition{Visible: c.lastSeq, Decided: c.lastSeq, RetainedFrom: c.lastSeq + 1}
+	if len(c.commits) > 0 {
+		p.RetainedFrom = c.commits[0].seq
+	}
+	for _, r := range c.commits {
+		if !r.applied {
+			p.Visible = r.seq - 1
+			break
+		}
+	}
+	for _, r := range c.commits {
+		if r.seq == p.Visible {
+			p.SealedBefore = r.sealed
+		}
+	}
+	return p, nil
+}
+
+// ForgetCommits deletes the commit log records numbered through and below.
+func (s *Server) ForgetCommits(ctx context.Context, through int64) (int64, error) {
+	c := s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	i := 0
+	for i < len(c.commits) && c.commits[i].seq <= through {
+		i++
+	}
+	c.commits = slices.Delete(c.commits, 0, i)
+	return int64(i), nil
 }
 
 // EventTime reads the frontier and the scope's partition rows.

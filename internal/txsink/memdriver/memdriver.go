@@ -21,7 +21,9 @@
 //   - writes: a branch's writes (Conn.Put) become visible (Server.Get) when
 //     it commits, never when it rolls back;
 //   - the control tables: decisions inserted once, partition rows with
-//     epochs and owners, the ledger identity.
+//     epochs and owners, the closing frontier, the commit log (numbered in
+//     commit order: each control method is one serialisable transaction
+//     under the server's lock), the ledger identity.
 //
 // Locks and lock waits are not modelled: the real servers' locking is
 // exercised by the integration tests.
@@ -68,8 +70,19 @@ type Cluster struct {
 	decisions  map[string]driver.Decision
 	partitions map[driver.Scope]map[int32]driver.Stored
 	frontier   driver.Frontier
+	lastSeq    int64          // the commit log's counter
+	commits    []commitRecord // the commit log, in sequence order
 	identity   *identity
 	faults     map[string][]driver.Code // by operation, one per call
+}
+
+// commitRecord is a row of the commit log.
+type commitRecord struct {
+	seq     int64
+	gtrid   string
+	at      time.Time // the server's clock
+	applied bool
+	sealed  time.Time
 }
 
 type identity struct {
@@ -136,7 +149,8 @@ func (c *Cluster) Restart() {
 // Fail makes the next calls of operation op fail with the given codes, one
 // per call. Operations: "commit" (Control.Commit: the decision is applied,
 // then its COMMIT reported ambiguous, when the code is Transient), "decide",
-// "resolve", "xa", "conn".
+// "resolve", "xa", "conn", "recover" (XA RECOVER), "applied"
+// (Control.MarkApplied).
 func (c *Cluster) Fail(op string, codes ...driver.Code) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -245,6 +259,9 @@ func (s *Server) Conn(ctx context.Context) (driver.Conn, error) {
 func (s *Server) Recover(ctx context.Context) ([]driver.Xid, error) {
 	s.c.mu.Lock()
 	defer s.c.mu.Unlock()
+	if code, ok := s.c.faultLocked("recover"); ok {
+		return nil, coded(code, "injected XA RECOVER failure")
+	}
 	var out []driver.Xid
 	for x, b := range s.c.branches {
 		if b.state == prepared {

@@ -14,8 +14,9 @@ import (
 )
 
 // Control is the control server's bookkeeping (driver.Control): the SQL of
-// ledger_identity, partition_offsets, checkpoint_decisions and
-// window_frontier lives here and nowhere else.
+// ledger_identity, partition_offsets, checkpoint_decisions,
+// window_frontier and the commit log (commit_sequence, checkpoint_commits)
+// lives here and nowhere else.
 type Control struct {
 	sv *Server
 }
@@ -85,13 +86,16 @@ func (c *Control) Lookup(ctx context.Context, gtrid string) (driver.Outcome, boo
 // Commit is the commit point (driver.Control.Commit), one local
 // transaction: the partition rows are locked by primary key in one
 // statement (or as few as the budget allows), checked by fence, updated,
-// then the frontier row is locked, checked and raised, and the decision
-// inserted. Every decision locks partition rows before the frontier row:
-// one lock order.
-func (c *Control) Commit(ctx context.Context, d driver.Decision, s driver.Scope, cuts []driver.Cut, fence func([]driver.Stored) error, f *driver.FrontierChange) (err error) {
+// then the frontier row is locked, checked and raised, the decision
+// inserted, and last the commit log's counter is locked and the decision
+// appended to the commit log. Every decision locks partition rows before
+// the frontier row, and the counter after both: one lock order. The
+// counter is held from its increment to the COMMIT, so decisions commit
+// in the order of their numbers (see appendCommit).
+func (c *Control) Commit(ctx context.Context, d driver.Decision, s driver.Scope, cuts []driver.Cut, fence func([]driver.Stored) error, f *driver.FrontierChange, applied bool) (seq int64, err error) {
 	tx, err := c.sv.db.BeginTxx(ctx, nil)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer func() {
 		if err != nil {
@@ -105,14 +109,14 @@ func (c *Control) Commit(ctx context.Context, d driver.Decision, s driver.Scope,
 		}
 		stored, err := c.read(ctx, tx, s, parts, " FOR UPDATE")
 		if err != nil {
-			return err
+			return 0, err
 		}
 		rows := make([]driver.Stored, 0, len(stored))
 		for _, r := range stored {
 			rows = append(rows, r)
 		}
 		if err := fence(rows); err != nil {
-			return err
+			return 0, err
 		}
 		now := d.At
 		err = c.upsert(ctx, tx, len(cuts), func(i int) []any {
@@ -123,25 +127,151 @@ func (c *Control) Commit(ctx context.Context, d driver.Decision, s driver.Scope,
 			`watermark = CASE WHEN VALUES(watermark) IS NULL THEN watermark WHEN watermark IS NULL OR VALUES(watermark) > watermark THEN VALUES(watermark) ELSE watermark END, `+
 			`caught_up = VALUES(caught_up), updated_at = VALUES(updated_at)`)
 		if err != nil {
-			return err
+			return 0, err
 		}
 	}
+	var sealed time.Time
 	if f != nil {
-		if err := c.raiseFrontier(ctx, tx, f, d.At); err != nil {
-			return err
+		fr, err := c.raiseFrontier(ctx, tx, f, d.At)
+		if err != nil {
+			return 0, err
 		}
+		sealed = fr.Sealed
 	}
 	_, err = tx.ExecContext(ctx, insertDecision, d.Gtrid, string(d.Outcome), d.By, d.At)
 	if Code(err) == driver.Duplicate {
-		return driver.ErrDecided
+		return 0, driver.ErrDecided
 	}
 	if err != nil {
-		return err
+		return 0, err
+	}
+	if seq, err = appendCommit(ctx, tx, d.Gtrid, applied, sealed); err != nil {
+		return 0, err
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("%w: %w", driver.ErrAmbiguous, err)
+		return 0, fmt.Errorf("%w: %w", driver.ErrAmbiguous, err)
 	}
-	return nil
+	return seq, nil
+}
+
+// appendCommit takes the next sequence number and appends the decision of
+// gtrid to the commit log, inside the decision's transaction. The UPDATE
+// locks the counter row until the transaction ends: a concurrent decision
+// waits there, then reads the committed counter, so the numbers are
+// allocated in the order in which the decisions commit, and a decision
+// that rolls back gives its number back. LAST_INSERT_ID(expr) returns the
+// new value with the UPDATE's answer (one round trip under the lock
+// instead of two), on MySQL and MariaDB alike.
+func appendCommit(ctx context.Context, tx *sqlx.Tx, gtrid string, applied bool, sealed time.Time) (int64, error) {
+	r, err := tx.ExecContext(ctx, `UPDATE commit_sequence SET last_seq = LAST_INSERT_ID(last_seq + 1) WHERE singleton = 1`)
+	if err != nil {
+		return 0, err
+	}
+	if n, err := r.RowsAffected(); err != nil || n != 1 {
+		return 0, fmt.Errorf("commit_sequence: %d rows updated, want its one row (migration 00006): %v", n, err)
+	}
+	seq, err := r.LastInsertId()
+	if err != nil {
+		return 0, err
+	}
+	_, err = tx.ExecContext(ctx, `INSERT INTO checkpoint_commits (commit_seq, checkpoint_id, committed_at, applied_at, sealed_before)
+		VALUES (?, ?, UTC_TIMESTAMP(6), IF(?, UTC_TIMESTAMP(6), NULL), ?)`, seq, gtrid, applied, nullTime(sealed))
+	return seq, err
+}
+
+// MarkApplied sets applied_at on the commit log rows of gtrids not applied
+// yet.
+func (c *Control) MarkApplied(ctx context.Context, gtrids []string) (int64, error) {
+	var n int64
+	err := c.chunks(len(gtrids), 128, func(i int) int { return stmt.ArgBytes(gtrids[i]) }, func(start, end int) error {
+		args := make([]any, end-start)
+		for i, g := range gtrids[start:end] {
+			args[i] = g
+		}
+		r, err := c.sv.db.ExecContext(ctx, `UPDATE checkpoint_commits SET applied_at = UTC_TIMESTAMP(6)
+			WHERE checkpoint_id IN (`+placeholders(end-start)+`) AND applied_at IS NULL`, args...)
+		if err != nil {
+			return err
+		}
+		k, _ := r.RowsAffected()
+		n += k
+		return nil
+	})
+	return n, err
+}
+
+// Commits lists commit log rows from sequence number from on, in order;
+// the unapplied ones are found by the index on applied_at. Ages are by the
+// control server's clock.
+func (c *Control) Commits(ctx context.Context, from int64, unapplied bool, limit int) ([]driver.CommitRecord, error) {
+	cond := ""
+	if unapplied {
+		cond = " AND applied_at IS NULL"
+	}
+	var rows []struct {
+		Seq     int64        `db:"commit_seq"`
+		Gtrid   string       `db:"checkpoint_id"`
+		At      time.Time    `db:"committed_at"`
+		AgeUS   int64        `db:"age_us"`
+		Applied bool         `db:"applied"`
+		Sealed  sql.NullTime `db:"sealed_before"`
+	}
+	err := c.sv.db.SelectContext(ctx, &rows, `SELECT commit_seq, checkpoint_id, committed_at,
+		TIMESTAMPDIFF(MICROSECOND, committed_at, UTC_TIMESTAMP(6)) AS age_us, applied_at IS NOT NULL AS applied, sealed_before
+		FROM checkpoint_commits WHERE commit_seq >= ?`+cond+` ORDER BY commit_seq LIMIT ?`, from, limit)
+	out := make([]driver.CommitRecord, len(rows))
+	for i, r := range rows {
+		out[i] = driver.CommitRecord{Seq: r.Seq, Gtrid: r.Gtrid, CommittedAt: r.At, Age: time.Duration(r.AgeUS) * time.Microsecond,
+			Applied: r.Applied, SealedBefore: r.Sealed.Time}
+	}
+	return out, err
+}
+
+// CommitPositionQuery reads the commit log's position (driver.CommitPosition)
+// in one statement, hence one read view on MySQL and MariaDB (InnoDB takes
+// one snapshot per statement under READ COMMITTED, subqueries included):
+// visible_seq is one less than the lowest unapplied sequence number, or the
+// last one allocated when every decision is applied. The README gives this
+// very text to readers (a test holds the two equal), so that no reader
+// depends on a view or on a privilege the service account lacks.
+const CommitPositionQuery = `SELECT p.visible_seq, p.decided_seq, p.retained_from,
+  (SELECT c.sealed_before FROM checkpoint_commits c WHERE c.commit_seq = p.visible_seq) AS sealed_before
+FROM (SELECT COALESCE((SELECT MIN(u.commit_seq) FROM checkpoint_commits u WHERE u.applied_at IS NULL) - 1, s.last_seq) AS visible_seq,
+        s.last_seq AS decided_seq,
+        COALESCE((SELECT MIN(r.commit_seq) FROM checkpoint_commits r), s.last_seq + 1) AS retained_from
+      FROM commit_sequence s WHERE s.singleton = 1) p`
+
+// Queryer runs a query; *sql.DB, *sqlx.DB and their transactions are
+// ones.
+type Queryer interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// ReadCommitPosition runs CommitPositionQuery on the control server q.
+func ReadCommitPosition(ctx context.Context, q Queryer) (driver.CommitPosition, error) {
+	var p driver.CommitPosition
+	var sealed sql.NullTime
+	err := q.QueryRowContext(ctx, CommitPositionQuery).Scan(&p.Visible, &p.Decided, &p.RetainedFrom, &sealed)
+	if err != nil {
+		return driver.CommitPosition{}, fmt.Errorf("read the commit position: %w", err)
+	}
+	p.SealedBefore = sealed.Time
+	return p, nil
+}
+
+// CommitPosition reads the commit log's position (CommitPositionQuery).
+func (c *Control) CommitPosition(ctx context.Context) (driver.CommitPosition, error) {
+	return ReadCommitPosition(ctx, c.sv.db)
+}
+
+// ForgetCommits deletes the commit log rows numbered through and below (a
+// range of the primary key: the caller bounds it).
+func (c *Control) ForgetCommits(ctx context.Context, through int64) (int64, error) {
+	r, err := c.sv.db.ExecContext(ctx, `DELETE FROM checkpoint_commits WHERE commit_seq <= ?`, through)
+	if err != nil {
+		return 0, err
+	}
+	return r.RowsAffected()
 }
 
 // frontierRow is the one row of window_frontier.
@@ -154,11 +284,12 @@ func (r frontierRow) frontier() driver.Frontier {
 	return driver.Frontier{Closed: r.Closed.Time, Sealed: r.Sealed.Time}
 }
 
-// raiseFrontier locks the frontier row, checks it, and raises it.
-func (c *Control) raiseFrontier(ctx context.Context, tx *sqlx.Tx, f *driver.FrontierChange, now time.Time) error {
+// raiseFrontier locks the frontier row, checks it, and raises it; it
+// returns the frontier as the decision leaves it.
+func (c *Control) raiseFrontier(ctx context.Context, tx *sqlx.Tx, f *driver.FrontierChange, now time.Time) (driver.Frontier, error) {
 	var rows []frontierRow
 	if err := tx.SelectContext(ctx, &rows, `SELECT closed_before, sealed_before FROM window_frontier WHERE singleton = 1 FOR UPDATE`); err != nil {
-		return err
+		return driver.Frontier{}, err
 	}
 	var cur driver.Frontier
 	if len(rows) > 0 {
@@ -166,12 +297,12 @@ func (c *Control) raiseFrontier(ctx context.Context, tx *sqlx.Tx, f *driver.Fron
 	}
 	if f.Check != nil {
 		if err := f.Check(cur); err != nil {
-			return err
+			return driver.Frontier{}, err
 		}
 	}
 	next := driver.Frontier{Closed: later(cur.Closed, f.Raise.Closed), Sealed: later(cur.Sealed, f.Raise.Sealed)}
 	if len(rows) > 0 && next == cur {
-		return nil
+		return next, nil
 	}
 	// The migration creates the row; should it be missing, the first
 	// decision creates it (a concurrent one then fails on the key and is
@@ -179,7 +310,7 @@ func (c *Control) raiseFrontier(ctx context.Context, tx *sqlx.Tx, f *driver.Fron
 	_, err := tx.ExecContext(ctx, `INSERT INTO window_frontier (singleton, closed_before, sealed_before, updated_at) VALUES (1, ?, ?, ?)
 		ON DUPLICATE KEY UPDATE closed_before = VALUES(closed_before), sealed_before = VALUES(sealed_before), updated_at = VALUES(updated_at)`,
 		nullTime(next.Closed), nullTime(next.Sealed), now)
-	return err
+	return next, err
 }
 
 // EventTime reads the frontier and the scope's partition rows, each as
