@@ -74,6 +74,8 @@ type Config struct {
 	RecoveryInterval  time.Duration `envconfig:"RECOVERY_INTERVAL" default:"10s" desc:"how often in-doubt XA branches are looked for and resolved"`
 	DecisionRetention time.Duration `envconfig:"DECISION_RETENTION" default:"24h" desc:"checkpoint decision rows older than this, with no branch left in doubt, are deleted"`
 
+	CommitLogRetention time.Duration `envconfig:"COMMIT_LOG_RETENTION" default:"840h" desc:"commit log records (checkpoint_commits, what invoicing reads follow) older than this are deleted, oldest first and only below the visible position; at least DECISION_RETENTION; a reader that falls further behind reads in full (docs/periods.md)"`
+
 	HTTPAddr        string        `envconfig:"HTTP_ADDR" default:":8080" desc:"address of /metrics, /healthz and /readyz; empty disables"`
 	ReadyMaxAge     time.Duration `envconfig:"READY_MAX_CHECKPOINT_AGE" default:"60s" desc:"/readyz fails when the last checkpoint is older than this while records wait to be checkpointed"`
 	LiveMaxAge      time.Duration `envconfig:"LIVENESS_MAX_CHECKPOINT_AGE" default:"5m" desc:"/healthz fails (the pipeline is wedged; the orchestrator restarts the instance) when records have waited this long with no checkpoint committed; must exceed READY_MAX_CHECKPOINT_AGE and CHECKPOINT_TIMEOUT"`
@@ -164,6 +166,7 @@ func (c *Config) validate() []string {
 		"DEDUP_CLEANUP_INTERVAL":   c.DedupCleanupInterval,
 		"RECOVERY_INTERVAL":        c.RecoveryInterval,
 		"DECISION_RETENTION":       c.DecisionRetention,
+		"COMMIT_LOG_RETENTION":     c.CommitLogRetention,
 		"SHUTDOWN_TIMEOUT":         c.ShutdownTimeout,
 		"READY_MAX_CHECKPOINT_AGE": c.ReadyMaxAge,
 		"HEALTH_CHECK_INTERVAL":    c.HealthCheck,
@@ -198,6 +201,9 @@ func (c *Config) validate() []string {
 	}
 	if c.DecisionRetention < 2*c.CheckpointTimeout {
 		bad("DECISION_RETENTION (%s) must be at least twice CHECKPOINT_TIMEOUT", c.DecisionRetention)
+	}
+	if c.CommitLogRetention < c.DecisionRetention {
+		bad("COMMIT_LOG_RETENTION (%s) must be at least DECISION_RETENTION (%s)", c.CommitLogRetention, c.DecisionRetention)
 	}
 	if p, err := c.period(); err != nil {
 		bad("BILLING_WINDOW/BILLING_TIMEZONE: %v", err)

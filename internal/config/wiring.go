@@ -41,7 +41,7 @@ func (c Config) Pipeline(kopts []kgo.Opt, log *slog.Logger, onCheckpoint func(pi
 		Window: c.Period(), WindowCloseAfter: time.Duration(c.WindowCloseAfter),
 		LedgerEntries: c.LedgerEntries, LedgerEntriesRetention: time.Duration(c.LedgerEntriesRetention),
 		MaxPayloadBytes: c.MaxPayloadBytes, DeadLetterPayloadBytes: c.DeadLetterPayloadBytes,
-		RecoveryInterval: c.RecoveryInterval, DecisionRetention: c.DecisionRetention,
+		RecoveryInterval: c.RecoveryInterval, DecisionRetention: c.DecisionRetention, CommitLogRetention: c.CommitLogRetention,
 		ShutdownTimeout: c.ShutdownTimeout, AllowGroupChange: c.AllowGroupChange,
 		KafkaOpts: append(slices.Clip(kopts),
 			kgo.SessionTimeout(c.KafkaSessionTimeout), kgo.RebalanceTimeout(c.KafkaRebalanceTimeout)),

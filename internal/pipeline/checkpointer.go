@@ -324,10 +324,10 @@ func (c *Checkpointer) attempt(ctx context.Context, s *snapshot, careful, trial 
 		if err := writeBalances(ctx, b, w.balances, now); err != nil {
 			return err
 		}
-		if err := writeWindows(ctx, b, tableWindows, w.windows, now); err != nil {
+		if err := writeWindows(ctx, b, tableWindows, w.windows, info.Gtrid, now); err != nil {
 			return err
 		}
-		if err := writeWindows(ctx, b, tableAdjustments, w.adjusts, now); err != nil {
+		if err := writeWindows(ctx, b, tableAdjustments, w.adjusts, info.Gtrid, now); err != nil {
 			return err
 		}
 		if err := writeEntries(ctx, b, c.cfg.Topic, info.Gtrid, c.cfg.Window, w.entries, now); err != nil {
@@ -385,7 +385,7 @@ func (c *Checkpointer) attempt(ctx context.Context, s *snapshot, careful, trial 
 		return fail("decide", err)
 	}
 	phase("decide")
-	info.Decided = true
+	info.Decided, info.CommitSeq = true, tx.CommitSeq()
 	if err := tx.Commit(ctx); err != nil {
 		info.Err, info.FailedPhase = err, "commit"
 		c.log.Error("checkpoint decided but not fully committed; recovery will roll it forward", "checkpoint", info.Gtrid, "err", err)

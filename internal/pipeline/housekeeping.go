@@ -14,11 +14,11 @@ import (
 )
 
 // housekeeping runs until ctx ends: periodic recovery of in-doubt branches
-// (with pruning of old decision rows once nothing of theirs is in doubt),
-// the janitor (expired dedup keys, in a goroutine of its own: under
-// sustained load it works without pause, and recovery must not wait for
-// it), and the deletion of ledger entries older than their retention, on
-// every server.
+// (with pruning of old decision rows once nothing of theirs is in doubt,
+// and of the commit log's old records), the janitor (expired dedup keys,
+// in a goroutine of its own: under sustained load it works without pause,
+// and recovery must not wait for it), and the deletion of ledger entries
+// older than their retention, on every server.
 func (p *Pipeline) housekeeping(ctx context.Context) {
 	var janitor sync.WaitGroup
 	defer janitor.Wait()
@@ -43,6 +43,9 @@ func (p *Pipeline) housekeeping(ctx context.Context) {
 				p.log.Warn("pruning decisions failed", "err", err)
 			} else if n > 0 {
 				p.log.Debug("pruned decisions", "rows", n)
+			}
+			if p.cfg.CommitLogRetention > 0 {
+				PruneCommitLog(rctx, p.sink, p.cfg.CommitLogRetention, p.log)
 			}
 			cancel()
 		case <-retentionT.C:
@@ -131,6 +134,39 @@ func DeleteOldEntries(ctx context.Context, pools []Pool, before time.Time, batch
 		} else if n > 0 {
 			log.Debug("old ledger entries deleted", "server", i, "entries", n)
 		}
+	}
+	return total
+}
+
+// Commit log pruning: records per statement, and statements per pass. A
+// pass deletes up to 100,000 records, more than the decisions a control
+// server takes between two passes (a few thousand per second at most,
+// docs/performance.md), so the log stays within its retention.
+const (
+	commitLogPruneBatch  = 1000
+	commitLogPruneBudget = 100
+)
+
+// PruneCommitLog is one pass of the commit log's retention: it deletes
+// the records older than retention below the visible position (see
+// txsink.Sink.PruneCommitLog), commitLogPruneBatch per statement and at
+// most commitLogPruneBudget statements, and returns how many it deleted.
+// Failures are logged; the next pass retries.
+func PruneCommitLog(ctx context.Context, sink *txsink.Sink, retention time.Duration, log *slog.Logger) int64 {
+	var total int64
+	for range commitLogPruneBudget {
+		n, err := sink.PruneCommitLog(ctx, retention, commitLogPruneBatch)
+		total += n
+		if err != nil {
+			log.Warn("commit log retention failed", "err", err)
+			break
+		}
+		if n < commitLogPruneBatch {
+			break
+		}
+	}
+	if total > 0 {
+		log.Debug("old commit log records deleted", "records", total)
 	}
 	return total
 }

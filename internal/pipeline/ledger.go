@@ -78,8 +78,19 @@ func writeBalances(ctx context.Context, ex execer, rows []balanceRow, now time.T
 }
 
 // writeWindows is writeBalances for billing_windows, or for
-// window_adjustments (the same columns).
-func writeWindows(ctx context.Context, ex execer, table string, rows []windowRow, now time.Time) error {
+// window_adjustments (the same columns). An adjustment row also records
+// the checkpoint that last wrote it (checkpoint_id, set by every upsert),
+// which readers join with the commit log (checkpoint_commits) to find the
+// adjustments changed since a position; window rows do not (see migration
+// 00006).
+func writeWindows(ctx context.Context, ex execer, table string, rows []windowRow, checkpoint string, now time.Time) error {
+	cols, tuple, onDup := "", "(?,?,?,?,?,?)", upsertSQL
+	if table == tableAdjustments {
+		cols, tuple = ", checkpoint_id", "(?,?,?,?,?,?,?)"
+		onDup = func(abs bool, c ...string) string {
+			return upsertSQL(abs, c...) + ", checkpoint_id = VALUES(checkpoint_id)"
+		}
+	}
 	for _, abs := range []bool{false, true} {
 		var part []windowRow
 		for _, r := range rows {
@@ -88,12 +99,21 @@ func writeWindows(ctx context.Context, ex execer, table string, rows []windowRow
 			}
 		}
 		err := stmt.Insert(ctx, ex, len(part),
-			`INSERT INTO `+table+` (account_id, currency, window_start, amount_minor, event_count, updated_at) VALUES `,
-			"(?,?,?,?,?,?)", upsertSQL(abs, "amount_minor", "event_count"),
-			func(i int) int { return stmt.ArgBytes(part[i].account) + resultRowBytes },
+			`INSERT INTO `+table+` (account_id, currency, window_start, amount_minor, event_count, updated_at`+cols+`) VALUES `,
+			tuple, onDup(abs, "amount_minor", "event_count"),
+			func(i int) int {
+				if cols != "" {
+					return stmt.ArgBytes(part[i].account) + stmt.ArgBytes(checkpoint) + resultRowBytes
+				}
+				return stmt.ArgBytes(part[i].account) + resultRowBytes
+			},
 			func(i int) []any {
 				r := part[i]
-				return []any{r.account, r.currency, time.Unix(r.start, 0).UTC(), r.amount, r.count, now}
+				args := []any{r.account, r.currency, time.Unix(r.start, 0).UTC(), r.amount, r.count, now}
+				if cols != "" {
+					args = append(args, checkpoint)
+				}
+				return args
 			})
 		if err != nil {
 			return err

@@ -77,6 +77,10 @@ type Config struct {
 	// DecisionRetention how long decision rows are kept.
 	RecoveryInterval  time.Duration
 	DecisionRetention time.Duration
+	// CommitLogRetention is how long commit log records are kept (pruned
+	// after each recovery pass, below the visible position only); 0 keeps
+	// them forever.
+	CommitLogRetention time.Duration
 	// ShutdownTimeout bounds the final checkpoint when Run's context ends.
 	ShutdownTimeout time.Duration
 	// AllowGroupChange lets Run start a group that has no stored positions
@@ -126,8 +130,8 @@ func (c *Config) validate() error {
 	if c.Window.IsZero() {
 		errs = append(errs, errors.New("Window is required"))
 	}
-	if c.WindowCloseAfter < 0 || c.LedgerEntriesRetention < 0 {
-		errs = append(errs, errors.New("WindowCloseAfter and LedgerEntriesRetention must not be negative"))
+	if c.WindowCloseAfter < 0 || c.LedgerEntriesRetention < 0 || c.CommitLogRetention < 0 {
+		errs = append(errs, errors.New("WindowCloseAfter, LedgerEntriesRetention and CommitLogRetention must not be negative"))
 	}
 	return errors.Join(errs...)
 }
@@ -167,6 +171,7 @@ type CheckpointInfo struct {
 	FailedPhase string
 	Offsets     string      // on failure: the offsets covered, per partition ("p3:120-4511")
 	Decided     bool        // the commit decision is durable (even if Err is a late XA COMMIT failure)
+	CommitSeq   int64       // the decision's number in the commit log (0: not decided, or not known)
 	Retrying    bool        // Err is the expected refusal of the fast path; the checkpoint is retried at once in careful mode
 	RecordTimes []time.Time // Kafka timestamps of the records, for end-to-end latency
 
