@@ -202,6 +202,9 @@ func TestStandbyReadyAndStatus(t *testing.T) {
 	if r.LastCheckpoint == nil || r.LastCheckpoint.DecidedBy != ownerID || r.LastCheckpoint.AgeSeconds > 120 {
 		t.Errorf("last checkpoint = %+v; want one decided by %s, recent", r.LastCheckpoint, ownerID)
 	}
+	if c := r.CommitLog; c == nil || c.DecidedSeq < 1 || c.VisibleSeq != c.DecidedSeq || c.Unapplied != 0 || c.RetainedFrom != 1 {
+		t.Errorf("commit log = %+v; want every decision applied and visible, none pruned", c)
+	}
 	if len(r.InDoubt) != 0 {
 		t.Errorf("branches in doubt on an idle ledger: %+v", r.InDoubt)
 	}
@@ -209,7 +212,7 @@ func TestStandbyReadyAndStatus(t *testing.T) {
 		t.Errorf("dead letters waiting = %+v; want invalid_json: 1", r.DeadLetters)
 	}
 	out, code := e.cli(t, nil, "status")
-	for _, want := range []string{"PARTITION", "STORED", "total lag: 0 records", "last committed checkpoint: blg1-", "branches in doubt: none", "invalid_json  1"} {
+	for _, want := range []string{"PARTITION", "STORED", "total lag: 0 records", "last committed checkpoint: blg1-", "commit log: visible ", "branches in doubt: none", "invalid_json  1"} {
 		if code != 0 || !strings.Contains(out, want) {
 			t.Errorf("billing status (exit %d) lacks %q:\n%s", code, want, out)
 		}

@@ -31,7 +31,7 @@ func statusCmd(args []string, stdout, stderr io.Writer) int {
 per partition the log start (the oldest record retention kept), the stored
 position (partition_offsets.next_offset; "start" = from the start of the log,
 "-" = never claimed), the log end (last stable offset), the lag, the owner
-(instance id) and its epoch, and the group member it is assigned to; the last committed checkpoint and its age; the XA branches in doubt; and the
+(instance id) and its epoch, and the group member it is assigned to; the last committed checkpoint and its age; the commit log's visible position; the XA branches in doubt; and the
 dead letters not re-injected, by reason. Needs only the Kafka and MySQL settings.
 `)
 	asJSON := fs.Bool("json", false, "print the report as JSON")
@@ -119,6 +119,14 @@ func printStatus(w io.Writer, r *ledgerstatus.Report) error {
 			c.DecidedAt.Format(time.RFC3339Nano), ago(c.AgeSeconds))
 	} else {
 		fmt.Fprint(w, "last committed checkpoint: none recorded\n\n")
+	}
+	if c := r.CommitLog; c != nil {
+		sealed := "none"
+		if c.SealedBefore != nil {
+			sealed = c.SealedBefore.Format(time.RFC3339)
+		}
+		fmt.Fprintf(w, "commit log: visible %d of %d decided (%d not applied), retained from %d; sealed and visible before %s\n\n",
+			c.VisibleSeq, c.DecidedSeq, c.Unapplied, c.RetainedFrom, sealed)
 	}
 
 	others := ""

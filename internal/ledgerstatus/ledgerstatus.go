@@ -1,7 +1,8 @@
 // Package ledgerstatus reads where a ledger stands, without changing
 // anything: the positions stored per partition against the topic's log,
 // the last committed checkpoint, the XA branches in doubt and the dead
-// letters not re-injected. `billing status` prints a [Report]; the metrics
+// letters not re-injected, the commit log's position. `billing status`
+// prints a [Report]; the metrics
 // sampler (internal/metrics) exports the same quantities, computed by the
 // same functions, so that the command and the dashboards always agree.
 //
@@ -25,6 +26,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/billing/ledger/internal/txsink"
+	"github.com/billing/ledger/internal/txsink/mysqldriver"
 )
 
 // Stored is a partition's row of partition_offsets.
@@ -210,6 +212,44 @@ func DecisionOf(ctx context.Context, control *sql.DB, gtrid string) (string, err
 		return "", fmt.Errorf("read checkpoint_decisions: %w", err)
 	}
 	return o, nil
+}
+
+// CommitLog is where the commit log stands (see txsink's package
+// documentation): readers of the result tables follow VisibleSeq.
+type CommitLog struct {
+	VisibleSeq   int64 `json:"visible_seq"`
+	DecidedSeq   int64 `json:"decided_seq"`
+	RetainedFrom int64 `json:"retained_from"`
+	// Unapplied counts the commit decisions whose branches have not all
+	// been seen committed: they hold VisibleSeq back until their
+	// coordinator or recovery marks them.
+	Unapplied int64 `json:"unapplied"`
+	// SealedBefore: every window starting before it is completely sealed
+	// and visible; nil when none is.
+	SealedBefore *time.Time `json:"sealed_before"`
+}
+
+// CommitLogOf reads the commit position (the query the README gives
+// readers) and counts the unapplied decisions. It returns nil, and no
+// error, for a schema without a commit log (before migration 00006).
+func CommitLogOf(ctx context.Context, control *sql.DB) (*CommitLog, error) {
+	p, err := mysqldriver.ReadCommitPosition(ctx, control)
+	var me *mysql.MySQLError
+	switch {
+	case errors.As(err, &me) && me.Number == 1146: // ER_NO_SUCH_TABLE
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	c := &CommitLog{VisibleSeq: p.Visible, DecidedSeq: p.Decided, RetainedFrom: p.RetainedFrom}
+	if !p.SealedBefore.IsZero() {
+		t := p.SealedBefore.UTC()
+		c.SealedBefore = &t
+	}
+	if err := control.QueryRowContext(ctx, `SELECT COUNT(*) FROM checkpoint_commits WHERE applied_at IS NULL`).Scan(&c.Unapplied); err != nil {
+		return nil, fmt.Errorf("count the unapplied commit decisions: %w", err)
+	}
+	return c, nil
 }
 
 // Waiting is the number of dead letters of one reason not re-injected.

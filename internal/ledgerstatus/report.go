@@ -40,6 +40,7 @@ type Report struct {
 	GroupState     string      `json:"group_state"`
 	Members        []Member    `json:"members"`
 	LastCheckpoint *Checkpoint `json:"last_checkpoint"`
+	CommitLog      *CommitLog  `json:"commit_log"`
 	// InDoubt are this ledger's branches in doubt (all of the service's
 	// when the ledger's id is unknown); OtherLedgersInDoubt counts those of
 	// other ledgers sharing the servers (theirs to resolve).
@@ -168,6 +169,10 @@ func Collect(ctx context.Context, s Sources) (*Report, error) {
 	} else if d != nil {
 		d.DecidedAt = d.DecidedAt.UTC()
 		r.LastCheckpoint = &Checkpoint{Decision: *d, AgeSeconds: max(r.At.Sub(d.DecidedAt).Seconds(), 0)}
+	}
+
+	if r.CommitLog, err = CommitLogOf(ctx, control); err != nil {
+		problem("%v", err)
 	}
 
 	ledgerID, err := LedgerID(ctx, control)
