@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/billing/ledger/internal/testenv"
+	"github.com/billing/ledger/internal/txsink/mysqldriver"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -64,6 +65,13 @@ func TestCrashAtEveryCommitStep(t *testing.T) {
 			if n := testenv.InDoubt(t, e.db, "blg1-"+instance+"-"); n != 0 {
 				t.Fatalf("%d branches of the killed instance still in doubt", n)
 			}
+			// Whoever committed the killed checkpoint's branches marked it
+			// applied: the commit log's visible position covers every
+			// decision.
+			testenv.Eventually(t, 30*time.Second, "every commit decision applied", func() (bool, string) {
+				p, err := mysqldriver.ReadCommitPosition(context.Background(), e.db)
+				return err == nil && p.Decided > 0 && p.Visible == p.Decided, fmt.Sprintf("%+v %v", p, err)
+			})
 			next.Signal(syscall.SIGTERM)
 			if err := next.Wait(t, 30*time.Second); err != nil {
 				t.Fatalf("successor exit: %v", err)
