@@ -99,23 +99,64 @@ func (e *Error) Error() string {
 // Load reads every variable and validates the result. Unlike a plain
 // envconfig.Process, which stops at the first bad variable, it parses each
 // field on its own (still through envconfig, so tags, defaults and required
-// behave as documented) and reports all problems together as an *Error.
-func Load() (Config, error) {
+// behave as documented) and reports all problems together as an *Error:
+// every value that does not parse, every required variable missing, and
+// every check of the values that did parse.
+func Load() (Config, error) { return LoadScope(nil) }
+
+// Scope names the settings a command reads: variable names, and prefixes
+// ending in "_" ("MYSQL_" is every MySQL setting). nil is every setting
+// (the service).
+type Scope []string
+
+// Has reports whether the setting name is in the scope.
+func (s Scope) Has(name string) bool {
+	if s == nil {
+		return true
+	}
+	for _, n := range s {
+		if n == name || strings.HasSuffix(n, "_") && strings.HasPrefix(name, n) {
+			return true
+		}
+	}
+	return false
+}
+
+// LoadScope is Load for a command that reads only the settings of scope:
+// a setting outside it is neither required nor checked (it keeps its
+// default, or its zero value when it does not parse), so that a command
+// never fails on a setting it does not use (billing compare needs no
+// KAFKA_BROKERS).
+func LoadScope(scope Scope) (Config, error) {
 	var c Config
 	var problems []string
+	// failed are the settings that could not be read: checks that involve
+	// them are skipped, since their value is not the operator's.
+	failed := map[string]bool{}
 	v := reflect.ValueOf(&c).Elem()
 	t := v.Type()
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
-		one := reflect.New(reflect.StructOf([]reflect.StructField{{Name: f.Name, Type: f.Type, Tag: f.Tag}}))
+		name := f.Tag.Get("envconfig")
+		tag := f.Tag
+		if !scope.Has(name) {
+			tag = reflect.StructTag(strings.Replace(string(tag), `required:"true"`, "", 1))
+		}
+		one := reflect.New(reflect.StructOf([]reflect.StructField{{Name: f.Name, Type: f.Type, Tag: tag}}))
 		if err := envconfig.Process("", one.Interface()); err != nil {
-			problems = append(problems, describe(f, err))
+			failed[name] = true
+			if scope.Has(name) {
+				problems = append(problems, describe(f, err))
+			}
 			continue
 		}
 		v.Field(i).Set(one.Elem().Field(0))
 	}
-	if len(problems) == 0 {
-		problems = c.validate()
+	for _, p := range c.validate() {
+		if concerns(p, func(name string) bool { return failed[name] || !scope.Has(name) }) {
+			continue
+		}
+		problems = append(problems, p)
 	}
 	if len(problems) > 0 {
 		return c, &Error{Problems: problems}
@@ -123,11 +164,57 @@ func Load() (Config, error) {
 	return c, nil
 }
 
+// concerns reports whether the problem names a setting for which skip is
+// true. Every problem validate reports names the settings it is about
+// (TestEveryProblemNamesItsSettings), which is what lets Load skip the
+// checks of settings that failed to parse or that a command does not read.
+func concerns(problem string, skip func(name string) bool) bool {
+	for _, name := range settingNames(problem) {
+		if skip(name) {
+			return true
+		}
+	}
+	return false
+}
+
+// settingNames returns the settings a message names, as whole words.
+func settingNames(msg string) []string {
+	var out []string
+	t := reflect.TypeFor[Config]()
+	for i := 0; i < t.NumField(); i++ {
+		name := t.Field(i).Tag.Get("envconfig")
+		for rest := msg; ; {
+			j := strings.Index(rest, name)
+			if j < 0 {
+				break
+			}
+			before, after := byte(' '), byte(' ')
+			if j > 0 {
+				before = rest[j-1]
+			}
+			if j+len(name) < len(rest) {
+				after = rest[j+len(name)]
+			}
+			if !isNameByte(before) && !isNameByte(after) {
+				out = append(out, name)
+				break
+			}
+			rest = rest[j+len(name):]
+		}
+	}
+	return out
+}
+
+func isNameByte(b byte) bool { return b == '_' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' }
+
 func describe(f reflect.StructField, err error) string {
 	name := f.Tag.Get("envconfig")
 	var pe *envconfig.ParseError
 	if errors.As(err, &pe) && f.Type == reflect.TypeFor[OptionalDuration]() {
 		return fmt.Sprintf("%s=%q: not a duration (empty for none)", name, pe.Value)
+	}
+	if errors.As(err, &pe) && f.Type == reflect.TypeFor[time.Duration]() {
+		return fmt.Sprintf("%s=%q: not a duration (such as 500ms, 30s, 1h)", name, pe.Value)
 	}
 	if errors.As(err, &pe) {
 		return fmt.Sprintf("%s=%q: not a valid %s", name, pe.Value, pe.TypeName)
@@ -307,3 +394,15 @@ func Usage(w io.Writer) error {
 const usageFormat = `VARIABLE	DEFAULT	MEANING
 {{range .}}{{usage_key .}}	{{usage_default .}}	{{usage_description .}}{{if usage_required .}} (required){{end}}
 {{end}}`
+
+// The settings of each part a command may use, to build its Scope.
+
+// MySQLSettings are the connection settings of the ledger's servers.
+func MySQLSettings() Scope { return Scope{"MYSQL_"} }
+
+// KafkaSettings are the connection settings of the brokers (not the topic
+// or the group).
+func KafkaSettings() Scope { return Scope{"KAFKA_BROKERS", "KAFKA_TLS_", "KAFKA_SASL_"} }
+
+// LogSettings are the logger's.
+func LogSettings() Scope { return Scope{"LOG_"} }
