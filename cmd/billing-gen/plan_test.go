@@ -526,3 +526,18 @@ func TestZeroEventsOnlyOverflowCases(t *testing.T) {
 		t.Errorf("%d records for an empty run", len(recs))
 	}
 }
+
+// TestHelpDescribesAndListsExitCodes: -help says what the tool does and
+// what each exit status means (issue 22: it printed the flags only).
+func TestHelpDescribesAndListsExitCodes(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run(t.Context(), []string{"-help"}, &out, &errb); code != 0 {
+		t.Fatalf("-help: exit %d", code)
+	}
+	help := out.String() + errb.String()
+	for _, want := range []string{"Usage of billing-gen", "Produces a reproducible billing workload", "Exit status:", "0  every record acknowledged", "1  a produce failed", "2  usage error", "-events", "-create-topic"} {
+		if !strings.Contains(help, want) {
+			t.Errorf("-help lacks %q:\n%s", want, help)
+		}
+	}
+}
