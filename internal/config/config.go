@@ -82,6 +82,7 @@ type Config struct {
 	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"30s" desc:"bound on a graceful shutdown (SIGTERM); a second signal exits at once"`
 	LogFormat       string        `envconfig:"LOG_FORMAT" default:"auto" desc:"json, text, or auto (text on a terminal, json otherwise)"`
 	LogLevel        string        `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
+	LogProgress     time.Duration `envconfig:"LOG_PROGRESS_INTERVAL" default:"30s" desc:"a progress line (records counted, positions against the log end, rate, time to catch up) is logged at info this often while there is work; 0s disables"`
 
 	Failpoints string `envconfig:"BILLING_FAILPOINTS" desc:"testing only: failpoints to arm, name=action[,name=action] (see internal/failpoint)"`
 }
@@ -326,6 +327,9 @@ func (c *Config) validate() []string {
 	default:
 		bad("LOG_FORMAT must be auto, json or text, got %q", c.LogFormat)
 	}
+	if c.LogProgress < 0 {
+		bad("LOG_PROGRESS_INTERVAL must not be negative (0s disables the progress line), got %s", c.LogProgress)
+	}
 	switch strings.ToLower(c.LogLevel) {
 	case "debug", "info", "warn", "error":
 	default:
@@ -406,3 +410,44 @@ func KafkaSettings() Scope { return Scope{"KAFKA_BROKERS", "KAFKA_TLS_", "KAFKA_
 
 // LogSettings are the logger's.
 func LogSettings() Scope { return Scope{"LOG_"} }
+
+// ResultSettings are the settings that change what the ledger holds (which
+// events count, where, and what is kept): the service logs them at start
+// (the "configured" line), so that an operator can confirm them. A new
+// setting of that kind belongs here (TestResultSettingsExist).
+func ResultSettings() []string {
+	return []string{
+		"KAFKA_TOPIC", "KAFKA_GROUP", "ALLOW_GROUP_CHANGE", "MYSQL_SHARD_DSNS",
+		"DEDUP_TTL", "BILLING_WINDOW", "BILLING_TIMEZONE", "WINDOW_CLOSE_AFTER",
+		"LEDGER_ENTRIES", "LEDGER_ENTRIES_RETENTION", "MAX_PAYLOAD_BYTES", "DEAD_LETTER_PAYLOAD_BYTES",
+	}
+}
+
+// Setting returns the value of the setting name as the configuration holds
+// it, in the text of its variable (a list comma separated, an empty
+// optional duration empty); ok is false for an unknown name. DSNs are
+// counted, never shown (they may hold a password).
+func (c Config) Setting(name string) (value string, ok bool) {
+	v := reflect.ValueOf(c)
+	t := v.Type()
+	for i := 0; i < t.NumField(); i++ {
+		if t.Field(i).Tag.Get("envconfig") != name {
+			continue
+		}
+		switch f := v.Field(i).Interface().(type) {
+		case []string:
+			if strings.Contains(name, "DSN") {
+				return fmt.Sprintf("%d server(s)", len(f)), true
+			}
+			return strings.Join(f, ","), true
+		case fmt.Stringer:
+			return f.String(), true
+		default:
+			if strings.Contains(name, "DSN") || strings.Contains(name, "PASSWORD") {
+				return "(set)", true
+			}
+			return fmt.Sprint(f), true
+		}
+	}
+	return "", false
+}

@@ -329,3 +329,33 @@ func TestReadmeListsEveryVariable(t *testing.T) {
 		}
 	}
 }
+
+// TestResultSettingsExist: the settings the "configured" line shows are
+// settings, with their values as the variables spell them, and no DSN is
+// shown.
+func TestResultSettingsExist(t *testing.T) {
+	setenv(t, map[string]string{"KAFKA_BROKERS": "127.0.0.1:9092", "MYSQL_DSN": "u:secret@tcp(127.0.0.1:3306)/billing",
+		"MYSQL_SHARD_DSNS": "u:secret@tcp(h:1)/a,u:secret@tcp(h:2)/b", "BILLING_WINDOW": "month", "BILLING_TIMEZONE": "Europe/Berlin",
+		"WINDOW_CLOSE_AFTER": "48h", "LEDGER_ENTRIES": "true"})
+	c, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"BILLING_WINDOW": "month", "BILLING_TIMEZONE": "Europe/Berlin", "WINDOW_CLOSE_AFTER": "48h0m0s",
+		"LEDGER_ENTRIES": "true", "LEDGER_ENTRIES_RETENTION": "", "DEDUP_TTL": "24h0m0s", "MYSQL_SHARD_DSNS": "2 server(s)", "KAFKA_GROUP": "billing-ledger"}
+	for _, name := range ResultSettings() {
+		v, ok := c.Setting(name)
+		if !ok {
+			t.Errorf("%s is not a setting", name)
+		}
+		if strings.Contains(v, "secret") {
+			t.Errorf("%s shows a secret: %q", name, v)
+		}
+		if w, ok := want[name]; ok && v != w {
+			t.Errorf("%s = %q, want %q", name, v, w)
+		}
+	}
+	if _, ok := c.Setting("NO_SUCH_SETTING"); ok {
+		t.Error("an unknown setting has a value")
+	}
+}
