@@ -68,7 +68,12 @@ func progressLine(prev, cur progressSnapshot) (attrs []any, work bool) {
 	switch {
 	case behind == 0:
 	case rate > 0:
-		attrs = append(attrs, "catch_up_in", (time.Duration(float64(behind) / rate * float64(time.Second))).Round(time.Second))
+		eta := time.Duration(float64(behind) / rate * float64(time.Second))
+		unit := 100 * time.Millisecond
+		if eta >= time.Minute {
+			unit = time.Second
+		}
+		attrs = append(attrs, "catch_up_in", max(eta.Round(unit), unit))
 	default:
 		attrs = append(attrs, "catch_up_in", "unknown (no progress since the last line)")
 	}

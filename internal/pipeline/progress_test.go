@@ -44,6 +44,12 @@ func TestProgressLine(t *testing.T) {
 		}
 	}
 
+	// A short wait is said in tenths of seconds, never "0s".
+	kv, _ = progressLine(prev, progressSnapshot{at: cur.at, consumed: cur.consumed, parts: []partProgress{{0, 10, 710}}})
+	if got := attrsOf(t, kv)["catch_up_in"]; got != 100*time.Millisecond {
+		t.Errorf("700 records behind at 5000/s: catch_up_in %v, want 100ms", got)
+	}
+
 	// Behind, but nothing consumed since the last line: no rate, no
 	// estimate, still a line (a stuck consumer is worth seeing).
 	kv, work = progressLine(cur, progressSnapshot{at: cur.at.Add(10 * time.Second), consumed: cur.consumed, counted: cur.counted, parts: cur.parts})
