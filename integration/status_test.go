@@ -13,10 +13,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -723,5 +725,126 @@ func TestBlueGreenRebuild(t *testing.T) {
 		if err := p.Wait(t, time.Minute); err != nil {
 			t.Fatalf("%s exit: %v", p.Name, err)
 		}
+	}
+}
+
+// stRunClean runs bin with exactly env (and PATH), not the test's
+// environment, so that a variable the command must not need (KAFKA_BROKERS
+// for compare) cannot leak in from `make test`. It returns stdout, stderr
+// and the exit status.
+func stRunClean(t *testing.T, bin string, env map[string]string, args ...string) (string, string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return out.String(), errb.String(), 0
+	case errors.As(err, &ee):
+		return out.String(), errb.String(), ee.ExitCode()
+	default:
+		t.Fatalf("%s %v: %v", bin, args, err)
+		return "", "", -1
+	}
+}
+
+// stWrongPassword returns dsn with another password.
+func stWrongPassword(t *testing.T, dsn string) string {
+	t.Helper()
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Passwd = "not-" + cfg.Passwd
+	return cfg.FormatDSN()
+}
+
+// TestStatusSaysWhatItCannotRead (issue 22): `billing status` with a wrong
+// MySQL password printed "total lag: 4333 records", "last committed
+// checkpoint: none recorded", "branches in doubt: none", "dead letters not
+// re-injected: none" and stored_offset -2, while the truth was lag 0 and
+// dead letters pending; a forgotten KAFKA_GROUP exited 0 with the whole
+// topic as lag; a missing topic printed no JSON at all. Now: what could not
+// be read is "unknown" with the error (access denied, naming the account),
+// exit 3; a group without positions in this ledger is said plainly with the
+// groups it holds, exit 1; a missing topic still gets a JSON document, exit
+// 1.
+func TestStatusSaysWhatItCannotRead(t *testing.T) {
+	e := newOpsEnv(t, 2)
+	var values []string
+	for i := range 30 {
+		values = append(values, stEvent(fmt.Sprintf("su-%d", i), fmt.Sprintf("acct-%d", i%3), int64(i)))
+	}
+	values = append(values, `{"event_id":"su-bad"`)
+	stProduce(t, e, values...)
+	svc := testenv.Start(t, "billing", e.bin, e.env(nil))
+	testenv.Eventually(t, time.Minute, "31 records committed", func() (bool, string) {
+		if svc.Exited() {
+			t.Fatalf("service exited:\n%s", svc.Output())
+		}
+		n := opsSum(opsPositions(t, e))
+		return n == 31, fmt.Sprint(n)
+	})
+	svc.Signal(syscall.SIGTERM)
+	if err := svc.Wait(t, time.Minute); err != nil {
+		t.Fatalf("exit: %v", err)
+	}
+	if r := stStatus(t, e, nil); stVal(r.TotalLag) != 0 || len(r.DeadLetters) != 1 || !r.GroupStored {
+		t.Fatalf("the complete report: lag %d, dead letters %v, group stored %v", stVal(r.TotalLag), r.DeadLetters, r.GroupStored)
+	}
+
+	// A wrong password: every MySQL part unknown, the log offsets kept.
+	wrong := map[string]string{"MYSQL_DSN": stWrongPassword(t, e.dsn)}
+	out, code := e.cli(t, wrong, "status")
+	if code != 3 {
+		t.Errorf("status with a wrong password: exit %d, want 3\n%s", code, out)
+	}
+	for _, want := range []string{"unknown", "total lag: unknown", "last committed checkpoint: unknown", "branches in doubt: unknown",
+		"dead letters not re-injected: unknown", "access denied", "refused the MySQL account", "could not be read"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status with a wrong password lacks %q:\n%s", want, out)
+		}
+	}
+	for _, invented := range []string{"none recorded", "branches in doubt: none", "dead letters not re-injected: none", "total lag: 31", "start"} {
+		if strings.Contains(out, invented) {
+			t.Errorf("status with a wrong password says %q, which it could not know:\n%s", invented, out)
+		}
+	}
+	r, code, out := stTryStatus(t, e, wrong)
+	if code != 3 || r == nil {
+		t.Fatalf("status --json with a wrong password: exit %d\n%s", code, out)
+	}
+	if r.TotalLag != nil || r.LastCheckpoint != nil || r.InDoubt != nil || r.DeadLetters != nil || !strings.Contains(r.PositionsError, "access denied") || len(r.Partitions) != 2 {
+		t.Errorf("JSON with a wrong password invents values: %+v", r)
+	}
+	for _, p := range r.Partitions {
+		if p.Stored != ledgerstatus.StoredUnknown || p.StoredOffset != nil || p.Lag != nil || stVal(p.LogEnd) < 0 {
+			t.Errorf("partition %d = %+v; want stored unknown, no stored offset, no lag, the log end", p.Partition, p)
+		}
+	}
+
+	// A forgotten KAFKA_GROUP.
+	other := map[string]string{"KAFKA_GROUP": "billing-ledger"}
+	out, code = e.cli(t, other, "status")
+	if code != 1 || !strings.Contains(out, `NOT FOUND: group "billing-ledger" has no positions`) || !strings.Contains(out, fmt.Sprintf("group %q on topic %q (2 partitions)", e.group, e.topic)) {
+		t.Errorf("status of a group the ledger does not hold: exit %d, want 1 naming %s\n%s", code, e.group, out)
+	}
+	if r, code, out := stTryStatus(t, e, other); code != 1 || r == nil || r.GroupStored || len(r.StoredGroups) != 1 || r.StoredGroups[0].Group != e.group {
+		t.Errorf("status --json of another group: exit %d, %+v\n%s", code, r, out)
+	}
+
+	// A topic the brokers do not know: still a document.
+	missing := map[string]string{"KAFKA_TOPIC": "missing-" + e.topic}
+	r, code, out = stTryStatus(t, e, missing)
+	if code != 1 || r == nil || !r.TopicMissing || !strings.Contains(out, "does not exist on the brokers") {
+		t.Errorf("status --json of a missing topic: exit %d, report %+v\n%s", code, r, out)
 	}
 }

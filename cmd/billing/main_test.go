@@ -155,6 +155,9 @@ func TestHelpNeverActs(t *testing.T) {
 		{[]string{"deadletters", "show", "abc"}, 2, "bad dead letter id"},
 		{[]string{"deadletters", "reinject", "1", "--force=maybe"}, 2, "invalid boolean"},
 		{[]string{"deadletters", "reinject", "1", "--by", ""}, 2, "--by must be"},
+		{[]string{"deadletters", "reinject"}, 2, "want at least 1 argument"},
+		{[]string{"deadletters", "reinject", "1", "x"}, 2, "bad dead letter id"},
+		{[]string{"deadletters", "reinject", "1", "2", "--payload-file", "f"}, 2, "--payload-file takes one dead letter ID"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -219,12 +222,18 @@ func TestConfigErrorsExit2(t *testing.T) {
 	t.Setenv("KAFKA_SASL_PASSWORD", secret)
 	t.Setenv("LOG_FORMAT", "xml")
 	t.Setenv("MYSQL_TLS", "sometimes")
+	// The four of issue 22: a value that does not parse hid the others.
+	t.Setenv("CHECKPOINT_INTERVAL", "fast")
+	t.Setenv("DEDUP_TTL", "-1h")
+	t.Setenv("LOG_LEVEL", "loud")
+	t.Setenv("BILLING_WINDOW", "week")
 	var out, errOut bytes.Buffer
 	if code := run(nil, &out, &errOut); code != 2 {
 		t.Fatalf("exit %d, want 2; stderr %s", code, errOut.String())
 	}
 	msg := errOut.String()
-	for _, want := range []string{"KAFKA_BROKERS", "LOG_FORMAT", "MYSQL_TLS", "PLAIN sends the password in clear"} {
+	for _, want := range []string{"KAFKA_BROKERS", "LOG_FORMAT", "MYSQL_TLS", "PLAIN sends the password in clear",
+		`CHECKPOINT_INTERVAL="fast": not a duration`, "DEDUP_TTL must be positive", `LOG_LEVEL must be debug, info, warn or error, got "loud"`, `window "week"`} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("message lacks %q:\n%s", want, msg)
 		}
