@@ -359,3 +359,49 @@ func TestResultSettingsExist(t *testing.T) {
 		t.Error("an unknown setting has a value")
 	}
 }
+
+// TestDocsNameOnlyRealSettings: every setting the operator's docs name
+// exists (a setting renamed or removed cannot linger in them), and the
+// production checklist's table of settings every instance must share has
+// every setting that changes results (ResultSettings).
+func TestDocsNameOnlyRealSettings(t *testing.T) {
+	names := map[string]bool{}
+	typ := reflect.TypeOf(Config{})
+	for i := 0; i < typ.NumField(); i++ {
+		names[typ.Field(i).Tag.Get("envconfig")] = true
+	}
+	// Words of the docs shaped like settings that are not: columns of
+	// billing status.
+	notSettings := map[string]bool{"LOG_START": true, "LOG_END": true}
+	re := regexp.MustCompile(`\b(KAFKA|MYSQL|CHECKPOINT|DEDUP|BILLING|WINDOW|LEDGER|MAX|DEAD_LETTER|RECOVERY|DECISION|HTTP|READY|LIVENESS|HEALTH|METRICS|SHUTDOWN|LOG|ALLOW)_[A-Z0-9_]*[A-Z0-9]\b`)
+	found := 0
+	for _, doc := range []string{"../../README.md", "../../docs/operations.md", "../../docs/production.md", "../../docs/periods.md"} {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range re.FindAllString(string(b), -1) {
+			found++
+			if !names[name] && !notSettings[name] {
+				t.Errorf("%s names %s, which is not a setting", doc, name)
+			}
+		}
+	}
+	if found < 100 {
+		t.Fatalf("found %d mentions of settings: the pattern lost them", found)
+	}
+	b, err := os.ReadFile("../../docs/production.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, ok := strings.Cut(string(b), "## 3. Settings every instance must share")
+	table, _, _ = strings.Cut(table, "\n## ")
+	if !ok {
+		t.Fatal("docs/production.md has no section of the settings every instance must share")
+	}
+	for _, name := range ResultSettings() {
+		if !strings.Contains(table, "`"+name+"`") {
+			t.Errorf("docs/production.md does not list %s among the settings every instance must share", name)
+		}
+	}
+}
