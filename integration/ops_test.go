@@ -942,3 +942,194 @@ init-file = `+initSQL+`
 		t.Fatalf("schema not created over TLS: %d, %v", n, err)
 	}
 }
+
+// TestErrorsNameTheCause (issue 22): a missing topic made the service
+// wait silently (/readyz said GROUP_ID_NOT_FOUND); an account refused a
+// database was told "the schema is missing"; compare needed KAFKA_BROKERS,
+// called a ledger of another topic EXACT about dead letters it skipped,
+// and exited 1 like a mismatch when it could not read a ledger. Each case
+// here checks the message and the exit status.
+func TestErrorsNameTheCause(t *testing.T) {
+	e := newOpsEnv(t, 1)
+	admin, adminCfg := opsAdmin(t, e.dsn)
+
+	// The topic does not exist: the service stops at start, naming it.
+	missing := "missing-" + e.topic
+	p := testenv.Start(t, "billing without its topic", e.bin, e.env(map[string]string{"KAFKA_TOPIC": missing}))
+	if err := p.Wait(t, time.Minute); err == nil {
+		t.Fatalf("the service ran without its topic:\n%s", p.Output())
+	}
+	if out := p.Output(); !strings.Contains(out, fmt.Sprintf(`KAFKA_TOPIC \"%s\" does not exist on the brokers`, missing)) || !strings.Contains(out, "create it first") {
+		t.Errorf("want an error naming the missing topic:\n%s", out)
+	}
+
+	// An account that may not use the database: access denied, with the
+	// account and the database, not "the schema is missing".
+	if out, code := e.cli(t, nil, "migrate"); code != 0 {
+		t.Fatalf("migrate: exit %d\n%s", code, out)
+	}
+	elsewhere := testenv.NewDatabase(t)
+	elseCfg, _ := mysql.ParseDSN(elsewhere)
+	user, pass := opsCreateUser(t, admin, elseCfg.DBName, "SELECT")
+	denied := adminCfg.Clone()
+	denied.User, denied.Passwd = user, pass // granted on elsewhere only
+	p = testenv.Start(t, "billing denied its database", e.bin, e.env(map[string]string{"MYSQL_DSN": denied.FormatDSN()}))
+	if err := p.Wait(t, time.Minute); err == nil {
+		t.Fatalf("the service ran on a database its account may not use:\n%s", p.Output())
+	}
+	out := p.Output()
+	for _, want := range []string{"access denied", fmt.Sprintf(`account \"%s\" may not use database \"%s\"`, user, adminCfg.DBName), "Error 1044"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the refusal lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "schema is missing") {
+		t.Errorf("an access refusal reported as a missing schema:\n%s", out)
+	}
+	wrongPw := stWrongPassword(t, e.dsn)
+	out, code := e.cli(t, map[string]string{"MYSQL_DSN": wrongPw}, "migrate")
+	if code != 1 || !strings.Contains(out, "access denied") || !strings.Contains(out, "refused the MySQL account") || strings.Contains(out, "not-") {
+		t.Errorf("migrate with a wrong password: exit %d, want 1 and access denied (no password)\n%s", code, out)
+	}
+
+	// A ledger with an event and a dead letter, compared with itself by a
+	// command that has neither KAFKA_BROKERS nor KAFKA_TOPIC: its dead
+	// letters are compared (of every topic), and it says so.
+	stProduce(t, e, stEvent("ec-1", "acct-1", 5), `not json`)
+	svc := testenv.Start(t, "billing", e.bin, e.env(nil))
+	testenv.Eventually(t, time.Minute, "2 records committed", func() (bool, string) {
+		n := opsSum(opsPositions(t, e))
+		return n == 2, fmt.Sprint(n)
+	})
+	svc.Signal(syscall.SIGTERM)
+	if err := svc.Wait(t, time.Minute); err != nil {
+		t.Fatalf("exit: %v", err)
+	}
+	stdout, stderr, code := stRunClean(t, e.bin, map[string]string{"MYSQL_DSN": e.dsn}, "compare", "--other-dsn", e.dsn)
+	if code != 0 || !strings.Contains(stdout, "dead letters of every topic (KAFKA_TOPIC is not set)") || !strings.Contains(stdout, "EXACT: 1 balances, 1 windows, 1 dead letters, 1 events") {
+		t.Errorf("compare without Kafka settings: exit %d, want 0, every topic, 1 dead letter\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+	// Against an empty ledger: MISMATCH, 1.
+	empty := testenv.NewDatabase(t)
+	if out, code := e.cli(t, map[string]string{"MYSQL_DSN": empty}, "migrate"); code != 0 {
+		t.Fatalf("migrate: exit %d\n%s", code, out)
+	}
+	stdout, stderr, code = stRunClean(t, e.bin, map[string]string{"MYSQL_DSN": e.dsn, "KAFKA_TOPIC": e.topic}, "compare", "--other-dsn", empty)
+	if code != 1 || !strings.Contains(stdout, "MISMATCH") || !strings.Contains(stdout, "dead letters of topic "+e.topic) {
+		t.Errorf("compare with an empty ledger: exit %d, want 1 and MISMATCH\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+	// A ledger it cannot read: 3, access denied, no verdict.
+	stdout, stderr, code = stRunClean(t, e.bin, map[string]string{"MYSQL_DSN": e.dsn}, "compare", "--other-dsn", wrongPw)
+	if code != 3 || !strings.Contains(stderr, "could not compare") || !strings.Contains(stderr, "access denied") || strings.Contains(stdout, "EXACT") || strings.Contains(stdout, "MISMATCH") {
+		t.Errorf("compare with an unreadable ledger: exit %d, want 3\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+	// billing-verify the same way.
+	verify := testenv.Binary(t, "github.com/billing/ledger/cmd/billing-verify")
+	expected := filepath.Join(t.TempDir(), "expected.json")
+	if err := os.WriteFile(expected, []byte(`{"version":1,"window":"1h","balances":[],"windows":[],"dead_letters":{}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, code = stRunClean(t, verify, nil, "-dsn", wrongPw, "-expected", expected)
+	if code != 3 || !strings.Contains(stderr, "could not compare") || !strings.Contains(stderr, "access denied") {
+		t.Errorf("billing-verify with a wrong password: exit %d, want 3 and access denied\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+}
+
+// TestLogsAnOperatorCanRead (issue 22): at info level a replay logged
+// nothing between "partitions assigned" and "stopped"; assignments were Go
+// structs, durations nanoseconds, a standby's revoke "partitions":null.
+// Here an owner and a standby share a one-partition topic: the owner logs
+// progress lines while it works, its assignment in words, and a summary at
+// shutdown; the standby's shutdown logs no empty revoke; no duration is a
+// bare number.
+func TestLogsAnOperatorCanRead(t *testing.T) {
+	e := newOpsEnv(t, 1)
+	env := e.env(map[string]string{"LOG_PROGRESS_INTERVAL": "200ms", "CHECKPOINT_MAX_RECORDS": "100", "KAFKA_MAX_POLL_RECORDS": "50"})
+	owner := testenv.Start(t, "billing-owner", e.bin, env)
+	if !owner.WaitOutput(context.Background(), `"msg":"partitions assigned"`, time.Minute) {
+		t.Fatalf("no assignment:\n%s", owner.Output())
+	}
+	standby := testenv.Start(t, "billing-standby", e.bin, env)
+	if !standby.WaitOutput(context.Background(), `"msg":"starting"`, time.Minute) {
+		t.Fatalf("the standby did not start:\n%s", standby.Output())
+	}
+	var values []string
+	for i := range 3000 {
+		values = append(values, stEvent(fmt.Sprintf("lg-%d", i), fmt.Sprintf("acct-%d", i%7), 1))
+	}
+	stProduce(t, e, values...)
+	testenv.Eventually(t, 2*time.Minute, "3000 records committed", func() (bool, string) {
+		n := opsSum(opsPositions(t, e))
+		return n == 3000, fmt.Sprint(n)
+	})
+	for _, p := range []*testenv.Process{standby, owner} {
+		p.Signal(syscall.SIGTERM)
+		if err := p.Wait(t, time.Minute); err != nil {
+			t.Fatalf("%s: %v", p.Name, err)
+		}
+	}
+	out := owner.Output()
+	if !strings.Contains(out, `"msg":"partitions assigned","partitions":[0],"positions":"p0 from the start (epoch`) {
+		t.Errorf("the assignment is not in words:\n%s", out)
+	}
+	if !regexp.MustCompile(`"msg":"progress","partitions":1,"counted":\d+,"consumed":\d+,"records_per_second":\d+,"behind":\d+,"positions":"p0 \d+/\d+"`).MatchString(out) {
+		t.Errorf("no progress line while the owner worked:\n%s", out)
+	}
+	if !regexp.MustCompile(`"msg":"stopped","counted":3000,.*"dead_letters":0,.*"ran_for":"[0-9.]+m?s"`).MatchString(out) {
+		t.Errorf("no summary at shutdown:\n%s", out)
+	}
+	if !strings.Contains(out, `"msg":"partitions revoked","partitions":[0],"committed":"p0 at 3000"`) {
+		t.Errorf("the revocation lacks its committed position:\n%s", out)
+	}
+	if strings.Contains(standby.Output(), `"partitions":null`) || strings.Contains(standby.Output(), `"msg":"partitions revoked"`) {
+		t.Errorf("the standby logged an empty revoke:\n%s", standby.Output())
+	}
+	if m := regexp.MustCompile(`"(duration|ran_for|next_attempt_in|catch_up_in)":\d`).FindString(out + standby.Output()); m != "" {
+		t.Errorf("a duration logged as a bare number: %s", m)
+	}
+}
+
+// TestReinjectSeveral: `billing deadletters reinject` takes several IDs;
+// each is checked on its own, a refusal does not stop the others, and the
+// exit status says whether all were re-injected.
+func TestReinjectSeveral(t *testing.T) {
+	e := newOpsEnv(t, 1)
+	ev := func(id string, amount int64) string {
+		b, _ := json.Marshal(opsEvent{ID: id, Account: "acct-o", Amount: amount, Currency: "EUR", At: "2026-11-29T10:00:00Z"})
+		return string(b)
+	}
+	recs := stProduce(t, e, ev("rs-1", 9223372036854775807), ev("rs-2", 1), `not json`)
+	svc := testenv.Start(t, "billing", e.bin, e.env(nil))
+	testenv.Eventually(t, time.Minute, "two dead letters", func() (bool, string) {
+		got := opsDeadLetters(t, e.db)
+		return len(got) == 2, fmt.Sprint(got)
+	})
+	idOf := func(off int64) string {
+		var id int64
+		if err := e.db.Get(&id, `SELECT id FROM dead_letters WHERE kafka_offset = ?`, off); err != nil {
+			t.Fatal(err)
+		}
+		return strconv.FormatInt(id, 10)
+	}
+	overflow, bad := idOf(recs[1].Offset), idOf(recs[2].Offset)
+	out, code := e.cli(t, nil, "deadletters", "reinject", overflow, bad, "999999", "--by", "ops")
+	for _, want := range []string{"reinjected dead letter " + overflow, "reinjected 1 of 3 dead letters", bad + ": refused: the payload does not decode", "999999: refused: no dead letter 999999"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("reinject of three lacks %q:\n%s", want, out)
+		}
+	}
+	if code != 1 {
+		t.Errorf("reinject with two refusals: exit %d, want 1\n%s", code, out)
+	}
+	var marked int
+	if err := e.db.Get(&marked, `SELECT COUNT(*) FROM dead_letters WHERE reinjected_by = 'ops'`); err != nil || marked != 1 {
+		t.Errorf("%d rows marked re-injected (%v), want 1", marked, err)
+	}
+	if out, code := e.cli(t, nil, "deadletters", "reinject", overflow, bad, "--payload-file", "x.json"); code != 2 || !strings.Contains(out, "--payload-file takes one dead letter ID") {
+		t.Errorf("--payload-file with two IDs: exit %d, want 2\n%s", code, out)
+	}
+	svc.Signal(syscall.SIGTERM)
+	if err := svc.Wait(t, time.Minute); err != nil {
+		t.Fatalf("exit: %v", err)
+	}
+}

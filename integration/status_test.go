@@ -13,11 +13,14 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -68,6 +71,14 @@ func stTryStatus(t *testing.T, e *opsEnv, extra map[string]string) (*ledgerstatu
 		t.Fatalf("decode the report: %v\n%s", err, out)
 	}
 	return &r, code, out
+}
+
+// stVal is a number of the report, -1 when it is unknown (nil).
+func stVal(v *int64) int64 {
+	if v == nil {
+		return -1
+	}
+	return *v
 }
 
 // stInstance returns the instance id a JSON-logging service printed in its
@@ -193,11 +204,11 @@ func TestStandbyReadyAndStatus(t *testing.T) {
 		t.Fatalf("partitions: %+v", r.Partitions)
 	}
 	p := r.Partitions[0]
-	if !p.Claimed || p.StoredOffset != 51 || p.LogEnd != 51 || p.Lag != 0 || p.Owner != ownerID || p.Epoch < 1 || p.Member == "" {
+	if !p.Claimed || p.Stored != ledgerstatus.StoredAt || stVal(p.StoredOffset) != 51 || stVal(p.LogEnd) != 51 || stVal(p.Lag) != 0 || p.Owner != ownerID || p.Epoch < 1 || p.Member == "" {
 		t.Errorf("partition 0 = %+v; want stored 51 = log end, lag 0, owner %s, an epoch and a member", p, ownerID)
 	}
-	if r.GroupState != "Stable" || len(r.Members) != 2 || r.TotalLag != 0 {
-		t.Errorf("group %s with %d members, total lag %d; want Stable, 2, 0", r.GroupState, len(r.Members), r.TotalLag)
+	if r.GroupState != "Stable" || len(r.Members) != 2 || stVal(r.TotalLag) != 0 || !r.GroupStored || !r.Complete() {
+		t.Errorf("group %s with %d members, total lag %d, stored %v, problems %v; want Stable, 2, 0, stored, none", r.GroupState, len(r.Members), stVal(r.TotalLag), r.GroupStored, r.Problems)
 	}
 	if r.LastCheckpoint == nil || r.LastCheckpoint.DecidedBy != ownerID || r.LastCheckpoint.AgeSeconds > 120 {
 		t.Errorf("last checkpoint = %+v; want one decided by %s, recent", r.LastCheckpoint, ownerID)
@@ -246,7 +257,7 @@ func TestStandbyReadyAndStatus(t *testing.T) {
 	}
 	stReady(t, svcs[standby], addrs[standby], "idle")
 	r2 := stStatus(t, e, nil)
-	if p2 := r2.Partitions[0]; p2.Owner != stInstance(t, svcs[standby]) || p2.Epoch <= p.Epoch || p2.StoredOffset != 51 {
+	if p2 := r2.Partitions[0]; p2.Owner != stInstance(t, svcs[standby]) || p2.Epoch <= p.Epoch || stVal(p2.StoredOffset) != 51 {
 		t.Errorf("after failover partition 0 = %+v; want owner %s with an epoch above %d", p2, stInstance(t, svcs[standby]), p.Epoch)
 	}
 	svcs[standby].Signal(syscall.SIGTERM)
@@ -300,8 +311,8 @@ func TestStandbyReadyAndStatus(t *testing.T) {
 	if len(mine) != 1 || mine[0].Gtrid != gtrid(1) || mine[0].Ledger != "this" || mine[0].Decision != "" || mine[0].AgeSeconds < 50 {
 		t.Errorf("this ledger's branches in doubt = %+v; want %s, about a minute old, undecided", mine, gtrid(1))
 	}
-	if r3.OtherLedgersInDoubt < 1 {
-		t.Errorf("the other ledger's branch is not counted: %d", r3.OtherLedgersInDoubt)
+	if r3.OtherLedgersInDoubt == nil || *r3.OtherLedgersInDoubt < 1 {
+		t.Errorf("the other ledger's branch is not counted: %v", r3.OtherLedgersInDoubt)
 	}
 	for _, b := range r3.InDoubt {
 		if b.Gtrid == gtrid(2) {
@@ -544,11 +555,58 @@ func TestReinjectChecksIdentityAndAudits(t *testing.T) {
 	}
 }
 
+// stDocMetrics returns the metrics the operator's docs name (README.md,
+// docs/operations.md, docs/production.md): every billing_*, go_sql_* and
+// process_* name, and the billing_kafka_ suffixes listed in the row of
+// billing_kafka_*. Table and account names that look alike are not
+// metrics; the names the docs give as former names must not be exported.
+func stDocMetrics(t *testing.T) (named, former []string) {
+	t.Helper()
+	notMetrics := map[string]bool{"billing_windows": true, "billing_windows_period": true}
+	formerNames := map[string]bool{"billing_dedup_keys_memory": true, "billing_commit_latency_seconds": true}
+	seen := map[string]bool{}
+	re := regexp.MustCompile(`\b(billing|go_sql|process)_[a-z0-9_]*[a-z0-9]\b`)
+	suffix := regexp.MustCompile("`([a-z_]+_total)`")
+	for _, doc := range []string{"../README.md", "../docs/operations.md", "../docs/production.md"} {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			for _, m := range re.FindAllStringIndex(line, -1) {
+				name := line[m[0]:m[1]]
+				if strings.HasPrefix(line[m[1]:], "_*") || notMetrics[name] || seen[name] {
+					continue // a family (billing_kafka_*, go_sql_*), a table
+				}
+				seen[name] = true
+				if formerNames[name] {
+					former = append(former, name)
+				} else {
+					named = append(named, name)
+				}
+			}
+			if strings.Contains(line, "`billing_kafka_*`") {
+				for _, m := range suffix.FindAllStringSubmatch(line, -1) {
+					if name := "billing_kafka_" + m[1]; !seen[name] {
+						seen[name] = true
+						named = append(named, name)
+					}
+				}
+			}
+		}
+	}
+	if len(named) < 30 || len(former) != len(formerNames) || !seen["billing_kafka_fetch_records_total"] {
+		t.Fatalf("the docs name %d metrics (%v) and %d former names: the parser lost them", len(named), named, len(former))
+	}
+	return named, former
+}
+
 // TestMetricsUsedByRulesExist scrapes /metrics of a running service that
 // has counted events and fails if any metric the alert rules or the
 // dashboard read (deploy/prometheus/metrics-used.txt, kept exact by
-// deploy/check) does not exist: a renamed metric cannot silently blind an
-// alert.
+// deploy/check), or any metric the operator's docs name, does not exist
+// (a renamed metric cannot silently blind an alert or mislead a reader),
+// or if a name the docs give as a former one is still exported.
 func TestMetricsUsedByRulesExist(t *testing.T) {
 	b, err := os.ReadFile("../deploy/prometheus/metrics-used.txt")
 	if err != nil {
@@ -563,6 +621,8 @@ func TestMetricsUsedByRulesExist(t *testing.T) {
 	if len(used) < 10 {
 		t.Fatalf("metrics-used.txt lists %d metrics", len(used))
 	}
+	docs, former := stDocMetrics(t)
+	used = append(used, docs...)
 	e := newOpsEnv(t, 2)
 	addr := opsFreeAddr(t)
 	svc := testenv.Start(t, "billing", e.bin, e.env(map[string]string{"HTTP_ADDR": addr, "METRICS_SAMPLE_INTERVAL": "300ms"}))
@@ -586,8 +646,13 @@ func TestMetricsUsedByRulesExist(t *testing.T) {
 		}
 		missing = missing[:0]
 		for _, name := range used {
-			if !have[name] {
+			if !have[name] && !have[name+"_bucket"] {
 				missing = append(missing, name)
+			}
+		}
+		for _, name := range former {
+			if have[name] {
+				t.Errorf("%s is exported, but the docs say it was renamed", name)
 			}
 		}
 		return len(missing) == 0, fmt.Sprint("missing: ", missing)
@@ -664,23 +729,23 @@ func TestBlueGreenRebuild(t *testing.T) {
 		}
 		var stored int64
 		for _, p := range r.Partitions {
-			if p.Claimed && p.StoredOffset > 0 {
-				stored += p.StoredOffset
+			if p.Stored == ledgerstatus.StoredAt && stVal(p.StoredOffset) > 0 {
+				stored += stVal(p.StoredOffset)
 			}
 		}
 		mid = r
-		return stored > 0 && r.TotalLag > 0, fmt.Sprintf("stored %d, lag %d", stored, r.TotalLag)
+		return stored > 0 && stVal(r.TotalLag) > 0, fmt.Sprintf("stored %d, lag %d", stored, stVal(r.TotalLag))
 	})
 	var ends, lags int64
 	for _, p := range mid.Partitions {
-		ends += p.LogEnd
-		lags += p.Lag
-		if p.Claimed && p.StoredOffset >= 0 && p.Lag != p.LogEnd-p.StoredOffset {
-			t.Errorf("partition %d: lag %d is not log end %d - stored %d", p.Partition, p.Lag, p.LogEnd, p.StoredOffset)
+		ends += stVal(p.LogEnd)
+		lags += stVal(p.Lag)
+		if p.Stored == ledgerstatus.StoredAt && stVal(p.Lag) != stVal(p.LogEnd)-stVal(p.StoredOffset) {
+			t.Errorf("partition %d: lag %d is not log end %d - stored %d", p.Partition, stVal(p.Lag), stVal(p.LogEnd), stVal(p.StoredOffset))
 		}
 	}
-	if lags != mid.TotalLag || mid.TotalLag >= ends {
-		t.Errorf("mid-replay status: total lag %d (sum %d) of %d records", mid.TotalLag, lags, ends)
+	if lags != stVal(mid.TotalLag) || stVal(mid.TotalLag) >= ends {
+		t.Errorf("mid-replay status: total lag %d (sum %d) of %d records", stVal(mid.TotalLag), lags, ends)
 	}
 	out, code := e.cli(t, nil, "compare", "--other-dsn", greenDSN)
 	if code != 1 || !strings.Contains(out, "MISMATCH") || !strings.Contains(out, "lost") {
@@ -695,7 +760,7 @@ func TestBlueGreenRebuild(t *testing.T) {
 	}{{"blue", nil}, {"green", green}} {
 		testenv.Eventually(t, 3*time.Minute, d.name+" reaches the log end", func() (bool, string) {
 			r := stStatus(t, e, d.env)
-			return r.TotalLag == 0 && r.LastCheckpoint != nil, fmt.Sprintf("lag %d", r.TotalLag)
+			return stVal(r.TotalLag) == 0 && r.LastCheckpoint != nil, fmt.Sprintf("lag %d", stVal(r.TotalLag))
 		})
 	}
 	testenv.Eventually(t, 30*time.Second, "billing compare says EXACT", func() (bool, string) {
@@ -718,5 +783,126 @@ func TestBlueGreenRebuild(t *testing.T) {
 		if err := p.Wait(t, time.Minute); err != nil {
 			t.Fatalf("%s exit: %v", p.Name, err)
 		}
+	}
+}
+
+// stRunClean runs bin with exactly env (and PATH), not the test's
+// environment, so that a variable the command must not need (KAFKA_BROKERS
+// for compare) cannot leak in from `make test`. It returns stdout, stderr
+// and the exit status.
+func stRunClean(t *testing.T, bin string, env map[string]string, args ...string) (string, string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return out.String(), errb.String(), 0
+	case errors.As(err, &ee):
+		return out.String(), errb.String(), ee.ExitCode()
+	default:
+		t.Fatalf("%s %v: %v", bin, args, err)
+		return "", "", -1
+	}
+}
+
+// stWrongPassword returns dsn with another password.
+func stWrongPassword(t *testing.T, dsn string) string {
+	t.Helper()
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Passwd = "not-" + cfg.Passwd
+	return cfg.FormatDSN()
+}
+
+// TestStatusSaysWhatItCannotRead (issue 22): `billing status` with a wrong
+// MySQL password printed "total lag: 4333 records", "last committed
+// checkpoint: none recorded", "branches in doubt: none", "dead letters not
+// re-injected: none" and stored_offset -2, while the truth was lag 0 and
+// dead letters pending; a forgotten KAFKA_GROUP exited 0 with the whole
+// topic as lag; a missing topic printed no JSON at all. Now: what could not
+// be read is "unknown" with the error (access denied, naming the account),
+// exit 3; a group without positions in this ledger is said plainly with the
+// groups it holds, exit 1; a missing topic still gets a JSON document, exit
+// 1.
+func TestStatusSaysWhatItCannotRead(t *testing.T) {
+	e := newOpsEnv(t, 2)
+	var values []string
+	for i := range 30 {
+		values = append(values, stEvent(fmt.Sprintf("su-%d", i), fmt.Sprintf("acct-%d", i%3), int64(i)))
+	}
+	values = append(values, `{"event_id":"su-bad"`)
+	stProduce(t, e, values...)
+	svc := testenv.Start(t, "billing", e.bin, e.env(nil))
+	testenv.Eventually(t, time.Minute, "31 records committed", func() (bool, string) {
+		if svc.Exited() {
+			t.Fatalf("service exited:\n%s", svc.Output())
+		}
+		n := opsSum(opsPositions(t, e))
+		return n == 31, fmt.Sprint(n)
+	})
+	svc.Signal(syscall.SIGTERM)
+	if err := svc.Wait(t, time.Minute); err != nil {
+		t.Fatalf("exit: %v", err)
+	}
+	if r := stStatus(t, e, nil); stVal(r.TotalLag) != 0 || len(r.DeadLetters) != 1 || !r.GroupStored {
+		t.Fatalf("the complete report: lag %d, dead letters %v, group stored %v", stVal(r.TotalLag), r.DeadLetters, r.GroupStored)
+	}
+
+	// A wrong password: every MySQL part unknown, the log offsets kept.
+	wrong := map[string]string{"MYSQL_DSN": stWrongPassword(t, e.dsn)}
+	out, code := e.cli(t, wrong, "status")
+	if code != 3 {
+		t.Errorf("status with a wrong password: exit %d, want 3\n%s", code, out)
+	}
+	for _, want := range []string{"unknown", "total lag: unknown", "last committed checkpoint: unknown", "branches in doubt: unknown",
+		"dead letters not re-injected: unknown", "access denied", "refused the MySQL account", "could not be read"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status with a wrong password lacks %q:\n%s", want, out)
+		}
+	}
+	for _, invented := range []string{"none recorded", "branches in doubt: none", "dead letters not re-injected: none", "total lag: 31", "start"} {
+		if strings.Contains(out, invented) {
+			t.Errorf("status with a wrong password says %q, which it could not know:\n%s", invented, out)
+		}
+	}
+	r, code, out := stTryStatus(t, e, wrong)
+	if code != 3 || r == nil {
+		t.Fatalf("status --json with a wrong password: exit %d\n%s", code, out)
+	}
+	if r.TotalLag != nil || r.LastCheckpoint != nil || r.InDoubt != nil || r.DeadLetters != nil || !strings.Contains(r.PositionsError, "access denied") || len(r.Partitions) != 2 {
+		t.Errorf("JSON with a wrong password invents values: %+v", r)
+	}
+	for _, p := range r.Partitions {
+		if p.Stored != ledgerstatus.StoredUnknown || p.StoredOffset != nil || p.Lag != nil || stVal(p.LogEnd) < 0 {
+			t.Errorf("partition %d = %+v; want stored unknown, no stored offset, no lag, the log end", p.Partition, p)
+		}
+	}
+
+	// A forgotten KAFKA_GROUP.
+	other := map[string]string{"KAFKA_GROUP": "billing-ledger"}
+	out, code = e.cli(t, other, "status")
+	if code != 1 || !strings.Contains(out, `NOT FOUND: group "billing-ledger" has no positions`) || !strings.Contains(out, fmt.Sprintf("group %q on topic %q (2 partitions)", e.group, e.topic)) {
+		t.Errorf("status of a group the ledger does not hold: exit %d, want 1 naming %s\n%s", code, e.group, out)
+	}
+	if r, code, out := stTryStatus(t, e, other); code != 1 || r == nil || r.GroupStored || len(r.StoredGroups) != 1 || r.StoredGroups[0].Group != e.group {
+		t.Errorf("status --json of another group: exit %d, %+v\n%s", code, r, out)
+	}
+
+	// A topic the brokers do not know: still a document.
+	missing := map[string]string{"KAFKA_TOPIC": "missing-" + e.topic}
+	r, code, out = stTryStatus(t, e, missing)
+	if code != 1 || r == nil || !r.TopicMissing || !strings.Contains(out, "does not exist on the brokers") {
+		t.Errorf("status --json of a missing topic: exit %d, report %+v\n%s", code, r, out)
 	}
 }

@@ -82,10 +82,38 @@ func envOr(name, def string) string {
 	return def
 }
 
+// usageText is -help's description, before the flags.
+const usageText = `Usage of billing-gen:
+  billing-gen -brokers HOST:PORT -topic T [-create-topic -partitions N] -events N -expected FILE
+
+Produces a reproducible billing workload to Kafka and writes the ledger the
+service must end up with (for billing-verify): -events valid, distinct events
+keyed by account, with exact and conflicting duplicates, malformed records of
+every kind, overflow cases and aborted transactions around them. The same
+-seed and flags give the same records and the same expected file (the seed
+is printed). The expected file assumes the service runs with BILLING_WINDOW,
+BILLING_TIMEZONE, WINDOW_CLOSE_AFTER, LEDGER_ENTRIES and MAX_PAYLOAD_BYTES
+equal to -window, -timezone, -close-after, -ledger-entries and -max-payload,
+on a fresh topic and database. Progress goes to stderr, the summary to
+stdout.
+
+Exit status:
+  0  every record acknowledged; the expected file written
+  1  a produce failed, or -timeout passed: the expected file is not written
+     (records already sent may be in the topic: use a fresh topic)
+  2  usage error (a bad flag)
+
+Flags:
+`
+
 // parseFlags parses and validates args. It returns flag.ErrHelp for -h.
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs := flag.NewFlagSet("billing-gen", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usageText)
+		fs.PrintDefaults()
+	}
 	var (
 		o          options
 		brokers    string

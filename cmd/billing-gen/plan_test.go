@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -524,5 +525,45 @@ func TestZeroEventsOnlyOverflowCases(t *testing.T) {
 	recs, exp = drain(t, cfg)
 	if len(recs) != 0 || exp.EventsValid != 0 {
 		t.Errorf("%d records for an empty run", len(recs))
+	}
+}
+
+// TestHelpDescribesAndListsExitCodes: -help says what the tool does and
+// what each exit status means (issue 22: it printed the flags only).
+func TestHelpDescribesAndListsExitCodes(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run(t.Context(), []string{"-help"}, &out, &errb); code != 0 {
+		t.Fatalf("-help: exit %d", code)
+	}
+	help := out.String() + errb.String()
+	for _, want := range []string{"Usage of billing-gen", "Produces a reproducible billing workload", "Exit status:", "0  every record acknowledged", "1  a produce failed", "2  usage error", "-events", "-create-topic"} {
+		if !strings.Contains(help, want) {
+			t.Errorf("-help lacks %q:\n%s", want, help)
+		}
+	}
+}
+
+// TestDocsListEveryFlag: docs/operations.md documents every flag of the
+// tool (it was only in scripts/demo.sh).
+func TestDocsListEveryFlag(t *testing.T) {
+	var out, errb bytes.Buffer
+	run(t.Context(), []string{"-help"}, &out, &errb)
+	docs, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(out.String()+errb.String(), "\n") {
+		if !strings.HasPrefix(line, "  -") {
+			continue
+		}
+		flag := strings.Fields(line)[0]
+		n++
+		if !strings.Contains(string(docs), "`"+flag+"`") {
+			t.Errorf("docs/operations.md does not document %s", flag)
+		}
+	}
+	if n < 5 {
+		t.Fatalf("-help listed %d flags", n)
 	}
 }

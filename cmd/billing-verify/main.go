@@ -30,8 +30,9 @@
 // With -wait it polls every -interval until the tables match or the wait is
 // over, printing progress; use it while the service catches up.
 //
-// Exit status: 0 exact, 1 a difference remains, 2 usage, file or database
-// errors (with -wait: if the last attempt failed with such an error).
+// Exit status: 0 exact, 1 a difference remains, 2 usage error (a bad flag),
+// 3 could not compare: the expected file or a database could not be read
+// (with -wait: if the last attempt failed so).
 package main
 
 import (
@@ -82,9 +83,36 @@ type options struct {
 	queryTimeout time.Duration
 }
 
+// usageText is -help's description, before the flags.
+const usageText = `Usage of billing-verify:
+  billing-verify -expected FILE [-dsn DSN] [-shard-dsns DSN,...] [-topic T] [-wait D]
+
+Compares the ledger in MySQL (account_balances, billing_windows,
+window_adjustments, dead_letters, and ledger_entries when the expected file
+has them) with the expected ledger billing-gen wrote, exactly: every balance,
+every window, the dead letters per reason, and with windows that close the
+sealing invariants. Prints the first differences and one verdict line,
+EXACT: ... or MISMATCH: ...; with -wait, polls until EXACT or the wait is
+over, printing progress on stderr. Read-only. The servers are -dsn and
+-shard-dsns (default: MYSQL_DSN and MYSQL_SHARD_DSNS).
+
+Exit status:
+  0  EXACT
+  1  MISMATCH: a difference remains
+  2  usage error (a bad flag)
+  3  could not compare: the expected file or a database could not be read
+     (with -wait: the last attempt failed so)
+
+Flags:
+`
+
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs := flag.NewFlagSet("billing-verify", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usageText)
+		fs.PrintDefaults()
+	}
 	var (
 		o      options
 		dsn    string
@@ -144,9 +172,10 @@ func main() {
 
 // Exit statuses.
 const (
-	exitExact    = 0
-	exitMismatch = 1
-	exitError    = 2
+	exitExact      = 0
+	exitMismatch   = 1
+	exitUsage      = 2
+	exitUnreadable = 3 // the expected file or a database could not be read
 )
 
 // run is the command; it returns the exit status.
@@ -157,12 +186,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "billing-verify: %v\n", err)
-		return exitError
+		return exitUsage
 	}
 	exp, err := ledgercheck.ReadFile(o.expectedPath)
 	if err != nil {
-		fmt.Fprintf(stderr, "billing-verify: %v\n", err)
-		return exitError
+		fmt.Fprintf(stderr, "billing-verify: could not compare: %v\n", err)
+		return exitUnreadable
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -200,8 +229,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		left := time.Until(deadline)
 		if left <= 0 || ctx.Err() != nil {
 			if err != nil {
-				fmt.Fprintf(stderr, "billing-verify: %v\n", err)
-				return exitError
+				fmt.Fprintf(stderr, "billing-verify: could not compare: %v\n", err)
+				return exitUnreadable
 			}
 			if werr := r.WriteDiffs(stdout, o.maxDiffs); werr != nil {
 				fmt.Fprintf(stderr, "billing-verify: %v\n", werr)
@@ -240,7 +269,7 @@ func (v *verifier) check(ctx context.Context) (*ledgercheck.Report, error) {
 		}
 		db, err := ledgercheck.OpenDB(ctx, d)
 		if err != nil {
-			return nil, fmt.Errorf("server %d: %w", i, err)
+			return nil, fmt.Errorf("server %d: %w", i, mysqlconn.AccessDenied(d, err))
 		}
 		v.dbs[i] = db
 	}

@@ -56,11 +56,12 @@ func TestRunExitCodes(t *testing.T) {
 		args []string
 		want int
 	}{
-		{[]string{"-expected", good}, exitError},                                                            // no DSN
-		{[]string{"-dsn", "u:p@tcp(127.0.0.1:1)/db", "-expected", bad}, exitError},                          // bad file
-		{[]string{"-dsn", "u:p@tcp(127.0.0.1:1)/db", "-expected", filepath.Join(dir, "x")}, exitError},      // no file
-		{[]string{"-dsn", "u:p@tcp(127.0.0.1:1)/db", "-expected", good, "-query-timeout", "2s"}, exitError}, // no server
-		{[]string{"-max-diffs", "-1", "-dsn", "u:p@tcp(h)/db"}, exitError},
+		{[]string{"-expected", good}, exitUsage},                                                                 // no DSN
+		{[]string{"-dsn", "u:p@tcp(127.0.0.1:1)/db", "-expected", bad}, exitUnreadable},                          // bad file
+		{[]string{"-dsn", "u:p@tcp(127.0.0.1:1)/db", "-expected", filepath.Join(dir, "x")}, exitUnreadable},      // no file
+		{[]string{"-dsn", "u:p@tcp(127.0.0.1:1)/db", "-expected", good, "-query-timeout", "2s"}, exitUnreadable}, // no server
+		{[]string{"-max-diffs", "-1", "-dsn", "u:p@tcp(h)/db"}, exitUsage},
+		{[]string{"-bogus"}, exitUsage},
 		{[]string{"-h"}, exitExact},
 	}
 	for _, tc := range tests {
@@ -68,8 +69,51 @@ func TestRunExitCodes(t *testing.T) {
 		if got := run(t.Context(), tc.args, &out, &errb); got != tc.want {
 			t.Errorf("%q: exit %d, want %d\n%s%s", tc.args, got, tc.want, out.String(), errb.String())
 		}
+		if tc.want == exitUnreadable && !strings.Contains(errb.String(), "could not compare") {
+			t.Errorf("%q: the error does not say the comparison could not be made:\n%s", tc.args, errb.String())
+		}
 		if strings.Contains(out.String()+errb.String(), "u:p@") {
 			t.Errorf("%q: password printed:\n%s%s", tc.args, out.String(), errb.String())
 		}
+	}
+}
+
+// TestHelpDescribesAndListsExitCodes: -help says what the tool does and
+// what each exit status means (issue 22: it printed the flags only).
+func TestHelpDescribesAndListsExitCodes(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run(t.Context(), []string{"-help"}, &out, &errb); code != exitExact {
+		t.Fatalf("-help: exit %d", code)
+	}
+	help := out.String() + errb.String()
+	for _, want := range []string{"Usage of billing-verify", "Compares the ledger in MySQL", "Exit status:", "0  EXACT", "1  MISMATCH", "2  usage error", "3  could not compare", "-expected", "-wait"} {
+		if !strings.Contains(help, want) {
+			t.Errorf("-help lacks %q:\n%s", want, help)
+		}
+	}
+}
+
+// TestDocsListEveryFlag: docs/operations.md documents every flag of the
+// tool (it was only in scripts/demo.sh).
+func TestDocsListEveryFlag(t *testing.T) {
+	var out, errb bytes.Buffer
+	run(t.Context(), []string{"-help"}, &out, &errb)
+	docs, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(out.String()+errb.String(), "\n") {
+		if !strings.HasPrefix(line, "  -") {
+			continue
+		}
+		flag := strings.Fields(line)[0]
+		n++
+		if !strings.Contains(string(docs), "`"+flag+"`") {
+			t.Errorf("docs/operations.md does not document %s", flag)
+		}
+	}
+	if n < 5 {
+		t.Fatalf("-help listed %d flags", n)
 	}
 }

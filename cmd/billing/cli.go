@@ -87,8 +87,10 @@ type usageError struct{ error }
 
 // withConfig reads the configuration, builds the logger and a context
 // cancelled by SIGTERM/SIGINT, and runs fn. A configuration error exits 2.
-func withConfig(stderr io.Writer, fn func(ctx context.Context, cfg config.Config, log *slog.Logger) int) int {
-	cfg, err := config.Load()
+// scope names the settings the command reads (nil: every one, the
+// service); the others are neither required nor checked.
+func withConfig(stderr io.Writer, scope config.Scope, fn func(ctx context.Context, cfg config.Config, log *slog.Logger) int) int {
+	cfg, err := config.LoadScope(scope)
 	if err != nil {
 		fmt.Fprintln(stderr, "billing:", err)
 		var ce *config.Error

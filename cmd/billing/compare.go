@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -13,21 +14,39 @@ import (
 
 	"github.com/billing/ledger/internal/config"
 	"github.com/billing/ledger/internal/ledgercheck"
+	"github.com/billing/ledger/internal/mysqlconn"
+)
+
+// Exit statuses of billing compare (and billing status, which uses 0 and
+// 3 the same way). 2 is a usage or configuration error, as everywhere.
+const (
+	exitEqual      = 0 // compare: EXACT
+	exitDifferent  = 1 // compare: MISMATCH
+	exitUnreadable = 3 // could not compare (a ledger could not be read); status: part of the report unknown
 )
 
 // compareCmd runs `billing compare --other-dsn DSN [--other-shard-dsns
 // DSNs]`: an exact comparison of this ledger (MYSQL_DSN and
 // MYSQL_SHARD_DSNS) with another one, such as a ledger rebuilt by a
-// blue/green deployment. Read-only. Exit status 0 when they are equal, 1
-// when they differ (or cannot be read).
+// blue/green deployment. Read-only. Exit status 0 EXACT, 1 MISMATCH, 3
+// when a ledger could not be read, 2 usage or configuration.
 func compareCmd(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("billing compare", "--other-dsn DSN [--other-shard-dsns DSN,...] [--max-diffs N]",
+	fs := newFlags("billing compare", "--other-dsn DSN [--other-shard-dsns DSN,...] [--max-diffs N] [--timeout D]",
 		`Compares this ledger (MYSQL_DSN and MYSQL_SHARD_DSNS) with another, exactly: every
-balance (amount and event count), every billing window, and the number of dead
-letters per reason of KAFKA_TOPIC. Prints EXACT, or MISMATCH and the first
-differences ("lost" = counted here and not there, "counted twice" = the other
-way round). Read-only; MYSQL_PASSWORD_FILE and MYSQL_TLS apply to the other
-DSNs too. Exit status 0 when equal, 1 otherwise.
+balance (amount and event count), every billing window (with its adjustment),
+and the number of dead letters per reason: those of KAFKA_TOPIC when it is set,
+else of every topic (the output says which). Prints EXACT, or MISMATCH and the
+first differences ("lost" = counted here and not there, "counted twice" = the
+other way round). Read-only; reads MySQL only (no Kafka setting is needed);
+MYSQL_PASSWORD_FILE and MYSQL_TLS apply to the other DSNs too. On a terminal,
+shows the rows read so far on stderr.
+
+Exit status:
+  0  EXACT: the ledgers are equal
+  1  MISMATCH: they differ (the differences are printed)
+  2  usage or configuration error
+  3  could not compare: a ledger could not be read (unreachable, access
+     denied, no schema); nothing is said about equality
 
 Used to tell when a rebuilt ledger has caught up (docs/operations.md); compare
 while both have stopped advancing, or repeat: each server is read in one
@@ -47,30 +66,49 @@ snapshot, but the two ledgers are read one after the other.
 	if *otherShards != "" {
 		otherDSNs = append(otherDSNs, strings.Split(*otherShards, ",")...)
 	}
-	return withConfig(stderr, func(ctx context.Context, cfg config.Config, log *slog.Logger) int {
+	return withConfig(stderr, compareScope(), func(ctx context.Context, cfg config.Config, log *slog.Logger) int {
 		ctx, cancel := context.WithTimeout(ctx, *timeout)
 		defer cancel()
-		rep, err := compareLedgers(ctx, cfg, log, otherDSNs)
+		// Dead letters of KAFKA_TOPIC when it is set; without it, of
+		// every topic rather than of the default topic's name, which
+		// would compare none of a ledger of another topic and call it
+		// EXACT.
+		topic, scope := "", "every topic (KAFKA_TOPIC is not set)"
+		if v, ok := os.LookupEnv("KAFKA_TOPIC"); ok && v != "" {
+			topic, scope = cfg.KafkaTopic, "topic "+cfg.KafkaTopic
+		}
+		bar := newTermProgress(stderr, isTerminal(stderr), "reading this ledger", "rows", -1)
+		rep, err := compareLedgers(ctx, cfg, log, otherDSNs, topic, bar)
+		bar.done()
 		if err != nil {
-			fmt.Fprintln(stderr, "billing compare:", err)
-			return 1
+			fmt.Fprintln(stderr, "billing compare: could not compare:", err)
+			return exitUnreadable
 		}
 		if err := rep.WriteDiffs(stdout, *maxDiffs); err != nil {
 			fmt.Fprintln(stderr, "billing compare:", err)
-			return 1
+			return exitUnreadable
 		}
+		fmt.Fprintf(stdout, "compared: balances, windows with their adjustments, dead letters of %s\n", scope)
 		fmt.Fprintln(stdout, rep.Verdict())
 		if !rep.Exact() {
-			return 1
+			return exitDifferent
 		}
-		return 0
+		return exitEqual
 	})
 }
 
-// compareLedgers reads both ledgers and compares them, this one taken as
-// the reference.
-func compareLedgers(ctx context.Context, cfg config.Config, log *slog.Logger, otherDSNs []string) (*ledgercheck.Report, error) {
-	c, err := resolveConns(cfg, log)
+// compareScope: compare reads the ledgers' servers only (no Kafka), the
+// topic whose dead letters it compares, and the period settings.
+func compareScope() config.Scope {
+	return slices.Concat(config.MySQLSettings(), config.LogSettings(),
+		config.Scope{"KAFKA_TOPIC", "BILLING_WINDOW", "BILLING_TIMEZONE", "WINDOW_CLOSE_AFTER"})
+}
+
+// compareLedgers reads both ledgers (dead letters of topic, every topic
+// when empty) and compares them, this one taken as the reference. bar, if
+// not nil, shows the rows read.
+func compareLedgers(ctx context.Context, cfg config.Config, log *slog.Logger, otherDSNs []string, topic string, bar *termProgress) (*ledgercheck.Report, error) {
+	dsns, err := resolveMySQL(cfg, log)
 	if err != nil {
 		return nil, err
 	}
@@ -78,23 +116,30 @@ func compareLedgers(ctx context.Context, cfg config.Config, log *slog.Logger, ot
 	if err != nil {
 		return nil, fmt.Errorf("--other-dsn: %w", err)
 	}
+	var before int64 // rows read from the ledgers before this one
 	read := func(which string, dsns []string) (*ledgercheck.Actual, error) {
+		bar.describe("reading " + which)
 		var dbs []*sqlx.DB
 		defer func() { closeAll(dbs) }()
 		for i, dsn := range dsns {
 			db, err := ledgercheck.OpenDB(ctx, dsn)
 			if err != nil {
-				return nil, fmt.Errorf("%s, server %d: %w", which, i, err)
+				return nil, fmt.Errorf("%s, server %d: %w", which, i, mysqlconn.AccessDenied(dsn, err))
 			}
 			dbs = append(dbs, db)
 		}
-		act, err := ledgercheck.ReadActual(ctx, dbs, cfg.KafkaTopic, false)
+		var n int64
+		act, err := ledgercheck.ReadActualProgress(ctx, dbs, topic, false, func(rows int64) {
+			n = rows
+			bar.set(before + rows)
+		})
+		before += n
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", which, err)
 		}
 		return act, nil
 	}
-	ref, err := read("this ledger", c.dsns)
+	ref, err := read("this ledger", dsns)
 	if err != nil {
 		return nil, err
 	}
@@ -102,18 +147,18 @@ func compareLedgers(ctx context.Context, cfg config.Config, log *slog.Logger, ot
 	if err != nil {
 		return nil, err
 	}
-	return ledgercheck.Compare(asExpected(ref, cfg), act), nil
+	return ledgercheck.Compare(asExpected(ref, cfg, topic), act), nil
 }
 
 // asExpected turns the rows of a ledger into the expectation another
 // ledger is compared with. Rows of one key read from two servers (which
 // placement by hash never produces) are added up, so the sum is what the
 // comparison sees.
-func asExpected(a *ledgercheck.Actual, cfg config.Config) *ledgercheck.Expected {
+func asExpected(a *ledgercheck.Actual, cfg config.Config, topic string) *ledgercheck.Expected {
 	// With windows that close, which events are late depends on when each
 	// ledger read which partition: each window is compared as the sum of
 	// its row and its adjustment.
-	exp := &ledgercheck.Expected{Version: ledgercheck.FileVersion, Topic: cfg.KafkaTopic, Window: cfg.BillingWindow, Timezone: cfg.BillingTimezone,
+	exp := &ledgercheck.Expected{Version: ledgercheck.FileVersion, Topic: topic, Window: cfg.BillingWindow, Timezone: cfg.BillingTimezone,
 		CloseAfter: ledgercheck.Duration(cfg.WindowCloseAfter), DeadLetters: map[string]int64{}}
 	balances := map[ledgercheck.BalanceKey]int{}
 	for _, b := range a.Balances {

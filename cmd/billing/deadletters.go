@@ -36,7 +36,7 @@ import (
 const deadLettersUsage = `Usage:
   billing deadletters list [--reason R] [--limit N] [--pending]
   billing deadletters show ID [--max-bytes N] [--payload-out FILE]
-  billing deadletters reinject ID [--payload-file FILE] [--by NAME] [--force] [--timeout D]
+  billing deadletters reinject ID [ID...] [--payload-file FILE] [--by NAME] [--force] [--timeout D]
 
 ID is the one printed by list: N for a row of the control server (MYSQL_DSN),
 S:N for a row of shard server S (MYSQL_SHARD_DSNS[S-1]).
@@ -83,8 +83,8 @@ func deadLetters(args []string, stdout, stderr io.Writer) int {
 // dlRun runs a dead-letter command once its arguments are parsed: it reads
 // the configuration and maps fn's error to the exit status (a usageError
 // 2, anything else 1).
-func dlRun(fs *cliFlags, stdout, stderr io.Writer, fn func(ctx context.Context, cfg config.Config, log *slog.Logger) error) int {
-	return withConfig(stderr, func(ctx context.Context, cfg config.Config, log *slog.Logger) int {
+func dlRun(fs *cliFlags, scope config.Scope, stdout, stderr io.Writer, fn func(ctx context.Context, cfg config.Config, log *slog.Logger) error) int {
+	return withConfig(stderr, scope, func(ctx context.Context, cfg config.Config, log *slog.Logger) int {
 		err := fn(ctx, cfg, log)
 		var ue usageError
 		switch {
@@ -131,15 +131,16 @@ func parseDLID(s string) (dlID, error) {
 	return d, nil
 }
 
-// openServers resolves the connection settings and opens a small pool on
-// every server (DSNs with the password file and TLS applied).
-func openServers(cfg config.Config, log *slog.Logger) ([]*sqlx.DB, *conns, error) {
-	c, err := resolveConns(cfg, log)
+// openServers resolves the MySQL connection settings and opens a small
+// pool on every server (DSNs with the password file and TLS applied; the
+// DSNs are returned in the same order, never to be logged unredacted).
+func openServers(cfg config.Config, log *slog.Logger) ([]*sqlx.DB, []string, error) {
+	dsns, err := resolveMySQL(cfg, log)
 	if err != nil {
 		return nil, nil, err
 	}
 	var dbs []*sqlx.DB
-	for i, dsn := range c.dsns {
+	for i, dsn := range dsns {
 		db, err := mysqldriver.OpenDB(dsn, cfg.MySQLLockWaitTimeout, 2)
 		if err != nil {
 			closeAll(dbs)
@@ -147,7 +148,15 @@ func openServers(cfg config.Config, log *slog.Logger) ([]*sqlx.DB, *conns, error
 		}
 		dbs = append(dbs, db)
 	}
-	return dbs, c, nil
+	return dbs, dsns, nil
+}
+
+// Scopes of the dead-letter commands: list and show read MySQL only;
+// reinject also produces to KAFKA_TOPIC and decodes with MAX_PAYLOAD_BYTES.
+func dlScope() config.Scope { return slices.Concat(config.MySQLSettings(), config.LogSettings()) }
+
+func dlReinjectScope() config.Scope {
+	return slices.Concat(dlScope(), config.KafkaSettings(), config.Scope{"KAFKA_TOPIC", "MAX_PAYLOAD_BYTES"})
 }
 
 func closeAll(dbs []*sqlx.DB) {
@@ -174,7 +183,7 @@ func dlList(args []string, stdout, stderr io.Writer) int {
 	if *limit < 1 || *limit > 100000 {
 		return fs.fail(stderr, errors.New("--limit must be between 1 and 100000"))
 	}
-	return dlRun(fs, stdout, stderr, func(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	return dlRun(fs, dlScope(), stdout, stderr, func(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return listDeadLetters(ctx, cfg, log, *reason, *limit, *pending, stdout)
 	})
 }
@@ -244,7 +253,7 @@ func dlShow(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fs.fail(stderr, err)
 	}
-	return dlRun(fs, stdout, stderr, func(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	return dlRun(fs, dlScope(), stdout, stderr, func(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return showDeadLetter(ctx, cfg, log, id, *maxBytes, *out, stdout)
 	})
 }
@@ -367,38 +376,93 @@ func safeText(s string, max int) string {
 }
 
 func dlReinject(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("billing deadletters reinject", "ID [--payload-file FILE] [--by NAME] [--force] [--timeout D]",
-		"Produces the dead letter's payload (or FILE's, corrected) again to KAFKA_TOPIC, with\nthe original key, on the original partition, and records who did it, whether it was\nforced, where the record landed and the SHA-256 of the value produced.\n\nRefused: a payload that does not decode; an event id or account different from the\ndead letter's, or a dead letter that names none (a re-injection must not mint a new\nevent); a row already reinjected; an event id already counted (unexpired in\ndedup_keys). --force overrides all but the first, each with a warning.\n")
-	payloadFile := fs.String("payload-file", "", "produce this file's content instead of the stored payload")
+	fs := newFlags("billing deadletters reinject", "ID [ID...] [--payload-file FILE] [--by NAME] [--force] [--timeout D]",
+		"Produces the dead letter's payload (or FILE's, corrected) again to KAFKA_TOPIC, with\nthe original key, on the original partition, and records who did it, whether it was\nforced, where the record landed and the SHA-256 of the value produced.\n\nRefused: a payload that does not decode; an event id or account different from the\ndead letter's, or a dead letter that names none (a re-injection must not mint a new\nevent); a row already reinjected; an event id already counted (unexpired in\ndedup_keys). --force overrides all but the first, each with a warning.\n\nSeveral IDs are re-injected one after the other, each checked on its own (a refusal\ndoes not stop the others; --payload-file takes one ID); on a terminal, the progress\nshows on stderr. Exit status 0 when every one was re-injected, 1 when one was refused\nor failed, 2 usage or configuration error.\n")
+	payloadFile := fs.String("payload-file", "", "produce this file's content instead of the stored payload (one ID only)")
 	by := fs.String("by", defaultOperator(), "who re-injects: recorded in the row (reinjected_by) and the log")
 	force := fs.Bool("force", false, "override the identity, already-reinjected and already-counted checks (each is warned about and recorded)")
-	timeout := fs.Duration("timeout", 30*time.Second, "bound on producing the record")
-	pos, code, done := fs.parse(args, 1, stdout, stderr)
+	timeout := fs.Duration("timeout", 30*time.Second, "bound on producing each record")
+	pos, code, done := fs.parse(args, -1, stdout, stderr)
 	if done {
 		return code
 	}
-	id, err := parseDLID(pos[0])
-	if err != nil {
-		return fs.fail(stderr, err)
+	if len(pos) == 0 {
+		return fs.fail(stderr, errors.New("want at least 1 argument (a dead letter ID)"))
+	}
+	var ids []dlID
+	for _, a := range pos {
+		id, err := parseDLID(a)
+		if err != nil {
+			return fs.fail(stderr, err)
+		}
+		ids = append(ids, id)
 	}
 	switch {
 	case *timeout <= 0:
 		return fs.fail(stderr, errors.New("--timeout must be positive"))
 	case strings.TrimSpace(*by) == "" || !utf8.ValidString(*by) || utf8.RuneCountInString(*by) > 255:
 		return fs.fail(stderr, errors.New("--by must be 1 to 255 characters of UTF-8"))
+	case *payloadFile != "" && len(ids) > 1:
+		return fs.fail(stderr, errors.New("--payload-file takes one dead letter ID"))
 	}
-	o := reinjectOpts{id: id, payloadFile: *payloadFile, by: *by, force: *force, timeout: *timeout}
-	return dlRun(fs, stdout, stderr, func(ctx context.Context, cfg config.Config, log *slog.Logger) error {
-		return reinject(ctx, cfg, log, o, stdout, stderr)
+	o := reinjectOpts{payloadFile: *payloadFile, by: *by, force: *force, timeout: *timeout}
+	return dlRun(fs, dlReinjectScope(), stdout, stderr, func(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+		return reinjectAll(ctx, cfg, log, ids, o, stdout, stderr)
 	})
 }
 
 type reinjectOpts struct {
-	id          dlID
 	payloadFile string
 	by          string
 	force       bool
 	timeout     time.Duration
+}
+
+// reinjectAll re-injects each dead letter of ids in turn, each checked on
+// its own, on one producer and one set of pools; a refusal or failure is
+// reported and the next one goes on. The error counts those that were
+// not re-injected (exit status 1).
+func reinjectAll(ctx context.Context, cfg config.Config, log *slog.Logger, ids []dlID, o reinjectOpts, stdout, stderr io.Writer) error {
+	kopts, err := cfg.KafkaConn().Opts()
+	if err != nil {
+		return err
+	}
+	dbs, _, err := openServers(cfg, log)
+	if err != nil {
+		return err
+	}
+	defer closeAll(dbs)
+	cl, err := kgo.NewClient(append(slices.Clip(kopts),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.RecordDeliveryTimeout(o.timeout),
+		kgo.WithLogger(kgo.BasicLogger(io.Discard, kgo.LogLevelNone, nil)),
+	)...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	if len(ids) == 1 {
+		return reinject(ctx, cfg, log, dbs, cl, ids[0], o, stdout, stderr)
+	}
+	bar := newTermProgress(stderr, isTerminal(stderr), "re-injecting", "dead letters", int64(len(ids)))
+	failed := 0
+	for i, id := range ids {
+		err := ctx.Err()
+		if err == nil {
+			err = reinject(ctx, cfg, log, dbs, cl, id, o, stdout, stderr)
+		}
+		if err != nil {
+			failed++
+			fmt.Fprintf(stderr, "billing deadletters: %s: %v\n", id, err)
+		}
+		bar.set(int64(i + 1))
+	}
+	bar.done()
+	fmt.Fprintf(stdout, "reinjected %d of %d dead letters\n", len(ids)-failed, len(ids))
+	if failed > 0 {
+		return fmt.Errorf("%w: %d of %d not re-injected (each said why above)", errRefused, failed, len(ids))
+	}
+	return nil
 }
 
 // defaultOperator names who runs the command: $USER (or the account) at
@@ -462,13 +526,9 @@ func identityProblems(r *dlRow, ev event.Event) []string {
 	return p
 }
 
-func reinject(ctx context.Context, cfg config.Config, log *slog.Logger, o reinjectOpts, stdout, stderr io.Writer) error {
-	id := o.id
-	dbs, c, err := openServers(cfg, log)
-	if err != nil {
-		return err
-	}
-	defer closeAll(dbs)
+// reinject re-injects one dead letter, through cl (a producer with the
+// manual partitioner).
+func reinject(ctx context.Context, cfg config.Config, log *slog.Logger, dbs []*sqlx.DB, cl *kgo.Client, id dlID, o reinjectOpts, stdout, stderr io.Writer) error {
 	r, err := loadDL(ctx, dbs, id)
 	if err != nil {
 		return err
@@ -557,7 +617,7 @@ func reinject(ctx context.Context, cfg config.Config, log *slog.Logger, o reinje
 
 	// 5. Produce; on failure, put the row back as it was (only if it still
 	// holds our mark).
-	part, off, err := produceOnce(ctx, c.kopts, cfg.KafkaTopic, r, payload, id, o.timeout)
+	part, off, err := produceOnce(ctx, cl, cfg.KafkaTopic, r, payload, id, o.timeout)
 	if err != nil {
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
@@ -576,19 +636,10 @@ func reinject(ctx context.Context, cfg config.Config, log *slog.Logger, o reinje
 	return nil
 }
 
-// produceOnce writes the record with an idempotent producer to the dead
-// letter's original partition with its original key, and returns where it
-// landed.
-func produceOnce(ctx context.Context, kopts []kgo.Opt, topic string, r *dlRow, payload []byte, id dlID, timeout time.Duration) (int32, int64, error) {
-	cl, err := kgo.NewClient(append(slices.Clip(kopts),
-		kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.RecordDeliveryTimeout(timeout),
-		kgo.WithLogger(kgo.BasicLogger(io.Discard, kgo.LogLevelNone, nil)),
-	)...)
-	if err != nil {
-		return 0, 0, err
-	}
-	defer cl.Close()
+// produceOnce writes the record through cl, an idempotent producer with
+// the manual partitioner, to the dead letter's original partition with its
+// original key, and returns where it landed.
+func produceOnce(ctx context.Context, cl *kgo.Client, topic string, r *dlRow, payload []byte, id dlID, timeout time.Duration) (int32, int64, error) {
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	rec := &kgo.Record{

@@ -31,6 +31,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -103,7 +104,7 @@ func runService(args []string, stdout, stderr io.Writer) int {
 	if _, code, done := fs.parse(args, 0, stdout, stderr); done {
 		return code
 	}
-	return withConfig(stderr, func(ctx context.Context, cfg config.Config, log *slog.Logger) int {
+	return withConfig(stderr, nil, func(ctx context.Context, cfg config.Config, log *slog.Logger) int {
 		if err := serve(ctx, cfg, log); err != nil {
 			log.Error("billing stopped", "err", err)
 			return 1
@@ -118,7 +119,7 @@ func migrateCmd(args []string, stdout, stderr io.Writer) int {
 	if _, code, done := fs.parse(args, 0, stdout, stderr); done {
 		return code
 	}
-	return withConfig(stderr, func(ctx context.Context, cfg config.Config, log *slog.Logger) int {
+	return withConfig(stderr, slices.Concat(config.MySQLSettings(), config.LogSettings()), func(ctx context.Context, cfg config.Config, log *slog.Logger) int {
 		if err := migrate(ctx, cfg, log); err != nil {
 			log.Error("migration failed", "err", err)
 			return 1
@@ -178,7 +179,7 @@ func signalContext(log *slog.Logger) (context.Context, func()) {
 func newLogger(cfg config.Config, w io.Writer) *slog.Logger {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(strings.ToUpper(cfg.LogLevel)))
-	opts := &slog.HandlerOptions{Level: level}
+	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: readableDurations}
 	format := cfg.LogFormat
 	if format == "auto" {
 		format = "json"
@@ -190,4 +191,13 @@ func newLogger(cfg config.Config, w io.Writer) *slog.Logger {
 		return slog.New(slog.NewTextHandler(w, opts))
 	}
 	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+// readableDurations writes durations as text ("1.5s", "250ms"), not as
+// the nanoseconds slog's JSON handler gives them, which read as a count.
+func readableDurations(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		return slog.String(a.Key, a.Value.Duration().String())
+	}
+	return a
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -17,7 +18,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
+
 	"github.com/billing/ledger/internal/buildinfo"
+	"github.com/billing/ledger/internal/config"
 	"github.com/billing/ledger/internal/health"
 	"github.com/billing/ledger/internal/metrics"
 	"github.com/billing/ledger/internal/pipeline"
@@ -151,6 +155,9 @@ func TestHelpNeverActs(t *testing.T) {
 		{[]string{"deadletters", "show", "abc"}, 2, "bad dead letter id"},
 		{[]string{"deadletters", "reinject", "1", "--force=maybe"}, 2, "invalid boolean"},
 		{[]string{"deadletters", "reinject", "1", "--by", ""}, 2, "--by must be"},
+		{[]string{"deadletters", "reinject"}, 2, "want at least 1 argument"},
+		{[]string{"deadletters", "reinject", "1", "x"}, 2, "bad dead letter id"},
+		{[]string{"deadletters", "reinject", "1", "2", "--payload-file", "f"}, 2, "--payload-file takes one dead letter ID"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -215,12 +222,18 @@ func TestConfigErrorsExit2(t *testing.T) {
 	t.Setenv("KAFKA_SASL_PASSWORD", secret)
 	t.Setenv("LOG_FORMAT", "xml")
 	t.Setenv("MYSQL_TLS", "sometimes")
+	// The four of issue 22: a value that does not parse hid the others.
+	t.Setenv("CHECKPOINT_INTERVAL", "fast")
+	t.Setenv("DEDUP_TTL", "-1h")
+	t.Setenv("LOG_LEVEL", "loud")
+	t.Setenv("BILLING_WINDOW", "week")
 	var out, errOut bytes.Buffer
 	if code := run(nil, &out, &errOut); code != 2 {
 		t.Fatalf("exit %d, want 2; stderr %s", code, errOut.String())
 	}
 	msg := errOut.String()
-	for _, want := range []string{"KAFKA_BROKERS", "LOG_FORMAT", "MYSQL_TLS", "PLAIN sends the password in clear"} {
+	for _, want := range []string{"KAFKA_BROKERS", "LOG_FORMAT", "MYSQL_TLS", "PLAIN sends the password in clear",
+		`CHECKPOINT_INTERVAL="fast": not a duration`, "DEDUP_TTL must be positive", `LOG_LEVEL must be debug, info, warn or error, got "loud"`, `window "week"`} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("message lacks %q:\n%s", want, msg)
 		}
@@ -273,7 +286,11 @@ func TestStartupLogHasNoSecret(t *testing.T) {
 			t.Fatalf("exit %d, want 1 (MySQL unreachable); output:\n%s", code, errOut.String())
 		}
 		log := errOut.String() + out.String()
-		for _, want := range []string{`"msg":"configured"`, `billing:xxxxx@tcp(` + mysqlAddr + `)/billing`, `"sasl_user":"svc-user"`, `"level":"ERROR"`} {
+		for _, want := range []string{`"msg":"configured"`, `billing:xxxxx@tcp(` + mysqlAddr + `)/billing`, `"sasl_user":"svc-user"`, `"level":"ERROR"`,
+			// Every setting that changes results, to confirm them (issue 22).
+			`"settings":{"KAFKA_TOPIC":"billing-events","KAFKA_GROUP":"billing-ledger"`, `"MYSQL_SHARD_DSNS":"1 server(s)"`, `"DEDUP_TTL":"24h0m0s"`,
+			`"BILLING_WINDOW":"1h","BILLING_TIMEZONE":"UTC","WINDOW_CLOSE_AFTER":""`, `"LEDGER_ENTRIES":"false"`, `"MAX_PAYLOAD_BYTES":"65536"`,
+			`"window":"1h0m0s"`, `"closing":"windows never close`} {
 			if !strings.Contains(log, want) {
 				t.Errorf("log lacks %s:\n%s", want, log)
 			}
@@ -527,5 +544,111 @@ func TestBusyHTTPAddrFailsStart(t *testing.T) {
 	var out, errOut bytes.Buffer
 	if code := run(nil, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "HTTP_ADDR") || !strings.Contains(errOut.String(), "address already in use") {
 		t.Fatalf("exit %d, want 1 naming HTTP_ADDR:\n%s", code, errOut.String())
+	}
+}
+
+// TestJSONLogDurations: durations in JSON logs are text with their unit
+// ("1.5s"), not nanoseconds (issue 22: migration durations read as
+// 48213967).
+func TestJSONLogDurations(t *testing.T) {
+	var b bytes.Buffer
+	log := newLogger(config.Config{LogFormat: "json", LogLevel: "info"}, &b)
+	log.Info("migration applied", "duration", 48213967*time.Nanosecond, "next_attempt_in", 5*time.Second, "count", 3)
+	for _, want := range []string{`"duration":"48.213967ms"`, `"next_attempt_in":"5s"`, `"count":3`} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("log lacks %s: %s", want, b.String())
+		}
+	}
+}
+
+// TestStoppedSummary: the "stopped" line sums up the run.
+func TestStoppedSummary(t *testing.T) {
+	st := &pipeline.Stats{}
+	st.Counted.Store(1000)
+	st.Consumed.Store(1100)
+	st.DeadLetters.Store(40)
+	st.Duplicates.Store(60)
+	var b bytes.Buffer
+	newLogger(config.Config{LogFormat: "json", LogLevel: "info"}, &b).Info("stopped", summary(st, 4*time.Second)...)
+	for _, want := range []string{`"counted":1000`, `"consumed":1100`, `"duplicates":60`, `"dead_letters":40`, `"aborted_checkpoints":0`, `"ran_for":"4s"`, `"average_events_per_second":250`} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("summary lacks %s: %s", want, b.String())
+		}
+	}
+}
+
+// TestToolExitCodes: compare and status document their exit codes; compare
+// needs no Kafka setting, and a ledger it cannot read exits 3 ("could not
+// compare"), not 1 like a mismatch (issue 22).
+func TestToolExitCodes(t *testing.T) {
+	clearEnv(t)
+	for cmd, want := range map[string][]string{
+		"compare": {"Exit status:", "0  EXACT", "1  MISMATCH", "2  usage or configuration error", "3  could not compare", "no Kafka setting is needed"},
+		"status":  {"Exit status:", "0  the whole report was read", "1  the topic does not exist", "3  part of the report could not be read", "unknown"},
+	} {
+		var out, errOut bytes.Buffer
+		if code := run([]string{cmd, "--help"}, &out, &errOut); code != 0 {
+			t.Fatalf("%s --help: exit %d", cmd, code)
+		}
+		for _, w := range want {
+			if !strings.Contains(out.String(), w) {
+				t.Errorf("%s --help lacks %q:\n%s", cmd, w, out.String())
+			}
+		}
+	}
+	t.Setenv("MYSQL_DSN", "u:p@tcp("+closedAddr(t)+")/billing?timeout=1s")
+	var out, errOut bytes.Buffer
+	code := run([]string{"compare", "--other-dsn", "u:p@tcp(" + closedAddr(t) + ")/other?timeout=1s"}, &out, &errOut)
+	if code != exitUnreadable || !strings.Contains(errOut.String(), "could not compare") || strings.Contains(out.String(), "EXACT") {
+		t.Fatalf("compare of an unreachable ledger without KAFKA_BROKERS: exit %d, want 3\nstdout: %s\nstderr: %s", code, out.String(), errOut.String())
+	}
+	t.Setenv("MYSQL_BRANCHES", "none")
+	out.Reset()
+	errOut.Reset()
+	if code := run([]string{"compare", "--other-dsn", "x"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "MYSQL_BRANCHES") {
+		t.Fatalf("compare with a bad MySQL setting: exit %d, want 2\n%s", code, errOut.String())
+	}
+}
+
+// TestSchemaMissing: only a refused CREATE means "no schema yet"; a
+// refused database or login is access denied.
+func TestSchemaMissing(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{&mysql.MySQLError{Number: 1142, Message: "CREATE command denied to user 'u'@'h' for table `d`.`goose_db_version`"}, true},
+		{fmt.Errorf("init: %w", &mysql.MySQLError{Number: 1142, Message: "CREATE command denied to user"}), true},
+		{&mysql.MySQLError{Number: 1142, Message: "SELECT command denied to user 'u'@'h' for table `d`.`goose_db_version`"}, false},
+		{&mysql.MySQLError{Number: 1044, Message: "Access denied for user 'u'@'%' to database 'd'"}, false},
+		{&mysql.MySQLError{Number: 1045, Message: "Access denied for user 'u'@'h' (using password: YES)"}, false},
+		{errors.New("connection refused"), false},
+	} {
+		if got := schemaMissing(tc.err); got != tc.want {
+			t.Errorf("schemaMissing(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+}
+
+// TestProgressOnlyOnATerminal: the progress display writes nothing unless
+// shown (a terminal), so a script reading the output gets only the output.
+func TestProgressOnlyOnATerminal(t *testing.T) {
+	var b bytes.Buffer
+	p := newTermProgress(&b, false, "reading", "rows", -1)
+	p.set(10)
+	p.describe("x")
+	p.done()
+	if p != nil || b.Len() != 0 {
+		t.Fatalf("progress written while not on a terminal: %q", b.String())
+	}
+	p = newTermProgress(&b, true, "reading this ledger", "rows", -1)
+	p.set(4096)
+	p.done()
+	if !strings.Contains(b.String(), "reading this ledger") || !strings.Contains(b.String(), "4096") {
+		t.Errorf("progress on a terminal: %q", b.String())
+	}
+	var f bytes.Buffer
+	if isTerminal(&f) {
+		t.Error("a buffer is not a terminal")
 	}
 }

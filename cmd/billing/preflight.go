@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 
 	"github.com/billing/ledger/internal/txsink/mysqldriver"
@@ -48,8 +49,8 @@ func preflight(ctx context.Context, servers *mysqldriver.Driver) error {
 		for _, c := range grantChecks {
 			if _, err := db.ExecContext(ctx, c.sql); err != nil {
 				if denied(err) {
-					return fmt.Errorf("server %d: the MySQL account lacks %s on %s: %w (the service needs SELECT, INSERT, UPDATE and DELETE on its database, see docs/operations.md)",
-						i, c.privilege, c.table, err)
+					return fmt.Errorf("server %d: access denied: the MySQL account %s lacks %s on %s: %w (the service needs SELECT, INSERT, UPDATE and DELETE on its database, see docs/operations.md)",
+						i, accountOf(ctx, db.DB), c.privilege, c.table, err)
 				}
 				return fmt.Errorf("server %d: checking %s on %s: %w", i, c.privilege, c.table, err)
 			}
@@ -65,3 +66,13 @@ func preflight(ctx context.Context, servers *mysqldriver.Driver) error {
 
 // denied reports a missing privilege on a database, table or column.
 func denied(err error) bool { return mysqldriver.Denied(err) }
+
+// accountOf names the account a server sees and the database in use, for
+// a refusal's message: 'billing'@'%' on database "billing".
+func accountOf(ctx context.Context, db *sql.DB) string {
+	var user, database sql.NullString
+	if err := db.QueryRowContext(ctx, "SELECT CURRENT_USER(), DATABASE()").Scan(&user, &database); err != nil {
+		return "(unknown: " + err.Error() + ")"
+	}
+	return fmt.Sprintf("%s on database %q", user.String, database.String)
+}

@@ -5,16 +5,20 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/pressly/goose/v3"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/billing/ledger/internal/buildinfo"
@@ -43,24 +47,34 @@ func resolveConns(cfg config.Config, log *slog.Logger) (*conns, error) {
 	if c.kopts, err = c.kafka.Opts(); err != nil {
 		return nil, err
 	}
-	if c.dsns, err = cfg.MySQLConn().Apply(cfg.DSNs()); err != nil {
+	if c.dsns, err = resolveMySQL(cfg, log); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// resolveMySQL returns the ledger's DSNs with MYSQL_PASSWORD_FILE and
+// MYSQL_TLS applied, for the commands that use MySQL only.
+func resolveMySQL(cfg config.Config, log *slog.Logger) ([]string, error) {
+	dsns, err := cfg.MySQLConn().Apply(cfg.DSNs())
+	if err != nil {
 		return nil, err
 	}
 	if cfg.MySQLTLS == mysqlconn.TLSSkipVerify || cfg.MySQLTLS == mysqlconn.TLSPreferred {
 		log.Warn("MySQL TLS does not verify the server's certificate", "mysql_tls", cfg.MySQLTLS)
 	}
-	return c, nil
+	return dsns, nil
 }
 
 // migrate applies the schema to every server, under goose's lock. It needs
 // an account allowed to run DDL (see docs/operations.md).
 func migrate(ctx context.Context, cfg config.Config, log *slog.Logger) error {
-	c, err := resolveConns(cfg, log)
+	dsns, err := resolveMySQL(cfg, log)
 	if err != nil {
 		return err
 	}
-	log.Info("migrating", "mysql", mysqlconn.RedactAll(c.dsns))
-	for i, dsn := range c.dsns {
+	log.Info("migrating", "mysql", mysqlconn.RedactAll(dsns))
+	for i, dsn := range dsns {
 		if err := migrateServer(ctx, cfg, dsn, log.With("server", i), true); err != nil {
 			return fmt.Errorf("server %d: %w", i, err)
 		}
@@ -81,10 +95,10 @@ func migrateServer(ctx context.Context, cfg config.Config, dsn string, log *slog
 	if !always {
 		pending, err := hasPending(ctx, db.DB)
 		if err != nil {
-			if denied(err) {
+			if schemaMissing(err) {
 				return fmt.Errorf("checking the schema version: %w (the schema is missing and this account may not create it: run `billing migrate` with an account allowed to CREATE and ALTER, see docs/operations.md)", err)
 			}
-			return fmt.Errorf("checking the schema version: %w", err)
+			return fmt.Errorf("checking the schema version: %w", mysqlconn.AccessDenied(dsn, err))
 		}
 		if !pending {
 			log.Debug("schema up to date")
@@ -92,12 +106,22 @@ func migrateServer(ctx context.Context, cfg config.Config, dsn string, log *slog
 		}
 	}
 	if err := migrations.Up(ctx, db.DB, log); err != nil {
-		if denied(err) {
+		if denied(err) && mysqlconn.DeniedNumber(err) != mysqlconn.ErDBAccessDenied {
 			return fmt.Errorf("%w (applying migrations needs CREATE, ALTER, INDEX, DROP and REFERENCES on the database: run `billing migrate` with such an account first, see docs/operations.md)", err)
 		}
-		return err
+		return mysqlconn.AccessDenied(dsn, err)
 	}
 	return nil
+}
+
+// schemaMissing reports the one refusal that means "no schema yet": goose
+// found no version table and the account may not create it. Any other
+// refusal (the database itself, a wrong password, a table's privilege) is
+// access denied, whatever the schema holds.
+func schemaMissing(err error) bool {
+	var me *mysql.MySQLError
+	return mysqlconn.DeniedNumber(err) == mysqlconn.ErTableAccessDenied && errors.As(err, &me) &&
+		strings.HasPrefix(me.Message, "CREATE command denied")
 }
 
 // hasPending reports whether migrations remain to be applied; it takes no
@@ -123,6 +147,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return err
 	}
 	log.Info("configured", "kafka", c.kafka, "mysql", mysqlconn.RedactAll(c.dsns), "topic", cfg.KafkaTopic, "group", cfg.KafkaGroup,
+		"settings", resultSettings(cfg), "window", cfg.Period().String(), "closing", closingText(cfg),
 		"version", buildinfo.Get().Version, "commit", buildinfo.Get().Commit)
 
 	// Health and metrics are served from the first second, before
@@ -172,6 +197,10 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	defer sink.Close()
 	mon.SetPhase("checking grants")
 	if err := preflight(ctx, dbs); err != nil {
+		return err
+	}
+	mon.SetPhase("checking the topic")
+	if err := checkTopic(ctx, c.kopts, c.kafka.Brokers, cfg.KafkaTopic); err != nil {
 		return err
 	}
 	log.Info("starting", "instance", sink.Instance(), "topic", cfg.KafkaTopic, "group", cfg.KafkaGroup,
@@ -230,11 +259,30 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		bg.Wait()
 	}()
 
+	began := time.Now()
 	err = p.Run(ctx)
 	stopBackground()
-	st := p.Stats()
-	log.Info("stopped", "counted", st.Counted.Load(), "checkpoints", st.Checkpoints.Load(), "consumed", st.Consumed.Load())
+	log.Info("stopped", summary(p.Stats(), time.Since(began))...)
 	return err
+}
+
+// resultSettings are the settings that change what the ledger holds
+// (config.ResultSettings), by variable name, for the "configured" line.
+func resultSettings(cfg config.Config) slog.Value {
+	var attrs []slog.Attr
+	for _, name := range config.ResultSettings() {
+		v, _ := cfg.Setting(name)
+		attrs = append(attrs, slog.String(name, v))
+	}
+	return slog.GroupValue(attrs...)
+}
+
+// closingText says in words whether and when windows close.
+func closingText(cfg config.Config) string {
+	if cfg.WindowCloseAfter == 0 {
+		return "windows never close (WINDOW_CLOSE_AFTER empty)"
+	}
+	return fmt.Sprintf("a window closes once the watermark is %s past its end", time.Duration(cfg.WindowCloseAfter))
 }
 
 // pingAll checks that every server answers.
@@ -289,4 +337,59 @@ func membership(cl *kgo.Client, adm *kadm.Client, group, topic string) func(cont
 		}
 		return false, 0, nil
 	}
+}
+
+// TopicError stops the service at start when its topic cannot be consumed:
+// the brokers do not know it (a topic not created yet, or a mistyped
+// KAFKA_TOPIC), or the principal may not describe it. Without the check
+// the consumer waits for the topic's metadata forever, logging nothing,
+// and /readyz says only that the group does not exist.
+type TopicError struct {
+	Topic   string
+	Brokers []string
+	Err     error
+}
+
+func (e *TopicError) Error() string {
+	if errors.Is(e.Err, kerr.UnknownTopicOrPartition) {
+		return fmt.Sprintf("KAFKA_TOPIC %q does not exist on the brokers %s: create it first (docs/production.md), or correct KAFKA_TOPIC", e.Topic, strings.Join(e.Brokers, ","))
+	}
+	if errors.Is(e.Err, kerr.TopicAuthorizationFailed) {
+		return fmt.Sprintf("the Kafka principal may not describe KAFKA_TOPIC %q (it needs Describe and Read on the topic, see docs/operations.md): %v", e.Topic, e.Err)
+	}
+	return fmt.Sprintf("cannot read the metadata of KAFKA_TOPIC %q from the brokers %s: %v", e.Topic, strings.Join(e.Brokers, ","), e.Err)
+}
+
+func (e *TopicError) Unwrap() error { return e.Err }
+
+// checkTopic asks the brokers for the topic's metadata, bounded by a
+// minute (a broker that does not answer is an error too).
+func checkTopic(ctx context.Context, kopts []kgo.Opt, brokers []string, topic string) error {
+	cl, err := kgo.NewClient(append(slices.Clip(kopts), kgo.WithLogger(kgo.BasicLogger(io.Discard, kgo.LogLevelNone, nil)))...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	tds, err := kadm.NewClient(cl).ListTopics(ctx, topic)
+	if err == nil {
+		err = tds.Error()
+	}
+	if err == nil && !tds.Has(topic) {
+		err = kerr.UnknownTopicOrPartition
+	}
+	if err != nil {
+		return &TopicError{Topic: topic, Brokers: brokers, Err: err}
+	}
+	return nil
+}
+
+// summary is the "stopped" line: the totals of this run and its rate.
+func summary(st *pipeline.Stats, ran time.Duration) []any {
+	counted := st.Counted.Load()
+	return []any{"counted", counted, "checkpoints", st.Checkpoints.Load(), "consumed", st.Consumed.Load(),
+		"duplicates", st.Duplicates.Load(), "dead_letters", st.DeadLetters.Load(), "aborted_checkpoints", st.Aborts.Load(),
+		"in_doubt_resolved", st.RecoveredCommit.Load() + st.RecoveredAbort.Load(),
+		"ran_for", ran.Round(time.Millisecond), "average_events_per_second", int64(float64(counted)/max(ran.Seconds(), 1e-3) + 0.5)}
 }

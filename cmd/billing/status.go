@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -17,24 +18,38 @@ import (
 
 	"github.com/billing/ledger/internal/config"
 	"github.com/billing/ledger/internal/ledgerstatus"
-	"github.com/billing/ledger/internal/txsink"
+	"github.com/billing/ledger/internal/mysqlconn"
 )
 
 // statusCmd runs `billing status [--json] [--timeout D]`: where the ledger
 // stands. It needs only the Kafka and MySQL settings, runs only SELECT and
 // XA RECOVER, and joins no group (it lists offsets and describes the group
-// with admin requests). Exit status 1 when part of the report could not be
-// read (the rest is printed).
+// with admin requests). A part that could not be read is shown as unknown
+// with its error (exit 3); the rest is printed.
 func statusCmd(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("billing status", "[--json] [--timeout D]",
 		`Prints where the ledger of KAFKA_TOPIC and KAFKA_GROUP stands, changing nothing:
 per partition the log start (the oldest record retention kept), the stored
 position (partition_offsets.next_offset; "start" = from the start of the log,
 "-" = never claimed), the log end (last stable offset), the lag, the owner
-(instance id) and its epoch, and the group member it is assigned to; the last committed checkpoint and its age; the commit log's visible position; the XA branches in doubt; and the
-dead letters not re-injected, by reason. Needs only the Kafka and MySQL settings.
+(instance id) and its epoch, and the group member it is assigned to; the last
+committed checkpoint and its age; the commit log's visible position; the XA
+branches in doubt; and the dead letters not re-injected, by reason. Needs only the Kafka and MySQL settings.
+
+A part that could not be read (MySQL refused the account, a broker did not
+answer) is shown as "unknown" with its error, never guessed. A topic the
+brokers do not know, or a group without positions in a ledger that holds
+other groups' positions (a wrong KAFKA_GROUP), is said plainly, with the
+groups the ledger holds.
+
+Exit status:
+  0  the whole report was read
+  1  the topic does not exist on the brokers, or KAFKA_GROUP has no
+     positions of KAFKA_TOPIC in a ledger that holds other groups' positions
+  2  usage or configuration error
+  3  part of the report could not be read (it is shown as unknown)
 `)
-	asJSON := fs.Bool("json", false, "print the report as JSON")
+	asJSON := fs.Bool("json", false, "print the report as JSON (a document is printed whatever could be read)")
 	timeout := fs.Duration("timeout", 30*time.Second, "bound on collecting the report")
 	if _, code, done := fs.parse(args, 0, stdout, stderr); done {
 		return code
@@ -42,13 +57,13 @@ dead letters not re-injected, by reason. Needs only the Kafka and MySQL settings
 	if *timeout <= 0 {
 		return fs.fail(stderr, fmt.Errorf("--timeout must be positive"))
 	}
-	return withConfig(stderr, func(ctx context.Context, cfg config.Config, log *slog.Logger) int {
+	return withConfig(stderr, statusScope(), func(ctx context.Context, cfg config.Config, log *slog.Logger) int {
 		ctx, cancel := context.WithTimeout(ctx, *timeout)
 		defer cancel()
 		r, err := collectStatus(ctx, cfg, log)
 		if err != nil {
 			fmt.Fprintln(stderr, "billing status:", err)
-			return 1
+			return exitUnreadable
 		}
 		if *asJSON {
 			enc := json.NewEncoder(stdout)
@@ -61,21 +76,50 @@ dead letters not re-injected, by reason. Needs only the Kafka and MySQL settings
 			fmt.Fprintln(stderr, "billing status:", err)
 			return 1
 		}
-		if len(r.Problems) > 0 {
-			fmt.Fprintf(stderr, "billing status: %d part(s) of the report could not be read:\n  %s\n", len(r.Problems), strings.Join(r.Problems, "\n  "))
-			return 1
-		}
-		return 0
+		return statusExit(r, stderr)
 	})
 }
 
+// Exit statuses of billing status beyond exitEqual (0, complete) and
+// exitUnreadable (3, part unknown).
+const exitStatusAbsent = 1 // the topic, or the group's positions, do not exist
+
+// statusExit is the report's exit status; it repeats on stderr what made
+// it other than 0.
+func statusExit(r *ledgerstatus.Report, stderr io.Writer) int {
+	if !r.Complete() {
+		fmt.Fprintf(stderr, "billing status: %d part(s) of the report could not be read (shown as unknown):\n  %s\n", len(r.Problems), strings.Join(r.Problems, "\n  "))
+	}
+	absent := r.Absent()
+	if absent != "" {
+		fmt.Fprintf(stderr, "billing status: %s\n", absent)
+	}
+	switch {
+	case !r.Complete():
+		return exitUnreadable
+	case absent != "":
+		return exitStatusAbsent
+	}
+	return exitEqual
+}
+
+// statusScope: status reads the ledger's servers and the brokers, for
+// KAFKA_TOPIC and KAFKA_GROUP.
+func statusScope() config.Scope {
+	return slices.Concat(config.MySQLSettings(), config.KafkaSettings(), config.LogSettings(), config.Scope{"KAFKA_TOPIC", "KAFKA_GROUP"})
+}
+
 func collectStatus(ctx context.Context, cfg config.Config, log *slog.Logger) (*ledgerstatus.Report, error) {
-	dbs, c, err := openServers(cfg, log)
+	kopts, err := cfg.KafkaConn().Opts()
+	if err != nil {
+		return nil, err
+	}
+	dbs, dsns, err := openServers(cfg, log)
 	if err != nil {
 		return nil, err
 	}
 	defer closeAll(dbs)
-	cl, err := kgo.NewClient(append(c.kopts, kgo.WithLogger(kgo.BasicLogger(io.Discard, kgo.LogLevelNone, nil)))...)
+	cl, err := kgo.NewClient(append(kopts, kgo.WithLogger(kgo.BasicLogger(io.Discard, kgo.LogLevelNone, nil)))...)
 	if err != nil {
 		return nil, err
 	}
@@ -84,43 +128,94 @@ func collectStatus(ctx context.Context, cfg config.Config, log *slog.Logger) (*l
 	for i, db := range dbs {
 		servers[i] = db.DB
 	}
-	return ledgerstatus.Collect(ctx, ledgerstatus.Sources{Servers: servers, Kafka: kadm.NewClient(cl), Topic: cfg.KafkaTopic, Group: cfg.KafkaGroup})
+	return ledgerstatus.Collect(ctx, ledgerstatus.Sources{Servers: servers, Kafka: kadm.NewClient(cl), Topic: cfg.KafkaTopic, Group: cfg.KafkaGroup,
+		ServerError: func(i int, err error) error { return mysqlconn.AccessDenied(dsns[i], err) }}), nil
 }
 
+// unknown is how the text report shows a value that could not be read.
+const unknown = "unknown"
+
 // printStatus renders the report for a terminal. Identifiers that come
-// from outside (instance ids, hosts, xids) go through safeText.
+// from outside (instance ids, hosts, xids) go through safeText. A part
+// that could not be read says "unknown" and why, never a value.
 func printStatus(w io.Writer, r *ledgerstatus.Report) error {
 	ago := func(secs float64) string {
 		return (time.Duration(secs * float64(time.Second))).Round(time.Millisecond).String()
 	}
+	num := func(v *int64) string {
+		if v == nil {
+			return unknown
+		}
+		return strconv.FormatInt(*v, 10)
+	}
+	state := orDash(r.GroupState)
+	if r.GroupError != "" {
+		state = unknown
+	}
 	fmt.Fprintf(w, "topic %s, group %s (%s, %d members), at %s\n\n", safeText(r.Topic, 256), safeText(r.Group, 256),
-		orDash(r.GroupState), len(r.Members), r.At.Format(time.RFC3339))
+		state, len(r.Members), r.At.Format(time.RFC3339))
+	if a := r.Absent(); a != "" {
+		fmt.Fprintf(w, "NOT FOUND: %s\n\n", safeText(a, 4096))
+	}
+	if r.GroupError != "" {
+		fmt.Fprintf(w, "group: unknown (%s)\n\n", safeText(r.GroupError, 1024))
+	}
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "PARTITION\tLOG_START\tSTORED\tLOG_END\tLAG\tOWNER\tEPOCH\tUPDATED\tMEMBER")
 	for _, p := range r.Partitions {
 		stored, owner, epoch, updated := "-", "-", "-", "-"
+		switch p.Stored {
+		case ledgerstatus.StoredUnknown:
+			stored, owner, epoch, updated = unknown, unknown, unknown, unknown
+		case ledgerstatus.StoredStart:
+			stored = "start"
+		case ledgerstatus.StoredAt:
+			stored = num(p.StoredOffset)
+		}
 		if p.Claimed {
-			stored = strconv.FormatInt(p.StoredOffset, 10)
-			if p.StoredOffset == txsink.StartOffset {
-				stored = "start"
-			}
 			owner, epoch = safeText(p.Owner, 64), strconv.FormatInt(p.Epoch, 10)
 			updated = ago(r.At.Sub(*p.UpdatedAt).Seconds()) + " ago"
 		}
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", p.Partition, p.LogStart, stored, p.LogEnd, p.Lag, owner, epoch, updated, orDash(safeText(p.Member, 128)))
+		logStart, logEnd := num(p.LogStart), num(p.LogEnd)
+		if r.LogError == "" && !p.InLog {
+			logStart, logEnd = "not in the topic", "-"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Partition, logStart, stored, logEnd, num(p.Lag), owner, epoch, updated, orDash(safeText(p.Member, 128)))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "total lag: %d records\n\n", r.TotalLag)
-
-	if c := r.LastCheckpoint; c != nil {
-		fmt.Fprintf(w, "last committed checkpoint: %s by %s at %s (%s ago)\n\n", safeText(c.Gtrid, 64), safeText(c.DecidedBy, 64),
-			c.DecidedAt.Format(time.RFC3339Nano), ago(c.AgeSeconds))
+	if r.TotalLag != nil {
+		fmt.Fprintf(w, "total lag: %d records\n\n", *r.TotalLag)
 	} else {
+		var why []string
+		for _, e := range []string{r.LogError, r.PositionsError} {
+			if e != "" {
+				why = append(why, safeText(e, 1024))
+			}
+		}
+		fmt.Fprintf(w, "total lag: unknown (%s)\n\n", strings.Join(why, "; "))
+	}
+	if r.PositionsError == "" && len(r.StoredGroups) == 0 {
+		fmt.Fprint(w, "no positions stored in this ledger yet: no instance has claimed a partition\n\n")
+	}
+
+	switch c := r.LastCheckpoint; {
+	case r.LastCheckpointError != "":
+		fmt.Fprintf(w, "last committed checkpoint: unknown (%s)\n\n", safeText(r.LastCheckpointError, 1024))
+	case c != nil:
+		whose := ""
+		if r.PositionsError == "" && !r.GroupStored {
+			whose = fmt.Sprintf(" (of this ledger; group %s has no positions in it)", safeText(r.Group, 256))
+		}
+		fmt.Fprintf(w, "last committed checkpoint: %s by %s at %s (%s ago)%s\n\n", safeText(c.Gtrid, 64), safeText(c.DecidedBy, 64),
+			c.DecidedAt.Format(time.RFC3339Nano), ago(c.AgeSeconds), whose)
+	default:
 		fmt.Fprint(w, "last committed checkpoint: none recorded\n\n")
 	}
-	if c := r.CommitLog; c != nil {
+	if r.CommitLogError != "" {
+		fmt.Fprintf(w, "commit log: unknown (%s)\n\n", safeText(r.CommitLogError, 1024))
+	} else if c := r.CommitLog; c != nil {
 		sealed := "none"
 		if c.SealedBefore != nil {
 			sealed = c.SealedBefore.Format(time.RFC3339)
@@ -129,14 +224,13 @@ func printStatus(w io.Writer, r *ledgerstatus.Report) error {
 			c.VisibleSeq, c.DecidedSeq, c.Unapplied, c.RetainedFrom, sealed)
 	}
 
-	others := ""
-	if r.OtherLedgersInDoubt > 0 {
-		others = fmt.Sprintf(" (and %d of other ledgers sharing these servers, theirs to resolve)", r.OtherLedgersInDoubt)
-	}
-	if len(r.InDoubt) == 0 {
-		fmt.Fprintf(w, "branches in doubt: none%s\n\n", others)
-	} else {
-		fmt.Fprintf(w, "branches in doubt: %d%s\n", len(r.InDoubt), others)
+	switch {
+	case r.InDoubtError != "":
+		fmt.Fprintf(w, "branches in doubt: unknown (%s)\n\n", safeText(r.InDoubtError, 1024))
+	case len(r.InDoubt) == 0:
+		fmt.Fprintf(w, "branches in doubt: none%s\n\n", otherLedgers(r))
+	default:
+		fmt.Fprintf(w, "branches in doubt: %d%s\n", len(r.InDoubt), otherLedgers(r))
 		tw = tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 		fmt.Fprintln(tw, "SERVER\tGTRID\tBQUAL\tAGE\tDECISION")
 		for _, b := range r.InDoubt {
@@ -148,7 +242,11 @@ func printStatus(w io.Writer, r *ledgerstatus.Report) error {
 		fmt.Fprintln(w)
 	}
 
-	if len(r.DeadLetters) == 0 {
+	switch {
+	case r.DeadLettersError != "":
+		fmt.Fprintf(w, "dead letters not re-injected: unknown (%s)\n", safeText(r.DeadLettersError, 1024))
+		return nil
+	case len(r.DeadLetters) == 0:
 		fmt.Fprintln(w, "dead letters not re-injected: none")
 		return nil
 	}
@@ -163,6 +261,14 @@ func printStatus(w io.Writer, r *ledgerstatus.Report) error {
 		fmt.Fprintf(tw, "%s\t%d\t%s\n", safeText(d.Reason, 64), d.Count, d.Oldest.UTC().Format(time.RFC3339))
 	}
 	return tw.Flush()
+}
+
+// otherLedgers says how many branches in doubt belong to other ledgers.
+func otherLedgers(r *ledgerstatus.Report) string {
+	if r.OtherLedgersInDoubt == nil || *r.OtherLedgersInDoubt == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (and %d of other ledgers sharing these servers, theirs to resolve)", *r.OtherLedgersInDoubt)
 }
 
 func orDash(s string) string {

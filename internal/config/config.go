@@ -84,6 +84,7 @@ type Config struct {
 	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"30s" desc:"bound on a graceful shutdown (SIGTERM); a second signal exits at once"`
 	LogFormat       string        `envconfig:"LOG_FORMAT" default:"auto" desc:"json, text, or auto (text on a terminal, json otherwise)"`
 	LogLevel        string        `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
+	LogProgress     time.Duration `envconfig:"LOG_PROGRESS_INTERVAL" default:"30s" desc:"a progress line (records counted, positions against the log end, rate, time to catch up) is logged at info this often while there is work; 0s disables"`
 
 	Failpoints string `envconfig:"BILLING_FAILPOINTS" desc:"testing only: failpoints to arm, name=action[,name=action] (see internal/failpoint)"`
 }
@@ -101,23 +102,64 @@ func (e *Error) Error() string {
 // Load reads every variable and validates the result. Unlike a plain
 // envconfig.Process, which stops at the first bad variable, it parses each
 // field on its own (still through envconfig, so tags, defaults and required
-// behave as documented) and reports all problems together as an *Error.
-func Load() (Config, error) {
+// behave as documented) and reports all problems together as an *Error:
+// every value that does not parse, every required variable missing, and
+// every check of the values that did parse.
+func Load() (Config, error) { return LoadScope(nil) }
+
+// Scope names the settings a command reads: variable names, and prefixes
+// ending in "_" ("MYSQL_" is every MySQL setting). nil is every setting
+// (the service).
+type Scope []string
+
+// Has reports whether the setting name is in the scope.
+func (s Scope) Has(name string) bool {
+	if s == nil {
+		return true
+	}
+	for _, n := range s {
+		if n == name || strings.HasSuffix(n, "_") && strings.HasPrefix(name, n) {
+			return true
+		}
+	}
+	return false
+}
+
+// LoadScope is Load for a command that reads only the settings of scope:
+// a setting outside it is neither required nor checked (it keeps its
+// default, or its zero value when it does not parse), so that a command
+// never fails on a setting it does not use (billing compare needs no
+// KAFKA_BROKERS).
+func LoadScope(scope Scope) (Config, error) {
 	var c Config
 	var problems []string
+	// failed are the settings that could not be read: checks that involve
+	// them are skipped, since their value is not the operator's.
+	failed := map[string]bool{}
 	v := reflect.ValueOf(&c).Elem()
 	t := v.Type()
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
-		one := reflect.New(reflect.StructOf([]reflect.StructField{{Name: f.Name, Type: f.Type, Tag: f.Tag}}))
+		name := f.Tag.Get("envconfig")
+		tag := f.Tag
+		if !scope.Has(name) {
+			tag = reflect.StructTag(strings.Replace(string(tag), `required:"true"`, "", 1))
+		}
+		one := reflect.New(reflect.StructOf([]reflect.StructField{{Name: f.Name, Type: f.Type, Tag: tag}}))
 		if err := envconfig.Process("", one.Interface()); err != nil {
-			problems = append(problems, describe(f, err))
+			failed[name] = true
+			if scope.Has(name) {
+				problems = append(problems, describe(f, err))
+			}
 			continue
 		}
 		v.Field(i).Set(one.Elem().Field(0))
 	}
-	if len(problems) == 0 {
-		problems = c.validate()
+	for _, p := range c.validate() {
+		if concerns(p, func(name string) bool { return failed[name] || !scope.Has(name) }) {
+			continue
+		}
+		problems = append(problems, p)
 	}
 	if len(problems) > 0 {
 		return c, &Error{Problems: problems}
@@ -125,11 +167,57 @@ func Load() (Config, error) {
 	return c, nil
 }
 
+// concerns reports whether the problem names a setting for which skip is
+// true. Every problem validate reports names the settings it is about
+// (TestEveryProblemNamesItsSettings), which is what lets Load skip the
+// checks of settings that failed to parse or that a command does not read.
+func concerns(problem string, skip func(name string) bool) bool {
+	for _, name := range settingNames(problem) {
+		if skip(name) {
+			return true
+		}
+	}
+	return false
+}
+
+// settingNames returns the settings a message names, as whole words.
+func settingNames(msg string) []string {
+	var out []string
+	t := reflect.TypeFor[Config]()
+	for i := 0; i < t.NumField(); i++ {
+		name := t.Field(i).Tag.Get("envconfig")
+		for rest := msg; ; {
+			j := strings.Index(rest, name)
+			if j < 0 {
+				break
+			}
+			before, after := byte(' '), byte(' ')
+			if j > 0 {
+				before = rest[j-1]
+			}
+			if j+len(name) < len(rest) {
+				after = rest[j+len(name)]
+			}
+			if !isNameByte(before) && !isNameByte(after) {
+				out = append(out, name)
+				break
+			}
+			rest = rest[j+len(name):]
+		}
+	}
+	return out
+}
+
+func isNameByte(b byte) bool { return b == '_' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' }
+
 func describe(f reflect.StructField, err error) string {
 	name := f.Tag.Get("envconfig")
 	var pe *envconfig.ParseError
 	if errors.As(err, &pe) && f.Type == reflect.TypeFor[OptionalDuration]() {
 		return fmt.Sprintf("%s=%q: not a duration (empty for none)", name, pe.Value)
+	}
+	if errors.As(err, &pe) && f.Type == reflect.TypeFor[time.Duration]() {
+		return fmt.Sprintf("%s=%q: not a duration (such as 500ms, 30s, 1h)", name, pe.Value)
 	}
 	if errors.As(err, &pe) {
 		return fmt.Sprintf("%s=%q: not a valid %s", name, pe.Value, pe.TypeName)
@@ -245,6 +333,9 @@ func (c *Config) validate() []string {
 	default:
 		bad("LOG_FORMAT must be auto, json or text, got %q", c.LogFormat)
 	}
+	if c.LogProgress < 0 {
+		bad("LOG_PROGRESS_INTERVAL must not be negative (0s disables the progress line), got %s", c.LogProgress)
+	}
 	switch strings.ToLower(c.LogLevel) {
 	case "debug", "info", "warn", "error":
 	default:
@@ -313,3 +404,56 @@ func Usage(w io.Writer) error {
 const usageFormat = `VARIABLE	DEFAULT	MEANING
 {{range .}}{{usage_key .}}	{{usage_default .}}	{{usage_description .}}{{if usage_required .}} (required){{end}}
 {{end}}`
+
+// The settings of each part a command may use, to build its Scope.
+
+// MySQLSettings are the connection settings of the ledger's servers.
+func MySQLSettings() Scope { return Scope{"MYSQL_"} }
+
+// KafkaSettings are the connection settings of the brokers (not the topic
+// or the group).
+func KafkaSettings() Scope { return Scope{"KAFKA_BROKERS", "KAFKA_TLS_", "KAFKA_SASL_"} }
+
+// LogSettings are the logger's.
+func LogSettings() Scope { return Scope{"LOG_"} }
+
+// ResultSettings are the settings that change what the ledger holds (which
+// events count, where, and what is kept): the service logs them at start
+// (the "configured" line), so that an operator can confirm them. A new
+// setting of that kind belongs here (TestResultSettingsExist).
+func ResultSettings() []string {
+	return []string{
+		"KAFKA_TOPIC", "KAFKA_GROUP", "ALLOW_GROUP_CHANGE", "MYSQL_SHARD_DSNS",
+		"DEDUP_TTL", "BILLING_WINDOW", "BILLING_TIMEZONE", "WINDOW_CLOSE_AFTER",
+		"LEDGER_ENTRIES", "LEDGER_ENTRIES_RETENTION", "MAX_PAYLOAD_BYTES", "DEAD_LETTER_PAYLOAD_BYTES",
+	}
+}
+
+// Setting returns the value of the setting name as the configuration holds
+// it, in the text of its variable (a list comma separated, an empty
+// optional duration empty); ok is false for an unknown name. DSNs are
+// counted, never shown (they may hold a password).
+func (c Config) Setting(name string) (value string, ok bool) {
+	v := reflect.ValueOf(c)
+	t := v.Type()
+	for i := 0; i < t.NumField(); i++ {
+		if t.Field(i).Tag.Get("envconfig") != name {
+			continue
+		}
+		switch f := v.Field(i).Interface().(type) {
+		case []string:
+			if strings.Contains(name, "DSN") {
+				return fmt.Sprintf("%d server(s)", len(f)), true
+			}
+			return strings.Join(f, ","), true
+		case fmt.Stringer:
+			return f.String(), true
+		default:
+			if strings.Contains(name, "DSN") || strings.Contains(name, "PASSWORD") {
+				return "(set)", true
+			}
+			return fmt.Sprint(f), true
+		}
+	}
+	return "", false
+}

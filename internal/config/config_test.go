@@ -44,14 +44,20 @@ func TestLoadDefaults(t *testing.T) {
 	}
 }
 
-// Every problem is reported at once: a parse error, a missing required
-// variable and a semantic error in one message.
+// Every problem is reported at once: values that do not parse, a missing
+// required variable and the checks of the values that did parse, in one
+// message (issue 22: `CHECKPOINT_INTERVAL=fast DEDUP_TTL=-1h LOG_LEVEL=loud
+// BILLING_WINDOW=week` reported only the first). A check that involves a
+// value that did not parse is not made: its zero value is not the
+// operator's (no "CHECKPOINT_TIMEOUT must exceed CHECKPOINT_INTERVAL (0s)").
 func TestLoadListsEveryProblem(t *testing.T) {
 	setenv(t, map[string]string{
 		"KAFKA_BROKERS":       "127.0.0.1:9092",
-		"CHECKPOINT_INTERVAL": "soon",
+		"CHECKPOINT_INTERVAL": "fast",
 		"DEDUP_TTL":           "-1h",
-		"MYSQL_BRANCHES":      "0",
+		"LOG_LEVEL":           "loud",
+		"BILLING_WINDOW":      "week",
+		"MYSQL_BRANCHES":      "many",
 		"LOG_FORMAT":          "xml",
 	})
 	_, err := Load()
@@ -59,14 +65,84 @@ func TestLoadListsEveryProblem(t *testing.T) {
 	if !errors.As(err, &ce) {
 		t.Fatalf("want *Error, got %v", err)
 	}
-	msg := err.Error()
-	for _, want := range []string{"CHECKPOINT_INTERVAL=\"soon\"", "MYSQL_DSN is required"} {
-		if !strings.Contains(msg, want) {
-			t.Errorf("message lacks %q:\n%s", want, msg)
+	want := []string{
+		`CHECKPOINT_INTERVAL="fast": not a duration`,
+		`MYSQL_BRANCHES="many": not a valid int`,
+		"MYSQL_DSN is required",
+		"DEDUP_TTL must be positive, got -1h0m0s",
+		`LOG_LEVEL must be debug, info, warn or error, got "loud"`,
+		`BILLING_WINDOW/BILLING_TIMEZONE: window "week"`,
+		`LOG_FORMAT must be auto, json or text, got "xml"`,
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("message lacks %q:\n%s", w, err)
 		}
 	}
-	if len(ce.Problems) != 2 {
-		t.Errorf("want 2 parse problems (semantic checks run once parsing succeeds), got %d: %v", len(ce.Problems), ce.Problems)
+	if len(ce.Problems) != len(want) {
+		t.Errorf("%d problems, want %d (one per setting, none about the zero value of one that did not parse):\n%s", len(ce.Problems), len(want), err)
+	}
+}
+
+// TestEveryProblemNamesItsSettings: Load skips the checks that involve a
+// setting that did not parse or that the command does not read by finding
+// the settings named in each problem; a problem that names none would be
+// reported to every command. Every check of validate is triggered here.
+func TestEveryProblemNamesItsSettings(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "absent")
+	setenv(t, map[string]string{
+		"KAFKA_BROKERS": "nohostport", "KAFKA_TOPIC": strings.Repeat("t", 250), "KAFKA_GROUP": strings.Repeat("g", 256),
+		"KAFKA_SESSION_TIMEOUT": "0s", "KAFKA_REBALANCE_TIMEOUT": "1s", "CHECKPOINT_INTERVAL": "40s", "CHECKPOINT_TIMEOUT": "30s",
+		"DEDUP_TTL": "0s", "MYSQL_DSN": "u:p@tcp(h/d", "MYSQL_SHARD_DSNS": strings.Repeat("x,", 16) + "x", "MYSQL_LOCK_WAIT_TIMEOUT": "10ms",
+		"LIVENESS_MAX_CHECKPOINT_AGE": "1s", "DECISION_RETENTION": "1s", "BILLING_WINDOW": "1500ms", "WINDOW_CLOSE_AFTER": "-1h",
+		"LEDGER_ENTRIES_RETENTION": "-1h", "MYSQL_BRANCHES": "0", "LOG_FORMAT": "xml", "LOG_LEVEL": "loud",
+		"KAFKA_TLS_CA_FILE": file, "KAFKA_TLS_CERT_FILE": file, "KAFKA_SASL_PASSWORD": "x", "MYSQL_TLS": "sometimes",
+	})
+	_, err := Load()
+	var ce *Error
+	if !errors.As(err, &ce) || len(ce.Problems) < 20 {
+		t.Fatalf("want many problems, got %v", err)
+	}
+	for _, p := range ce.Problems {
+		if len(settingNames(p)) == 0 {
+			t.Errorf("problem names no setting: %q", p)
+		}
+	}
+	// A name inside another is not a mention: MYSQL_TLS is not named by
+	// MYSQL_TLS_CA_FILE.
+	if got := settingNames("MYSQL_TLS_CA_FILE: x"); len(got) != 1 || got[0] != "MYSQL_TLS_CA_FILE" {
+		t.Errorf("settingNames = %v", got)
+	}
+}
+
+// TestLoadScope: a command reads and checks only its settings. Without
+// KAFKA_BROKERS and with broken Kafka and service settings, the MySQL
+// settings load; a problem of one of its own settings is still reported,
+// and one that involves a setting outside the scope is not.
+func TestLoadScope(t *testing.T) {
+	scope := Scope{"MYSQL_", "LOG_", "KAFKA_TOPIC"}
+	setenv(t, map[string]string{
+		"MYSQL_DSN": "u:p@tcp(127.0.0.1:3306)/billing", "KAFKA_SASL_MECHANISM": "PLAIN",
+		"CHECKPOINT_INTERVAL": "fast", "KAFKA_REBALANCE_TIMEOUT": "1s", "KAFKA_TOPIC": "events",
+	})
+	c, err := LoadScope(scope)
+	if err != nil {
+		t.Fatalf("LoadScope: %v", err)
+	}
+	if c.MySQLDSN == "" || c.KafkaTopic != "events" || c.MySQLBranches != 2 {
+		t.Errorf("settings in scope not read, or defaults missing: %+v", c)
+	}
+	if _, err := Load(); err == nil || !strings.Contains(err.Error(), "KAFKA_BROKERS is required") || !strings.Contains(err.Error(), "CHECKPOINT_INTERVAL") {
+		t.Errorf("Load (every setting) = %v; want KAFKA_BROKERS and CHECKPOINT_INTERVAL reported", err)
+	}
+	t.Setenv("MYSQL_BRANCHES", "0")
+	t.Setenv("LOG_LEVEL", "loud")
+	_, err = LoadScope(scope)
+	if err == nil || !strings.Contains(err.Error(), "MYSQL_BRANCHES must be between") || !strings.Contains(err.Error(), "LOG_LEVEL") {
+		t.Fatalf("want the problems of MYSQL_BRANCHES and LOG_LEVEL, got %v", err)
+	}
+	if strings.Contains(err.Error(), "KAFKA_") || strings.Contains(err.Error(), "CHECKPOINT_") {
+		t.Errorf("a problem outside the scope was reported: %v", err)
 	}
 }
 
@@ -250,6 +326,82 @@ func TestReadmeListsEveryVariable(t *testing.T) {
 		name := typ.Field(i).Tag.Get("envconfig")
 		if !strings.Contains(string(readme), "`"+name+"`") {
 			t.Errorf("README.md does not document %s", name)
+		}
+	}
+}
+
+// TestResultSettingsExist: the settings the "configured" line shows are
+// settings, with their values as the variables spell them, and no DSN is
+// shown.
+func TestResultSettingsExist(t *testing.T) {
+	setenv(t, map[string]string{"KAFKA_BROKERS": "127.0.0.1:9092", "MYSQL_DSN": "u:secret@tcp(127.0.0.1:3306)/billing",
+		"MYSQL_SHARD_DSNS": "u:secret@tcp(h:1)/a,u:secret@tcp(h:2)/b", "BILLING_WINDOW": "month", "BILLING_TIMEZONE": "Europe/Berlin",
+		"WINDOW_CLOSE_AFTER": "48h", "LEDGER_ENTRIES": "true"})
+	c, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"BILLING_WINDOW": "month", "BILLING_TIMEZONE": "Europe/Berlin", "WINDOW_CLOSE_AFTER": "48h0m0s",
+		"LEDGER_ENTRIES": "true", "LEDGER_ENTRIES_RETENTION": "", "DEDUP_TTL": "24h0m0s", "MYSQL_SHARD_DSNS": "2 server(s)", "KAFKA_GROUP": "billing-ledger"}
+	for _, name := range ResultSettings() {
+		v, ok := c.Setting(name)
+		if !ok {
+			t.Errorf("%s is not a setting", name)
+		}
+		if strings.Contains(v, "secret") {
+			t.Errorf("%s shows a secret: %q", name, v)
+		}
+		if w, ok := want[name]; ok && v != w {
+			t.Errorf("%s = %q, want %q", name, v, w)
+		}
+	}
+	if _, ok := c.Setting("NO_SUCH_SETTING"); ok {
+		t.Error("an unknown setting has a value")
+	}
+}
+
+// TestDocsNameOnlyRealSettings: every setting the operator's docs name
+// exists (a setting renamed or removed cannot linger in them), and the
+// production checklist's table of settings every instance must share has
+// every setting that changes results (ResultSettings).
+func TestDocsNameOnlyRealSettings(t *testing.T) {
+	names := map[string]bool{}
+	typ := reflect.TypeOf(Config{})
+	for i := 0; i < typ.NumField(); i++ {
+		names[typ.Field(i).Tag.Get("envconfig")] = true
+	}
+	// Words of the docs shaped like settings that are not: columns of
+	// billing status.
+	notSettings := map[string]bool{"LOG_START": true, "LOG_END": true}
+	re := regexp.MustCompile(`\b(KAFKA|MYSQL|CHECKPOINT|DEDUP|BILLING|WINDOW|LEDGER|MAX|DEAD_LETTER|RECOVERY|DECISION|HTTP|READY|LIVENESS|HEALTH|METRICS|SHUTDOWN|LOG|ALLOW)_[A-Z0-9_]*[A-Z0-9]\b`)
+	found := 0
+	for _, doc := range []string{"../../README.md", "../../docs/operations.md", "../../docs/production.md", "../../docs/periods.md"} {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range re.FindAllString(string(b), -1) {
+			found++
+			if !names[name] && !notSettings[name] {
+				t.Errorf("%s names %s, which is not a setting", doc, name)
+			}
+		}
+	}
+	if found < 100 {
+		t.Fatalf("found %d mentions of settings: the pattern lost them", found)
+	}
+	b, err := os.ReadFile("../../docs/production.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, ok := strings.Cut(string(b), "## 3. Settings every instance must share")
+	table, _, _ = strings.Cut(table, "\n## ")
+	if !ok {
+		t.Fatal("docs/production.md has no section of the settings every instance must share")
+	}
+	for _, name := range ResultSettings() {
+		if !strings.Contains(table, "`"+name+"`") {
+			t.Errorf("docs/production.md does not list %s among the settings every instance must share", name)
 		}
 	}
 }

@@ -45,7 +45,8 @@ func (c Config) Pipeline(kopts []kgo.Opt, log *slog.Logger, onCheckpoint func(pi
 		ShutdownTimeout: c.ShutdownTimeout, AllowGroupChange: c.AllowGroupChange,
 		KafkaOpts: append(slices.Clip(kopts),
 			kgo.SessionTimeout(c.KafkaSessionTimeout), kgo.RebalanceTimeout(c.KafkaRebalanceTimeout)),
-		Logger:       log,
-		OnCheckpoint: onCheckpoint,
+		Logger:           log,
+		OnCheckpoint:     onCheckpoint,
+		ProgressInterval: c.LogProgress,
 	}
 }

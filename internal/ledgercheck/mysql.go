@@ -56,19 +56,37 @@ func OpenDB(ctx context.Context, dsn string) (*sqlx.DB, error) {
 // still writing. If topic is not empty only dead letters of that Kafka topic
 // are read. Any query error fails the whole read.
 func ReadActual(ctx context.Context, dbs []*sqlx.DB, topic string, entries bool) (*Actual, error) {
+	return ReadActualProgress(ctx, dbs, topic, entries, nil)
+}
+
+// ReadActualProgress is ReadActual calling rows (when not nil) with the
+// number of rows read so far, as it goes, for a progress display of a
+// large ledger. rows is called from the reading goroutine.
+func ReadActualProgress(ctx context.Context, dbs []*sqlx.DB, topic string, entries bool, rows func(n int64)) (*Actual, error) {
 	act := &Actual{}
 	if entries {
 		act.Entries = &Entries{Timely: map[WindowKey]Sum{}, Late: map[WindowKey]Sum{}}
 	}
+	var n int64
+	seen := func() {
+		if n++; rows != nil && n%1024 == 0 {
+			rows(n)
+		}
+	}
+	defer func() {
+		if rows != nil {
+			rows(n)
+		}
+	}()
 	for i, db := range dbs {
-		if err := readShard(ctx, db, i, topic, act); err != nil {
+		if err := readShard(ctx, db, i, topic, act, seen); err != nil {
 			return nil, fmt.Errorf("server %d: %w", i, err)
 		}
 	}
 	return act, nil
 }
 
-func readShard(ctx context.Context, db *sqlx.DB, shard int, topic string, act *Actual) (err error) {
+func readShard(ctx context.Context, db *sqlx.DB, shard int, topic string, act *Actual, seen func()) (err error) {
 	tx, err := db.BeginTxx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
 	if err != nil {
 		return fmt.Errorf("begin read transaction: %w", err)
@@ -98,6 +116,7 @@ func readShard(ctx context.Context, db *sqlx.DB, shard int, topic string, act *A
 		}
 		act.Balances = append(act.Balances, ActualBalance{
 			BalanceRow{string(b.AccountID), b.Currency, b.BalanceMinor, b.EventCount}, shard})
+		seen()
 	}
 	if err := closeRows(rows); err != nil {
 		return fmt.Errorf("read account_balances: %w", err)
@@ -137,6 +156,7 @@ func readShard(ctx context.Context, db *sqlx.DB, shard int, topic string, act *A
 				aw.ClosedAt = &c
 			}
 			*t.into = append(*t.into, aw)
+			seen()
 		}
 		if err := closeRows(rows); err != nil {
 			return fmt.Errorf("read %s: %w", t.table, err)

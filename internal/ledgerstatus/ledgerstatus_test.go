@@ -1,11 +1,19 @@
 package ledgerstatus
 
 import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
 
+	_ "github.com/go-sql-driver/mysql"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/billing/ledger/internal/txsink"
 )
@@ -52,5 +60,179 @@ func TestMergeWaiting(t *testing.T) {
 		if got[i] != want[i] {
 			t.Errorf("%d: got %+v, want %+v", i, got[i], want[i])
 		}
+	}
+}
+
+// fakeKafka answers a report's admin requests from fixed listings.
+type fakeKafka struct {
+	ends, starts kadm.ListedOffsets
+	groups       kadm.DescribedGroups
+	err          error // of every request
+}
+
+func (k fakeKafka) ListCommittedOffsets(context.Context, ...string) (kadm.ListedOffsets, error) {
+	return k.ends, k.err
+}
+
+func (k fakeKafka) ListStartOffsets(context.Context, ...string) (kadm.ListedOffsets, error) {
+	return k.starts, k.err
+}
+
+func (k fakeKafka) DescribeGroups(context.Context, ...string) (kadm.DescribedGroups, error) {
+	return k.groups, k.err
+}
+
+func listed(topic string, m map[int32]int64) kadm.ListedOffsets {
+	l := kadm.ListedOffsets{topic: {}}
+	for p, o := range m {
+		l[topic][p] = kadm.ListedOffset{Topic: topic, Partition: p, Offset: o}
+	}
+	return l
+}
+
+// unreachable is a pool on a server that refuses every connection.
+func unreachable(t *testing.T) *sql.DB {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	db, err := sql.Open("mysql", "u:p@tcp("+addr+")/ledger?timeout=1s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// TestCollectNeverInventsWhatItCannotRead (issue 22): with the ledger's
+// MySQL unreadable, the report had every partition "start" (stored_offset
+// -2) with the whole log as lag, "no checkpoint", "no branch in doubt" and
+// "no dead letter". Now every part that comes from MySQL is unknown, with
+// its error, and what Kafka said is kept; the JSON carries no number for
+// what is unknown.
+func TestCollectNeverInventsWhatItCannotRead(t *testing.T) {
+	const topic = "events"
+	k := fakeKafka{ends: listed(topic, map[int32]int64{0: 4333, 1: 10}), starts: listed(topic, map[int32]int64{0: 0, 1: 0}),
+		groups: kadm.DescribedGroups{"g": {Group: "g", State: "Empty"}}}
+	wrapped := 0
+	r := Collect(t.Context(), Sources{Servers: []*sql.DB{unreachable(t)}, Kafka: k, Topic: topic, Group: "g",
+		ServerError: func(i int, err error) error { wrapped++; return fmt.Errorf("server %d said: %w", i, err) }})
+	if r.Complete() || len(r.Problems) != 5 {
+		t.Fatalf("problems = %q; want the five MySQL parts", r.Problems)
+	}
+	if r.PositionsError == "" || r.LastCheckpointError == "" || r.CommitLogError == "" || r.InDoubtError == "" || r.DeadLettersError == "" || r.LogError != "" {
+		t.Errorf("errors: positions %q, checkpoint %q, commit log %q, in doubt %q, dead letters %q, log %q", r.PositionsError, r.LastCheckpointError, r.CommitLogError, r.InDoubtError, r.DeadLettersError, r.LogError)
+	}
+	if r.CommitLog != nil {
+		t.Errorf("commit log = %+v; want null when it could not be read", r.CommitLog)
+	}
+	if wrapped < 5 || !strings.Contains(r.PositionsError, "server 0 said") {
+		t.Errorf("ServerError not applied to the MySQL errors (%d times): %q", wrapped, r.PositionsError)
+	}
+	if len(r.Partitions) != 2 || r.TotalLag != nil || r.LastCheckpoint != nil || r.InDoubt != nil || r.OtherLedgersInDoubt != nil || r.DeadLetters != nil {
+		t.Fatalf("report invents values: %+v", r)
+	}
+	for _, p := range r.Partitions {
+		if p.Stored != StoredUnknown || p.StoredOffset != nil || p.Lag != nil || p.Claimed || p.LogEnd == nil || !p.InLog {
+			t.Errorf("partition %d = %+v; want stored unknown, no offset, no lag, the log end kept", p.Partition, p)
+		}
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{`"stored_offset"`, `"total_lag":0`, `"lag":4333`, `"in_doubt":[]`, `"dead_letters_waiting":[]`} {
+		if strings.Contains(string(b), bad) {
+			t.Errorf("JSON has %s for a value that could not be read:\n%s", bad, b)
+		}
+	}
+	for _, want := range []string{`"stored":"unknown"`, `"total_lag":null`, `"lag":null`, `"positions_error":`, `"in_doubt":null`, `"dead_letters_waiting":null`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("JSON lacks %s:\n%s", want, b)
+		}
+	}
+}
+
+// TestCollectTopicMissing: a topic the brokers do not know is said so
+// (not an error that prints no report), and Kafka that cannot be reached
+// leaves the log unknown, with its error.
+func TestCollectTopicMissing(t *testing.T) {
+	missing := kadm.ListedOffsets{"nope": {-1: {Topic: "nope", Partition: -1, Err: kerr.UnknownTopicOrPartition}}}
+	r := Collect(t.Context(), Sources{Servers: []*sql.DB{unreachable(t)}, Kafka: fakeKafka{ends: missing, starts: missing, groups: kadm.DescribedGroups{}}, Topic: "nope", Group: "g"})
+	if !r.TopicMissing || !strings.Contains(r.Absent(), `topic "nope" does not exist on the brokers`) || r.GroupState != "absent" {
+		t.Errorf("missing topic: missing %v, absent %q, group %q", r.TopicMissing, r.Absent(), r.GroupState)
+	}
+	for _, p := range r.Problems {
+		if strings.Contains(p, "nope") {
+			t.Errorf("a missing topic is a fact, not a part that could not be read: %q", p)
+		}
+	}
+	r = Collect(t.Context(), Sources{Servers: []*sql.DB{unreachable(t)}, Kafka: fakeKafka{err: errors.New("broker down")}, Topic: "t", Group: "g"})
+	if r.TopicMissing || !strings.Contains(r.LogError, "broker down") || r.GroupError == "" || r.GroupState != "" || len(r.Partitions) != 0 {
+		t.Errorf("Kafka down: missing %v, log error %q, group %q %q, partitions %v", r.TopicMissing, r.LogError, r.GroupError, r.GroupState, r.Partitions)
+	}
+}
+
+// TestPartitionsJoinLogAndStored: the rows of a report from the log and
+// the stored positions, each known or not: lag only where both are known,
+// "unclaimed" lags by the whole log, a stored partition the log lacks is
+// marked.
+func TestPartitionsJoinLogAndStored(t *testing.T) {
+	const topic = "t"
+	ends, starts := listed(topic, map[int32]int64{0: 100, 1: 50, 2: 10}), listed(topic, map[int32]int64{0: 0, 1: 20, 2: 0})
+	now := time.Unix(1_700_000_000, 0)
+	stored := map[int32]Stored{0: {NextOffset: 60, Owner: "a", Epoch: 3, UpdatedAt: now}, 1: {NextOffset: txsink.StartOffset, Owner: "a", Epoch: 1, UpdatedAt: now},
+		7: {NextOffset: 5, Owner: "b", Epoch: 1, UpdatedAt: now}}
+	ps := partitions(topic, ends, starts, true, stored, true, map[int32]string{0: "m0"})
+	type row struct {
+		stored string
+		lag    int64 // -1: unknown
+		inLog  bool
+	}
+	want := map[int32]row{0: {StoredAt, 40, true}, 1: {StoredStart, 30, true}, 2: {StoredUnclaimed, 10, true}, 7: {StoredAt, -1, false}}
+	if len(ps) != len(want) {
+		t.Fatalf("partitions %+v", ps)
+	}
+	for _, p := range ps {
+		lag := int64(-1)
+		if p.Lag != nil {
+			lag = *p.Lag
+		}
+		if w := want[p.Partition]; p.Stored != w.stored || lag != w.lag || p.InLog != w.inLog {
+			t.Errorf("partition %d: stored %s lag %d in log %v; want %+v", p.Partition, p.Stored, lag, p.InLog, w)
+		}
+	}
+	if ps[0].Member != "m0" || ps[0].Epoch != 3 || *ps[1].StoredOffset != txsink.StartOffset {
+		t.Errorf("rows lost fields: %+v", ps[:2])
+	}
+	for _, p := range partitions(topic, ends, starts, false, stored, true, nil) {
+		if p.Lag != nil || p.LogEnd != nil || p.InLog {
+			t.Errorf("log unknown, yet partition %d has %+v", p.Partition, p)
+		}
+	}
+	if ps := partitions(topic, ends, starts, true, nil, false, nil); len(ps) != 3 || ps[0].Stored != StoredUnknown || ps[0].Lag != nil {
+		t.Errorf("positions unknown: %+v", ps)
+	}
+}
+
+// TestAbsentNamesTheGroupsTheLedgerHolds: a group without positions of
+// the topic in a ledger that holds other groups' positions (a forgotten
+// KAFKA_GROUP) is said plainly, naming those groups; a fresh ledger with
+// no positions at all is not "absent".
+func TestAbsentNamesTheGroupsTheLedgerHolds(t *testing.T) {
+	r := &Report{Topic: "events", Group: "billing-ledger", StoredGroups: []StoredGroup{{"billing-blue", "events", 6}}}
+	if a := r.Absent(); !strings.Contains(a, `group "billing-ledger" has no positions`) || !strings.Contains(a, `group "billing-blue" on topic "events" (6 partitions)`) {
+		t.Errorf("Absent() = %q", a)
+	}
+	r.StoredGroups = nil
+	if a := r.Absent(); a != "" {
+		t.Errorf("fresh ledger: Absent() = %q", a)
+	}
+	r.StoredGroups, r.GroupStored = []StoredGroup{{"billing-ledger", "events", 6}}, true
+	if a := r.Absent(); a != "" {
+		t.Errorf("the group is stored: Absent() = %q", a)
 	}
 }

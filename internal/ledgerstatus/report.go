@@ -17,55 +17,146 @@ import (
 	"github.com/billing/ledger/internal/txsink"
 )
 
+// Kafka is what a report asks the brokers; *kadm.Client has it.
+type Kafka interface {
+	ListCommittedOffsets(ctx context.Context, topics ...string) (kadm.ListedOffsets, error)
+	ListStartOffsets(ctx context.Context, topics ...string) (kadm.ListedOffsets, error)
+	DescribeGroups(ctx context.Context, groups ...string) (kadm.DescribedGroups, error)
+}
+
 // Sources are what a report reads: the ledger's servers (the control
 // server first) and the Kafka cluster.
 type Sources struct {
 	Servers []*sql.DB
-	Kafka   *kadm.Client
+	Kafka   Kafka
 	Topic   string
 	Group   string
 	Now     func() time.Time // time.Now when nil
+	// ServerError, when set, rewrites an error of server i (the command
+	// names the account and database of an access refusal, which it
+	// knows from the DSN).
+	ServerError func(server int, err error) error
 }
 
-// Report is where a ledger stands. Problems lists what could not be read;
-// the rest of the report is still filled in.
+// Report is where a ledger stands. A part that could not be read is
+// unknown, never a guess: its values are null (or absent) in the JSON and
+// its *Error field says why; Problems lists every such error. Nothing is
+// filled in from a default that means something else (a stored position
+// that could not be read is not "start").
 type Report struct {
-	Topic      string      `json:"topic"`
-	Group      string      `json:"group"`
-	At         time.Time   `json:"at"`
+	Topic string    `json:"topic"`
+	Group string    `json:"group"`
+	At    time.Time `json:"at"`
+
+	// TopicMissing is true when the brokers do not know the topic.
+	// LogError says why the topic's offsets are unknown (log start, log
+	// end and lag of every partition).
+	TopicMissing bool   `json:"topic_missing,omitempty"`
+	LogError     string `json:"log_error,omitempty"`
+	// PositionsError says why the positions stored in partition_offsets
+	// are unknown (stored offset, owner, epoch and lag of every
+	// partition).
+	PositionsError string `json:"positions_error,omitempty"`
+	// StoredGroups are the groups and topics this ledger holds positions
+	// of, and GroupStored whether Group has positions of Topic among them
+	// (both meaningful only without PositionsError). A ledger that holds
+	// positions of other groups only was most likely asked about the
+	// wrong KAFKA_GROUP or KAFKA_TOPIC.
+	StoredGroups []StoredGroup `json:"stored_groups"`
+	GroupStored  bool          `json:"group_stored"`
+
 	Partitions []Partition `json:"partitions"`
-	TotalLag   int64       `json:"total_lag"`
-	// GroupState is the Kafka group's state (Stable, Empty, …) and Members
-	// its members.
-	GroupState     string      `json:"group_state"`
-	Members        []Member    `json:"members"`
-	LastCheckpoint *Checkpoint `json:"last_checkpoint"`
-	CommitLog      *CommitLog  `json:"commit_log"`
+	// TotalLag is null when the lag of a partition is unknown.
+	TotalLag *int64 `json:"total_lag"`
+	// GroupState is the Kafka group's state (Stable, Empty, …; "absent"
+	// when no member ever joined it), "" when GroupError says why it is
+	// unknown; Members its members.
+	GroupState string   `json:"group_state"`
+	GroupError string   `json:"group_error,omitempty"`
+	Members    []Member `json:"members"`
+
+	// LastCheckpoint is the ledger's newest committed checkpoint (null
+	// when none is recorded, or when LastCheckpointError says why it is
+	// unknown).
+	LastCheckpoint      *Checkpoint `json:"last_checkpoint"`
+	LastCheckpointError string      `json:"last_checkpoint_error,omitempty"`
+	// CommitLog is the commit log's position (null when
+	// CommitLogError says why it is unknown).
+	CommitLog      *CommitLog `json:"commit_log"`
+	CommitLogError string     `json:"commit_log_error,omitempty"`
 	// InDoubt are this ledger's branches in doubt (all of the service's
 	// when the ledger's id is unknown); OtherLedgersInDoubt counts those of
-	// other ledgers sharing the servers (theirs to resolve).
+	// other ledgers sharing the servers (theirs to resolve). Both are null
+	// when InDoubtError says why a server's branches are unknown.
 	InDoubt             []InDoubtEntry `json:"in_doubt"`
-	OtherLedgersInDoubt int            `json:"other_ledgers_in_doubt"`
-	DeadLetters         []Waiting      `json:"dead_letters_waiting"`
-	Problems            []string       `json:"problems,omitempty"`
+	OtherLedgersInDoubt *int           `json:"other_ledgers_in_doubt"`
+	InDoubtError        string         `json:"in_doubt_error,omitempty"`
+	// DeadLetters are the dead letters not re-injected, by reason; null
+	// when DeadLettersError says why a server's are unknown.
+	DeadLetters      []Waiting `json:"dead_letters_waiting"`
+	DeadLettersError string    `json:"dead_letters_error,omitempty"`
+
+	Problems []string `json:"problems,omitempty"`
 }
 
+// Complete reports whether every part of the report was read (a topic
+// that does not exist was read: see Absent).
+func (r *Report) Complete() bool { return len(r.Problems) == 0 }
+
+// Absent says, in one sentence, that what the report was asked about does
+// not exist: the topic on the brokers, or the group's positions on a
+// ledger that holds other groups' positions (a wrong KAFKA_GROUP or
+// KAFKA_TOPIC, most likely); "" when both exist or cannot be told.
+func (r *Report) Absent() string {
+	var s []string
+	if r.TopicMissing {
+		s = append(s, fmt.Sprintf("topic %q does not exist on the brokers", r.Topic))
+	}
+	if r.PositionsError == "" && !r.GroupStored && len(r.StoredGroups) > 0 {
+		var held []string
+		for _, g := range r.StoredGroups {
+			held = append(held, fmt.Sprintf("group %q on topic %q (%d partitions)", g.Group, g.Topic, g.Partitions))
+		}
+		s = append(s, fmt.Sprintf("group %q has no positions of topic %q in this ledger, which holds positions of %s: check KAFKA_GROUP and KAFKA_TOPIC",
+			r.Group, r.Topic, strings.Join(held, ", ")))
+	}
+	return strings.Join(s, "; ")
+}
+
+// StoredGroup is a group whose positions of a topic partition_offsets
+// holds.
+type StoredGroup struct {
+	Group      string `json:"group"`
+	Topic      string `json:"topic"`
+	Partitions int    `json:"partitions"`
+}
+
+// What a partition's stored position is (Partition.Stored).
+const (
+	StoredAt        = "offset"    // StoredOffset is the next offset the ledger will count
+	StoredStart     = "start"     // from the start of the log: no checkpoint covered it yet (StoredOffset -2, as in partition_offsets)
+	StoredUnclaimed = "unclaimed" // no instance of the group ever claimed it: it will be read from the start
+	StoredUnknown   = "unknown"   // partition_offsets could not be read (Report.PositionsError)
+)
+
 // Partition is one partition of the topic as the ledger and Kafka see it.
+// A nil number is unknown (the part it comes from could not be read).
 type Partition struct {
 	Partition int32 `json:"partition"`
-	// Claimed is false for a partition no instance of the group has ever
-	// claimed (no row in partition_offsets): it will be read from the
-	// start of the log.
-	Claimed bool `json:"claimed"`
-	// StoredOffset is the next offset stored in partition_offsets; -2 means
-	// "from the start of the log" (no checkpoint has covered it yet).
-	StoredOffset int64      `json:"stored_offset"`
-	LogStart     int64      `json:"log_start_offset"`
-	LogEnd       int64      `json:"log_end_offset"` // last stable offset
-	Lag          int64      `json:"lag"`
-	Owner        string     `json:"owner,omitempty"` // instance id of the last claim
-	Epoch        int64      `json:"epoch"`
-	UpdatedAt    *time.Time `json:"updated_at,omitempty"`
+	// Stored is StoredAt, StoredStart, StoredUnclaimed or StoredUnknown;
+	// StoredOffset is set for the first two, Claimed for them too.
+	Stored       string `json:"stored"`
+	StoredOffset *int64 `json:"stored_offset,omitempty"`
+	Claimed      bool   `json:"claimed"`
+	LogStart     *int64 `json:"log_start_offset"`
+	LogEnd       *int64 `json:"log_end_offset"` // last stable offset
+	Lag          *int64 `json:"lag"`
+	// InLog is false for a partition the ledger stores but the topic's
+	// listing (when known) does not have.
+	InLog     bool       `json:"in_log"`
+	Owner     string     `json:"owner,omitempty"` // instance id of the last claim
+	Epoch     int64      `json:"epoch,omitempty"`
+	UpdatedAt *time.Time `json:"updated_at,omitempty"`
 	// Member is the Kafka group member the partition is assigned to now
 	// (client id and host), empty when none.
 	Member string `json:"member,omitempty"`
@@ -93,44 +184,82 @@ type InDoubtEntry struct {
 	Decision   string  `json:"decision"`
 }
 
-// Collect builds the report. It returns an error only when nothing useful
-// can be said (no partition metadata); other failures are listed in
-// Report.Problems.
-func Collect(ctx context.Context, s Sources) (*Report, error) {
+// StoredGroups reads which groups hold positions of which topics in
+// partition_offsets.
+func StoredGroups(ctx context.Context, control *sql.DB) ([]StoredGroup, error) {
+	rows, err := control.QueryContext(ctx, `SELECT consumer_group, kafka_topic, COUNT(*) FROM partition_offsets
+		GROUP BY consumer_group, kafka_topic ORDER BY consumer_group, kafka_topic`)
+	if err != nil {
+		return nil, fmt.Errorf("read partition_offsets: %w", err)
+	}
+	defer rows.Close()
+	out := []StoredGroup{}
+	for rows.Next() {
+		var g StoredGroup
+		var group, topic []byte
+		if err := rows.Scan(&group, &topic, &g.Partitions); err != nil {
+			return nil, fmt.Errorf("read partition_offsets: %w", err)
+		}
+		g.Group, g.Topic = string(group), string(topic)
+		out = append(out, g)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read partition_offsets: %w", err)
+	}
+	return out, nil
+}
+
+// Collect builds the report. It always returns one: whatever could not be
+// read is unknown in it, with the error (Report.Problems).
+func Collect(ctx context.Context, s Sources) *Report {
 	now := time.Now
 	if s.Now != nil {
 		now = s.Now
 	}
-	r := &Report{Topic: s.Topic, Group: s.Group, At: now().UTC(), Partitions: []Partition{}, Members: []Member{},
-		InDoubt: []InDoubtEntry{}, DeadLetters: []Waiting{}}
-	problem := func(format string, args ...any) { r.Problems = append(r.Problems, fmt.Sprintf(format, args...)) }
+	r := &Report{Topic: s.Topic, Group: s.Group, At: now().UTC(), Partitions: []Partition{}, Members: []Member{}}
+	problem := func(part string, err error) string {
+		msg := part + ": " + err.Error()
+		r.Problems = append(r.Problems, msg)
+		return msg
+	}
+	serverErr := func(i int, err error) error {
+		if s.ServerError != nil {
+			return s.ServerError(i, err)
+		}
+		return err
+	}
 	control := s.Servers[0]
 
-	ends, err := s.Kafka.ListCommittedOffsets(ctx, s.Topic)
-	if err == nil {
-		err = ends.Error()
+	// The topic's log, from the brokers.
+	ends, starts, err := logOffsets(ctx, s.Kafka, s.Topic)
+	switch {
+	case errors.Is(err, kerr.UnknownTopicOrPartition):
+		// A fact, not a failure to read: Absent says it.
+		r.TopicMissing = true
+		r.LogError = fmt.Sprintf("topic %q does not exist on the brokers", s.Topic)
+	case err != nil:
+		r.LogError = problem("log offsets", err)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("list the end offsets of %s: %w", s.Topic, err)
-	}
-	starts, err := s.Kafka.ListStartOffsets(ctx, s.Topic)
-	if err == nil {
-		err = starts.Error()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("list the start offsets of %s: %w", s.Topic, err)
-	}
+
+	// The positions, from the ledger.
 	stored, err := Positions(ctx, control, s.Group, s.Topic)
-	if err != nil {
-		problem("%v", err)
+	if err == nil {
+		r.StoredGroups, err = StoredGroups(ctx, control)
 	}
+	if err != nil {
+		r.PositionsError = problem("stored positions", serverErr(0, err))
+	} else {
+		r.GroupStored = slices.ContainsFunc(r.StoredGroups, func(g StoredGroup) bool { return g.Group == s.Group && g.Topic == s.Topic })
+	}
+
+	// The group, from its coordinator.
 	members := map[int32]string{}
 	if gs, err := s.Kafka.DescribeGroups(ctx, s.Group); err != nil {
-		problem("describe group %s: %v", s.Group, err)
+		r.GroupError = problem("group "+s.Group, err)
 	} else if g, ok := gs[s.Group]; !ok || errors.Is(g.Err, kerr.GroupIDNotFound) {
 		r.GroupState = "absent" // no member has joined it yet
 	} else if g.Err != nil {
-		problem("describe group %s: %v", s.Group, g.Err)
+		r.GroupError = problem("group "+s.Group, g.Err)
 	} else {
 		r.GroupState = g.State
 		for _, m := range g.Members {
@@ -149,62 +278,165 @@ func Collect(ctx context.Context, s Sources) (*Report, error) {
 			r.Members = append(r.Members, mem)
 		}
 	}
-	ends.Each(func(end kadm.ListedOffset) {
-		p := Partition{Partition: end.Partition, StoredOffset: txsink.StartOffset, LogEnd: end.Offset, Member: members[end.Partition]}
-		if st, ok := starts.Lookup(s.Topic, end.Partition); ok {
-			p.LogStart = st.Offset
+
+	r.Partitions = partitions(s.Topic, ends, starts, r.LogError == "", stored, r.PositionsError == "", members)
+	if r.LogError == "" && r.PositionsError == "" {
+		var total int64
+		for _, p := range r.Partitions {
+			if p.Lag == nil {
+				total = -1
+				break
+			}
+			total += *p.Lag
 		}
-		if st, ok := stored[end.Partition]; ok {
-			t := st.UpdatedAt.UTC()
-			p.Claimed, p.StoredOffset, p.Owner, p.Epoch, p.UpdatedAt = true, st.NextOffset, st.Owner, st.Epoch, &t
+		if total >= 0 {
+			r.TotalLag = &total
 		}
-		p.Lag = Lag(p.StoredOffset, p.LogStart, p.LogEnd)
-		r.TotalLag += p.Lag
-		r.Partitions = append(r.Partitions, p)
-	})
-	slices.SortFunc(r.Partitions, func(a, b Partition) int { return int(a.Partition - b.Partition) })
+	}
 
 	if d, err := LastCommit(ctx, control); err != nil {
-		problem("%v", err)
+		r.LastCheckpointError = problem("last checkpoint", serverErr(0, err))
 	} else if d != nil {
 		d.DecidedAt = d.DecidedAt.UTC()
 		r.LastCheckpoint = &Checkpoint{Decision: *d, AgeSeconds: max(r.At.Sub(d.DecidedAt).Seconds(), 0)}
 	}
 
-	if r.CommitLog, err = CommitLogOf(ctx, control); err != nil {
-		problem("%v", err)
+	if cl, err := CommitLogOf(ctx, control); err != nil {
+		r.CommitLogError = problem("commit log", serverErr(0, err))
+	} else {
+		r.CommitLog = cl
 	}
 
+	r.InDoubt, r.OtherLedgersInDoubt, err = inDoubt(ctx, s.Servers, r.At, serverErr)
+	if err != nil {
+		r.InDoubtError = problem("branches in doubt", err)
+	}
+
+	var waiting [][]Waiting
+	var dlErrs []error
+	for i, db := range s.Servers {
+		w, err := deadletters.CountWaiting(ctx, db, s.Topic, nil)
+		if err != nil {
+			dlErrs = append(dlErrs, fmt.Errorf("server %d: %w", i, serverErr(i, err)))
+		}
+		waiting = append(waiting, w)
+	}
+	if err := errors.Join(dlErrs...); err != nil {
+		r.DeadLettersError = problem("dead letters", err)
+	} else {
+		r.DeadLetters = MergeWaiting(waiting...)
+	}
+	return r
+}
+
+// logOffsets lists the end (last stable) and start offsets of topic.
+func logOffsets(ctx context.Context, k Kafka, topic string) (ends, starts kadm.ListedOffsets, err error) {
+	ends, err = k.ListCommittedOffsets(ctx, topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("list the end offsets of %s: %w", topic, err)
+	}
+	starts, err = k.ListStartOffsets(ctx, topic)
+	if err == nil {
+		err = starts.Error()
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("list the start offsets of %s: %w", topic, err)
+	}
+	return ends, starts, nil
+}
+
+// partitions joins the topic's log (when logKnown) and the stored
+// positions (when storedKnown) into one row per partition of either, in
+// partition order. A value from a part that is not known stays unknown.
+func partitions(topic string, ends, starts kadm.ListedOffsets, logKnown bool, stored map[int32]Stored, storedKnown bool, members map[int32]string) []Partition {
+	ids := map[int32]bool{}
+	if logKnown {
+		ends.Each(func(o kadm.ListedOffset) { ids[o.Partition] = true })
+	}
+	for id := range stored {
+		ids[id] = true
+	}
+	out := []Partition{}
+	for _, id := range slices.Sorted(func(yield func(int32) bool) {
+		for id := range ids {
+			if !yield(id) {
+				return
+			}
+		}
+	}) {
+		p := Partition{Partition: id, Stored: StoredUnknown, Member: members[id]}
+		if logKnown {
+			if end, ok := ends.Lookup(topic, id); ok {
+				p.InLog, p.LogEnd = true, ptr(end.Offset)
+				if st, ok := starts.Lookup(topic, id); ok {
+					p.LogStart = ptr(st.Offset)
+				}
+			}
+		}
+		if storedKnown {
+			p.Stored = StoredUnclaimed
+			if st, ok := stored[id]; ok {
+				t := st.UpdatedAt.UTC()
+				p.Claimed, p.StoredOffset, p.Owner, p.Epoch, p.UpdatedAt = true, ptr(st.NextOffset), st.Owner, st.Epoch, &t
+				p.Stored = StoredAt
+				if st.NextOffset == txsink.StartOffset {
+					p.Stored = StoredStart
+				}
+			}
+		}
+		if p.Stored != StoredUnknown && p.LogEnd != nil && p.LogStart != nil {
+			var next int64 = txsink.StartOffset // unclaimed: read from the start of the log
+			if p.StoredOffset != nil {
+				next = *p.StoredOffset
+			}
+			p.Lag = ptr(Lag(next, *p.LogStart, *p.LogEnd))
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// inDoubt lists this ledger's branches in doubt on every server, with the
+// decisions recorded for them, and counts those of other ledgers. Any
+// server that cannot be read makes the whole answer unknown: "none" must
+// mean none.
+func inDoubt(ctx context.Context, servers []*sql.DB, at time.Time, serverErr func(int, error) error) ([]InDoubtEntry, *int, error) {
+	control := servers[0]
 	ledgerID, err := LedgerID(ctx, control)
 	if err != nil {
-		problem("%v", err)
+		return nil, nil, serverErr(0, err)
 	}
-	var waiting [][]Waiting
-	for i, db := range s.Servers {
+	entries := []InDoubtEntry{}
+	others := 0
+	var errs []error
+	for i, db := range servers {
 		branches, err := InDoubt(ctx, db, i, ledgerID)
 		if err != nil {
-			problem("%v", err)
+			errs = append(errs, serverErr(i, err))
+			continue
 		}
 		for _, b := range branches {
 			if !b.Mine() {
-				r.OtherLedgersInDoubt++
+				others++
 				continue
 			}
 			e := InDoubtEntry{Branch: b}
 			if !b.Created.IsZero() {
-				e.AgeSeconds = max(r.At.Sub(b.Created).Seconds(), 0)
+				e.AgeSeconds = max(at.Sub(b.Created).Seconds(), 0)
 			}
 			if e.Decision, err = DecisionOf(ctx, control, b.Gtrid); err != nil {
-				problem("%v", err)
+				errs = append(errs, serverErr(0, err))
 			}
-			r.InDoubt = append(r.InDoubt, e)
+			entries = append(entries, e)
 		}
-		w, err := deadletters.CountWaiting(ctx, db, s.Topic, nil)
-		if err != nil {
-			problem("server %d: %v", i, err)
-		}
-		waiting = append(waiting, w)
 	}
-	r.DeadLetters = MergeWaiting(waiting...)
-	return r, nil
+	if err := errors.Join(errs...); err != nil {
+		return nil, nil, err
+	}
+	return entries, &others, nil
 }
+
+func ptr[T any](v T) *T { return &v }

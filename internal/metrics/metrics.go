@@ -236,7 +236,10 @@ func (m *Metrics) Attach(st *pipeline.Stats, dedupCacheKeys func() int, stall fu
 // and errors per broker, fetched batches and records per topic, request
 // latency. Give it to exactly one client: the pipeline's.
 func (m *Metrics) KafkaHooks() kgo.Opt {
-	return kgo.WithHooks(kprom.NewMetrics(namespace, kprom.Subsystem("kafka"), kprom.Registry(m.reg)))
+	// kprom's default detail has no batch or record counts: ask for them
+	// (billing_kafka_fetch_records_total, …), keeping its defaults.
+	return kgo.WithHooks(kprom.NewMetrics(namespace, kprom.Subsystem("kafka"), kprom.Registry(m.reg),
+		kprom.FetchAndProduceDetail(kprom.ByNode, kprom.ByTopic, kprom.UncompressedBytes, kprom.Batches, kprom.Records)))
 }
 
 // AddDB exports the statistics of a connection pool (go_sql_* from

@@ -320,12 +320,12 @@ func TestAttachLater(t *testing.T) {
 // cluster here), and AddDB exports a pool's statistics labelled by name.
 func TestKafkaAndDBCollectors(t *testing.T) {
 	m, _, _ := newTest(t)
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), m.KafkaHooks())
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), m.KafkaHooks(), kgo.ConsumeTopics("t"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -335,6 +335,24 @@ func TestKafkaAndDBCollectors(t *testing.T) {
 	}
 	if v, ok := sum(t, m, "billing_kafka_connects_total"); !ok || v < 1 {
 		t.Errorf("billing_kafka_connects_total = %v (present %v), want >= 1", v, ok)
+	}
+	// Records fetched are counted (docs/operations.md lists
+	// billing_kafka_fetch_records_total; kprom's default omits it).
+	prod, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic("t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := prod.ProduceSync(ctx, &kgo.Record{Value: []byte("a")}, &kgo.Record{Value: []byte("b")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	for got := 0; got < 2 && ctx.Err() == nil; {
+		got += len(cl.PollFetches(ctx).Records())
+	}
+	if v, ok := sum(t, m, "billing_kafka_fetch_records_total"); !ok || v != 2 {
+		t.Errorf("billing_kafka_fetch_records_total = %v (present %v), want 2", v, ok)
 	}
 	db, err := sql.Open("mysql", "u:p@tcp(127.0.0.1:1)/x")
 	if err != nil {

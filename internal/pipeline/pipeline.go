@@ -95,6 +95,9 @@ type Config struct {
 	KafkaOpts []kgo.Opt
 	// Logger receives the pipeline's logs; slog.Default() when nil.
 	Logger *slog.Logger
+	// ProgressInterval: a "progress" line is logged at info this often
+	// while there is work (see progressLine); 0 logs none.
+	ProgressInterval time.Duration
 	// OnCheckpoint, if set, is called after every checkpoint attempt, from
 	// the goroutine that ran it. It must not block.
 	OnCheckpoint func(CheckpointInfo)
@@ -321,10 +324,14 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	}
 	hctx, stopHousekeeping := context.WithCancel(context.WithoutCancel(ctx))
 	var hk sync.WaitGroup
-	hk.Add(2)
+	hk.Add(3)
 	go func() {
 		defer hk.Done()
 		p.housekeeping(hctx)
+	}()
+	go func() {
+		defer hk.Done()
+		p.progress(hctx)
 	}()
 	go func() {
 		defer hk.Done()

@@ -3,7 +3,9 @@ package pipeline
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/billing/ledger/internal/deadletters"
@@ -388,7 +390,7 @@ func (p *Pipeline) onAssigned(ctx context.Context, offsets map[string]map[int32]
 	}
 	p.stats.AssignedParts.Store(int64(len(p.parts)))
 	p.mu.Unlock()
-	p.log.Info("partitions assigned", "partitions", ids, "positions", pos)
+	p.log.Info("partitions assigned", "partitions", ids, "positions", claimedText(ids, pos))
 	return map[string]map[int32]kgo.Offset{p.cfg.Topic: out}, nil
 }
 
@@ -401,11 +403,15 @@ func (p *Pipeline) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[str
 	dctx, cancel := context.WithTimeout(ctx, p.cfg.CheckpointTimeout+5*time.Second)
 	defer cancel()
 	p.drainLocked(dctx)
-	for _, id := range revoked[p.cfg.Topic] {
+	ids := slices.Sorted(slices.Values(revoked[p.cfg.Topic]))
+	positions := p.committedTextLocked(ids)
+	for _, id := range ids {
 		delete(p.parts, id)
 	}
 	p.stats.AssignedParts.Store(int64(len(p.parts)))
-	p.log.Info("partitions revoked", "partitions", revoked[p.cfg.Topic])
+	if len(ids) > 0 { // a standby's revoke at shutdown revokes nothing
+		p.log.Info("partitions revoked", "partitions", ids, "committed", positions)
+	}
 }
 
 // onLost runs when the group moved on without this member (session
@@ -425,10 +431,52 @@ func (p *Pipeline) onLost(ctx context.Context, _ *kgo.Client, lost map[string][]
 		}
 		cancel()
 	}
-	for _, id := range lost[p.cfg.Topic] {
+	ids := slices.Sorted(slices.Values(lost[p.cfg.Topic]))
+	positions := p.committedTextLocked(ids)
+	for _, id := range ids {
 		delete(p.parts, id)
 	}
 	p.updatePendingLocked()
 	p.stats.AssignedParts.Store(int64(len(p.parts)))
-	p.log.Warn("partitions lost", "partitions", lost[p.cfg.Topic])
+	if len(ids) > 0 {
+		p.log.Warn("partitions lost", "partitions", ids, "committed", positions)
+	}
+}
+
+// claimedText describes claimed positions for the log, in partition order:
+// "p0 at 1432 (epoch 3), p1 from the start (epoch 1)", with each
+// partition's watermark when it has one.
+func claimedText(ids []int32, pos map[int32]txsink.Position) string {
+	parts := make([]string, 0, len(ids))
+	for _, id := range ids {
+		ps := pos[id]
+		s := fmt.Sprintf("p%d at %d", id, ps.NextOffset)
+		if ps.NextOffset == txsink.StartOffset {
+			s = fmt.Sprintf("p%d from the start", id)
+		}
+		s += fmt.Sprintf(" (epoch %d", ps.Epoch)
+		if !ps.Watermark.IsZero() {
+			s += ", watermark " + ps.Watermark.UTC().Format(time.RFC3339)
+		}
+		parts = append(parts, s+")")
+	}
+	return strings.Join(parts, ", ")
+}
+
+// committedTextLocked describes the committed positions of partitions this
+// instance holds, for the log: "p0 at 1432, p1 from the start".
+func (p *Pipeline) committedTextLocked(ids []int32) string {
+	parts := make([]string, 0, len(ids))
+	for _, id := range ids {
+		pt := p.parts[id]
+		switch {
+		case pt == nil:
+			parts = append(parts, fmt.Sprintf("p%d unknown", id))
+		case pt.committed == txsink.StartOffset:
+			parts = append(parts, fmt.Sprintf("p%d from the start", id))
+		default:
+			parts = append(parts, fmt.Sprintf("p%d at %d", id, pt.committed))
+		}
+	}
+	return strings.Join(parts, ", ")
 }

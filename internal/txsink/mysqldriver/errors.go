@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/billing/ledger/internal/mysqlconn"
 	"github.com/billing/ledger/internal/txsink/driver"
 )
 
@@ -147,19 +148,17 @@ func number(err error) uint16 {
 const (
 	erUnknownSystemVariable = 1193 // ER_UNKNOWN_SYSTEM_VARIABLE
 	erSpecificAccessDenied  = 1227 // ER_SPECIFIC_ACCESS_DENIED_ERROR (PROCESS missing)
-	erAccessDenied          = 1044 // ER_DBACCESS_DENIED_ERROR
-	erTableAccessDenied     = 1142 // ER_TABLEACCESS_DENIED_ERROR
-	erColumnAccessDenied    = 1143 // ER_COLUMNACCESS_DENIED_ERROR
 )
 
 // NeedsProcess reports a statement refused for lack of a server-wide
 // privilege, PROCESS for information_schema's InnoDB tables.
 func NeedsProcess(err error) bool { return number(err) == erSpecificAccessDenied }
 
-// Denied reports a missing privilege on a database, table or column.
+// Denied reports a missing privilege on a database, table or column (the
+// numbers are mysqlconn's; a refused login, 1045, is not one).
 func Denied(err error) bool {
-	switch number(err) {
-	case erAccessDenied, erTableAccessDenied, erColumnAccessDenied:
+	switch mysqlconn.DeniedNumber(err) {
+	case mysqlconn.ErDBAccessDenied, mysqlconn.ErTableAccessDenied, mysqlconn.ErColumnAccessDenied:
 		return true
 	}
 	return false

@@ -1,0 +1,73 @@
+package mysqlconn
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// Server error numbers of a refused account or privilege (the same on
+// MySQL and MariaDB).
+const (
+	ErDBAccessDenied     = 1044 // ER_DBACCESS_DENIED_ERROR: the account may not use the database
+	ErAccessDenied       = 1045 // ER_ACCESS_DENIED_ERROR: wrong password, or no such account for this host
+	ErTableAccessDenied  = 1142 // ER_TABLEACCESS_DENIED_ERROR: a privilege on a table is missing
+	ErColumnAccessDenied = 1143 // ER_COLUMNACCESS_DENIED_ERROR
+)
+
+// AccessError is a connection or statement the server refused for the
+// account: it names the account, the server and the database, so that the
+// message says "access denied" and to whom, not what the refusal made
+// impossible ("the schema is missing").
+type AccessError struct {
+	Number   uint16 // one of the Er* numbers above
+	User     string // the DSN's account
+	Addr     string // the DSN's server
+	Database string // the DSN's database
+	Err      error  // the server's error
+}
+
+func (e *AccessError) Error() string {
+	var what string
+	switch e.Number {
+	case ErAccessDenied:
+		what = fmt.Sprintf("the server %s refused the MySQL account %q (wrong password, or no such account for this client host)", e.Addr, e.User)
+	case ErDBAccessDenied:
+		what = fmt.Sprintf("the MySQL account %q may not use database %q on %s (grant it the privileges of docs/operations.md, Database grants)", e.User, e.Database, e.Addr)
+	default:
+		what = fmt.Sprintf("the MySQL account %q lacks a privilege on database %q on %s (see docs/operations.md, Database grants)", e.User, e.Database, e.Addr)
+	}
+	return fmt.Sprintf("access denied: %s: %v", what, e.Err)
+}
+
+func (e *AccessError) Unwrap() error { return e.Err }
+
+// DeniedNumber returns the number of an access refusal anywhere in err's
+// chain (one of the Er* numbers above), 0 when err is not one.
+func DeniedNumber(err error) uint16 {
+	var me *mysql.MySQLError
+	if errors.As(err, &me) {
+		switch me.Number {
+		case ErDBAccessDenied, ErAccessDenied, ErTableAccessDenied, ErColumnAccessDenied:
+			return me.Number
+		}
+	}
+	return 0
+}
+
+// AccessDenied returns err as an *AccessError naming dsn's account, server
+// and database when it is an access refusal (and not one already), and err
+// unchanged otherwise. The DSN's password is never part of it.
+func AccessDenied(dsn string, err error) error {
+	n := DeniedNumber(err)
+	var ae *AccessError
+	if n == 0 || errors.As(err, &ae) {
+		return err
+	}
+	e := &AccessError{Number: n, Err: err}
+	if cfg, perr := mysql.ParseDSN(dsn); perr == nil {
+		e.User, e.Addr, e.Database = cfg.User, cfg.Addr, cfg.DBName
+	}
+	return e
+}
