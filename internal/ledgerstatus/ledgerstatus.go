@@ -224,6 +224,9 @@ type CommitLog struct {
 	// been seen committed: they hold VisibleSeq back until their
 	// coordinator or recovery marks them.
 	Unapplied int64 `json:"unapplied"`
+	// OldestUnappliedSeconds is the age of the oldest of them by the
+	// control server's clock (0: none).
+	OldestUnappliedSeconds float64 `json:"oldest_unapplied_seconds"`
 	// SealedBefore: every window starting before it is completely sealed
 	// and visible; nil when none is.
 	SealedBefore *time.Time `json:"sealed_before"`
@@ -246,9 +249,12 @@ func CommitLogOf(ctx context.Context, control *sql.DB) (*CommitLog, error) {
 		t := p.SealedBefore.UTC()
 		c.SealedBefore = &t
 	}
-	if err := control.QueryRowContext(ctx, `SELECT COUNT(*) FROM checkpoint_commits WHERE applied_at IS NULL`).Scan(&c.Unapplied); err != nil {
+	var oldestUS int64
+	if err := control.QueryRowContext(ctx, `SELECT COUNT(*), COALESCE(MAX(TIMESTAMPDIFF(MICROSECOND, committed_at, UTC_TIMESTAMP(6))), 0)
+		FROM checkpoint_commits WHERE applied_at IS NULL`).Scan(&c.Unapplied, &oldestUS); err != nil {
 		return nil, fmt.Errorf("count the unapplied commit decisions: %w", err)
 	}
+	c.OldestUnappliedSeconds = max(float64(oldestUS)/1e6, 0)
 	return c, nil
 }
 

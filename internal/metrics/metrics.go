@@ -70,6 +70,8 @@ type Metrics struct {
 	inDoubtAge     *prometheus.GaugeVec
 	foreignInDoubt *prometheus.GaugeVec
 	purgeHistory   *prometheus.GaugeVec
+	unapplied      prometheus.Gauge
+	unappliedAge   prometheus.Gauge
 	dedupRows      *prometheus.GaugeVec
 	sampleFailures *prometheus.CounterVec
 
@@ -191,6 +193,10 @@ func New(o Options) *Metrics {
 		Help: "Prepared XA branches on each MySQL server that are not this ledger's (another ledger's, left over, forged): the service never resolves them, and while one lasts InnoDB purge cannot advance on that server (sampled)."}, []string{"server"})
 	m.purgeHistory = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "mysql_purge_history_length",
 		Help: "InnoDB undo history not yet purged on each MySQL server (information_schema.INNODB_METRICS trx_rseg_history_len, sampled); it grows without end while a transaction or prepared XA branch stays open."}, []string{"server"})
+	m.unapplied = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "commit_log_unapplied",
+		Help: "Commit decisions of the ledger whose branches have not all committed yet (checkpoint_commits.applied_at NULL, sampled): readers of the commit position (invoicing, the changelog) wait for the oldest."})
+	m.unappliedAge = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "commit_log_oldest_unapplied_age_seconds",
+		Help: "Age of the oldest commit decision not yet applied, by the control server's clock; 0 when none (sampled). While it grows, the visible position stands still."})
 	m.dedupRows = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "dedup_keys_estimate",
 		Help: "Estimated rows of dedup_keys per MySQL server (information_schema TABLE_ROWS, an InnoDB estimate)."}, []string{"server"})
 	m.sampleFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "metrics_sample_failures_total",
@@ -199,7 +205,7 @@ func New(o Options) *Metrics {
 		m.sampleFailures.WithLabelValues(s)
 	}
 	m.reg.MustRegister(m.deadLetters, m.ckptDuration, m.phaseDuration, m.ckptFailures, m.e2eLatency, m.mysqlErrors, m.lag,
-		m.dlWaiting, m.inDoubt, m.inDoubtAge, m.foreignInDoubt, m.purgeHistory, m.dedupRows, m.sampleFailures)
+		m.dlWaiting, m.inDoubt, m.inDoubtAge, m.foreignInDoubt, m.purgeHistory, m.unapplied, m.unappliedAge, m.dedupRows, m.sampleFailures)
 	if o.Process {
 		m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
@@ -214,9 +220,10 @@ const (
 	SampleDeadLetters = "dead_letters"
 	SampleInDoubt     = "in_doubt"
 	SamplePurge       = "purge_history"
+	SampleCommitLog   = "commit_log"
 )
 
-var samples = []string{SampleLag, SampleDedupKeys, SampleDeadLetters, SampleInDoubt, SamplePurge}
+var samples = []string{SampleLag, SampleDedupKeys, SampleDeadLetters, SampleInDoubt, SamplePurge, SampleCommitLog}
 
 // Attach connects the pipeline once it exists: its running totals, the
 // size of its dedup cache and the stall that /healthz judges (either func
@@ -350,6 +357,13 @@ func (m *Metrics) SetDeadLettersWaiting(counts map[string]int64) {
 func (m *Metrics) SetInDoubt(server int, n int, oldest time.Duration) {
 	m.inDoubt.WithLabelValues(strconv.Itoa(server)).Set(float64(n))
 	m.inDoubtAge.WithLabelValues(strconv.Itoa(server)).Set(oldest.Seconds())
+}
+
+// SetCommitLog sets the number of unapplied commit decisions and the age
+// of the oldest.
+func (m *Metrics) SetCommitLog(unapplied int64, oldest time.Duration) {
+	m.unapplied.Set(float64(unapplied))
+	m.unappliedAge.Set(oldest.Seconds())
 }
 
 // SetForeignInDoubt sets the number of prepared XA branches on one server

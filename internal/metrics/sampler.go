@@ -92,6 +92,13 @@ func (s *Sampler) Sample(ctx context.Context, m *Metrics) {
 	if s.Now != nil {
 		now = s.Now
 	}
+	switch cl, err := ledgerstatus.CommitLogOf(ctx, s.Servers[0]); {
+	case err != nil:
+		m.SampleFailed(SampleCommitLog)
+		s.log().Debug("sampling the commit log failed", "err", err)
+	case cl != nil:
+		m.SetCommitLog(cl.Unapplied, time.Duration(cl.OldestUnappliedSeconds*float64(time.Second)))
+	}
 	ledgerID, err := ledgerstatus.LedgerID(ctx, s.Servers[0])
 	if err != nil {
 		m.SampleFailed(SampleInDoubt)
