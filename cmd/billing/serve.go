@@ -22,6 +22,7 @@ import (
 	"github.com/billing/ledger/internal/failpoint"
 	"github.com/billing/ledger/internal/health"
 	"github.com/billing/ledger/internal/kafkaconn"
+	"github.com/billing/ledger/internal/ledgerclock"
 	"github.com/billing/ledger/internal/metrics"
 	"github.com/billing/ledger/internal/mysqlconn"
 	"github.com/billing/ledger/internal/pipeline"
@@ -162,14 +163,27 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		}
 	}
 	mon.SetPhase("connecting to MySQL")
+	// Every age and expiry is judged on the ledger's clock, the control
+	// server's (package ledgerclock); it is measured once the servers
+	// are open, before anything is judged.
+	clock := ledgerclock.New(nil)
 	sinkCfg := cfg.Sink(log)
 	sinkCfg.Failpoints = fps
+	sinkCfg.Now = clock.Now
 	sink, dbs, err := mysqldriver.OpenSink(ctx, c.dsns, cfg.MySQL(), sinkCfg)
 	if err != nil {
 		return err
 	}
 	defer dbs.Close()
 	defer sink.Close()
+	if err := clock.Sync(ctx, dbs.Server(0)); err != nil {
+		return err
+	}
+	if off, unc := clock.Offset(); off > time.Second || off < -time.Second {
+		log.Warn("this host's clock is off the control server's; the ledger judges time by the server's", "offset", off, "uncertainty", unc)
+	} else {
+		log.Info("ledger clock measured", "offset", off, "uncertainty", unc)
+	}
 	mon.SetPhase("checking grants")
 	if err := preflight(ctx, dbs); err != nil {
 		return err
@@ -187,6 +201,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		mon.OnCheckpoint(info)
 	})
 	pcfg.Failpoints = fps
+	pcfg.Clock = clock.Now
 	p, err := pipeline.New(pcfg, sink, pipeline.Pools(dbs))
 	if err != nil {
 		return err
@@ -209,6 +224,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	// stop them before those close.
 	bgctx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
 	var bg sync.WaitGroup
+	bg.Go(func() { clock.Run(bgctx, dbs.Server(0), ledgerclock.Interval, log) })
 	if cfg.HTTPAddr != "" { // nobody asks otherwise
 		bg.Add(1)
 		go func() {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/billing/ledger/internal/event"
 	"github.com/billing/ledger/internal/failpoint"
+	"github.com/billing/ledger/internal/ledgerclock"
 	"github.com/billing/ledger/internal/txsink"
 )
 
@@ -86,6 +87,14 @@ type Config struct {
 	// with a *GroupChangeError.
 	AllowGroupChange bool
 
+	// Clock is the ledger's clock (ledgerclock.Clock.Now): every instant
+	// another instance judges, or this one judges against another's, is
+	// read from it: dedup expiries and the janitor, the retention of
+	// ledger entries, the processing time events are bounded by, the
+	// timestamps written. Run the sink on the same clock (txsink.Config's
+	// Now). time.Now when nil.
+	Clock func() time.Time
+
 	// KafkaOpts are the client's connection options (brokers, TLS, SASL,
 	// timeouts); the pipeline adds the consumer-group options it relies on.
 	KafkaOpts []kgo.Opt
@@ -131,6 +140,18 @@ func (c *Config) validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// abortAfter is the age past which recovery aborts an undecided branch:
+// CheckpointTimeout, by which its coordinator gives up, plus the most two
+// instances' clocks can differ (the gtrid carries the coordinator's
+// clock), so that no healthy checkpoint is aborted.
+func (c *Config) abortAfter() time.Duration { return c.CheckpointTimeout + ledgerclock.Margin }
+
+// dedupTTL is how long a dedup key lives: DedupTTL plus the most two
+// instances' clocks can differ (the key's expiry is written by one
+// instance and judged, and deleted, by any), so that it never lives less
+// than DedupTTL.
+func (c *Config) dedupTTL() time.Duration { return c.DedupTTL + ledgerclock.Margin }
 
 // fetchOpts bound what the Kafka client buffers by the byte budget: at most
 // maxConcurrentFetches fetches of CheckpointMaxBytes/4 each (one of at
@@ -247,6 +268,9 @@ func New(cfg Config, sink *txsink.Sink, pools []Pool) (*Pipeline, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
 	p := &Pipeline{
 		cfg:   cfg,
 		log:   cfg.Logger,
@@ -309,7 +333,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		p.cl.Close()
 		return err
 	}
-	if res, err := p.sink.Recover(ctx, p.cfg.CheckpointTimeout); err != nil {
+	if res, err := p.sink.Recover(ctx, p.cfg.abortAfter()); err != nil {
 		p.log.Warn("recovery at start incomplete; retried in the background", "err", err)
 	} else {
 		p.recovered(res)

@@ -360,7 +360,7 @@ func (p *Pipeline) onAssigned(ctx context.Context, offsets map[string]map[int32]
 	}
 	slices.Sort(ids)
 	rctx, cancel := context.WithTimeout(ctx, p.cfg.CheckpointTimeout/2)
-	res, err := p.sink.Recover(rctx, p.cfg.CheckpointTimeout)
+	res, err := p.sink.Recover(rctx, p.cfg.abortAfter())
 	cancel()
 	p.recovered(res)
 	if err != nil {

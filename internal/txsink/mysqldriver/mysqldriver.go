@@ -311,6 +311,16 @@ func (s *Server) Uptime(ctx context.Context) (time.Duration, error) {
 	return time.Duration(row.Value) * time.Second, nil
 }
 
+// UTCTime reads the server's clock (package ledgerclock: the control
+// server's is the ledger's clock).
+func (s *Server) UTCTime(ctx context.Context) (time.Time, error) {
+	var t time.Time
+	if err := s.db.GetContext(ctx, &t, `SELECT UTC_TIMESTAMP(6)`); err != nil {
+		return time.Time{}, err
+	}
+	return t.UTC(), nil
+}
+
 // Conn is a connection pinned to one branch at a time, kept across
 // checkpoints with its server-side id and the statements prepared on it.
 type Conn struct {
