@@ -66,6 +66,7 @@ type Config struct {
 	BillingWindow          string           `envconfig:"BILLING_WINDOW" default:"1h" desc:"billing windows over occurred_at: a duration (tumbling windows aligned to the Unix epoch, UTC), or day or month (calendar periods from local midnight and the first of the month in BILLING_TIMEZONE)"`
 	BillingTimezone        string           `envconfig:"BILLING_TIMEZONE" default:"UTC" desc:"IANA time zone of day and month windows (embedded zone database; days follow daylight saving time and last 23 to 25 hours); ignored for duration windows"`
 	WindowCloseAfter       OptionalDuration `envconfig:"WINDOW_CLOSE_AFTER" desc:"empty: windows never close; else a window closes once the watermark (event time) has passed its end plus this, and its later events count in window_adjustments"`
+	MaxEventTimeSkew       time.Duration    `envconfig:"MAX_EVENT_TIME_SKEW" default:"1h" desc:"an event whose occurred_at is later than the processing time (the control server's clock) plus this is dead-lettered as event_time_in_future: no record moves the watermark or the closing frontier past now plus this"`
 	LedgerEntries          bool             `envconfig:"LEDGER_ENTRIES" default:"false" desc:"write one ledger_entries row per counted event (its Kafka position, window and checkpoint)"`
 	LedgerEntriesRetention OptionalDuration `envconfig:"LEDGER_ENTRIES_RETENTION" desc:"empty: keep ledger entries forever; else entries older than this are deleted in small batches (DEDUP_CLEANUP_BATCH)"`
 	MaxPayloadBytes        int              `envconfig:"MAX_PAYLOAD_BYTES" default:"65536" desc:"larger record values are dead-lettered as payload_too_large"`
@@ -168,6 +169,7 @@ func (c *Config) validate() []string {
 		"READY_MAX_CHECKPOINT_AGE": c.ReadyMaxAge,
 		"HEALTH_CHECK_INTERVAL":    c.HealthCheck,
 		"METRICS_SAMPLE_INTERVAL":  c.MetricsSample,
+		"MAX_EVENT_TIME_SKEW":      c.MaxEventTimeSkew,
 	}
 	for _, name := range slices.Sorted(maps.Keys(positive)) {
 		if positive[name] <= 0 {

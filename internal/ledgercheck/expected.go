@@ -100,6 +100,9 @@ type Produced struct {
 	OverflowEvents int64 `json:"overflow_events"`
 	// Late: valid events whose occurred_at was moved to an older window.
 	Late int64 `json:"late"`
+	// Future: records dated far in the future (event_time_in_future dead
+	// letters), each followed by its correction, which counts.
+	Future int64 `json:"future,omitempty"`
 }
 
 // Expected is the expected-ledger file: the exact content the service's

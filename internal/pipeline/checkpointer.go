@@ -195,7 +195,9 @@ func (c *Checkpointer) run(ctx context.Context, s *snapshot) outcome {
 
 // attempt runs the checkpoint protocol once:
 //
-//  0. event time (with closing windows): the frontier and the partitions'
+//  0. event time: records later than the processing time plus
+//     MaxEventTimeSkew become dead letters (admit); with closing windows,
+//     the frontier and the partitions'
 //     watermarks as committed; each record is judged late or not, and the
 //     frontier to raise and the windows to seal are planned (eventtime.go);
 //  1. dedup: ids the cache does not know are claimed on their participants
@@ -220,6 +222,8 @@ func (c *Checkpointer) attempt(ctx context.Context, s *snapshot, careful, trial 
 	// on the host's monotonic clock (started).
 	started, now := time.Now(), c.cfg.Clock()
 	ttl := c.cfg.dedupTTL()
+	prefix := c.cfg.DeadLetterPayloadBytes
+	s = admit(s, now, c.cfg.MaxEventTimeSkew, prefix)
 	c.seq++
 	tx := c.sink.Begin(c.seq)
 	info = CheckpointInfo{Gtrid: tx.Gtrid(), Started: started, Careful: careful, Records: len(s.records) + len(s.dead), Bytes: s.bytes,
@@ -241,7 +245,6 @@ func (c *Checkpointer) attempt(ctx context.Context, s *snapshot, careful, trial 
 		info.Duration = time.Since(started)
 		return info
 	}
-	prefix := c.cfg.DeadLetterPayloadBytes
 
 	// 0. Event time.
 	var et eventTimePlan

@@ -60,6 +60,12 @@ type Config struct {
 	// this, and later events of it count in window_adjustments (see
 	// eventtime.go).
 	WindowCloseAfter time.Duration
+	// MaxEventTimeSkew bounds event time by processing time: a record
+	// whose occurred_at is later than the checkpoint's processing time
+	// (Clock) plus this is an event_time_in_future dead letter, counted
+	// nowhere, not remembered as seen, and not in its partition's
+	// watermark (see admit).
+	MaxEventTimeSkew time.Duration
 	// LedgerEntries: every counted event gets a ledger_entries row, in the
 	// branch of its account's sums. LedgerEntriesRetention: 0 keeps them
 	// forever; else older rows are deleted every DedupCleanupInterval, at
@@ -120,7 +126,7 @@ func (c *Config) validate() error {
 	for name, d := range map[string]time.Duration{
 		"CheckpointInterval": c.CheckpointInterval, "CheckpointTimeout": c.CheckpointTimeout, "DedupTTL": c.DedupTTL,
 		"RecoveryInterval": c.RecoveryInterval, "DedupCleanupInterval": c.DedupCleanupInterval,
-		"ShutdownTimeout": c.ShutdownTimeout, "DecisionRetention": c.DecisionRetention,
+		"ShutdownTimeout": c.ShutdownTimeout, "DecisionRetention": c.DecisionRetention, "MaxEventTimeSkew": c.MaxEventTimeSkew,
 	} {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive", name))

@@ -37,8 +37,10 @@ type partition struct {
 	// was taken (see reclaimLocked); reclaimBackoff is the last wait.
 	reclaimAfter   time.Time
 	reclaimBackoff time.Duration
-	// watermark is the latest occurred_at of the records below position
-	// (zero: none; see eventtime.go). end is the last stable offset the
+	// watermark is the partition's stored watermark as of its claim or
+	// last rewind (zero: none): the floor of its cuts' watermarks, which
+	// each checkpoint raises by the records it admits (see admit; the
+	// stored one only ever rises). end is the last stable offset the
 	// latest fetch of the partition reported (-1: none yet); committedUp
 	// the caught-up flag of the last decided cut, or as read from MySQL.
 	watermark   time.Time
@@ -210,7 +212,6 @@ func (p *Pipeline) processLocked(fetches kgo.Fetches) {
 			pt.bytes += d.Bytes()
 			return
 		}
-		pt.watermark = laterOf(pt.watermark, ev.OccurredAt)
 		// The key is kept up to what a dead letter of the event would keep.
 		rec := record{ev: ev, partition: r.Partition, offset: r.Offset, key: r.Key[:min(len(r.Key), deadletters.MaxKey)], value: r.Value, ts: r.Timestamp}
 		pt.records = append(pt.records, rec)
