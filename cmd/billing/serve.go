@@ -25,6 +25,7 @@ import (
 	"github.com/billing/ledger/internal/ledgerclock"
 	"github.com/billing/ledger/internal/metrics"
 	"github.com/billing/ledger/internal/mysqlconn"
+	"github.com/billing/ledger/internal/periods"
 	"github.com/billing/ledger/internal/pipeline"
 	"github.com/billing/ledger/internal/txsink/mysqldriver"
 	"github.com/billing/ledger/migrations"
@@ -188,6 +189,20 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err := preflight(ctx, dbs); err != nil {
 		return err
 	}
+	// The ledger's period settings are the ledger's: stored at the first
+	// start, compared at every start (package periods).
+	mon.SetPhase("checking the period settings")
+	stored, err := periods.Ensure(ctx, dbs, periods.Settings{Period: cfg.Period(), Close: cfg.WindowCloseAfter > 0},
+		time.Duration(cfg.WindowCloseAfter), "instance "+sink.Instance(), log)
+	if err != nil {
+		return err
+	}
+	schedule, err := stored.Schedule()
+	if err != nil {
+		return err
+	}
+	log.Info("period settings (the ledger's)", "windows", schedule.String(), "windows_close", stored.Current().Close,
+		"window_close_after", time.Duration(cfg.WindowCloseAfter), "max_event_time_skew", cfg.MaxEventTimeSkew)
 	log.Info("starting", "instance", sink.Instance(), "topic", cfg.KafkaTopic, "group", cfg.KafkaGroup,
 		"servers", len(c.dsns), "participants", sink.Participants())
 
@@ -202,6 +217,18 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	})
 	pcfg.Failpoints = fps
 	pcfg.Clock = clock.Now
+	pcfg.Window = schedule
+	pcfg.CheckSettings = func(ctx context.Context) error {
+		err := periods.Verify(ctx, dbs.Server(0).DB(), stored)
+		var changed *periods.MismatchError
+		if errors.As(err, &changed) {
+			return err
+		}
+		if err != nil {
+			log.Warn("cannot check the ledger's period settings; checked again later", "err", err)
+		}
+		return nil
+	}
 	p, err := pipeline.New(pcfg, sink, pipeline.Pools(dbs))
 	if err != nil {
 		return err

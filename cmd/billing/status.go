@@ -17,6 +17,7 @@ import (
 
 	"github.com/billing/ledger/internal/config"
 	"github.com/billing/ledger/internal/ledgerstatus"
+	"github.com/billing/ledger/internal/periods"
 	"github.com/billing/ledger/internal/txsink"
 )
 
@@ -84,7 +85,22 @@ func collectStatus(ctx context.Context, cfg config.Config, log *slog.Logger) (*l
 	for i, db := range dbs {
 		servers[i] = db.DB
 	}
-	return ledgerstatus.Collect(ctx, ledgerstatus.Sources{Servers: servers, Kafka: kadm.NewClient(cl), Topic: cfg.KafkaTopic, Group: cfg.KafkaGroup})
+	r, err := ledgerstatus.Collect(ctx, ledgerstatus.Sources{Servers: servers, Kafka: kadm.NewClient(cl), Topic: cfg.KafkaTopic, Group: cfg.KafkaGroup})
+	if err != nil {
+		return nil, err
+	}
+	// The period settings are the ledger's; the environment's only for a
+	// ledger that has none stored.
+	switch stored, err := periods.Read(ctx, dbs[0]); {
+	case err != nil:
+		r.Problems = append(r.Problems, "period settings: "+err.Error())
+	case len(stored) > 0:
+		r.Periods = &ledgerstatus.Periods{Source: "ledger", Windows: stored.Describe(), WindowsClose: stored.Current().Close}
+	default:
+		log.Warn("this ledger has no period settings stored (never started by this version): showing this environment's")
+		r.Periods = &ledgerstatus.Periods{Source: "environment", Windows: cfg.Period().String(), WindowsClose: cfg.WindowCloseAfter > 0}
+	}
+	return r, nil
 }
 
 // printStatus renders the report for a terminal. Identifiers that come
@@ -140,6 +156,7 @@ func printStatus(w io.Writer, r *ledgerstatus.Report) error {
 		fmt.Fprintln(w)
 	}
 
+	printStatusPeriods(w, r.Periods)
 	if len(r.DeadLetters) == 0 {
 		fmt.Fprintln(w, "dead letters not re-injected: none")
 		return nil
@@ -155,6 +172,24 @@ func printStatus(w io.Writer, r *ledgerstatus.Report) error {
 		fmt.Fprintf(tw, "%s\t%d\t%s\n", safeText(d.Reason, 64), d.Count, d.Oldest.UTC().Format(time.RFC3339))
 	}
 	return tw.Flush()
+}
+
+// printStatusPeriods prints the ledger's period settings, and where they
+// come from.
+func printStatusPeriods(w io.Writer, p *ledgerstatus.Periods) {
+	if p == nil {
+		fmt.Fprint(w, "periods: unknown (could not be read)\n\n")
+		return
+	}
+	closing := "windows never close"
+	if p.WindowsClose {
+		closing = "windows close"
+	}
+	from := "stored in the ledger; billing periods show"
+	if p.Source != "ledger" {
+		from = "none stored in the ledger: this environment's"
+	}
+	fmt.Fprintf(w, "periods: %s; %s (%s)\n\n", p.Windows, closing, from)
 }
 
 func orDash(s string) string {

@@ -46,7 +46,19 @@ type Report struct {
 	InDoubt             []InDoubtEntry `json:"in_doubt"`
 	OtherLedgersInDoubt int            `json:"other_ledgers_in_doubt"`
 	DeadLetters         []Waiting      `json:"dead_letters_waiting"`
-	Problems            []string       `json:"problems,omitempty"`
+	// Periods are the ledger's period settings (billing periods show); nil
+	// when they could not be read.
+	Periods  *Periods `json:"periods"`
+	Problems []string `json:"problems,omitempty"`
+}
+
+// Periods are the period settings a ledger's windows follow: as stored in
+// the ledger (Source "ledger"), or, for a ledger without any stored (never
+// started by this version), the environment's (Source "environment").
+type Periods struct {
+	Source       string `json:"source"`
+	Windows      string `json:"windows"`
+	WindowsClose bool   `json:"windows_close"`
 }
 
 // Partition is one partition of the topic as the ledger and Kafka see it.

@@ -134,7 +134,7 @@ func topicWatermark(parts map[int32]partTime) time.Time {
 // closedBefore is the frontier a watermark justifies: the start of the
 // window holding watermark - closeAfter; every earlier window ends at or
 // before that instant. Zero for a zero watermark.
-func closedBefore(w event.Period, watermark time.Time, closeAfter time.Duration) time.Time {
+func closedBefore(w event.Windows, watermark time.Time, closeAfter time.Duration) time.Time {
 	if watermark.IsZero() {
 		return time.Time{}
 	}
@@ -169,7 +169,7 @@ type eventTimePlan struct {
 // committed. The raise is the latest frontier any record saw, and the
 // frontier of the cut (each of the snapshot's partitions at its cut's
 // watermark and flag, the others as committed).
-func planEventTime(w event.Period, closeAfter time.Duration, et txsink.EventTime, records []record, cuts []txsink.PartitionCut) eventTimePlan {
+func planEventTime(w event.Windows, closeAfter time.Duration, et txsink.EventTime, records []record, cuts []txsink.PartitionCut) eventTimePlan {
 	plan := eventTimePlan{enabled: true, read: et.Frontier, raise: et.Frontier.Closed}
 	stored := make(map[int32]partTime, len(et.Partitions)+len(cuts))
 	for id, ps := range et.Partitions {

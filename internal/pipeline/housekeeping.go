@@ -34,6 +34,9 @@ func (p *Pipeline) housekeeping(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-recoverT.C:
+			if p.checkSettings(ctx) != nil {
+				return
+			}
 			rctx, cancel := context.WithTimeout(ctx, p.cfg.RecoveryInterval)
 			res, err := p.sink.Recover(rctx, p.cfg.abortAfter())
 			p.recovered(res)

@@ -53,8 +53,10 @@ type Config struct {
 	DedupCleanupInterval time.Duration
 	DedupCleanupBatch    int
 	// Window is the billing window over occurred_at: fixed windows aligned
-	// to the epoch in UTC, or calendar days or months in a time zone.
-	Window event.Period
+	// to the epoch in UTC, or calendar days or months in a time zone
+	// (event.Period), or the ledger's schedule of them (event.Schedule:
+	// the service runs on the one stored in the ledger, package periods).
+	Window event.Windows
 	// WindowCloseAfter: 0 (the default) means windows never close; else a
 	// window closes once the topic's watermark has passed its end plus
 	// this, and later events of it count in window_adjustments (see
@@ -106,6 +108,17 @@ type Config struct {
 	KafkaOpts []kgo.Opt
 	// Logger receives the pipeline's logs; slog.Default() when nil.
 	Logger *slog.Logger
+	// CheckSettings, if set, says whether the settings the instance runs
+	// on are still the ledger's (package periods: billing periods change
+	// must not run beside an instance, and fences every partition when it
+	// runs). It is called after every claim of partitions, before anything
+	// of them is fetched, and every RecoveryInterval. It returns an error
+	// only when the instance must stop (a failure to check is its to log):
+	// the instance then stops without checkpointing what it buffered, and
+	// Run returns the error. A checkpoint built on a claim older than the
+	// change cannot commit (the change raised the epochs), and one built
+	// on a newer claim passed the check first.
+	CheckSettings func(context.Context) error
 	// OnCheckpoint, if set, is called after every checkpoint attempt, from
 	// the goroutine that ran it. It must not block.
 	OnCheckpoint func(CheckpointInfo)
@@ -138,7 +151,7 @@ func (c *Config) validate() error {
 	if c.DeadLetterPayloadBytes < 0 {
 		errs = append(errs, errors.New("DeadLetterPayloadBytes must not be negative"))
 	}
-	if c.Window.IsZero() {
+	if p, ok := c.Window.(event.Period); c.Window == nil || ok && p.IsZero() {
 		errs = append(errs, errors.New("Window is required"))
 	}
 	if c.WindowCloseAfter < 0 || c.LedgerEntriesRetention < 0 {
@@ -261,6 +274,11 @@ type Pipeline struct {
 
 	wake atomic.Pointer[context.CancelFunc] // cancels the poll in progress
 	wg   sync.WaitGroup                     // checkpoint goroutines
+
+	// failure is why the instance stops on its own (see
+	// Config.CheckSettings); stopRun ends Run's polling for it.
+	failure atomic.Pointer[error]
+	stopRun atomic.Pointer[context.CancelFunc]
 }
 
 // New builds a pipeline over an open sink and the pools of its servers (in
@@ -332,6 +350,9 @@ func (p *Pipeline) Client() *kgo.Client { return p.cl }
 // ShutdownTimeout, and leaves the group. It returns nil after a clean
 // shutdown; whatever it could not commit is replayed by the next owner.
 func (p *Pipeline) Run(ctx context.Context) error {
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	p.stopRun.Store(&stop)
 	err := p.checkGroup(ctx)
 	p.startErr = err
 	close(p.started)
@@ -359,12 +380,15 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	p.poll(ctx)
 
 	// Shutdown: the final checkpoint, then leave the group (Close revokes,
-	// and onRevoked commits whatever is still buffered).
+	// and onRevoked commits whatever is still buffered); stopped for a
+	// failure, nothing more is checkpointed.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.ShutdownTimeout)
 	defer cancel()
-	p.mu.Lock()
-	p.drainLocked(sctx)
-	p.mu.Unlock()
+	if p.failure.Load() == nil {
+		p.mu.Lock()
+		p.drainLocked(sctx)
+		p.mu.Unlock()
+	}
 	done := make(chan struct{})
 	go func() {
 		p.cl.Close()
@@ -378,7 +402,37 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	p.wg.Wait()
 	stopHousekeeping()
 	hk.Wait()
+	if f := p.failure.Load(); f != nil {
+		return *f
+	}
 	return nil
+}
+
+// checkSettings runs Config.CheckSettings; an error stops the instance.
+func (p *Pipeline) checkSettings(ctx context.Context) error {
+	if p.cfg.CheckSettings == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	err := p.cfg.CheckSettings(ctx)
+	if err != nil {
+		p.fail(err)
+	}
+	return err
+}
+
+// fail stops the instance for err, once: polling ends, and nothing more
+// is checkpointed.
+func (p *Pipeline) fail(err error) {
+	if !p.failure.CompareAndSwap(nil, &err) {
+		return
+	}
+	p.log.Error("stopping", "err", err)
+	if stop := p.stopRun.Load(); stop != nil {
+		(*stop)()
+	}
+	p.wakePoll()
 }
 
 // GroupChangeError refuses to start a consumer group without stored

@@ -323,6 +323,9 @@ func (p *Pipeline) reclaimLocked(ctx context.Context, taken []int32) map[int32]t
 		p.rewindFailedLocked("cannot claim again partitions taken over while still assigned here; retrying", "partitions", due, "err", err)
 		return nil
 	}
+	if p.checkSettings(ctx) != nil {
+		return nil // stopping: nothing of them is fetched
+	}
 	for _, id := range due {
 		pt := p.parts[id]
 		p.log.Warn("partition claimed by another instance while still assigned here; claimed again",
@@ -375,6 +378,9 @@ func (p *Pipeline) onAssigned(ctx context.Context, offsets map[string]map[int32]
 		p.log.Error("cannot claim assigned partitions", "partitions", ids, "err", err)
 		return nil, err
 	}
+	if err := p.checkSettings(ctx); err != nil {
+		return nil, err
+	}
 	out := map[int32]kgo.Offset{}
 	p.mu.Lock()
 	for _, id := range ids {
@@ -401,7 +407,9 @@ func (p *Pipeline) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[str
 	defer p.mu.Unlock()
 	dctx, cancel := context.WithTimeout(ctx, p.cfg.CheckpointTimeout+5*time.Second)
 	defer cancel()
-	p.drainLocked(dctx)
+	if p.failure.Load() == nil {
+		p.drainLocked(dctx)
+	}
 	for _, id := range revoked[p.cfg.Topic] {
 		delete(p.parts, id)
 	}
