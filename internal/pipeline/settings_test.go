@@ -6,6 +6,10 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/billing/ledger/internal/event"
+	"github.com/billing/ledger/internal/testenv"
+	"github.com/billing/ledger/internal/txsink"
 )
 
 // An instance whose settings are no longer the ledger's (billing periods
@@ -81,4 +85,59 @@ func TestChangedSettingsStopTheInstance(t *testing.T) {
 			}
 		})
 	}
+}
+
+// WINDOW_CLOSE_AFTER may differ between instances: the frontier only
+// rises and each checkpoint judges against the stored one, whoever raised
+// it, so the instance with the smallest value closes windows for all, and
+// one with a larger value counts a late event of a closed window in its
+// adjustment, leaving the sealed row as it was.
+func TestMixedCloseAfterActsAsTheSmallest(t *testing.T) {
+	e := newEnv(t, 2)
+	ctx := context.Background()
+	open := func(name string, part int32, closeAfter time.Duration) (*Checkpointer, txsink.PartitionCut) {
+		sink, d := openSink(t, sinkConfig{DSNs: []string{e.dsn}, Config: txsink.Config{Branches: 1, Group: "g-" + e.topic, Topic: e.topic,
+			StepTimeout: 10 * time.Second, Logger: testenv.Logger(), Instance: name}})
+		t.Cleanup(func() { sink.Close(); d.Close() })
+		cfg := testConfig(e)
+		cfg.WindowCloseAfter = closeAfter
+		c, err := NewCheckpointer(cfg, sink, Pools(d))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pos, err := sink.Claim(ctx, []int32{part})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c, txsink.PartitionCut{Partition: part, Epoch: pos[part].Epoch}
+	}
+	short, shortCut := open("short", 0, time.Hour)
+	long, longCut := open("long", 1, 48*time.Hour)
+	rec := func(p int32, off int64, id, at string) Record {
+		return Record{Partition: p, Offset: off, Event: event.Event{EventID: id, AccountID: "acct-m", AmountMinor: 1, Currency: "EUR", OccurredAt: ts(at)}}
+	}
+	checkpoint := func(c *Checkpointer, cut txsink.PartitionCut, recs ...Record) {
+		t.Helper()
+		cut.NextOffset, cut.CaughtUp = recs[len(recs)-1].Offset+1, true
+		if ok, err := c.Checkpoint(ctx, recs, []txsink.PartitionCut{cut}); !ok || err != nil {
+			t.Fatalf("checkpoint: %v %v", ok, err)
+		}
+	}
+	checkpoint(long, longCut, rec(1, 0, "m-1", "2026-11-29T10:10:00Z"))
+	checkpoint(short, shortCut, rec(0, 0, "m-2", "2026-11-29T12:05:00Z")) // 10:00 closes: 12:05 - 1h
+	checkpoint(short, shortCut, rec(0, 1, "m-3", "2026-11-29T12:06:00Z")) // and is sealed
+	sealed := windowRows(t, e.db, "billing_windows")["acct-m/EUR@2026-11-29T10:00:00Z"]
+	if sealed.Closed == nil {
+		t.Fatalf("10:00 not sealed by the instance with the smaller WINDOW_CLOSE_AFTER: %+v", sealed)
+	}
+	// The instance with 48 hours: by its own value 10:00 is open for two
+	// days more, but the ledger's frontier says closed.
+	checkpoint(long, longCut, rec(1, 1, "m-4", "2026-11-29T10:20:00Z"))
+	if again := windowRows(t, e.db, "billing_windows")["acct-m/EUR@2026-11-29T10:00:00Z"]; again.Amount != sealed.Amount || !again.Updated.Equal(sealed.Updated) {
+		t.Fatalf("the sealed row changed: %+v, was %+v", again, sealed)
+	}
+	if a := windowRows(t, e.db, "window_adjustments")["acct-m/EUR@2026-11-29T10:00:00Z"]; a.Count != 1 {
+		t.Fatalf("the late event of the instance with the larger value: adjustment %+v", a)
+	}
+	checkSplit(t, e.db, false)
 }
