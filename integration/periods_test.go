@@ -49,7 +49,7 @@ func TestPeriodsVerifiedEndToEnd(t *testing.T) {
 			gen := testenv.Start(t, "billing-gen", genBin, nil,
 				"-brokers", strings.Join(e.brokers, ","), "-topic", e.topic, "-events", "3000", "-rate", "1500",
 				"-windows", "24", "-window", "month", "-timezone", "Europe/Berlin", "-close-after", "48h", "-ledger-entries",
-				"-overflow-cases", "4", "-dup-ratio", "0.05", "-conflict-ratio", "0.01", "-late-ratio", "0.1",
+				"-overflow-cases", "4", "-dup-ratio", "0.05", "-conflict-ratio", "0.01", "-late-ratio", "0.1", "-future-ratio", "0.005",
 				"-seed", strconv.Itoa(7+tt.partitions), "-expected", expected, "-progress", "none")
 			if tt.kill {
 				time.Sleep(time.Second)
@@ -68,6 +68,9 @@ func TestPeriodsVerifiedEndToEnd(t *testing.T) {
 			}
 			if exp.SplitExact && len(exp.Adjustments) == 0 {
 				t.Fatal("the workload has no late event: the split is not tested")
+			}
+			if exp.DeadLetters["event_time_in_future"] == 0 {
+				t.Fatal("the workload has no record dated in the future: the bound is not tested")
 			}
 			verify := testenv.Start(t, "billing-verify", verifyBin, nil,
 				"-dsn", e.dsn, "-expected", expected, "-topic", e.topic, "-wait", "2m", "-interval", "500ms")

@@ -426,7 +426,7 @@ func sinkOnly(spec childSpec, cfg config.Config) (childResult, error) {
 	// The janitor runs beside the checkpoints, as in the service.
 	jctx, stopJanitor := context.WithCancel(ctx)
 	defer stopJanitor()
-	go pipeline.Janitor(jctx, pipeline.Pools(l.db), cfg.DedupCleanupInterval, cfg.DedupCleanupBatch, cfg.MySQLBranches, childLogger())
+	go pipeline.Janitor(jctx, pipeline.Pools(l.db), time.Now, cfg.DedupCleanupInterval, cfg.DedupCleanupBatch, cfg.MySQLBranches, childLogger())
 	col := newCollector()
 	var busy time.Duration // checkpoint time so far: the stopped clock
 	start := time.Now()

@@ -302,8 +302,8 @@ func produceRun(ctx context.Context, o *options, stdout, stderr io.Writer) (sent
 	}
 	fmt.Fprintf(stdout, "billing-gen: produced %d committed records to %q (%d partitions: %s) in %v\n",
 		p.Records, cfg.Topic, parts, strings.Join(counts, "/"), time.Since(started).Round(time.Millisecond))
-	fmt.Fprintf(stdout, "billing-gen:   %d valid events (%d late), %d duplicates (%d cross-partition), %d conflicts, %d malformed, %d overflow-case events; %d records in %d aborted transactions\n",
-		p.Valid, p.Late, p.Duplicates, p.CrossPartitionDuplicates, p.Conflicts, p.Malformed, p.OverflowEvents, p.Aborted, p.AbortedTransactions)
+	fmt.Fprintf(stdout, "billing-gen:   %d valid events (%d late), %d duplicates (%d cross-partition), %d conflicts, %d malformed, %d overflow-case events, %d dated in the far future (each corrected); %d records in %d aborted transactions\n",
+		p.Valid, p.Late, p.Duplicates, p.CrossPartitionDuplicates, p.Conflicts, p.Malformed, p.OverflowEvents, p.Future, p.Aborted, p.AbortedTransactions)
 	var dl []string
 	for _, r := range slices.Sorted(maps.Keys(exp.DeadLetters)) {
 		dl = append(dl, fmt.Sprintf("%s=%d", r, exp.DeadLetters[r]))

@@ -147,6 +147,10 @@ func TestAgainstKafka(t *testing.T) {
 			if string(r.Key) != e.AccountID && !strings.HasPrefix(string(r.Key), e.AccountID+"~dup") {
 				t.Errorf("record key %q for account %q", r.Key, e.AccountID)
 			}
+			if ledgercheck.InFuture(e.OccurredAt, time.Now(), time.Hour) { // the service's MAX_EVENT_TIME_SKEW
+				l.DeadLetter(ledgercheck.ReasonEventTimeInFuture)
+				continue
+			}
 			l.Add(e)
 		}
 	}

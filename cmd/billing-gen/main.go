@@ -7,7 +7,11 @@
 // duplicates (half keyed to land on another partition), conflicting
 // duplicates (same key as the original, after it), malformed records of
 // every kind the decoder rejects, int64 overflow cases on dedicated
-// accounts, and records inside Kafka transactions that are then aborted.
+// accounts, records dated in the year 9000 (event_time_in_future dead
+// letters, -future-ratio) each followed by its correction, and records
+// inside Kafka transactions that are then aborted. A run whose other event
+// times would reach past now plus -max-event-time-skew (the service's
+// MAX_EVENT_TIME_SKEW) is refused: the service would dead-letter them.
 // The committed records go through one idempotent producer (acks=all), so
 // each partition keeps the produced order.
 //
@@ -122,6 +126,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		seed       uint64
 		window     string
 		zone       string
+		skew       time.Duration
 	)
 	fs.StringVar(&brokers, "brokers", envOr("KAFKA_BROKERS", "127.0.0.1:9092"), "comma-separated Kafka seed brokers (env KAFKA_BROKERS)")
 	fs.StringVar(&o.gen.Topic, "topic", envOr("KAFKA_TOPIC", "billing-events"), "topic to produce to (env KAFKA_TOPIC)")
@@ -142,6 +147,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.gen.Windows, "windows", 24, "event times span this many windows before -base-time")
 	fs.StringVar(&baseTime, "base-time", "2026-11-29T00:00:00Z", "RFC 3339 end of the event-time span")
 	fs.Float64Var(&o.gen.LateRatio, "late-ratio", 0.05, "fraction of valid events moved back to older windows (out of order)")
+	fs.Float64Var(&o.gen.FutureRatio, "future-ratio", 0.001, "fraction of valid events followed by a record dated in the year 9000 (an event_time_in_future dead letter) and then by its correction (counted)")
+	fs.DurationVar(&skew, "max-event-time-skew", time.Hour, "the service's MAX_EVENT_TIME_SKEW: a run whose event times reach past now plus this is refused (the service would dead-letter them)")
 	fs.Uint64Var(&seed, "seed", 0, "random seed (default: from the clock; always printed)")
 	fs.IntVar(&o.gen.MaxPayload, "max-payload", 64*1024, "the service's maximum payload in bytes; payload_too_large records exceed it by 6 KiB")
 	fs.StringVar(&o.expectedPath, "expected", "expected.json", "where to write the expected ledger")
@@ -205,7 +212,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		bad("-zipf-s must be > 1 (and at most 100)")
 	}
 	for name, r := range map[string]float64{"dup-ratio": o.gen.DupRatio, "conflict-ratio": o.gen.ConflictRatio,
-		"malformed-ratio": o.gen.MalformedRatio, "aborted-ratio": o.gen.AbortedRatio, "late-ratio": o.gen.LateRatio} {
+		"malformed-ratio": o.gen.MalformedRatio, "aborted-ratio": o.gen.AbortedRatio, "late-ratio": o.gen.LateRatio, "future-ratio": o.gen.FutureRatio} {
 		if !(r >= 0 && r <= 1) {
 			bad("-%s must be in [0, 1]", name)
 		}
@@ -235,6 +242,21 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		first := o.gen.BaseTime.Add(-time.Duration(int64(o.gen.Windows)*o.gen.windowSeconds()) * time.Second)
 		if first.Year() < 1000 || o.gen.BaseTime.Year() > 9998 {
 			bad("-base-time and -windows put event times outside years 1000-9998 (DATETIME range)")
+		}
+	}
+	if skew <= 0 {
+		bad("-max-event-time-skew must be positive")
+	} else if len(errs) == 0 {
+		// The service judges each event against its processing time,
+		// which comes later than now: an event not in the future now is
+		// not then.
+		cfg := o.gen
+		cfg.Partitions = 1 // the topic's, known later; event times do not depend on it
+		if g, err := newGenerator(cfg); err != nil {
+			bad("%w", err)
+		} else if latest, bound := g.latestEventTime(), time.Now().Add(skew); latest.After(bound) {
+			bad("-base-time %s: event times reach %s, later than now plus -max-event-time-skew (%s): the service would dead-letter them as event_time_in_future; choose an earlier -base-time",
+				baseTime, latest.UTC().Format(time.RFC3339), bound.UTC().Format(time.RFC3339))
 		}
 	}
 	if o.gen.MaxPayload < 1024 || o.gen.MaxPayload > 512*1024 {

@@ -35,8 +35,14 @@ type genConfig struct {
 	Windows    int // event times span this many windows before BaseTime (nominal days and months for calendar periods)
 	BaseTime   time.Time
 	LateRatio  float64
-	Seed       uint64
-	MaxPayload int // the service's max payload; payload_too_large records exceed it
+	// FutureRatio is the fraction of valid events followed by a record
+	// dated in the year 9000 or later, which the service dead-letters as
+	// event_time_in_future whenever it runs, and later by its correction:
+	// the same event id at a time of the span, which counts (a dead
+	// letter is not remembered as seen).
+	FutureRatio float64
+	Seed        uint64
+	MaxPayload  int // the service's max payload; payload_too_large records exceed it
 }
 
 // Tuning constants of the stream (not flags: changing them changes runs).
@@ -64,6 +70,8 @@ const (
 	kindMalformed
 	kindOverflow
 	kindAborted
+	kindFuture    // dated far in the future: event_time_in_future
+	kindCorrected // a future record's id again, at a time of the span: counted
 )
 
 func (k recordKind) String() string {
@@ -80,6 +88,10 @@ func (k recordKind) String() string {
 		return "overflow"
 	case kindAborted:
 		return "aborted"
+	case kindFuture:
+		return "future"
+	case kindCorrected:
+		return "corrected"
 	}
 	return fmt.Sprintf("kind(%d)", int(k))
 }
@@ -106,6 +118,7 @@ type pending struct {
 	want    ledgercheck.Outcome
 	mkind   ledgercheck.MalformedKind // malformed, and aborted malformed
 	counter int64
+	next    *pending // scheduled once this one is emitted (a future record's correction)
 }
 
 type pendingHeap []*pending
@@ -147,6 +160,7 @@ type generator struct {
 	nextKind int
 	mcount   int64 // malformed records scheduled (committed ones)
 	acount   int64 // aborted records scheduled
+	fcount   int64 // future records scheduled
 	start    time.Time
 	spanSec  int64
 	winSec   int64
@@ -382,6 +396,8 @@ func (g *generator) emitValid() (record, error) {
 	// Draw every probability in a fixed order (determinism).
 	dup, conflict := g.rng.Float64() < g.cfg.DupRatio, g.rng.Float64() < g.cfg.ConflictRatio
 	malformed, aborted := g.rng.Float64() < g.cfg.MalformedRatio, g.rng.Float64() < g.cfg.AbortedRatio
+	// Drawn only when enabled, so that runs without it are as before.
+	future := g.cfg.FutureRatio > 0 && g.rng.Float64() < g.cfg.FutureRatio
 	if dup {
 		key := e.AccountID
 		if g.rng.IntN(2) == 0 {
@@ -425,6 +441,16 @@ func (g *generator) emitValid() (record, error) {
 		}
 		g.schedule(p)
 	}
+	if future {
+		g.fcount++
+		f, _ := g.newEvent(fmt.Sprintf("f-%s-%d", g.tag, g.fcount), n)
+		corrected := f
+		// Year 9000 and later: in the future of any processing time the
+		// service will see, so the outcome does not depend on when it runs.
+		f.OccurredAt = farFuture.Add(time.Duration(g.rng.Int64N(int64(farFutureSpan/time.Second))) * time.Second)
+		g.schedule(&pending{due: g.step + 1 + g.rng.Int64N(maxMalformedDelay), kind: kindFuture, ev: f, key: f.AccountID, value: validPayload(f, timeStyle{}),
+			next: &pending{kind: kindCorrected, ev: corrected, key: corrected.AccountID, want: ledgercheck.Counted}})
+	}
 	return record{kind: kindValid, key: []byte(e.AccountID), value: value, partition: g.partitionOf(e.AccountID)}, nil
 }
 
@@ -464,6 +490,18 @@ func (g *generator) emitPending(p *pending) (record, error) {
 		g.stats.Malformed++
 		g.ledger.DeadLetter(p.mkind.Reason())
 		return r, nil
+	case kindFuture:
+		// Same key as its correction, which follows it on its partition.
+		r.value = p.value
+		g.stats.Future++
+		g.ledger.DeadLetter(ledgercheck.ReasonEventTimeInFuture)
+		c := p.next
+		c.due = g.step + 1 + g.rng.Int64N(maxMalformedDelay)
+		g.schedule(c)
+		return r, nil
+	case kindCorrected:
+		r.value = validPayload(p.ev, timeStyle{})
+		return r, g.apply(p.ev, p.kind, p.want)
 	case kindAborted:
 		// Never shown to the ledger: read_committed consumers skip it.
 		if p.mkind != 0 {
@@ -474,6 +512,28 @@ func (g *generator) emitPending(p *pending) (record, error) {
 		return r, nil
 	}
 	return record{}, fmt.Errorf("internal error: pending record of kind %v", p.kind)
+}
+
+// farFuture starts the times of future records, which span farFutureSpan:
+// far beyond any processing time plus MAX_EVENT_TIME_SKEW, within the
+// contract's years.
+var farFuture = time.Date(9000, 1, 1, 0, 0, 0, 0, time.UTC)
+
+const farFutureSpan = 365 * 24 * time.Hour
+
+// latestEventTime is the latest occurred_at of the events the stream
+// counts or repeats (every record but the future ones): before BaseTime,
+// or in an overflow case's second window. A run whose latest event time is
+// later than the service's processing time plus MAX_EVENT_TIME_SKEW would
+// see those events dead-lettered: the generator refuses it.
+func (g *generator) latestEventTime() time.Time {
+	latest := g.cfg.BaseTime
+	for _, p := range g.pending {
+		if p.kind == kindOverflow && p.ev.OccurredAt.After(latest) {
+			latest = p.ev.OccurredAt
+		}
+	}
+	return latest
 }
 
 // expected returns the expected ledger of the records emitted so far, with

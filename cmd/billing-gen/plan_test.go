@@ -35,6 +35,7 @@ func testConfig(seed uint64) genConfig {
 		Windows:        24,
 		BaseTime:       time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC),
 		LateRatio:      0.05,
+		FutureRatio:    0.01,
 		Seed:           seed,
 		MaxPayload:     64 * 1024,
 	}
@@ -171,6 +172,18 @@ func replay(t *testing.T, cfg genConfig, recs []record, order func(perPart [][]r
 		if r.kind == kindMalformed {
 			t.Fatalf("malformed record accepted: %q", r.value)
 		}
+		// The service's bound (MAX_EVENT_TIME_SKEW 1h), judged now: the
+		// generator only dates records far from it.
+		if ledgercheck.InFuture(e.OccurredAt, time.Now(), time.Hour) {
+			if r.kind != kindFuture {
+				t.Fatalf("%v record in the future: %s", r.kind, r.value)
+			}
+			l.DeadLetter(ledgercheck.ReasonEventTimeInFuture)
+			continue
+		}
+		if r.kind == kindFuture {
+			t.Fatalf("future record not in the future: %s", r.value)
+		}
 		l.Add(e)
 	}
 	for p := range next {
@@ -288,7 +301,7 @@ func TestStreamComposition(t *testing.T) {
 		t.Errorf("%d valid records, want %d", kinds[kindValid], cfg.Events)
 	}
 	if kinds[kindDuplicate] != p.Duplicates || kinds[kindConflict] != p.Conflicts || kinds[kindMalformed] != p.Malformed ||
-		kinds[kindAborted] != p.Aborted || kinds[kindOverflow] != p.OverflowEvents {
+		kinds[kindAborted] != p.Aborted || kinds[kindOverflow] != p.OverflowEvents || kinds[kindFuture] != p.Future || kinds[kindCorrected] != p.Future {
 		t.Errorf("kinds %v disagree with stats %+v", kinds, p)
 	}
 	if p.Records+p.Aborted != int64(len(recs)) {
@@ -307,6 +320,10 @@ func TestStreamComposition(t *testing.T) {
 	near("malformed", p.Malformed, cfg.MalformedRatio)
 	near("aborted", p.Aborted, cfg.AbortedRatio)
 	near("late", p.Late, cfg.LateRatio)
+	near("future", p.Future, cfg.FutureRatio)
+	if exp.DeadLetters[ledgercheck.ReasonEventTimeInFuture] != p.Future {
+		t.Errorf("event_time_in_future dead letters %d, future records %d", exp.DeadLetters[ledgercheck.ReasonEventTimeInFuture], p.Future)
+	}
 	// Every malformed kind appears (round robin), with its reason.
 	for _, k := range ledgercheck.MalformedKinds() {
 		if exp.DeadLetters[k.Reason()] == 0 {
@@ -320,7 +337,7 @@ func TestStreamComposition(t *testing.T) {
 		t.Errorf("overflow dead letters %d, want %d", exp.DeadLetters[ledgercheck.ReasonAmountOverflow], cfg.OverflowCases)
 	}
 	// 6 cases: variants 0,1,2 twice; 3+3+4 events each pair, one dead each.
-	if p.OverflowEvents != 20 || exp.EventsValid != cfg.Events+20-6 {
+	if p.OverflowEvents != 20 || exp.EventsValid != cfg.Events+20-6+p.Future {
 		t.Errorf("overflow events %d, events_valid %d", p.OverflowEvents, exp.EventsValid)
 	}
 	if p.AbortedTransactions != (p.Aborted+abortBatch-1)/abortBatch {
@@ -336,13 +353,15 @@ func TestStreamComposition(t *testing.T) {
 }
 
 // TestConflictsFollowOriginalOnSamePartition checks the ordering guarantee
-// the model relies on, directly on the stream.
+// the model relies on, directly on the stream: conflicts, and the
+// corrections of future records, follow their first record on its
+// partition.
 func TestConflictsFollowOriginalOnSamePartition(t *testing.T) {
 	cfg := testConfig(99)
 	recs, _ := drain(t, cfg)
 	type pos struct{ index, partition int }
 	first := map[string]pos{}
-	var conflicts, overflow int
+	var conflicts, overflow, corrected int
 	for i, r := range recs {
 		if r.kind == kindAborted || r.kind == kindMalformed {
 			continue
@@ -367,13 +386,24 @@ func TestConflictsFollowOriginalOnSamePartition(t *testing.T) {
 			if o, ok := first[e.EventID]; !ok || o.index >= i {
 				t.Fatalf("duplicate %s before its original", e.EventID)
 			}
+		case kindFuture:
+			if _, dup := first[e.EventID]; dup {
+				t.Fatalf("future record %s repeats an id", e.EventID)
+			}
+			first[e.EventID] = pos{i, r.partition}
+		case kindCorrected:
+			corrected++
+			o, ok := first[e.EventID]
+			if !ok || o.index >= i || o.partition != r.partition || recs[o.index].kind != kindFuture {
+				t.Fatalf("correction %s at %d/p%d, its future record %+v", e.EventID, i, r.partition, o)
+			}
 		}
 		if r.kind == kindOverflow {
 			overflow++
 		}
 	}
-	if conflicts == 0 || overflow == 0 {
-		t.Fatalf("conflicts %d, overflow %d", conflicts, overflow)
+	if conflicts == 0 || overflow == 0 || corrected == 0 {
+		t.Fatalf("conflicts %d, overflow %d, corrections %d", conflicts, overflow, corrected)
 	}
 }
 
@@ -565,5 +595,31 @@ func TestDocsListEveryFlag(t *testing.T) {
 	}
 	if n < 5 {
 		t.Fatalf("-help listed %d flags", n)
+	}
+}
+
+// The generator agrees with the service on what is in the future: a run
+// whose event times would reach past now plus the service's
+// MAX_EVENT_TIME_SKEW is refused before anything is produced (the service
+// would dead-letter events the expected ledger counts), and one that stays
+// inside it is accepted, for base times on both sides of the bound.
+func TestRunsReachingIntoTheFutureAreRefused(t *testing.T) {
+	for _, tc := range []struct {
+		base time.Duration // from now
+		skew string
+		ok   bool
+	}{
+		{-24 * time.Hour, "1h", true}, {30 * time.Minute, "1h", true}, {2 * time.Hour, "1h", false},
+		{2 * time.Hour, "3h", true}, {-time.Hour, "1m", true}, {10 * time.Minute, "1m", false}, {40 * 365 * 24 * time.Hour, "1h", false},
+	} {
+		base := time.Now().Add(tc.base).UTC().Format(time.RFC3339)
+		var stderr bytes.Buffer
+		_, err := parseFlags([]string{"-base-time", base, "-max-event-time-skew", tc.skew}, &stderr)
+		if tc.ok && err != nil {
+			t.Errorf("base time %s (now %+v), skew %s: refused: %v", base, tc.base, tc.skew, err)
+		}
+		if !tc.ok && (err == nil || !strings.Contains(err.Error(), "event_time_in_future")) {
+			t.Errorf("base time %s (now %+v), skew %s: %v, want a refusal naming event_time_in_future", base, tc.base, tc.skew, err)
+		}
 	}
 }

@@ -30,9 +30,15 @@
 // With -wait it polls every -interval until the tables match or the wait is
 // over, printing progress; use it while the service catches up.
 //
+// The period settings (windows, whether they close) are the ledger's own,
+// stored in it: they must be the expected file's, or billing-verify cannot
+// compare (exit 3, naming each one that differs); a ledger without any
+// stored yet is compared under the file's, with a warning.
+//
 // Exit status: 0 exact, 1 a difference remains, 2 usage error (a bad flag),
-// 3 could not compare: the expected file or a database could not be read
-// (with -wait: if the last attempt failed so).
+// 3 could not compare: the expected file or a database could not be read,
+// or the ledger's period settings are not the file's (with -wait: if the
+// last attempt failed so).
 package main
 
 import (
@@ -51,6 +57,7 @@ import (
 
 	"github.com/billing/ledger/internal/ledgercheck"
 	"github.com/billing/ledger/internal/mysqlconn"
+	"github.com/billing/ledger/internal/periods"
 )
 
 // listFlag is a repeatable flag whose values may also be comma-separated.
@@ -100,8 +107,9 @@ Exit status:
   0  EXACT
   1  MISMATCH: a difference remains
   2  usage error (a bad flag)
-  3  could not compare: the expected file or a database could not be read
-     (with -wait: the last attempt failed so)
+  3  could not compare: the expected file or a database could not be read,
+     or the ledger's period settings are not the file's (with -wait: the
+     last attempt failed so)
 
 Flags:
 `
@@ -217,7 +225,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "billing-verify: server %d: %s\n", i, mysqlconn.Redact(d))
 	}
 
-	v := &verifier{o: o, exp: exp, dbs: make([]*sqlx.DB, len(o.dsns))}
+	v := &verifier{o: o, exp: exp, dbs: make([]*sqlx.DB, len(o.dsns)), stderr: stderr}
 	defer v.close()
 	deadline := time.Now().Add(o.wait)
 	for {
@@ -225,6 +233,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if err == nil && r.Exact() {
 			fmt.Fprintln(stdout, r.Verdict())
 			return exitExact
+		}
+		var disagree *periods.MismatchError
+		if errors.As(err, &disagree) {
+			fmt.Fprintf(stderr, "billing-verify: could not compare: the ledger's period settings are not the expected file's: %v\n", err)
+			return exitUnreadable
 		}
 		left := time.Until(deadline)
 		if left <= 0 || ctx.Err() != nil {
@@ -253,9 +266,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // verifier holds the connection pools across polls.
 type verifier struct {
-	o   *options
-	exp *ledgercheck.Expected
-	dbs []*sqlx.DB
+	o      *options
+	exp    *ledgercheck.Expected
+	dbs    []*sqlx.DB
+	stderr io.Writer
+	warned bool // that the ledger has no period settings stored
 }
 
 // check connects to any server not yet connected, reads all of them and
@@ -273,11 +288,52 @@ func (v *verifier) check(ctx context.Context) (*ledgercheck.Report, error) {
 		}
 		v.dbs[i] = db
 	}
+	if err := v.checkPeriods(ctx); err != nil {
+		return nil, err
+	}
 	act, err := ledgercheck.ReadActual(ctx, v.dbs, v.o.topic, v.exp.LedgerEntries)
 	if err != nil {
 		return nil, err
 	}
 	return ledgercheck.Compare(v.exp, act), nil
+}
+
+// checkPeriods holds the expected file's period settings against the
+// ledger's own (ledger_periods): the comparison means something only if
+// they are the same, and if the ledger kept one definition (the model
+// knows one). A ledger without any stored (not yet started, or by an
+// older version) is compared under the file's, with a warning.
+func (v *verifier) checkPeriods(ctx context.Context) error {
+	stored, err := periods.Read(ctx, v.dbs[0])
+	if err != nil {
+		return err
+	}
+	if len(stored) == 0 {
+		if !v.warned {
+			v.warned = true
+			fmt.Fprintln(v.stderr, "billing-verify: warning: the ledger has no period settings stored (yet): compared under the expected file's")
+		}
+		return nil
+	}
+	zone := v.exp.Timezone
+	if zone == "" {
+		zone = "UTC" // the file's way of saying it
+	}
+	want, err := periods.ParsePeriod(v.exp.Window, zone)
+	if err != nil {
+		return err
+	}
+	sched, err := stored.Schedule()
+	if err != nil {
+		return err
+	}
+	if steps := sched.Steps(); len(steps) > 1 {
+		return &periods.MismatchError{Problems: []string{fmt.Sprintf("the ledger's windows changed (%s); an expected file describes one definition", sched)}}
+	}
+	if d := periods.Diff(stored.Current(), periods.Settings{Period: want, Close: v.exp.CloseAfter > 0}, time.Duration(v.exp.CloseAfter)); len(d) > 0 {
+		return &periods.MismatchError{Differences: d, Of: "the expected file"}
+	}
+	return nil
 }
 
 func (v *verifier) close() {

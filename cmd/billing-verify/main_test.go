@@ -9,6 +9,9 @@ import (
 	"time"
 
 	"github.com/billing/ledger/internal/ledgercheck"
+	"github.com/billing/ledger/internal/periods"
+	"github.com/billing/ledger/internal/testenv"
+	"github.com/billing/ledger/internal/txsink/mysqldriver"
 )
 
 func TestParseFlagsDSNs(t *testing.T) {
@@ -117,3 +120,44 @@ func TestDocsListEveryFlag(t *testing.T) {
 		t.Fatalf("-help listed %d flags", n)
 	}
 }
+
+// The period settings are the ledger's: a ledger whose stored settings are
+// not the expected file's is not compared (exit 3, naming each); one
+// without any stored is compared under the file's, with a warning.
+func TestPeriodSettingsComeFromTheLedger(t *testing.T) {
+	dsn, _ := testenv.LedgerDB(t)
+	d, err := mysqldriver.Open(t.Context(), []string{dsn}, mysqldriver.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "expected.json")
+	l, _ := ledgercheck.NewLedger(time.Hour)
+	if err := ledgercheck.WriteFile(file, l.Expected()); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if code := run(t.Context(), []string{"-dsn", dsn, "-expected", file}, &out, &errb); code != exitExact || !strings.Contains(errb.String(), "no period settings stored") {
+		t.Fatalf("a ledger without settings: exit %d\n%s%s", code, out.String(), errb.String())
+	}
+	month, err := periods.ParsePeriod("month", "Europe/Berlin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := periods.Ensure(t.Context(), d, periods.Settings{Period: month, Close: true}, 48*time.Hour, "test", testenv.Logger()); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	errb.Reset()
+	code := run(t.Context(), []string{"-dsn", dsn, "-expected", file}, &out, &errb)
+	for _, want := range []string{"BILLING_WINDOW is month in the ledger, 1h0m0s here", "WINDOW_CLOSE_AFTER is set (windows close) in the ledger, empty (windows never close) here"} {
+		if code != exitUnreadable || !strings.Contains(errb.String(), want) {
+			t.Fatalf("a ledger of Berlin months against an hourly file: exit %d, want %d saying %q\n%s%s", code, exitUnreadable, want, out.String(), errb.String())
+		}
+	}
+}
+
+// TestMain removes the containers the test environment may start (its
+// testcontainers path); see testenv.Main.
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }

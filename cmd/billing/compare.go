@@ -15,6 +15,7 @@ import (
 	"github.com/billing/ledger/internal/config"
 	"github.com/billing/ledger/internal/ledgercheck"
 	"github.com/billing/ledger/internal/mysqlconn"
+	"github.com/billing/ledger/internal/periods"
 )
 
 // Exit statuses of billing compare (and billing status, which uses 0 and
@@ -38,8 +39,11 @@ and the number of dead letters per reason: those of KAFKA_TOPIC when it is set,
 else of every topic (the output says which). Prints EXACT, or MISMATCH and the
 first differences ("lost" = counted here and not there, "counted twice" = the
 other way round). Read-only; reads MySQL only (no Kafka setting is needed);
-MYSQL_PASSWORD_FILE and MYSQL_TLS apply to the other DSNs too. On a terminal,
-shows the rows read so far on stderr.
+MYSQL_PASSWORD_FILE and MYSQL_TLS apply to the other DSNs too. The period
+settings (windows, whether they close) are the ledgers' own, stored in them,
+and must be the same (else: could not compare); only for ledgers without any
+stored is this environment's used, with a warning. On a terminal, shows the
+rows read so far on stderr.
 
 Exit status:
   0  EXACT: the ledgers are equal
@@ -117,16 +121,20 @@ func compareLedgers(ctx context.Context, cfg config.Config, log *slog.Logger, ot
 		return nil, fmt.Errorf("--other-dsn: %w", err)
 	}
 	var before int64 // rows read from the ledgers before this one
-	read := func(which string, dsns []string) (*ledgercheck.Actual, error) {
+	read := func(which string, dsns []string) (*ledgercheck.Actual, periods.Stored, error) {
 		bar.describe("reading " + which)
 		var dbs []*sqlx.DB
 		defer func() { closeAll(dbs) }()
 		for i, dsn := range dsns {
 			db, err := ledgercheck.OpenDB(ctx, dsn)
 			if err != nil {
-				return nil, fmt.Errorf("%s, server %d: %w", which, i, mysqlconn.AccessDenied(dsn, err))
+				return nil, nil, fmt.Errorf("%s, server %d: %w", which, i, mysqlconn.AccessDenied(dsn, err))
 			}
 			dbs = append(dbs, db)
+		}
+		stored, err := periods.Read(ctx, dbs[0])
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", which, mysqlconn.AccessDenied(dsns[0], err))
 		}
 		var n int64
 		act, err := ledgercheck.ReadActualProgress(ctx, dbs, topic, false, func(rows int64) {
@@ -135,31 +143,59 @@ func compareLedgers(ctx context.Context, cfg config.Config, log *slog.Logger, ot
 		})
 		before += n
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", which, err)
+			return nil, nil, fmt.Errorf("%s: %w", which, err)
 		}
-		return act, nil
+		return act, stored, nil
 	}
-	ref, err := read("this ledger", dsns)
+	ref, refPeriods, err := read("this ledger", dsns)
 	if err != nil {
 		return nil, err
 	}
-	act, err := read("the other ledger", resolved)
+	act, actPeriods, err := read("the other ledger", resolved)
 	if err != nil {
 		return nil, err
 	}
-	return ledgercheck.Compare(asExpected(ref, cfg, topic), act), nil
+	settings, err := comparedPeriods(cfg, log, refPeriods, actPeriods)
+	if err != nil {
+		return nil, err
+	}
+	return ledgercheck.Compare(asExpected(ref, topic, settings), act), nil
+}
+
+// comparedPeriods are the period settings the two ledgers are compared
+// under: the ledgers' own (stored in each, ledger_periods), which must be
+// the same; this environment's only for ledgers that have none stored
+// (older, never started by this version), with a warning.
+func comparedPeriods(cfg config.Config, log *slog.Logger, ref, other periods.Stored) (periods.Settings, error) {
+	switch {
+	case len(ref) > 0 && len(other) > 0:
+		if a, b := ref.Describe(), other.Describe(); a != b || ref.Current().Close != other.Current().Close {
+			return periods.Settings{}, fmt.Errorf("the two ledgers have different period settings (this one: %s, windows close: %v; the other: %s, windows close: %v): their windows cannot be compared",
+				a, ref.Current().Close, b, other.Current().Close)
+		}
+		return ref.Current(), nil
+	case len(ref) > 0:
+		log.Warn("the other ledger has no period settings stored; compared under this ledger's", "windows", ref.Describe())
+		return ref.Current(), nil
+	case len(other) > 0:
+		log.Warn("this ledger has no period settings stored; compared under the other ledger's", "windows", other.Describe())
+		return other.Current(), nil
+	}
+	log.Warn("neither ledger has period settings stored (older ledgers, never started by this version): compared under this environment's BILLING_WINDOW, BILLING_TIMEZONE and WINDOW_CLOSE_AFTER",
+		"window", cfg.BillingWindow, "timezone", cfg.BillingTimezone, "window_close_after", time.Duration(cfg.WindowCloseAfter))
+	return periods.Settings{Period: cfg.Period(), Close: cfg.WindowCloseAfter > 0}, nil
 }
 
 // asExpected turns the rows of a ledger into the expectation another
 // ledger is compared with. Rows of one key read from two servers (which
 // placement by hash never produces) are added up, so the sum is what the
 // comparison sees.
-func asExpected(a *ledgercheck.Actual, cfg config.Config, topic string) *ledgercheck.Expected {
+func asExpected(a *ledgercheck.Actual, topic string, s periods.Settings) *ledgercheck.Expected {
 	// With windows that close, which events are late depends on when each
 	// ledger read which partition: each window is compared as the sum of
 	// its row and its adjustment.
-	exp := &ledgercheck.Expected{Version: ledgercheck.FileVersion, Topic: topic, Window: cfg.BillingWindow, Timezone: cfg.BillingTimezone,
-		CloseAfter: ledgercheck.Duration(cfg.WindowCloseAfter), DeadLetters: map[string]int64{}}
+	exp := &ledgercheck.Expected{Version: ledgercheck.FileVersion, Topic: topic, Window: s.Period.Unit(), Timezone: s.Period.Zone(),
+		WindowsClose: s.Close, DeadLetters: map[string]int64{}}
 	balances := map[ledgercheck.BalanceKey]int{}
 	for _, b := range a.Balances {
 		if i, ok := balances[b.Key()]; ok {

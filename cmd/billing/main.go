@@ -10,6 +10,7 @@
 //	billing status         where the ledger stands (read-only; --json)
 //	billing compare        compare this ledger with another, exactly
 //	billing deadletters …  list, show and reinject dead letters (see deadletters.go)
+//	billing periods …      show and change the ledger's period settings (periods.go)
 //	billing healthcheck    probe /readyz of the local instance (container health check)
 //	billing version        version, commit and Go version (also --version)
 //	billing --help         print the environment variables, defaults and meanings
@@ -19,12 +20,14 @@
 // unknown flag or command exits 2.
 //
 // Exit status: 0 after a clean shutdown, 1 on a runtime failure (or a
-// refused dead-letter operation), 2 on a configuration or usage error, 130
-// when a second SIGTERM/SIGINT cut a graceful shutdown short.
+// refused dead-letter operation), 2 on a configuration or usage error, 4
+// when the period settings are not the ledger's (billing periods show),
+// 130 when a second SIGTERM/SIGINT cut a graceful shutdown short.
 package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -38,7 +41,13 @@ import (
 	"golang.org/x/term"
 
 	"github.com/billing/ledger/internal/config"
+	"github.com/billing/ledger/internal/periods"
 )
+
+// exitSettings is the exit status of an instance whose period settings are
+// not its ledger's (periods.MismatchError): the configuration is valid,
+// but not for this ledger.
+const exitSettings = 4
 
 // defaultMemoryLimit is the Go runtime's soft memory limit when GOMEMLIMIT
 // is not set: the heap (dedup cache, buffered records, fetched batches)
@@ -78,6 +87,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return compareCmd(args[1:], stdout, stderr)
 	case "deadletters":
 		return deadLetters(args[1:], stdout, stderr)
+	case "periods":
+		return periodsCmd(args[1:], stdout, stderr)
 	case "healthcheck":
 		return healthcheck(args[1:], stdout, stderr)
 	}
@@ -107,6 +118,10 @@ func runService(args []string, stdout, stderr io.Writer) int {
 	return withConfig(stderr, nil, func(ctx context.Context, cfg config.Config, log *slog.Logger) int {
 		if err := serve(ctx, cfg, log); err != nil {
 			log.Error("billing stopped", "err", err)
+			var mismatch *periods.MismatchError
+			if errors.As(err, &mismatch) {
+				return exitSettings
+			}
 			return 1
 		}
 		return 0
@@ -138,6 +153,8 @@ Usage:
   billing compare        compare this ledger with another, exactly (--other-dsn DSN):
                          tells when a rebuilt ledger has caught up
   billing deadletters    list | show ID | reinject ID  (billing deadletters --help)
+  billing periods        show | change: the ledger's period settings, stored in the
+                         ledger; change them with every instance stopped
   billing healthcheck    GET /readyz on HTTP_ADDR's port: exit 0 on 200, 1 otherwise
                          (--path /healthz for liveness); for container health checks
   billing version        version, commit and Go version of this build (also --version)
@@ -145,7 +162,8 @@ Usage:
                          describes one command and never runs it
 
 Exit status: 0 success or clean shutdown, 1 runtime failure or refusal, 2
-configuration or usage error, 130 second signal during shutdown.
+configuration or usage error, 4 period settings not the ledger's (billing
+periods show), 130 second signal during shutdown.
 
 Environment (every setting; DSNs and secrets are never logged):
 `

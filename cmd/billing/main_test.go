@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -22,8 +23,11 @@ import (
 
 	"github.com/billing/ledger/internal/buildinfo"
 	"github.com/billing/ledger/internal/config"
+	"github.com/billing/ledger/internal/event"
 	"github.com/billing/ledger/internal/health"
+	"github.com/billing/ledger/internal/ledgercheck"
 	"github.com/billing/ledger/internal/metrics"
+	"github.com/billing/ledger/internal/periods"
 	"github.com/billing/ledger/internal/pipeline"
 )
 
@@ -133,6 +137,10 @@ func TestHelpNeverActs(t *testing.T) {
 		{[]string{"deadletters", "show", "--help"}, 0, "--payload-out"},
 		{[]string{"deadletters", "show", "7", "-h"}, 0, "--payload-out"},
 		{[]string{"deadletters", "reinject", "1", "--payload-file", "x", "--help"}, 0, "--by"},
+		{[]string{"periods", "--help"}, 0, "billing periods change"},
+		{[]string{"periods", "show", "--help"}, 0, "--json"},
+		{[]string{"periods", "change", "--window", "day", "--help"}, 0, "--dry-run"},
+		{[]string{"help", "periods"}, 0, "every instance stopped"},
 
 		{[]string{"--bogus"}, 2, "unknown flag"},
 		{[]string{"frobnicate"}, 2, "unknown command"},
@@ -158,6 +166,11 @@ func TestHelpNeverActs(t *testing.T) {
 		{[]string{"deadletters", "reinject"}, 2, "want at least 1 argument"},
 		{[]string{"deadletters", "reinject", "1", "x"}, 2, "bad dead letter id"},
 		{[]string{"deadletters", "reinject", "1", "2", "--payload-file", "f"}, 2, "--payload-file takes one dead letter ID"},
+		{[]string{"periods"}, 2, "Usage:"},
+		{[]string{"periods", "bogus"}, 2, "unknown command"},
+		{[]string{"periods", "change"}, 2, "give --window, --timezone or --close"},
+		{[]string{"periods", "change", "--close=maybe"}, 2, "invalid boolean"},
+		{[]string{"periods", "show", "extra"}, 2, "want 0 argument(s)"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -650,5 +663,39 @@ func TestProgressOnlyOnATerminal(t *testing.T) {
 	var f bytes.Buffer
 	if isTerminal(&f) {
 		t.Error("a buffer is not a terminal")
+	}
+}
+
+// billing compare takes the period settings from the ledgers: two ledgers
+// with the same stored settings are compared under them whatever the
+// environment says; different ones are not compared; the environment only
+// stands in for ledgers that have none stored.
+func TestComparedPeriodsAreTheLedgers(t *testing.T) {
+	hour, _ := periods.ParsePeriod("1h", "UTC")
+	month, _ := periods.ParsePeriod("month", "Europe/Berlin")
+	stored := func(p event.Period, close bool) periods.Stored {
+		return periods.Stored{{Seq: 1, Settings: periods.Settings{Period: p, Close: close}}}
+	}
+	env := config.Config{BillingWindow: "day", BillingTimezone: "UTC"} // never closes
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	got, err := comparedPeriods(env, log, stored(month, true), stored(month, true))
+	if err != nil || !got.Period.Equal(month) || !got.Close {
+		t.Fatalf("the same stored settings: %+v, %v", got, err)
+	}
+	if exp := asExpected(&ledgercheck.Actual{}, "t", got); !exp.Closes() || exp.Window != "month" || exp.Timezone != "Europe/Berlin" {
+		t.Fatalf("the expectation: %+v", exp)
+	}
+	if _, err := comparedPeriods(env, log, stored(month, true), stored(hour, true)); err == nil || !strings.Contains(err.Error(), "different period settings") {
+		t.Fatalf("different stored settings: %v", err)
+	}
+	if _, err := comparedPeriods(env, log, stored(hour, true), stored(hour, false)); err == nil {
+		t.Fatal("closing and not closing compared")
+	}
+	if got, err := comparedPeriods(env, log, nil, stored(hour, true)); err != nil || !got.Period.Equal(hour) || !got.Close {
+		t.Fatalf("only the other stored: %+v, %v", got, err)
+	}
+	got, err = comparedPeriods(env, log, nil, nil)
+	if err != nil || got.Period.Unit() != "day" || got.Close {
+		t.Fatalf("none stored, the environment's: %+v, %v", got, err)
 	}
 }

@@ -37,6 +37,8 @@ var grantChecks = []struct{ privilege, table, sql string }{
 	{"DELETE", "checkpoint_decisions", `DELETE FROM checkpoint_decisions WHERE 1=0`},
 	{"SELECT", "ledger_identity", `SELECT COUNT(*) FROM ledger_identity WHERE 1=0`},
 	{"INSERT", "ledger_identity", `INSERT INTO ledger_identity SELECT * FROM ledger_identity WHERE 1=0`},
+	{"SELECT", "ledger_periods", `SELECT COUNT(*) FROM ledger_periods WHERE 1=0`},
+	{"INSERT", "ledger_periods", `INSERT INTO ledger_periods SELECT * FROM ledger_periods WHERE 1=0`},
 }
 
 // preflight checks, on every server, that the account has every privilege

@@ -26,8 +26,10 @@ import (
 	"github.com/billing/ledger/internal/failpoint"
 	"github.com/billing/ledger/internal/health"
 	"github.com/billing/ledger/internal/kafkaconn"
+	"github.com/billing/ledger/internal/ledgerclock"
 	"github.com/billing/ledger/internal/metrics"
 	"github.com/billing/ledger/internal/mysqlconn"
+	"github.com/billing/ledger/internal/periods"
 	"github.com/billing/ledger/internal/pipeline"
 	"github.com/billing/ledger/internal/txsink/mysqldriver"
 	"github.com/billing/ledger/migrations"
@@ -187,14 +189,27 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		}
 	}
 	mon.SetPhase("connecting to MySQL")
+	// Every age and expiry is judged on the ledger's clock, the control
+	// server's (package ledgerclock); it is measured once the servers
+	// are open, before anything is judged.
+	clock := ledgerclock.New(nil)
 	sinkCfg := cfg.Sink(log)
 	sinkCfg.Failpoints = fps
+	sinkCfg.Now = clock.Now
 	sink, dbs, err := mysqldriver.OpenSink(ctx, c.dsns, cfg.MySQL(), sinkCfg)
 	if err != nil {
 		return err
 	}
 	defer dbs.Close()
 	defer sink.Close()
+	if err := clock.Sync(ctx, dbs.Server(0)); err != nil {
+		return err
+	}
+	if off, unc := clock.Offset(); off > time.Second || off < -time.Second {
+		log.Warn("this host's clock is off the control server's; the ledger judges time by the server's", "offset", off, "uncertainty", unc)
+	} else {
+		log.Info("ledger clock measured", "offset", off, "uncertainty", unc)
+	}
 	mon.SetPhase("checking grants")
 	if err := preflight(ctx, dbs); err != nil {
 		return err
@@ -203,6 +218,20 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err := checkTopic(ctx, c.kopts, c.kafka.Brokers, cfg.KafkaTopic); err != nil {
 		return err
 	}
+	// The ledger's period settings are the ledger's: stored at the first
+	// start, compared at every start (package periods).
+	mon.SetPhase("checking the period settings")
+	stored, err := periods.Ensure(ctx, dbs, periods.Settings{Period: cfg.Period(), Close: cfg.WindowCloseAfter > 0},
+		time.Duration(cfg.WindowCloseAfter), "instance "+sink.Instance(), log)
+	if err != nil {
+		return err
+	}
+	schedule, err := stored.Schedule()
+	if err != nil {
+		return err
+	}
+	log.Info("period settings (the ledger's)", "windows", schedule.String(), "windows_close", stored.Current().Close,
+		"window_close_after", time.Duration(cfg.WindowCloseAfter), "max_event_time_skew", cfg.MaxEventTimeSkew)
 	log.Info("starting", "instance", sink.Instance(), "topic", cfg.KafkaTopic, "group", cfg.KafkaGroup,
 		"servers", len(c.dsns), "participants", sink.Participants())
 
@@ -216,6 +245,19 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		mon.OnCheckpoint(info)
 	})
 	pcfg.Failpoints = fps
+	pcfg.Clock = clock.Now
+	pcfg.Window = schedule
+	pcfg.CheckSettings = func(ctx context.Context) error {
+		err := periods.Verify(ctx, dbs.Server(0).DB(), stored)
+		var changed *periods.MismatchError
+		if errors.As(err, &changed) {
+			return err
+		}
+		if err != nil {
+			log.Warn("cannot check the ledger's period settings; checked again later", "err", err)
+		}
+		return nil
+	}
 	p, err := pipeline.New(pcfg, sink, pipeline.Pools(dbs))
 	if err != nil {
 		return err
@@ -238,6 +280,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	// stop them before those close.
 	bgctx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
 	var bg sync.WaitGroup
+	bg.Go(func() { clock.Run(bgctx, dbs.Server(0), ledgerclock.Interval, log) })
 	if cfg.HTTPAddr != "" { // nobody asks otherwise
 		bg.Add(1)
 		go func() {

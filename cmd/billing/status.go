@@ -19,6 +19,7 @@ import (
 	"github.com/billing/ledger/internal/config"
 	"github.com/billing/ledger/internal/ledgerstatus"
 	"github.com/billing/ledger/internal/mysqlconn"
+	"github.com/billing/ledger/internal/periods"
 )
 
 // statusCmd runs `billing status [--json] [--timeout D]`: where the ledger
@@ -128,8 +129,21 @@ func collectStatus(ctx context.Context, cfg config.Config, log *slog.Logger) (*l
 	for i, db := range dbs {
 		servers[i] = db.DB
 	}
-	return ledgerstatus.Collect(ctx, ledgerstatus.Sources{Servers: servers, Kafka: kadm.NewClient(cl), Topic: cfg.KafkaTopic, Group: cfg.KafkaGroup,
-		ServerError: func(i int, err error) error { return mysqlconn.AccessDenied(dsns[i], err) }}), nil
+	r := ledgerstatus.Collect(ctx, ledgerstatus.Sources{Servers: servers, Kafka: kadm.NewClient(cl), Topic: cfg.KafkaTopic, Group: cfg.KafkaGroup,
+		ServerError: func(i int, err error) error { return mysqlconn.AccessDenied(dsns[i], err) }})
+	// The period settings are the ledger's; the environment's only for a
+	// ledger that has none stored.
+	switch stored, err := periods.Read(ctx, dbs[0]); {
+	case err != nil:
+		r.PeriodsError = mysqlconn.AccessDenied(dsns[0], err).Error()
+		r.Problems = append(r.Problems, "period settings: "+r.PeriodsError)
+	case len(stored) > 0:
+		r.Periods = &ledgerstatus.Periods{Source: "ledger", Windows: stored.Describe(), WindowsClose: stored.Current().Close}
+	default:
+		log.Warn("this ledger has no period settings stored (never started by this version): showing this environment's")
+		r.Periods = &ledgerstatus.Periods{Source: "environment", Windows: cfg.Period().String(), WindowsClose: cfg.WindowCloseAfter > 0}
+	}
+	return r, nil
 }
 
 // unknown is how the text report shows a value that could not be read.
@@ -242,6 +256,7 @@ func printStatus(w io.Writer, r *ledgerstatus.Report) error {
 		fmt.Fprintln(w)
 	}
 
+	printStatusPeriods(w, r)
 	switch {
 	case r.DeadLettersError != "":
 		fmt.Fprintf(w, "dead letters not re-injected: unknown (%s)\n", safeText(r.DeadLettersError, 1024))
@@ -269,6 +284,25 @@ func otherLedgers(r *ledgerstatus.Report) string {
 		return ""
 	}
 	return fmt.Sprintf(" (and %d of other ledgers sharing these servers, theirs to resolve)", *r.OtherLedgersInDoubt)
+}
+
+// printStatusPeriods prints the ledger's period settings, and where they
+// come from.
+func printStatusPeriods(w io.Writer, r *ledgerstatus.Report) {
+	p := r.Periods
+	if p == nil {
+		fmt.Fprintf(w, "periods: unknown (%s)\n\n", safeText(r.PeriodsError, 1024))
+		return
+	}
+	closing := "windows never close"
+	if p.WindowsClose {
+		closing = "windows close"
+	}
+	from := "stored in the ledger; billing periods show"
+	if p.Source != "ledger" {
+		from = "none stored in the ledger: this environment's"
+	}
+	fmt.Fprintf(w, "periods: %s; %s (%s)\n\n", p.Windows, closing, from)
 }
 
 func orDash(s string) string {

@@ -63,9 +63,10 @@ type Config struct {
 	DedupCleanupInterval time.Duration `envconfig:"DEDUP_CLEANUP_INTERVAL" default:"5s" desc:"how often the janitor looks for expired dedup keys; it then deletes them until none is due, MYSQL_BRANCHES connections per server"`
 	DedupCleanupBatch    int           `envconfig:"DEDUP_CLEANUP_BATCH" default:"1000" desc:"expired dedup keys deleted per statement (short transactions, no long locks)"`
 
-	BillingWindow          string           `envconfig:"BILLING_WINDOW" default:"1h" desc:"billing windows over occurred_at: a duration (tumbling windows aligned to the Unix epoch, UTC), or day or month (calendar periods from local midnight and the first of the month in BILLING_TIMEZONE)"`
-	BillingTimezone        string           `envconfig:"BILLING_TIMEZONE" default:"UTC" desc:"IANA time zone of day and month windows (embedded zone database; days follow daylight saving time and last 23 to 25 hours); ignored for duration windows"`
-	WindowCloseAfter       OptionalDuration `envconfig:"WINDOW_CLOSE_AFTER" desc:"empty: windows never close; else a window closes once the watermark (event time) has passed its end plus this, and its later events count in window_adjustments"`
+	BillingWindow          string           `envconfig:"BILLING_WINDOW" default:"1h" desc:"billing windows over occurred_at: a duration (tumbling windows aligned to the Unix epoch, UTC), or day or month (calendar periods from local midnight and the first of the month in BILLING_TIMEZONE); stored in the ledger at its first start: an instance with another refuses to start (billing periods change changes it)"`
+	BillingTimezone        string           `envconfig:"BILLING_TIMEZONE" default:"UTC" desc:"IANA time zone of day and month windows (embedded zone database; days follow daylight saving time and last 23 to 25 hours); ignored for duration windows; stored in the ledger like BILLING_WINDOW"`
+	WindowCloseAfter       OptionalDuration `envconfig:"WINDOW_CLOSE_AFTER" desc:"empty: windows never close; else a window closes once the watermark (event time) has passed its end plus this, and its later events count in window_adjustments; whether it is set is stored in the ledger (like BILLING_WINDOW), its value may differ between instances (the smallest acts)"`
+	MaxEventTimeSkew       time.Duration    `envconfig:"MAX_EVENT_TIME_SKEW" default:"1h" desc:"an event whose occurred_at is later than the processing time (the control server's clock) plus this is dead-lettered as event_time_in_future: no record moves the watermark or the closing frontier past now plus this"`
 	LedgerEntries          bool             `envconfig:"LEDGER_ENTRIES" default:"false" desc:"write one ledger_entries row per counted event (its Kafka position, window and checkpoint)"`
 	LedgerEntriesRetention OptionalDuration `envconfig:"LEDGER_ENTRIES_RETENTION" desc:"empty: keep ledger entries forever; else entries older than this are deleted in small batches (DEDUP_CLEANUP_BATCH)"`
 	MaxPayloadBytes        int              `envconfig:"MAX_PAYLOAD_BYTES" default:"65536" desc:"larger record values are dead-lettered as payload_too_large"`
@@ -259,6 +260,7 @@ func (c *Config) validate() []string {
 		"READY_MAX_CHECKPOINT_AGE": c.ReadyMaxAge,
 		"HEALTH_CHECK_INTERVAL":    c.HealthCheck,
 		"METRICS_SAMPLE_INTERVAL":  c.MetricsSample,
+		"MAX_EVENT_TIME_SKEW":      c.MaxEventTimeSkew,
 	}
 	for _, name := range slices.Sorted(maps.Keys(positive)) {
 		if positive[name] <= 0 {

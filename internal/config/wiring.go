@@ -38,7 +38,7 @@ func (c Config) Pipeline(kopts []kgo.Opt, log *slog.Logger, onCheckpoint func(pi
 		CheckpointMaxRecords: c.CheckpointMaxRecords, CheckpointMaxBytes: c.CheckpointMaxBytes, MaxPollRecords: c.KafkaMaxPollRecords,
 		DedupTTL: c.DedupTTL, DedupCacheKeys: c.DedupCacheKeys,
 		DedupCleanupInterval: c.DedupCleanupInterval, DedupCleanupBatch: c.DedupCleanupBatch,
-		Window: c.Period(), WindowCloseAfter: time.Duration(c.WindowCloseAfter),
+		Window: c.Period(), WindowCloseAfter: time.Duration(c.WindowCloseAfter), MaxEventTimeSkew: c.MaxEventTimeSkew,
 		LedgerEntries: c.LedgerEntries, LedgerEntriesRetention: time.Duration(c.LedgerEntriesRetention),
 		MaxPayloadBytes: c.MaxPayloadBytes, DeadLetterPayloadBytes: c.DeadLetterPayloadBytes,
 		RecoveryInterval: c.RecoveryInterval, DecisionRetention: c.DecisionRetention, CommitLogRetention: c.CommitLogRetention,

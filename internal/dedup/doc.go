@@ -4,8 +4,8 @@
 // # Model
 //
 // An event id is "seen" from its first arrival until first arrival +
-// DEDUP_TTL, measured in processing time (the clock of the checkpoint that
-// first counted it), not event time: a producer's retry arrives shortly
+// DEDUP_TTL, measured in processing time (the ledger's clock, package
+// ledgerclock, at the checkpoint that first counted it), not event time: a producer's retry arrives shortly
 // after the original whatever its occurred_at says, and processing time
 // keeps the state bounded even for events with wild timestamps. A repeat
 // within the TTL is a Duplicate when its fingerprint (account, amount,

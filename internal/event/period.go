@@ -3,6 +3,7 @@ package event
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	// The zone database is compiled in: the container image has none, and
@@ -89,6 +90,12 @@ func LoadZone(name string) (*time.Location, error) {
 		return nil, fmt.Errorf("time zone %q: %w", name, err)
 	}
 	return loc, nil
+}
+
+// Equal reports whether p and q define the same windows (== compares the
+// zones' pointers, which two loads of one zone do not share).
+func (p Period) Equal(q Period) bool {
+	return p.unit == q.unit && p.size == q.size && p.Zone() == q.Zone()
 }
 
 // IsZero reports whether p is the zero Period.
@@ -181,4 +188,111 @@ func firstInstant(y int, m time.Month, d int, loc *time.Location) time.Time {
 		}
 	}
 	return s
+}
+
+// Windows names the billing window of every instant: a Period, or a
+// Schedule of periods. Start returns the start of the window holding t (in
+// UTC); End the end of the window that starts at start.
+type Windows interface {
+	Start(t time.Time) time.Time
+	End(start time.Time) time.Time
+	String() string
+}
+
+// Schedule is a ledger's billing periods over time: each definition
+// applies to the instants from its From on, until the next one's From;
+// the first from the beginning of time. A ledger's period settings change
+// only this way (package periods): each later From is a window start of
+// its own period, so its windows tile time from there, and the last
+// window of the definition before it is cut at that instant (it ends
+// there, earlier than it would have). Start never decreases with t, so a
+// frontier computed with it only grows across a change.
+type Schedule struct {
+	steps []Step
+}
+
+// Step is one definition of a Schedule: Period from From on (zero: from
+// the beginning; only the first).
+type Step struct {
+	From   time.Time
+	Period Period
+}
+
+// NewSchedule returns the schedule of first, replaced by each of later
+// from its From on. The instants must grow, and each must be a window
+// start of its own period.
+func NewSchedule(first Period, later ...Step) (Schedule, error) {
+	if first.IsZero() {
+		return Schedule{}, errors.New("schedule: the first period is the zero Period")
+	}
+	s := Schedule{steps: []Step{{Period: first}}}
+	for _, st := range later {
+		prev := s.steps[len(s.steps)-1]
+		switch {
+		case st.Period.IsZero():
+			return Schedule{}, fmt.Errorf("schedule: the period from %s is the zero Period", st.From.Format(time.RFC3339Nano))
+		case st.From.IsZero() || (!prev.From.IsZero() && !st.From.After(prev.From)):
+			return Schedule{}, fmt.Errorf("schedule: %v from %s does not follow %v from %s", st.Period, st.From.Format(time.RFC3339Nano), prev.Period, prev.From.Format(time.RFC3339Nano))
+		case !st.Period.Start(st.From).Equal(st.From):
+			return Schedule{}, fmt.Errorf("schedule: %s is not a window start of %v", st.From.Format(time.RFC3339Nano), st.Period)
+		}
+		s.steps = append(s.steps, Step{From: st.From.UTC(), Period: st.Period})
+	}
+	return s, nil
+}
+
+// Steps are the schedule's definitions, in order. The caller owns the
+// returned slice.
+func (s Schedule) Steps() []Step { return slices.Clone(s.steps) }
+
+// Latest is the period of the last definition: the one new events get.
+func (s Schedule) Latest() Period { return s.steps[len(s.steps)-1].Period }
+
+// at is the index of the definition that applies to t.
+func (s Schedule) at(t time.Time) int {
+	i := len(s.steps) - 1
+	for i > 0 && t.Before(s.steps[i].From) {
+		i--
+	}
+	return i
+}
+
+// Start returns the start of the window containing t, by the definition
+// that applies to t.
+func (s Schedule) Start(t time.Time) time.Time {
+	return s.steps[s.at(t)].Period.Start(t)
+}
+
+// End returns the end of the window that starts at start: its period's,
+// or the next definition's From if that comes first.
+func (s Schedule) End(start time.Time) time.Time {
+	i := s.at(start)
+	end := s.steps[i].Period.End(start)
+	if i+1 < len(s.steps) && s.steps[i+1].From.Before(end) {
+		return s.steps[i+1].From
+	}
+	return end
+}
+
+// String describes s: "1h0m0s", or "1h0m0s, day in Europe/Berlin from
+// 2026-12-01T23:00:00Z".
+func (s Schedule) String() string {
+	var b strings.Builder
+	for i, st := range s.steps {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(st.Period.String())
+		if i > 0 {
+			b.WriteString(" from " + st.From.Format(time.RFC3339Nano))
+		}
+	}
+	return b.String()
+}
+
+// FirstStartAfter is the first window start of p strictly after t: where a
+// change of a ledger's period to p takes effect when t is the latest
+// instant already judged by the old one.
+func FirstStartAfter(p Period, t time.Time) time.Time {
+	return p.End(p.Start(t))
 }

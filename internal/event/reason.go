@@ -65,6 +65,11 @@ const (
 	// (a constraint, trigger or setting of the server), every time it was
 	// tried; the detail carries the server's message.
 	ReasonRejectedByDatabase Reason = "rejected_by_database"
+	// ReasonEventTimeInFuture: occurred_at is later than the processing
+	// time of the checkpoint that judged it plus MAX_EVENT_TIME_SKEW; such
+	// an event would move its partition's watermark, and so the closing
+	// frontier, past what has happened.
+	ReasonEventTimeInFuture Reason = "event_time_in_future"
 )
 
 // AllReasons returns every Reason declared by this package, decoder
@@ -86,5 +91,6 @@ func AllReasons() []Reason {
 		ReasonConflictingDuplicate,
 		ReasonAmountOverflow,
 		ReasonRejectedByDatabase,
+		ReasonEventTimeInFuture,
 	}
 }

@@ -329,7 +329,7 @@ func Compare(exp *Expected, act *Actual) *Report {
 	}
 
 	// Windows: each table exactly, or their sums per window.
-	if exp.SplitExact || exp.CloseAfter == 0 {
+	if exp.SplitExact || !exp.Closes() {
 		r.compareWindows(TableWindows, exp.Windows, act.Windows)
 		r.compareWindows(TableAdjustments, exp.Adjustments, act.Adjustments)
 	} else {
@@ -485,7 +485,7 @@ func (r *Report) violation(table, key, note string) {
 // was not changed after it was sealed (sealing sets updated_at to
 // closed_at; any later write would move updated_at).
 func (r *Report) checkClosing(exp *Expected, act *Actual) {
-	if exp.CloseAfter == 0 {
+	if !exp.Closes() {
 		for _, w := range act.Windows {
 			if w.ClosedAt != nil {
 				r.violation(TableWindows, w.Key().String(), "sealed, but windows never close (WINDOW_CLOSE_AFTER empty)")

@@ -31,6 +31,14 @@
 // open after, sealed rows unchanged, adjustments only of closed windows,
 // ledger entries one per counted event and summing to the rows).
 //
+// An event dated later than the service's processing time plus its
+// MAX_EVENT_TIME_SKEW ([InFuture]) is dead-lettered as event_time_in_future
+// before anything else: the model is given [Ledger.DeadLetter] for it, never
+// [Ledger.Add], so it moves no watermark and its id is not remembered. The
+// generator only produces such records far in the future (and refuses runs
+// whose other events would come near the bound), so that model and service
+// agree whenever the service runs.
+//
 // Dead-lettered events are not remembered, so a later record with the same id
 // is judged afresh. [Ledger.DeadLetter] records a malformed record that the
 // decoder rejects; [MalformedKind.Reason] is the single table that maps each

@@ -100,6 +100,9 @@ type Produced struct {
 	OverflowEvents int64 `json:"overflow_events"`
 	// Late: valid events whose occurred_at was moved to an older window.
 	Late int64 `json:"late"`
+	// Future: records dated far in the future (event_time_in_future dead
+	// letters), each followed by its correction, which counts.
+	Future int64 `json:"future,omitempty"`
 }
 
 // Expected is the expected-ledger file: the exact content the service's
@@ -119,6 +122,10 @@ type Expected struct {
 	// CloseAfter must equal the service's WINDOW_CLOSE_AFTER (0: windows
 	// never close, and no adjustment may exist).
 	CloseAfter Duration `json:"close_after,omitempty"`
+	// WindowsClose says windows close when CloseAfter is not known: a
+	// comparison of two ledgers knows whether their windows close (each
+	// ledger stores it) but not after how long. Not in the file.
+	WindowsClose bool `json:"-"`
 	// Watermark is the latest occurred_at of the records that decode, and
 	// ClosedBefore the closing frontier it justifies once every partition
 	// is consumed: every window starting before it is closed (its row
@@ -151,6 +158,9 @@ type Expected struct {
 	Windows     []WindowRow  `json:"windows"`
 	Adjustments []WindowRow  `json:"adjustments,omitempty"`
 }
+
+// Closes reports whether windows close.
+func (e *Expected) Closes() bool { return e.CloseAfter > 0 || e.WindowsClose }
 
 // Period is the billing window the file was made for.
 func (e *Expected) Period() (Period, error) { return NewPeriod(e.Window, e.Timezone) }

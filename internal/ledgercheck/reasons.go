@@ -1,6 +1,9 @@
 package ledgercheck
 
-import "strconv"
+import (
+	"strconv"
+	"time"
+)
 
 // Dead-letter reasons, as stored in dead_letters.reason. The decoder reasons
 // are referenced only through [MalformedKind.Reason], which is the one place
@@ -18,7 +21,20 @@ const (
 	ReasonEmptyPayload         = "empty_payload"
 	ReasonConflictingDuplicate = "conflicting_duplicate"
 	ReasonAmountOverflow       = "amount_overflow"
+	ReasonEventTimeInFuture    = "event_time_in_future"
 )
+
+// InFuture is the contract's bound on event time: an event whose
+// occurred_at is later than the processing time of the checkpoint that
+// judges it plus the service's MAX_EVENT_TIME_SKEW is dead-lettered as
+// event_time_in_future before anything else is decided about it. It
+// counts nowhere, does not move the watermark (it is never given to
+// [Ledger.Add]), and its id is not remembered. The processing time is the
+// service's, later than any the generator knows: a caller can only be sure
+// of the outcome for events far from the bound.
+func InFuture(occurredAt, processing time.Time, skew time.Duration) bool {
+	return occurredAt.After(processing.Add(skew))
+}
 
 // MalformedKind is one way of producing a record the decoder must reject.
 // Each kind is built so that exactly one rule of the contract is broken, so

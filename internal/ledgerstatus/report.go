@@ -95,8 +95,21 @@ type Report struct {
 	// when DeadLettersError says why a server's are unknown.
 	DeadLetters      []Waiting `json:"dead_letters_waiting"`
 	DeadLettersError string    `json:"dead_letters_error,omitempty"`
+	// Periods are the ledger's period settings (billing periods show); nil
+	// when PeriodsError says why they could not be read.
+	Periods      *Periods `json:"periods"`
+	PeriodsError string   `json:"periods_error,omitempty"`
 
 	Problems []string `json:"problems,omitempty"`
+}
+
+// Periods are the period settings a ledger's windows follow: as stored in
+// the ledger (Source "ledger"), or, for a ledger without any stored (never
+// started by this version), the environment's (Source "environment").
+type Periods struct {
+	Source       string `json:"source"`
+	Windows      string `json:"windows"`
+	WindowsClose bool   `json:"windows_close"`
 }
 
 // Complete reports whether every part of the report was read (a topic

@@ -121,7 +121,7 @@ func service(t *testing.T, brokers []string, topic string, dsn string, fps *fail
 		Topic: topic, Group: "svc-" + topic,
 		CheckpointInterval: 100 * time.Millisecond, CheckpointTimeout: 10 * time.Second, CheckpointMaxRecords: 10, CheckpointMaxBytes: 32 << 20,
 		MaxPollRecords: 10, DedupTTL: time.Hour, DedupCacheKeys: 1000, DedupCleanupInterval: time.Second,
-		DedupCleanupBatch: 100, Window: event.MustFixed(time.Hour), MaxPayloadBytes: 4096, RecoveryInterval: time.Second,
+		DedupCleanupBatch: 100, Window: event.MustFixed(time.Hour), MaxEventTimeSkew: time.Hour, MaxPayloadBytes: 4096, RecoveryInterval: time.Second,
 		DecisionRetention: time.Hour, ShutdownTimeout: 10 * time.Second,
 		KafkaOpts: []kgo.Opt{kgo.SeedBrokers(brokers...), kgo.SessionTimeout(6 * time.Second), kgo.RebalanceTimeout(20 * time.Second)},
 		Logger:    testenv.Logger(),

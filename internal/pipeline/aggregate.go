@@ -43,13 +43,13 @@ type total struct {
 // its stored value is read under a row lock first (seed), and each event is
 // checked against it exactly.
 type aggregate struct {
-	period   event.Period
+	period   event.Windows
 	balances map[balanceKey]*total
 	windows  map[windowKey]*total
 	adjusts  map[windowKey]*total // window_adjustments
 }
 
-func newAggregate(period event.Period) *aggregate {
+func newAggregate(period event.Windows) *aggregate {
 	return &aggregate{period: period, balances: map[balanceKey]*total{}, windows: map[windowKey]*total{}, adjusts: map[windowKey]*total{}}
 }
 

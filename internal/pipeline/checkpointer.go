@@ -80,6 +80,9 @@ func newCheckpointer(cfg Config, sink *txsink.Sink, pools []Pool, stats *Stats) 
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
 	return &Checkpointer{cfg: cfg, log: cfg.Logger, sink: sink, pools: pools, stats: stats, cache: dedup.NewCache(cfg.DedupCacheKeys)}
 }
 
@@ -192,7 +195,9 @@ func (c *Checkpointer) run(ctx context.Context, s *snapshot) outcome {
 
 // attempt runs the checkpoint protocol once:
 //
-//  0. event time (with closing windows): the frontier and the partitions'
+//  0. event time: records later than the processing time plus
+//     MaxEventTimeSkew become dead letters (admit); with closing windows,
+//     the frontier and the partitions'
 //     watermarks as committed; each record is judged late or not, and the
 //     frontier to raise and the windows to seal are planned (eventtime.go);
 //  1. dedup: ids the cache does not know are claimed on their participants
@@ -212,12 +217,18 @@ func (c *Checkpointer) run(ctx context.Context, s *snapshot) outcome {
 // rolls it forward). A trial stops after step 3 and rolls everything back
 // (isolate.go): it only tells whether the writes would succeed.
 func (c *Checkpointer) attempt(ctx context.Context, s *snapshot, careful, trial bool) (info CheckpointInfo) {
-	now := time.Now()
+	// now is the checkpoint's processing time, on the ledger's clock:
+	// dedup expiries, and every timestamp written. Durations are measured
+	// on the host's monotonic clock (started).
+	started, now := time.Now(), c.cfg.Clock()
+	ttl := c.cfg.dedupTTL()
+	prefix := c.cfg.DeadLetterPayloadBytes
+	s = admit(s, now, c.cfg.MaxEventTimeSkew, prefix)
 	c.seq++
 	tx := c.sink.Begin(c.seq)
-	info = CheckpointInfo{Gtrid: tx.Gtrid(), Started: now, Careful: careful, Records: len(s.records) + len(s.dead), Bytes: s.bytes,
+	info = CheckpointInfo{Gtrid: tx.Gtrid(), Started: started, Careful: careful, Records: len(s.records) + len(s.dead), Bytes: s.bytes,
 		Partitions: len(s.cuts), Cuts: s.cuts, Phases: map[string]time.Duration{}, DeadLetters: map[string]int{}}
-	mark := now
+	mark := started
 	phase := func(name string) {
 		t := time.Now()
 		info.Phases[name] = t.Sub(mark)
@@ -231,10 +242,9 @@ func (c *Checkpointer) attempt(ctx context.Context, s *snapshot, careful, trial 
 		if aerr := tx.Abort(ctx); aerr != nil {
 			c.log.Warn("abort incomplete; recovery resolves the rest", "checkpoint", info.Gtrid, "err", aerr)
 		}
-		info.Duration = time.Since(now)
+		info.Duration = time.Since(started)
 		return info
 	}
-	prefix := c.cfg.DeadLetterPayloadBytes
 
 	// 0. Event time.
 	var et eventTimePlan
@@ -254,7 +264,7 @@ func (c *Checkpointer) attempt(ctx context.Context, s *snapshot, careful, trial 
 	// 1. Dedup. Only the ids of claim statements that met a stored row are
 	// looked up, on a pooled connection outside the branches, which sees
 	// the committed rows and not this checkpoint's own inserts.
-	cp := planClaims(s.records, c.cache, now, c.cfg.DedupTTL, c.sink)
+	cp := planClaims(s.records, c.cache, now, ttl, c.sink)
 	suspects := make([][]string, c.sink.Participants())
 	err := tx.Each(ctx, nonEmpty(cp.claims), func(ctx context.Context, b *txsink.Branch) error {
 		var err error
@@ -271,7 +281,7 @@ func (c *Checkpointer) attempt(ctx context.Context, s *snapshot, careful, trial 
 			}
 		}
 	}
-	o := classify(s.records, s.dead, cp, now, c.cfg.DedupTTL, prefix)
+	o := classify(s.records, s.dead, cp, now, ttl, prefix)
 	info.Duplicates = o.duplicates
 	phase("dedup")
 
@@ -309,7 +319,7 @@ func (c *Checkpointer) attempt(ctx context.Context, s *snapshot, careful, trial 
 	for _, d := range o.dead {
 		info.DeadLetters[d.Reason]++
 	}
-	expires := now.Add(c.cfg.DedupTTL)
+	expires := now.Add(ttl)
 	err = tx.Each(ctx, writers, func(ctx context.Context, b *txsink.Branch) error {
 		w := &works[b.Participant]
 		if err := dedup.Unclaim(ctx, b, w.unclaim); err != nil {
@@ -391,7 +401,7 @@ func (c *Checkpointer) attempt(ctx context.Context, s *snapshot, careful, trial 
 		c.log.Error("checkpoint decided but not fully committed; recovery will roll it forward", "checkpoint", info.Gtrid, "err", err)
 	}
 	phase("commit")
-	info.Duration = time.Since(now)
+	info.Duration = time.Since(started)
 
 	for _, in := range o.inserts {
 		if !o.overflowed[in.ID] {

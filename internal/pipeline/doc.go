@@ -82,7 +82,21 @@
 // counts in window_adjustments; a later checkpoint seals the closed
 // windows' rows (closed_at), which then never change. With LedgerEntries
 // each counted event gets a ledger_entries row in its account's branch.
-// See eventtime.go and docs/periods.md.
+// Event time is bounded by processing time: a record dated later than the
+// checkpoint's processing time plus MaxEventTimeSkew is an
+// event_time_in_future dead letter and no part of any watermark (admit).
+// The windows are the ledger's (Config.Window: the schedule stored in the
+// ledger, package periods); an instance that finds them changed after a
+// claim stops (Config.CheckSettings). See eventtime.go and docs/periods.md.
+//
+// # Clocks
+//
+// Every instant one instance writes and another judges (dedup expiries and
+// the janitor, a gtrid's creation time at recovery, processing time) is on
+// the ledger's clock, the control server's as each instance measures it
+// (Config.Clock, package ledgerclock); the margin between two instances'
+// estimates is added where it matters (Config.dedupTTL,
+// Config.abortAfter).
 //
 // # Dead letters and overflow
 //

@@ -1,7 +1,11 @@
 package pipeline
 
 import (
+	"fmt"
+	"slices"
 	"time"
+
+	"github.com/billing/ledger/internal/deadletters"
 
 	"github.com/billing/ledger/internal/event"
 	"github.com/billing/ledger/internal/txsink"
@@ -55,6 +59,49 @@ import (
 // open rows with a locking read, which waits for them. So when closed_at
 // is set, every write to the row that will ever commit has committed.
 
+// Event time is bounded by processing time. A record whose occurred_at is
+// later than the checkpoint's processing time plus MaxEventTimeSkew (a
+// mistyped year, a producer whose clock runs fast) would raise its
+// partition's watermark, and so the closing frontier, past what has
+// happened: windows would close early and seal what they held at that
+// moment. Such a record is an event_time_in_future dead letter, judged
+// where the checkpoint is planned (admit), before anything else: it is
+// counted nowhere, its id is not remembered (a corrected copy counts
+// once), and it is not part of its partition's watermark. So no cut's
+// watermark, and no frontier, is later than the processing time plus
+// MaxEventTimeSkew of the checkpoint that wrote it. Each attempt judges
+// again with its own processing time: a replay after an abort may admit a
+// record an earlier attempt refused (time went on), but only one attempt
+// of a snapshot ever commits, so each record has one outcome. Events far
+// in the past need nothing of this: they are late.
+
+// admit judges the records of s against processing time now: the ones in
+// the future (see above) become dead letters. It returns the snapshot the
+// attempt commits: the other records, in order, the dead letters of s and
+// the new ones, and every cut's watermark raised by the records of its
+// partition that were admitted. s is left as it was, for another attempt.
+func admit(s *snapshot, now time.Time, skew time.Duration, prefix int) *snapshot {
+	bound := now.Add(skew)
+	out := &snapshot{cuts: slices.Clone(s.cuts), records: make([]record, 0, len(s.records)), dead: slices.Clip(s.dead), bytes: s.bytes}
+	latest := map[int32]time.Time{}
+	for i := range s.records {
+		r := &s.records[i]
+		if r.ev.OccurredAt.After(bound) {
+			out.dead = append(out.dead, deadletters.New(r.partition, r.offset, r.key, r.value, prefix, string(event.ReasonEventTimeInFuture),
+				fmt.Sprintf("occurred_at %s is later than the processing time %s plus MAX_EVENT_TIME_SKEW (%s)",
+					r.ev.OccurredAt.UTC().Format(time.RFC3339Nano), now.UTC().Format(time.RFC3339Nano), skew), r.ev.EventID))
+			continue
+		}
+		out.records = append(out.records, *r)
+		latest[r.partition] = laterOf(latest[r.partition], r.ev.OccurredAt)
+	}
+	for i := range out.cuts {
+		c := &out.cuts[i]
+		c.Watermark = laterOf(c.Watermark, latest[c.Partition])
+	}
+	return out
+}
+
 // partTime is a partition's event time: its watermark (zero: none) and
 // whether it was caught up with its log.
 type partTime struct {
@@ -87,7 +134,7 @@ func topicWatermark(parts map[int32]partTime) time.Time {
 // closedBefore is the frontier a watermark justifies: the start of the
 // window holding watermark - closeAfter; every earlier window ends at or
 // before that instant. Zero for a zero watermark.
-func closedBefore(w event.Period, watermark time.Time, closeAfter time.Duration) time.Time {
+func closedBefore(w event.Windows, watermark time.Time, closeAfter time.Duration) time.Time {
 	if watermark.IsZero() {
 		return time.Time{}
 	}
@@ -122,7 +169,7 @@ type eventTimePlan struct {
 // committed. The raise is the latest frontier any record saw, and the
 // frontier of the cut (each of the snapshot's partitions at its cut's
 // watermark and flag, the others as committed).
-func planEventTime(w event.Period, closeAfter time.Duration, et txsink.EventTime, records []record, cuts []txsink.PartitionCut) eventTimePlan {
+func planEventTime(w event.Windows, closeAfter time.Duration, et txsink.EventTime, records []record, cuts []txsink.PartitionCut) eventTimePlan {
 	plan := eventTimePlan{enabled: true, read: et.Frontier, raise: et.Frontier.Closed}
 	stored := make(map[int32]partTime, len(et.Partitions)+len(cuts))
 	for id, ps := range et.Partitions {

@@ -23,7 +23,7 @@ func (p *Pipeline) housekeeping(ctx context.Context) {
 	var janitor sync.WaitGroup
 	defer janitor.Wait()
 	janitor.Go(func() {
-		Janitor(ctx, p.pools, p.cfg.DedupCleanupInterval, p.cfg.DedupCleanupBatch, p.sink.Participants()/len(p.pools), p.log)
+		Janitor(ctx, p.pools, p.cfg.Clock, p.cfg.DedupCleanupInterval, p.cfg.DedupCleanupBatch, p.sink.Participants()/len(p.pools), p.log)
 	})
 	recoverT := time.NewTicker(p.cfg.RecoveryInterval)
 	defer recoverT.Stop()
@@ -34,8 +34,11 @@ func (p *Pipeline) housekeeping(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-recoverT.C:
+			if p.checkSettings(ctx) != nil {
+				return
+			}
 			rctx, cancel := context.WithTimeout(ctx, p.cfg.RecoveryInterval)
-			res, err := p.sink.Recover(rctx, p.cfg.CheckpointTimeout)
+			res, err := p.sink.Recover(rctx, p.cfg.abortAfter())
 			p.recovered(res)
 			if err != nil {
 				p.log.Warn("recovery pass incomplete", "err", err)
@@ -51,7 +54,7 @@ func (p *Pipeline) housekeeping(ctx context.Context) {
 		case <-retentionT.C:
 			if p.cfg.LedgerEntriesRetention > 0 {
 				cctx, cancel := context.WithTimeout(ctx, p.cfg.DedupCleanupInterval)
-				DeleteOldEntries(cctx, p.pools, time.Now().Add(-p.cfg.LedgerEntriesRetention), p.cfg.DedupCleanupBatch, p.log)
+				DeleteOldEntries(cctx, p.pools, p.cfg.Clock().Add(-p.cfg.LedgerEntriesRetention), p.cfg.DedupCleanupBatch, p.log)
 				cancel()
 			}
 		}
@@ -65,15 +68,16 @@ func (p *Pipeline) housekeeping(ctx context.Context) {
 // them) however short the interval, and a backlog is worked off at once
 // rather than one bounded pass per tick. Each pass is bounded in keys, and
 // in time by passTimeout or interval, whichever is longer (a pass cut short
-// rolls back the journal row it was deleting: its work is lost).
-func Janitor(ctx context.Context, pools []Pool, interval time.Duration, batch, workers int, log *slog.Logger) {
+// rolls back the journal row it was deleting: its work is lost). Keys are
+// expired by now, the ledger's clock (see Config.Clock).
+func Janitor(ctx context.Context, pools []Pool, now func() time.Time, interval time.Duration, batch, workers int, log *slog.Logger) {
 	const passTimeout = 30 * time.Second
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		for ctx.Err() == nil {
 			cctx, cancel := context.WithTimeout(ctx, max(interval, passTimeout))
-			more := cleanupPass(cctx, pools, batch, workers, log)
+			more := cleanupPass(cctx, pools, now, batch, workers, log)
 			cancel()
 			if !more {
 				break
@@ -93,7 +97,7 @@ func Janitor(ctx context.Context, pools []Pool, interval time.Duration, batch, w
 // at most 100 batches each. It reports whether due rows may be left (a
 // worker used its whole budget). Failures are logged; the next pass
 // retries.
-func cleanupPass(ctx context.Context, pools []Pool, batch, workers int, log *slog.Logger) (more bool) {
+func cleanupPass(ctx context.Context, pools []Pool, now func() time.Time, batch, workers int, log *slog.Logger) (more bool) {
 	workers = max(workers, 1)
 	var (
 		mu sync.Mutex
@@ -102,7 +106,7 @@ func cleanupPass(ctx context.Context, pools []Pool, batch, workers int, log *slo
 	for i, pool := range pools {
 		for range workers {
 			wg.Go(func() {
-				n, err := dedup.Cleanup(ctx, pool.DB(), time.Now(), batch, 100*batch, pool.MaxStatementBytes())
+				n, err := dedup.Cleanup(ctx, pool.DB(), now(), batch, 100*batch, pool.MaxStatementBytes())
 				if err != nil {
 					log.Warn("dedup cleanup failed", "server", i, "err", err)
 				} else if n > 0 {

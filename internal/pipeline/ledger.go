@@ -136,7 +136,7 @@ const entryHead = `INSERT INTO ledger_entries (kafka_topic, kafka_partition, kaf
 const entryTail = ` ON DUPLICATE KEY UPDATE kafka_offset = kafka_offset`
 
 // writeEntries writes one ledger_entries row per counted event.
-func writeEntries(ctx context.Context, ex execer, topic, checkpoint string, period event.Period, recs []*record, now time.Time) error {
+func writeEntries(ctx context.Context, ex execer, topic, checkpoint string, period event.Windows, recs []*record, now time.Time) error {
 	fixed := stmt.ArgBytes(topic) + stmt.ArgBytes(checkpoint) + 4*stmt.ArgBytes(now) + 4*stmt.ArgBytes(int64(0)) + stmt.ArgBytes(true) + 32
 	return stmt.Insert(ctx, ex, len(recs), entryHead, "(?,?,?,?,?,?,?,?,?,?,?,?)", entryTail,
 		func(i int) int {

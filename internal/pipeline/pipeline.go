@@ -15,6 +15,7 @@ import (
 
 	"github.com/billing/ledger/internal/event"
 	"github.com/billing/ledger/internal/failpoint"
+	"github.com/billing/ledger/internal/ledgerclock"
 	"github.com/billing/ledger/internal/txsink"
 )
 
@@ -52,13 +53,21 @@ type Config struct {
 	DedupCleanupInterval time.Duration
 	DedupCleanupBatch    int
 	// Window is the billing window over occurred_at: fixed windows aligned
-	// to the epoch in UTC, or calendar days or months in a time zone.
-	Window event.Period
+	// to the epoch in UTC, or calendar days or months in a time zone
+	// (event.Period), or the ledger's schedule of them (event.Schedule:
+	// the service runs on the one stored in the ledger, package periods).
+	Window event.Windows
 	// WindowCloseAfter: 0 (the default) means windows never close; else a
 	// window closes once the topic's watermark has passed its end plus
 	// this, and later events of it count in window_adjustments (see
 	// eventtime.go).
 	WindowCloseAfter time.Duration
+	// MaxEventTimeSkew bounds event time by processing time: a record
+	// whose occurred_at is later than the checkpoint's processing time
+	// (Clock) plus this is an event_time_in_future dead letter, counted
+	// nowhere, not remembered as seen, and not in its partition's
+	// watermark (see admit).
+	MaxEventTimeSkew time.Duration
 	// LedgerEntries: every counted event gets a ledger_entries row, in the
 	// branch of its account's sums. LedgerEntriesRetention: 0 keeps them
 	// forever; else older rows are deleted every DedupCleanupInterval, at
@@ -90,6 +99,14 @@ type Config struct {
 	// with a *GroupChangeError.
 	AllowGroupChange bool
 
+	// Clock is the ledger's clock (ledgerclock.Clock.Now): every instant
+	// another instance judges, or this one judges against another's, is
+	// read from it: dedup expiries and the janitor, the retention of
+	// ledger entries, the processing time events are bounded by, the
+	// timestamps written. Run the sink on the same clock (txsink.Config's
+	// Now). time.Now when nil.
+	Clock func() time.Time
+
 	// KafkaOpts are the client's connection options (brokers, TLS, SASL,
 	// timeouts); the pipeline adds the consumer-group options it relies on.
 	KafkaOpts []kgo.Opt
@@ -98,6 +115,17 @@ type Config struct {
 	// ProgressInterval: a "progress" line is logged at info this often
 	// while there is work (see progressLine); 0 logs none.
 	ProgressInterval time.Duration
+	// CheckSettings, if set, says whether the settings the instance runs
+	// on are still the ledger's (package periods: billing periods change
+	// must not run beside an instance, and fences every partition when it
+	// runs). It is called after every claim of partitions, before anything
+	// of them is fetched, and every RecoveryInterval. It returns an error
+	// only when the instance must stop (a failure to check is its to log):
+	// the instance then stops without checkpointing what it buffered, and
+	// Run returns the error. A checkpoint built on a claim older than the
+	// change cannot commit (the change raised the epochs), and one built
+	// on a newer claim passed the check first.
+	CheckSettings func(context.Context) error
 	// OnCheckpoint, if set, is called after every checkpoint attempt, from
 	// the goroutine that ran it. It must not block.
 	OnCheckpoint func(CheckpointInfo)
@@ -118,7 +146,7 @@ func (c *Config) validate() error {
 	for name, d := range map[string]time.Duration{
 		"CheckpointInterval": c.CheckpointInterval, "CheckpointTimeout": c.CheckpointTimeout, "DedupTTL": c.DedupTTL,
 		"RecoveryInterval": c.RecoveryInterval, "DedupCleanupInterval": c.DedupCleanupInterval,
-		"ShutdownTimeout": c.ShutdownTimeout, "DecisionRetention": c.DecisionRetention,
+		"ShutdownTimeout": c.ShutdownTimeout, "DecisionRetention": c.DecisionRetention, "MaxEventTimeSkew": c.MaxEventTimeSkew,
 	} {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive", name))
@@ -130,7 +158,7 @@ func (c *Config) validate() error {
 	if c.DeadLetterPayloadBytes < 0 {
 		errs = append(errs, errors.New("DeadLetterPayloadBytes must not be negative"))
 	}
-	if c.Window.IsZero() {
+	if p, ok := c.Window.(event.Period); c.Window == nil || ok && p.IsZero() {
 		errs = append(errs, errors.New("Window is required"))
 	}
 	if c.WindowCloseAfter < 0 || c.LedgerEntriesRetention < 0 || c.CommitLogRetention < 0 {
@@ -138,6 +166,18 @@ func (c *Config) validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// abortAfter is the age past which recovery aborts an undecided branch:
+// CheckpointTimeout, by which its coordinator gives up, plus the most two
+// instances' clocks can differ (the gtrid carries the coordinator's
+// clock), so that no healthy checkpoint is aborted.
+func (c *Config) abortAfter() time.Duration { return c.CheckpointTimeout + ledgerclock.Margin }
+
+// dedupTTL is how long a dedup key lives: DedupTTL plus the most two
+// instances' clocks can differ (the key's expiry is written by one
+// instance and judged, and deleted, by any), so that it never lives less
+// than DedupTTL.
+func (c *Config) dedupTTL() time.Duration { return c.DedupTTL + ledgerclock.Margin }
 
 // fetchOpts bound what the Kafka client buffers by the byte budget: at most
 // maxConcurrentFetches fetches of CheckpointMaxBytes/4 each (one of at
@@ -242,6 +282,11 @@ type Pipeline struct {
 
 	wake atomic.Pointer[context.CancelFunc] // cancels the poll in progress
 	wg   sync.WaitGroup                     // checkpoint goroutines
+
+	// failure is why the instance stops on its own (see
+	// Config.CheckSettings); stopRun ends Run's polling for it.
+	failure atomic.Pointer[error]
+	stopRun atomic.Pointer[context.CancelFunc]
 }
 
 // New builds a pipeline over an open sink and the pools of its servers (in
@@ -254,6 +299,9 @@ func New(cfg Config, sink *txsink.Sink, pools []Pool) (*Pipeline, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
 	}
 	p := &Pipeline{
 		cfg:   cfg,
@@ -310,6 +358,9 @@ func (p *Pipeline) Client() *kgo.Client { return p.cl }
 // ShutdownTimeout, and leaves the group. It returns nil after a clean
 // shutdown; whatever it could not commit is replayed by the next owner.
 func (p *Pipeline) Run(ctx context.Context) error {
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	p.stopRun.Store(&stop)
 	err := p.checkGroup(ctx)
 	p.startErr = err
 	close(p.started)
@@ -317,7 +368,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		p.cl.Close()
 		return err
 	}
-	if res, err := p.sink.Recover(ctx, p.cfg.CheckpointTimeout); err != nil {
+	if res, err := p.sink.Recover(ctx, p.cfg.abortAfter()); err != nil {
 		p.log.Warn("recovery at start incomplete; retried in the background", "err", err)
 	} else {
 		p.recovered(res)
@@ -341,12 +392,15 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	p.poll(ctx)
 
 	// Shutdown: the final checkpoint, then leave the group (Close revokes,
-	// and onRevoked commits whatever is still buffered).
+	// and onRevoked commits whatever is still buffered); stopped for a
+	// failure, nothing more is checkpointed.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.ShutdownTimeout)
 	defer cancel()
-	p.mu.Lock()
-	p.drainLocked(sctx)
-	p.mu.Unlock()
+	if p.failure.Load() == nil {
+		p.mu.Lock()
+		p.drainLocked(sctx)
+		p.mu.Unlock()
+	}
 	done := make(chan struct{})
 	go func() {
 		p.cl.Close()
@@ -360,7 +414,37 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	p.wg.Wait()
 	stopHousekeeping()
 	hk.Wait()
+	if f := p.failure.Load(); f != nil {
+		return *f
+	}
 	return nil
+}
+
+// checkSettings runs Config.CheckSettings; an error stops the instance.
+func (p *Pipeline) checkSettings(ctx context.Context) error {
+	if p.cfg.CheckSettings == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	err := p.cfg.CheckSettings(ctx)
+	if err != nil {
+		p.fail(err)
+	}
+	return err
+}
+
+// fail stops the instance for err, once: polling ends, and nothing more
+// is checkpointed.
+func (p *Pipeline) fail(err error) {
+	if !p.failure.CompareAndSwap(nil, &err) {
+		return
+	}
+	p.log.Error("stopping", "err", err)
+	if stop := p.stopRun.Load(); stop != nil {
+		(*stop)()
+	}
+	p.wakePoll()
 }
 
 // GroupChangeError refuses to start a consumer group without stored

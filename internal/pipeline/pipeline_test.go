@@ -90,7 +90,7 @@ func testConfig(e *env) Config {
 		Topic: e.topic, Group: "g-" + e.topic,
 		CheckpointInterval: 100 * time.Millisecond, CheckpointTimeout: 10 * time.Second, CheckpointMaxRecords: 10000, CheckpointMaxBytes: 32 << 20,
 		MaxPollRecords: 1000, DedupTTL: time.Hour, DedupCacheKeys: 1000, DedupCleanupInterval: time.Second,
-		DedupCleanupBatch: 100, Window: hourly, MaxPayloadBytes: 4096, RecoveryInterval: time.Second,
+		DedupCleanupBatch: 100, Window: hourly, MaxEventTimeSkew: time.Hour, MaxPayloadBytes: 4096, RecoveryInterval: time.Second,
 		DecisionRetention: time.Hour, ShutdownTimeout: 10 * time.Second,
 		KafkaOpts: []kgo.Opt{kgo.SeedBrokers(e.brokers...), kgo.SessionTimeout(6 * time.Second), kgo.RebalanceTimeout(20 * time.Second)},
 		Logger:    testenv.Logger(),

@@ -39,8 +39,10 @@ type partition struct {
 	// was taken (see reclaimLocked); reclaimBackoff is the last wait.
 	reclaimAfter   time.Time
 	reclaimBackoff time.Duration
-	// watermark is the latest occurred_at of the records below position
-	// (zero: none; see eventtime.go). end is the last stable offset the
+	// watermark is the partition's stored watermark as of its claim or
+	// last rewind (zero: none): the floor of its cuts' watermarks, which
+	// each checkpoint raises by the records it admits (see admit; the
+	// stored one only ever rises). end is the last stable offset the
 	// latest fetch of the partition reported (-1: none yet); committedUp
 	// the caught-up flag of the last decided cut, or as read from MySQL.
 	watermark   time.Time
@@ -212,7 +214,6 @@ func (p *Pipeline) processLocked(fetches kgo.Fetches) {
 			pt.bytes += d.Bytes()
 			return
 		}
-		pt.watermark = laterOf(pt.watermark, ev.OccurredAt)
 		// The key is kept up to what a dead letter of the event would keep.
 		rec := record{ev: ev, partition: r.Partition, offset: r.Offset, key: r.Key[:min(len(r.Key), deadletters.MaxKey)], value: r.Value, ts: r.Timestamp}
 		pt.records = append(pt.records, rec)
@@ -324,6 +325,9 @@ func (p *Pipeline) reclaimLocked(ctx context.Context, taken []int32) map[int32]t
 		p.rewindFailedLocked("cannot claim again partitions taken over while still assigned here; retrying", "partitions", due, "err", err)
 		return nil
 	}
+	if p.checkSettings(ctx) != nil {
+		return nil // stopping: nothing of them is fetched
+	}
 	for _, id := range due {
 		pt := p.parts[id]
 		p.log.Warn("partition claimed by another instance while still assigned here; claimed again",
@@ -362,7 +366,7 @@ func (p *Pipeline) onAssigned(ctx context.Context, offsets map[string]map[int32]
 	}
 	slices.Sort(ids)
 	rctx, cancel := context.WithTimeout(ctx, p.cfg.CheckpointTimeout/2)
-	res, err := p.sink.Recover(rctx, p.cfg.CheckpointTimeout)
+	res, err := p.sink.Recover(rctx, p.cfg.abortAfter())
 	cancel()
 	p.recovered(res)
 	if err != nil {
@@ -374,6 +378,9 @@ func (p *Pipeline) onAssigned(ctx context.Context, offsets map[string]map[int32]
 	pos, err := p.sink.Claim(ctx, ids)
 	if err != nil {
 		p.log.Error("cannot claim assigned partitions", "partitions", ids, "err", err)
+		return nil, err
+	}
+	if err := p.checkSettings(ctx); err != nil {
 		return nil, err
 	}
 	out := map[int32]kgo.Offset{}
@@ -402,7 +409,9 @@ func (p *Pipeline) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[str
 	defer p.mu.Unlock()
 	dctx, cancel := context.WithTimeout(ctx, p.cfg.CheckpointTimeout+5*time.Second)
 	defer cancel()
-	p.drainLocked(dctx)
+	if p.failure.Load() == nil {
+		p.drainLocked(dctx)
+	}
 	ids := slices.Sorted(slices.Values(revoked[p.cfg.Topic]))
 	positions := p.committedTextLocked(ids)
 	for _, id := range ids {

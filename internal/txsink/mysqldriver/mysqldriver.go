@@ -14,7 +14,8 @@
 //   - XA RECOVER needs XA_RECOVER_ADMIN on MySQL 8.4 and nothing on
 //     MariaDB; both list every account's branches. Seeing another
 //     connection's transaction (INNODB_TRX) needs PROCESS; without it,
-//     Session says it does not know.
+//     Session says it does not know. INNODB_TRX.trx_started is in the
+//     server's system time zone on both (see trxAge).
 //   - Sessions run READ COMMITTED and UTC (OpenDB).
 //   - Statements are bounded by each server's max_allowed_packet (package
 //     stmt).
@@ -261,7 +262,7 @@ func (s *Server) Session(ctx context.Context, id uint64) (driver.Session, error)
 	}
 	out := driver.Session{Exists: true, OwnUser: rows[0].User == rows[0].Own}
 	var ages []int64
-	err = s.db.SelectContext(ctx, &ages, `SELECT TIMESTAMPDIFF(MICROSECOND, trx_started, NOW(6)) FROM information_schema.INNODB_TRX WHERE trx_mysql_thread_id = ?`, id)
+	err = s.db.SelectContext(ctx, &ages, `SELECT `+trxAge+` FROM information_schema.INNODB_TRX WHERE trx_mysql_thread_id = ?`, id)
 	switch {
 	case number(err) == erSpecificAccessDenied:
 		return out, nil // without PROCESS the server does not say
@@ -274,6 +275,21 @@ func (s *Server) Session(ctx context.Context, id uint64) (driver.Session, error)
 	}
 	return out, nil
 }
+
+// trxAge is the age of an INNODB_TRX row's transaction, in microseconds,
+// measured in one time zone. trx_started is a DATETIME written in the
+// server's system time zone (InnoDB formats it with localtime_r, in
+// MariaDB 10.11 and in MySQL 8's storage/innobase/handler/i_s.cc alike),
+// whatever the session's time_zone, while NOW() follows the session's
+// (UTC here): compared as they are, on a server east of UTC a transaction
+// looks hours younger than it is, and a frozen coordinator's branch is
+// never ended. So trx_started is converted from the system zone ('SYSTEM'
+// names it on both servers, without the time zone tables) and compared
+// with UTC_TIMESTAMP. In the hour a daylight-saving change repeats, a
+// trx_started inside it is ambiguous and may be taken an hour off; the
+// verdict then errs for that hour only (an older-looking transaction is
+// ended, and its checkpoint replayed).
+const trxAge = `TIMESTAMPDIFF(MICROSECOND, CONVERT_TZ(trx_started, 'SYSTEM', '+00:00'), UTC_TIMESTAMP(6))`
 
 // Kill ends a connection. The service's own account may end its own
 // connections without any privilege (CONNECTION_ADMIN is needed for
@@ -293,6 +309,16 @@ func (s *Server) Uptime(ctx context.Context) (time.Duration, error) {
 		return 0, err
 	}
 	return time.Duration(row.Value) * time.Second, nil
+}
+
+// UTCTime reads the server's clock (package ledgerclock: the control
+// server's is the ledger's clock).
+func (s *Server) UTCTime(ctx context.Context) (time.Time, error) {
+	var t time.Time
+	if err := s.db.GetContext(ctx, &t, `SELECT UTC_TIMESTAMP(6)`); err != nil {
+		return time.Time{}, err
+	}
+	return t.UTC(), nil
 }
 
 // Conn is a connection pinned to one branch at a time, kept across
