@@ -168,6 +168,7 @@ type CheckpointInfo struct {
 	Offsets     string      // on failure: the offsets covered, per partition ("p3:120-4511")
 	Decided     bool        // the commit decision is durable (even if Err is a late XA COMMIT failure)
 	Retrying    bool        // Err is the expected refusal of the fast path; the checkpoint is retried at once in careful mode
+	Isolation   string      // when Err started an isolation of the records the database refuses: its outcome (Isolation*)
 	RecordTimes []time.Time // Kafka timestamps of the records, for end-to-end latency
 
 	skipped bool // a checkpoint without records that found nothing to do
