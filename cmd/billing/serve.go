@@ -195,6 +195,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	for i := range servers {
 		servers[i] = dbs.Server(i).DB().DB
 		m.AddDB(strconv.Itoa(i), servers[i])
+		m.AddDB(strconv.Itoa(i)+"-cleanup", dbs.Server(i).CleanupDB().DB)
 	}
 	m.Attach(p.Stats(), p.DedupCacheKeys, mon.Stall)
 	adm := kadm.NewClient(p.Client())

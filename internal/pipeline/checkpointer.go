@@ -24,12 +24,13 @@ import (
 	"github.com/billing/ledger/internal/txsink/mysqldriver"
 )
 
-// Pool is one server's pool, for statements outside checkpoints' branches:
-// lookups of contested dedup keys and the cleanup of expired ones.
-// *mysqldriver.Server is one.
+// Pool is one server's pools, for statements outside checkpoints'
+// branches: lookups of contested dedup keys (Select), and the cleanup of
+// expired keys and old ledger entries (CleanupDB, connections of their
+// own). *mysqldriver.Server is one.
 type Pool interface {
 	dedup.Querier
-	DB() *sqlx.DB
+	CleanupDB() *sqlx.DB
 	// RefreshLimits rereads the server's statement budget (after a
 	// statement was refused for its size).
 	RefreshLimits(ctx context.Context) error

@@ -61,8 +61,9 @@ type Config struct {
 	WindowCloseAfter time.Duration
 	// LedgerEntries: every counted event gets a ledger_entries row, in the
 	// branch of its account's sums. LedgerEntriesRetention: 0 keeps them
-	// forever; else older rows are deleted every DedupCleanupInterval, at
-	// most 100 × DedupCleanupBatch per server and pass.
+	// forever; else older rows are deleted like expired dedup keys: every
+	// DedupCleanupInterval, passes of at most 100 × DedupCleanupBatch rows
+	// per server back to back while rows are due (Retention).
 	LedgerEntries          bool
 	LedgerEntriesRetention time.Duration
 	// MaxPayloadBytes: larger record values are dead-lettered as
