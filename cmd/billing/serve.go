@@ -161,6 +161,12 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 			return fmt.Errorf("migrate: server %d: %w", i, err)
 		}
 	}
+	// Before the sink reads or writes anything (its identity, first of
+	// all): a missing grant stops the service here, named.
+	mon.SetPhase("checking grants")
+	if err := preflight(ctx, c.dsns, cfg.MySQLLockWaitTimeout, pipeline.Access(cfg.Pipeline(nil, log, nil))); err != nil {
+		return err
+	}
 	mon.SetPhase("connecting to MySQL")
 	sinkCfg := cfg.Sink(log)
 	sinkCfg.Failpoints = fps
@@ -170,10 +176,6 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	defer dbs.Close()
 	defer sink.Close()
-	mon.SetPhase("checking grants")
-	if err := preflight(ctx, dbs); err != nil {
-		return err
-	}
 	log.Info("starting", "instance", sink.Instance(), "topic", cfg.KafkaTopic, "group", cfg.KafkaGroup,
 		"servers", len(c.dsns), "participants", sink.Participants())
 
