@@ -199,9 +199,17 @@ func grants(t *testing.T, path string) []grant {
 	if err != nil {
 		t.Fatal(err)
 	}
-	re := regexp.MustCompile("(?is)(/\\*!\\d+\\s*)?GRANT\\s+(.+?)\\s+ON\\s+`?([A-Za-z0-9_*]+)`?\\.`?([A-Za-z0-9_*]+)`?\\s+TO\\s")
+	text := string(b)
+	if strings.HasSuffix(path, ".md") {
+		var blocks []string
+		for _, m := range regexp.MustCompile("(?s)```sql\n(.*?)```").FindAllStringSubmatch(text, -1) {
+			blocks = append(blocks, m[1])
+		}
+		text = strings.Join(blocks, "\n")
+	}
+	re := regexp.MustCompile("(?is)(/\\*!\\d+\\s*)?GRANT\\s+([^;]+?)\\s+ON\\s+`?([A-Za-z0-9_*]+)`?\\.`?([A-Za-z0-9_*]+)`?\\s+TO\\s")
 	var out []grant
-	for _, m := range re.FindAllStringSubmatch(string(b), -1) {
+	for _, m := range re.FindAllStringSubmatch(text, -1) {
 		g := grant{db: m[3], table: m[4], versionOnly: m[1] != ""}
 		for _, p := range strings.Split(m[2], ",") {
 			g.privileges = append(g.privileges, strings.ToUpper(strings.Join(strings.Fields(p), " ")))
