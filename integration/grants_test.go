@@ -143,6 +143,32 @@ func TestPreflightChecksEveryTableOfTheSchema(t *testing.T) {
 	if len(tables) < 10 {
 		t.Fatalf("only %d tables written: %v", len(tables), tables)
 	}
+
+	// One that may do everything but delete ledger entries: stopped with
+	// the retention, which needs it, and not stopped without.
+	t.Run("no DELETE on ledger_entries", func(t *testing.T) {
+		grants := map[string][]string{}
+		for tb, privs := range declared {
+			grants[tb] = slices.DeleteFunc(slices.Clone(privs), func(p string) bool { return tb == "ledger_entries" && p == pipeline.Delete })
+		}
+		dsn := opsCreateTableUser(t, admin, adminCfg, grants)
+		p := testenv.Start(t, "billing that may not delete entries", e.bin, e.env(mergeEnv(everyFeature, map[string]string{"MYSQL_DSN": dsn})))
+		if err := p.Wait(t, time.Minute); err == nil || !strings.Contains(p.Output(), "lacks DELETE on ledger_entries (needed with LEDGER_ENTRIES_RETENTION)") {
+			t.Fatalf("want a refusal naming DELETE on ledger_entries and the retention (%v):\n%s", err, p.Output())
+		}
+		svc := testenv.Start(t, "billing that may not delete entries, without retention", e.bin,
+			e.env(mergeEnv(everyFeature, map[string]string{"MYSQL_DSN": dsn, "LEDGER_ENTRIES_RETENTION": ""})))
+		testenv.Eventually(t, time.Minute, "the service past its checks", func() (bool, string) {
+			if svc.Exited() {
+				t.Fatalf("the service stopped without the retention:\n%s", svc.Output())
+			}
+			return strings.Contains(svc.Output(), `"msg":"starting"`), ""
+		})
+		svc.Signal(syscall.SIGTERM)
+		if err := svc.Wait(t, time.Minute); err != nil {
+			t.Fatalf("exit: %v\n%s", err, svc.Output())
+		}
+	})
 }
 
 func mergeEnv(ms ...map[string]string) map[string]string {
