@@ -19,7 +19,10 @@ PARTITIONS=${DEMO_PARTITIONS:-6}
 RATE=${DEMO_RATE:-0}
 KAFKA_PORT=${KAFKA_PORT:-9092}
 MYSQL_PORT=${MYSQL_PORT:-3306}
-RUN=$(date +%Y%m%d%H%M%S)
+# The run's topic, group, database and log folder: the time, for reading,
+# and random digits, so that two demos started within a second (two
+# terminals, a script) never share them.
+RUN=$(date +%Y%m%d%H%M%S)_$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n')
 TOPIC=demo-$RUN
 DB=demo_$RUN
 OUT=$ROOT/.services/demo/$RUN

@@ -331,20 +331,16 @@ EOF
 kafka_format() {
 	# meta.properties marks a formatted log dir; formatting is a one-time step.
 	[[ -f $KAFKA_DATA/meta.properties ]] && return 0
-	local id
-	# A cluster id is 16 random bytes in URL-safe base64 without padding,
-	# what `kafka-storage random-uuid` prints; no JVM start needed for it.
-	id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')
-	log "kafka: formatting $KAFKA_DATA (cluster id $id)"
-	# A one-shot JVM: C1 only and a small heap start it fastest.
-	java -XX:TieredStopAtLevel=1 -Xmx256m -cp "$KAFKA_LIBS/*" \
-		-Dlog4j2.configurationFile="$KAFKA_CONF/log4j2-tools.properties" \
-		kafka.tools.StorageTool format --ignore-formatted \
-		-t "$id" -c "$KAFKA_CONF/server.properties" >>"$KAFKA_LOGS/format.log" 2>&1 ||
+	log "kafka: formatting $KAFKA_DATA"
+	# scripts/kafka/format-storage makes the cluster id and passes it so
+	# that one starting with "-" is not taken for an option.
+	"$ROOT/scripts/kafka/format-storage" "$KAFKA_LIBS" "$KAFKA_CONF/log4j2-tools.properties" "$KAFKA_CONF/server.properties" \
+		>>"$KAFKA_LOGS/format.log" 2>&1 ||
 		{
 			tail -n 20 "$KAFKA_LOGS/format.log" >&2
 			die "kafka: storage format failed, see $KAFKA_LOGS/format.log"
 		}
+	log "kafka: formatted, $(grep -h '^cluster.id=' "$KAFKA_DATA/meta.properties" || echo 'no cluster.id in meta.properties')"
 }
 
 # kafka_preflight: succeeds when our broker already runs with the wanted

@@ -69,6 +69,9 @@ type childSpec struct {
 	// to expire as the catch-up inserts keys (steady-state variant,
 	// steady.go).
 	SteadyKeys int64 `json:"steady_keys"`
+	// SampleTables are counted while the catch-up runs (the
+	// steady-state-entries variant, tables.go).
+	SampleTables []string `json:"sample_tables,omitempty"`
 	// Replay: sink-only feeds these checkpoints (partition → next offset,
 	// the service's cuts; see replay.go) instead of cutting the topic.
 	Replay []map[int32]int64 `json:"replay,omitempty"`
@@ -91,6 +94,8 @@ type childResult struct {
 	// the end of the catch-up.
 	SteadyInserted int64 `json:"steady_inserted,omitempty"`
 	SteadyDeleted  int64 `json:"steady_deleted,omitempty"`
+	// Tables: the row counts of SampleTables during the catch-up.
+	Tables map[string]rowStats `json:"tables,omitempty"`
 
 	LiveRecords int64     `json:"live_records"`
 	Live        unitStats `json:"live"`
@@ -423,10 +428,13 @@ func sinkOnly(spec childSpec, cfg config.Config) (childResult, error) {
 		}
 		defer steady.close()
 	}
-	// The janitor runs beside the checkpoints, as in the service.
-	jctx, stopJanitor := context.WithCancel(ctx)
-	defer stopJanitor()
-	go pipeline.Janitor(jctx, pipeline.Pools(l.db), time.Now, cfg.DedupCleanupInterval, cfg.DedupCleanupBatch, cfg.MySQLBranches, childLogger())
+	// The cleanup (the janitor, the retention of ledger entries) runs
+	// beside the checkpoints, as in the service.
+	jctx, stopCleanup := context.WithCancel(ctx)
+	var cleanup sync.WaitGroup
+	defer cleanup.Wait()
+	defer stopCleanup()
+	cleanup.Go(func() { pipeline.Cleanup(jctx, pipelineConfig(cfg, nil), pipeline.Pools(l.db), cfg.MySQLBranches) })
 	col := newCollector()
 	var busy time.Duration // checkpoint time so far: the stopped clock
 	start := time.Now()
@@ -447,6 +455,10 @@ func sinkOnly(spec childSpec, cfg config.Config) (childResult, error) {
 	stopPacing := func() {}
 	if steady != nil {
 		stopPacing = steady.pace(col)
+	}
+	stopSampling, err := startSampling(spec)
+	if err != nil {
+		return res, err
 	}
 	for {
 		cpu.pause()
@@ -485,6 +497,7 @@ func sinkOnly(spec childSpec, cfg config.Config) (childResult, error) {
 		}
 	}
 	stopPacing()
+	res.Tables = stopSampling()
 	if err := steadyResult(ctx, steady, col, &res); err != nil {
 		return res, err
 	}
@@ -655,6 +668,10 @@ func streaming(spec childSpec, cfg config.Config, cmds <-chan string) (childResu
 		defer steady.close()
 		stopPacing = steady.pace(col)
 	}
+	stopSampling, err := startSampling(spec)
+	if err != nil {
+		return res, err
+	}
 	rt0, kinds0 := roundTrips.snapshot() // storing the steady keys is not the catch-up's
 	stopProfile := startCPUProfile(spec.CPUProfile)
 	cpu := newCPUMeter(spec.Watch)
@@ -667,6 +684,7 @@ func streaming(spec childSpec, cfg config.Config, cmds <-chan string) (childResu
 	res.CatchUpS = time.Since(begin).Seconds()
 	res.CPU = cpu.cores()
 	stopPacing()
+	res.Tables = stopSampling()
 	if err := steadyResult(context.Background(), steady, col, &res); err != nil {
 		return res, err
 	}
@@ -797,4 +815,13 @@ func writeHeapProfile(path string) {
 	if err := pprof.WriteHeapProfile(f); err != nil {
 		slog.Warn("heap profile", "err", err)
 	}
+}
+
+// startSampling starts counting the rows of spec.SampleTables (none: stop
+// returns nil).
+func startSampling(spec childSpec) (stop func() map[string]rowStats, err error) {
+	if len(spec.SampleTables) == 0 {
+		return func() map[string]rowStats { return nil }, nil
+	}
+	return sampleTables(spec.DSN, spec.SampleTables)
 }

@@ -105,6 +105,9 @@ type variant struct {
 	steady bool
 	// shard: the ledger spans two servers (MYSQL_SHARD_DSNS on -mysql2-dsn).
 	shard bool
+	// tables: the rows of dedup_keys and ledger_entries are counted during
+	// the catch-up (tables.go).
+	tables bool
 	// hostile: the workload is records of the maximum size (produceHostile),
 	// measured in service mode only: its peak RSS must stay bounded.
 	hostile bool
@@ -132,7 +135,7 @@ func main() {
 	flag.Float64Var(&o.zipfS, "zipf-s", 1.1, "Zipf skew of account popularity")
 	flag.Float64Var(&o.dupRatio, "dup-ratio", 0.05, "fraction of events sent twice")
 	flag.Uint64Var(&o.seed, "seed", 1, "generator seed")
-	flag.StringVar(&variants, "variants", "default,large-state,many-accounts,steady-state", "workload variants to run: default, large-state, many-accounts, steady-state, two-servers, hostile, ledger-entries, closing")
+	flag.StringVar(&variants, "variants", "default,large-state,many-accounts,steady-state", "workload variants to run: default, large-state, many-accounts, steady-state, steady-state-entries, two-servers, hostile, ledger-entries, closing")
 	flag.StringVar(&modes, "modes", "consume-only,sink-only,naive,service", "what to measure per variant")
 	flag.StringVar(&serviceEnv, "service-env", "", "service settings over its defaults, e.g. MYSQL_BRANCHES=1,CHECKPOINT_MAX_RECORDS=20000")
 	flag.IntVar(&o.naiveBatch, "naive-batch", 0, "naive batch size (default: the service's CHECKPOINT_MAX_RECORDS)")
@@ -347,6 +350,9 @@ func run(ctx context.Context, o *options) error {
 		"steady-state": {name: "steady-state", accounts: o.accounts, steady: true,
 			env:  map[string]string{"DEDUP_CLEANUP_INTERVAL": "250ms"},
 			note: fmt.Sprintf("%d keys stored beforehand and made to expire as the catch-up inserts keys; DEDUP_CLEANUP_INTERVAL=250ms: keys are deleted as fast as they are inserted", o.events)},
+		"steady-state-entries": {name: "steady-state-entries", accounts: o.accounts, steady: true, tables: true,
+			env:  map[string]string{"DEDUP_CLEANUP_INTERVAL": "250ms", "LEDGER_ENTRIES": "true", "LEDGER_ENTRIES_RETENTION": "2s"},
+			note: "steady-state with LEDGER_ENTRIES=true and LEDGER_ENTRIES_RETENTION=2s: the rows of dedup_keys and ledger_entries are counted during the catch-up; both must stay bounded"},
 		"two-servers": {name: "two-servers", accounts: o.accounts, shard: true, note: "MYSQL_SHARD_DSNS: a second server holds half the results and keys"},
 		"ledger-entries": {name: "ledger-entries", accounts: o.accounts, env: map[string]string{"LEDGER_ENTRIES": "true"},
 			note: "LEDGER_ENTRIES=true: one ledger_entries row per counted event"},
@@ -507,6 +513,9 @@ func measure(ctx context.Context, o *options, v variant, mode, runID, topic, exp
 		}
 		if v.steady && (mode == modeSink || mode == modeService) {
 			spec.SteadyKeys = o.events
+		}
+		if v.tables && (mode == modeSink || mode == modeService) {
+			spec.SampleTables = sampledTables
 		}
 		if v.shard && (mode == modeSink || mode == modeService) {
 			if err := createDatabase(ctx, o.admin2, dbName); err != nil {
@@ -688,6 +697,9 @@ func oneLine(m measurement) string {
 	s += fmt.Sprintf(", peak RSS %.0f MiB", r.PeakRSSMiB)
 	if r.SteadyInserted > 0 {
 		s += ", " + steadyLine(r)
+	}
+	if len(r.Tables) > 0 {
+		s += "; " + tablesLine(r)
 	}
 	if m.Ledger != "" {
 		s += ", ledger " + m.Ledger

@@ -317,6 +317,9 @@ func renderTable(o *options, infos []variantInfo, ms []measurement) string {
 		if m.Result.SteadyInserted > 0 {
 			fmt.Fprintf(&b, "%s %s: during the catch-up, %s\n", m.Variant, m.Mode, steadyLine(m.Result))
 		}
+		if len(m.Result.Tables) > 0 {
+			fmt.Fprintf(&b, "%s %s: during the catch-up, %s\n", m.Variant, m.Mode, tablesLine(m.Result))
+		}
 	}
 	b.WriteString(`
 events/s: sustained catch-up rate (records after the first checkpoint/batch/poll, over the time

@@ -3,67 +3,96 @@ package main
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"time"
 
+	"github.com/billing/ledger/internal/pipeline"
 	"github.com/billing/ledger/internal/txsink/mysqldriver"
 )
 
-// grantChecks are statements that touch no row but need the privileges the
-// service uses on each table: the server checks privileges before it
-// evaluates WHERE 1=0. The INSERT checks copy the table into itself (no
-// column list to keep in sync with the schema), so they also need SELECT,
-// which the service account has on every table. The migrations create every
-// table on every server, so every server is checked alike.
-var grantChecks = []struct{ privilege, table, sql string }{
-	{"SELECT", "account_balances", `SELECT COUNT(*) FROM account_balances WHERE 1=0`},
-	{"INSERT", "account_balances", `INSERT INTO account_balances SELECT * FROM account_balances WHERE 1=0`},
-	{"UPDATE", "account_balances", `UPDATE account_balances SET event_count = 0 WHERE 1=0`},
-	{"SELECT", "billing_windows", `SELECT COUNT(*) FROM billing_windows WHERE 1=0`},
-	{"INSERT", "billing_windows", `INSERT INTO billing_windows SELECT * FROM billing_windows WHERE 1=0`},
-	{"UPDATE", "billing_windows", `UPDATE billing_windows SET event_count = 0 WHERE 1=0`},
-	{"INSERT", "dead_letters", `INSERT INTO dead_letters SELECT * FROM dead_letters WHERE 1=0`},
-	{"SELECT", "dedup_keys", `SELECT COUNT(*) FROM dedup_keys WHERE 1=0`},
-	{"INSERT", "dedup_keys", `INSERT INTO dedup_keys SELECT * FROM dedup_keys WHERE 1=0`},
-	{"UPDATE", "dedup_keys", `UPDATE dedup_keys SET event_id = event_id WHERE 1=0`},
-	{"DELETE", "dedup_keys", `DELETE FROM dedup_keys WHERE 1=0`},
-	{"SELECT", "dedup_expiry", `SELECT COUNT(*) FROM dedup_expiry WHERE 1=0`},
-	{"INSERT", "dedup_expiry", `INSERT INTO dedup_expiry SELECT * FROM dedup_expiry WHERE 1=0`},
-	{"DELETE", "dedup_expiry", `DELETE FROM dedup_expiry WHERE 1=0`},
-	{"SELECT", "partition_offsets", `SELECT COUNT(*) FROM partition_offsets WHERE 1=0`},
-	{"INSERT", "partition_offsets", `INSERT INTO partition_offsets SELECT * FROM partition_offsets WHERE 1=0`},
-	{"UPDATE", "partition_offsets", `UPDATE partition_offsets SET epoch = 0 WHERE 1=0`},
-	{"SELECT", "checkpoint_decisions", `SELECT COUNT(*) FROM checkpoint_decisions WHERE 1=0`},
-	{"INSERT", "checkpoint_decisions", `INSERT INTO checkpoint_decisions SELECT * FROM checkpoint_decisions WHERE 1=0`},
-	{"DELETE", "checkpoint_decisions", `DELETE FROM checkpoint_decisions WHERE 1=0`},
-	{"SELECT", "ledger_identity", `SELECT COUNT(*) FROM ledger_identity WHERE 1=0`},
-	{"INSERT", "ledger_identity", `INSERT INTO ledger_identity SELECT * FROM ledger_identity WHERE 1=0`},
-	{"SELECT", "ledger_periods", `SELECT COUNT(*) FROM ledger_periods WHERE 1=0`},
-	{"INSERT", "ledger_periods", `INSERT INTO ledger_periods SELECT * FROM ledger_periods WHERE 1=0`},
+// grantCheck is a statement that touches no row but needs one privilege on
+// one table: the server checks privileges before it evaluates WHERE 1=0.
+// The INSERT check copies the table into itself (no column list to keep in
+// sync with the schema), so it also needs SELECT, which the declaration
+// gives every table the service writes; the UPDATE check sets a column to
+// itself (its first, from information_schema: an account that sees no
+// column of the table lacks the privilege anyway).
+func grantCheck(ctx context.Context, db *sql.DB, a pipeline.TableAccess) (string, error) {
+	switch a.Privilege {
+	case pipeline.Select:
+		return `SELECT COUNT(*) FROM ` + a.Table + ` WHERE 1=0`, nil
+	case pipeline.Insert:
+		return `INSERT INTO ` + a.Table + ` SELECT * FROM ` + a.Table + ` WHERE 1=0`, nil
+	case pipeline.Update:
+		var col string
+		err := db.QueryRowContext(ctx, `SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION LIMIT 1`, a.Table).Scan(&col)
+		if errors.Is(err, sql.ErrNoRows) {
+			return "", errNoColumn
+		}
+		if err != nil {
+			return "", err
+		}
+		return "UPDATE " + a.Table + " SET `" + col + "` = `" + col + "` WHERE 1=0", nil
+	case pipeline.Delete:
+		return `DELETE FROM ` + a.Table + ` WHERE 1=0`, nil
+	}
+	return "", fmt.Errorf("no check for the privilege %s", a.Privilege)
 }
 
+// errNoColumn: the account sees no column of the table.
+var errNoColumn = errors.New("the account sees no column of the table")
+
 // preflight checks, on every server, that the account has every privilege
-// the service needs, so that a missing grant stops the service at start
-// with a message naming it, instead of failing every checkpoint later. No
-// row is read or written.
-func preflight(ctx context.Context, servers *mysqldriver.Driver) error {
-	for i := range servers.Len() {
-		db := servers.Server(i).DB()
-		for _, c := range grantChecks {
-			if _, err := db.ExecContext(ctx, c.sql); err != nil {
-				if denied(err) {
-					return fmt.Errorf("server %d: access denied: the MySQL account %s lacks %s on %s: %w (the service needs SELECT, INSERT, UPDATE and DELETE on its database, see docs/operations.md)",
-						i, accountOf(ctx, db.DB), c.privilege, c.table, err)
-				}
-				return fmt.Errorf("server %d: checking %s on %s: %w", i, c.privilege, c.table, err)
-			}
+// that needs (pipeline.Access of the configuration: the declaration of
+// what the service reads and writes) and may run XA RECOVER, so that a
+// missing grant stops the service at start, before it reads or writes
+// anything, with a message naming the privilege and the table, instead of
+// failing every checkpoint or cleanup later. The migrations create every
+// table on every server, so every server is checked alike. No row is read
+// or written.
+func preflight(ctx context.Context, dsns []string, lockWait time.Duration, needs []pipeline.TableAccess) error {
+	for i, dsn := range dsns {
+		if err := preflightServer(ctx, dsn, lockWait, needs); err != nil {
+			return fmt.Errorf("server %d: %w", i, err)
 		}
-		rows, err := db.QueryContext(ctx, "XA RECOVER")
-		if err != nil {
-			return fmt.Errorf("server %d: XA RECOVER failed: %w (on MySQL 8 the account needs XA_RECOVER_ADMIN, see docs/operations.md)", i, err)
-		}
-		_ = rows.Close()
 	}
 	return nil
+}
+
+func preflightServer(ctx context.Context, dsn string, lockWait time.Duration, needs []pipeline.TableAccess) error {
+	db, err := mysqldriver.OpenDB(dsn, lockWait, 1)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	for _, a := range needs {
+		q, err := grantCheck(ctx, db.DB, a)
+		if err == nil {
+			_, err = db.ExecContext(ctx, q)
+		}
+		if err != nil {
+			if denied(err) || errors.Is(err, errNoColumn) {
+				return fmt.Errorf("access denied: the MySQL account %s lacks %s on %s%s: %w (the service needs SELECT, INSERT, UPDATE and DELETE on its database, see docs/operations.md)",
+					accountOf(ctx, db.DB), a.Privilege, a.Table, neededBy(a.Feature), err)
+			}
+			return fmt.Errorf("checking %s on %s: %w", a.Privilege, a.Table, err)
+		}
+	}
+	rows, err := db.QueryContext(ctx, "XA RECOVER")
+	if err != nil {
+		return fmt.Errorf("XA RECOVER failed: %w (on MySQL 8 the account needs XA_RECOVER_ADMIN, see docs/operations.md)", err)
+	}
+	_ = rows.Close()
+	return nil
+}
+
+// neededBy names the setting that needs a privilege, if one does.
+func neededBy(f pipeline.Feature) string {
+	if f == pipeline.FeatureAlways {
+		return ""
+	}
+	return " (needed with " + string(f) + ")"
 }
 
 // denied reports a missing privilege on a database, table or column.

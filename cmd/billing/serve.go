@@ -188,6 +188,12 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 			return fmt.Errorf("migrate: server %d: %w", i, err)
 		}
 	}
+	// Before the sink reads or writes anything (its identity, first of
+	// all): a missing grant stops the service here, named.
+	mon.SetPhase("checking grants")
+	if err := preflight(ctx, c.dsns, cfg.MySQLLockWaitTimeout, pipeline.Access(cfg.Pipeline(nil, log, nil))); err != nil {
+		return err
+	}
 	mon.SetPhase("connecting to MySQL")
 	// Every age and expiry is judged on the ledger's clock, the control
 	// server's (package ledgerclock); it is measured once the servers
@@ -209,10 +215,6 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		log.Warn("this host's clock is off the control server's; the ledger judges time by the server's", "offset", off, "uncertainty", unc)
 	} else {
 		log.Info("ledger clock measured", "offset", off, "uncertainty", unc)
-	}
-	mon.SetPhase("checking grants")
-	if err := preflight(ctx, dbs); err != nil {
-		return err
 	}
 	mon.SetPhase("checking the topic")
 	if err := checkTopic(ctx, c.kopts, c.kafka.Brokers, cfg.KafkaTopic); err != nil {
@@ -266,6 +268,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	for i := range servers {
 		servers[i] = dbs.Server(i).DB().DB
 		m.AddDB(strconv.Itoa(i), servers[i])
+		m.AddDB(strconv.Itoa(i)+"-cleanup", dbs.Server(i).CleanupDB().DB)
 	}
 	m.Attach(p.Stats(), p.DedupCacheKeys, mon.Stall)
 	adm := kadm.NewClient(p.Client())

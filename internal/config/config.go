@@ -45,7 +45,7 @@ type Config struct {
 
 	MySQLDSN             string        `envconfig:"MYSQL_DSN" required:"true" desc:"control server DSN (go-sql-driver/mysql format): offsets, decisions, and the first shard of results"`
 	MySQLShardDSNs       []string      `envconfig:"MYSQL_SHARD_DSNS" desc:"further MySQL servers holding shards of the results, comma separated; accounts and event ids are placed by hash, so this list must not change once data exists"`
-	MySQLBranches        int           `envconfig:"MYSQL_BRANCHES" default:"2" desc:"parallel XA branches (connections) per server in each checkpoint"`
+	MySQLBranches        int           `envconfig:"MYSQL_BRANCHES" default:"2" desc:"parallel XA branches (connections) per server in each checkpoint; each instance opens at most MYSQL_BRANCHES + 8 connections per server for checkpoints, lookups, recovery and health checks, and MYSQL_BRANCHES + 1 more for cleanup"`
 	MySQLLockWaitTimeout time.Duration `envconfig:"MYSQL_LOCK_WAIT_TIMEOUT" default:"5s" desc:"innodb_lock_wait_timeout of branch connections; a checkpoint blocked longer aborts and replays"`
 	MySQLPasswordFile    string        `envconfig:"MYSQL_PASSWORD_FILE" desc:"file holding the MySQL password; replaces the password of every DSN (trailing newlines ignored)"`
 	MySQLTLS             string        `envconfig:"MYSQL_TLS" desc:"TLS to MySQL for every DSN: false, true (verified), skip-verify or preferred; empty keeps each DSN's tls parameter"`
@@ -60,7 +60,7 @@ type Config struct {
 
 	DedupTTL             time.Duration `envconfig:"DEDUP_TTL" default:"24h" desc:"an event id is remembered this long after its first arrival (processing time)"`
 	DedupCacheKeys       int           `envconfig:"DEDUP_CACHE_KEYS" default:"100000" desc:"in-memory budget of remembered event ids; beyond it, ids are checked against MySQL only"`
-	DedupCleanupInterval time.Duration `envconfig:"DEDUP_CLEANUP_INTERVAL" default:"5s" desc:"how often the janitor looks for expired dedup keys; it then deletes them until none is due, MYSQL_BRANCHES connections per server"`
+	DedupCleanupInterval time.Duration `envconfig:"DEDUP_CLEANUP_INTERVAL" default:"5s" desc:"how often the janitor looks for expired dedup keys (and the retention for old ledger entries); it then deletes them until none is due, MYSQL_BRANCHES connections per server (one for the retention), on connections of their own"`
 	DedupCleanupBatch    int           `envconfig:"DEDUP_CLEANUP_BATCH" default:"1000" desc:"expired dedup keys deleted per statement (short transactions, no long locks)"`
 
 	BillingWindow          string           `envconfig:"BILLING_WINDOW" default:"1h" desc:"billing windows over occurred_at: a duration (tumbling windows aligned to the Unix epoch, UTC), or day or month (calendar periods from local midnight and the first of the month in BILLING_TIMEZONE); stored in the ledger at its first start: an instance with another refuses to start (billing periods change changes it)"`
@@ -68,9 +68,9 @@ type Config struct {
 	WindowCloseAfter       OptionalDuration `envconfig:"WINDOW_CLOSE_AFTER" desc:"empty: windows never close; else a window closes once the watermark (event time) has passed its end plus this, and its later events count in window_adjustments; whether it is set is stored in the ledger (like BILLING_WINDOW), its value may differ between instances (the smallest acts)"`
 	MaxEventTimeSkew       time.Duration    `envconfig:"MAX_EVENT_TIME_SKEW" default:"1h" desc:"an event whose occurred_at is later than the processing time (the control server's clock) plus this is dead-lettered as event_time_in_future: no record moves the watermark or the closing frontier past now plus this"`
 	LedgerEntries          bool             `envconfig:"LEDGER_ENTRIES" default:"false" desc:"write one ledger_entries row per counted event (its Kafka position, window and checkpoint)"`
-	LedgerEntriesRetention OptionalDuration `envconfig:"LEDGER_ENTRIES_RETENTION" desc:"empty: keep ledger entries forever; else entries older than this are deleted in small batches (DEDUP_CLEANUP_BATCH)"`
+	LedgerEntriesRetention OptionalDuration `envconfig:"LEDGER_ENTRIES_RETENTION" desc:"empty: keep ledger entries forever; else entries older than this are deleted like expired dedup keys: every DEDUP_CLEANUP_INTERVAL, batches of DEDUP_CLEANUP_BATCH until none is due"`
 	MaxPayloadBytes        int              `envconfig:"MAX_PAYLOAD_BYTES" default:"65536" desc:"larger record values are dead-lettered as payload_too_large"`
-	DeadLetterPayloadBytes int              `envconfig:"DEAD_LETTER_PAYLOAD_BYTES" default:"65536" desc:"a dead letter stores at most this prefix of the record's value, with the whole value's size and SHA-256 (a server with a small max_allowed_packet may store less)"`
+	DeadLetterPayloadBytes int              `envconfig:"DEAD_LETTER_PAYLOAD_BYTES" default:"65536" desc:"a dead letter stores at most this prefix of the record's value, with the whole value's size and SHA-256 (a server with a small max_allowed_packet stores less, at least a quarter of it less 4 KiB)"`
 
 	RecoveryInterval  time.Duration `envconfig:"RECOVERY_INTERVAL" default:"10s" desc:"how often in-doubt XA branches are looked for and resolved"`
 	DecisionRetention time.Duration `envconfig:"DECISION_RETENTION" default:"24h" desc:"checkpoint decision rows older than this, with no branch left in doubt, are deleted"`

@@ -28,10 +28,14 @@ import (
 	"github.com/billing/ledger/internal/stmt"
 )
 
-// Bounds of what a dead letter keeps of its record.
+// Bounds of what a dead letter keeps of its record. Write cuts every field
+// to its bound (the columns' sizes), so that the size of a row, computed
+// from the bounds, can never be exceeded.
 const (
-	MaxKey    = 1024 // bytes of the record's key
-	MaxDetail = 500  // bytes of the detail (the column holds 512 characters)
+	MaxKey     = 1024 // bytes of the record's key
+	MaxDetail  = 500  // bytes of the detail (the column holds 512 characters)
+	maxReason  = 64   // bytes of the reason (the column)
+	maxEventID = 128  // bytes of the event id (the column; event.MaxEventIDLen)
 )
 
 // Letter is a dead letter to write.
@@ -83,38 +87,45 @@ const (
 	insertTuple = "(?,?,?,?,?,?,?,?,?,?,?,?)"
 )
 
-// rowBytes bounds a row's text besides its payload: the topic, key,
-// detail, event id, reason, checkpoint id, hash and the numbers, each
-// escaped in the worst case.
-func rowBytes(topic, checkpoint string) int {
-	return stmt.ArgBytes(topic) + stmt.ArgBytes(checkpoint) + 2*(MaxKey+MaxDetail+128+64+32) + 12*32
+// rowBase bounds the text of one row besides its payload: the tuple and
+// its separator, and every other argument at the bound Write cuts it to.
+// With the payload's TextBytes it is the one size computation of a row:
+// Write sizes the statements with it and cuts the payload prefix to what
+// it leaves (maxPrefix), so a row's estimate never exceeds the budget it
+// was cut for.
+func rowBase(topic, checkpoint string) int {
+	return len(insertTuple) + 1 +
+		stmt.ArgBytes(topic) + stmt.ArgBytes(checkpoint) +
+		3*stmt.ArgBytes(int64(0)) + // partition, offset, payload size
+		stmt.TextBytes(maxReason) + stmt.TextBytes(MaxDetail) + stmt.TextBytes(maxEventID) + stmt.TextBytes(MaxKey) +
+		stmt.TextBytes(sha256.Size) + stmt.ArgBytes(time.Time{})
 }
 
-// maxPrefix is the longest payload prefix a row can carry within a
-// statement budget: the rest of the row and the statement's text taken
-// away, halved for escaping.
+// maxPrefix is the longest payload prefix a row can carry alone in a
+// statement of budget bytes.
 func maxPrefix(budget int, topic, checkpoint string) int {
-	return max(0, (budget-len(insertHead)-len(insertTail)-rowBytes(topic, checkpoint))/2)
+	return stmt.FitText(stmt.Room(budget, insertHead, insertTail) - rowBase(topic, checkpoint))
 }
 
 // Write inserts the letters of one checkpoint, as few statements as ex's
 // budget allows; a server with a small max_allowed_packet keeps a shorter
-// payload prefix.
+// payload prefix (at least a quarter of the server's max_allowed_packet
+// less 4 KiB, stmt.Budget being half of it).
 func Write(ctx context.Context, ex stmt.Execer, topic, checkpoint string, ls []Letter, now time.Time) error {
 	prefix := maxPrefix(ex.MaxStatementBytes(), topic, checkpoint)
-	fixed := rowBytes(topic, checkpoint)
+	base := rowBase(topic, checkpoint)
 	return stmt.Insert(ctx, ex, len(ls), insertHead, insertTuple, insertTail,
-		func(i int) int { return fixed + stmt.ArgBytes(truncate(ls[i].Payload, prefix)) },
+		func(i int) int { return base + stmt.TextBytes(len(truncate(ls[i].Payload, prefix))) },
 		func(i int) []any {
 			d := ls[i]
 			var id, key any
 			if d.EventID != "" {
-				id = d.EventID
+				id = d.EventID[:min(len(d.EventID), maxEventID)]
 			}
 			if d.Key != nil {
-				key = d.Key
+				key = truncate(d.Key, MaxKey)
 			}
-			return []any{topic, d.Partition, d.Offset, d.Reason, truncateText(d.Detail, MaxDetail), id, key,
+			return []any{topic, d.Partition, d.Offset, d.Reason[:min(len(d.Reason), maxReason)], truncateText(d.Detail, MaxDetail), id, key,
 				truncate(d.Payload, prefix), d.Size, d.SHA256[:], checkpoint, now}
 		})
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/billing/ledger/internal/dedup"
 	"github.com/billing/ledger/internal/stmt"
+	"github.com/billing/ledger/internal/stmt/stmttest"
 	"github.com/billing/ledger/internal/testenv"
 	"github.com/billing/ledger/internal/txsink/mysqldriver"
 )
@@ -39,41 +40,10 @@ func (x sqlTx) MaxStatementBytes() int {
 // checkSize fails a statement whose text, as the driver interpolates it,
 // exceeds the budget: the server would refuse it.
 func (x sqlTx) checkSize(q string, args []any) error {
-	n := len(q) - strings.Count(q, "?")
-	for _, a := range args {
-		n += rendered(a)
-	}
-	if n > x.MaxStatementBytes() {
+	if n := stmttest.Statement(q, args); n > x.MaxStatementBytes() {
 		return fmt.Errorf("statement of %d bytes exceeds the budget of %d", n, x.MaxStatementBytes())
 	}
 	return nil
-}
-
-// rendered is the length of an argument as go-sql-driver/mysql interpolates
-// it: quoted, special bytes escaped, _binary before byte strings.
-func rendered(a any) int {
-	escaped := func(s string) int {
-		n := len(s)
-		for i := 0; i < len(s); i++ {
-			switch s[i] {
-			case 0, '\n', '\r', '\\', '\'', '"', 0x1a:
-				n++
-			}
-		}
-		return n
-	}
-	switch v := a.(type) {
-	case nil:
-		return len("NULL")
-	case string:
-		return 2 + escaped(v)
-	case []byte:
-		return len("_binary''") + escaped(string(v))
-	case time.Time:
-		return len("'2006-01-02 15:04:05.999999'")
-	default:
-		return len(fmt.Sprint(v))
-	}
 }
 
 func (x sqlTx) Exec(ctx context.Context, q string, args ...any) (sql.Result, error) {

@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"database/sql"
+	"errors"
 	"net/http"
 	"strconv"
 	"sync"
@@ -17,6 +18,7 @@ import (
 	"github.com/billing/ledger/internal/buildinfo"
 	"github.com/billing/ledger/internal/event"
 	"github.com/billing/ledger/internal/pipeline"
+	"github.com/billing/ledger/internal/stmt"
 	"github.com/billing/ledger/internal/txsink/mysqldriver"
 )
 
@@ -64,6 +66,8 @@ type Metrics struct {
 	ckptFailures   *prometheus.CounterVec
 	e2eLatency     prometheus.Histogram
 	mysqlErrors    *prometheus.CounterVec
+	isolations     *prometheus.CounterVec
+	oversizedRows  prometheus.Counter
 	lag            *prometheus.GaugeVec
 	dlWaiting      *prometheus.GaugeVec
 	inDoubt        *prometheus.GaugeVec
@@ -170,6 +174,13 @@ func New(o Options) *Metrics {
 		Help: "From a record's Kafka timestamp (set by the producer or the broker) to the commit of the checkpoint covering it: end-to-end latency, producer clock skew included.", Buckets: latencyBuckets})
 	m.mysqlErrors = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "mysql_errors_total",
 		Help: "MySQL errors that failed a checkpoint attempt, by kind."}, []string{"kind"})
+	m.isolations = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "isolations_total",
+		Help: "Isolations of the records the database refuses, by outcome: rejected (records dead-lettered as rejected_by_database), not_a_record (the checkpoint fails with no record in it: a trigger, constraint or setting on a statement every checkpoint runs), not_reproduced (trials do not reproduce the failure consistently), interrupted. Only rejected dead-letters anything."}, []string{"outcome"})
+	for _, o := range pipeline.IsolationOutcomes() {
+		m.isolations.WithLabelValues(o)
+	}
+	m.oversizedRows = prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "oversized_rows_total",
+		Help: "Checkpoint attempts that failed because a row exceeded the statement budget its size was computed for: a bug (the record is isolated, the checkpoint goes on); please report it."})
 	for _, p := range phases {
 		m.ckptFailures.WithLabelValues(p)
 		m.phaseDuration.WithLabelValues(p)
@@ -204,7 +215,7 @@ func New(o Options) *Metrics {
 	for _, s := range samples {
 		m.sampleFailures.WithLabelValues(s)
 	}
-	m.reg.MustRegister(m.deadLetters, m.ckptDuration, m.phaseDuration, m.ckptFailures, m.e2eLatency, m.mysqlErrors, m.lag,
+	m.reg.MustRegister(m.deadLetters, m.ckptDuration, m.phaseDuration, m.ckptFailures, m.e2eLatency, m.mysqlErrors, m.isolations, m.oversizedRows, m.lag,
 		m.dlWaiting, m.inDoubt, m.inDoubtAge, m.foreignInDoubt, m.purgeHistory, m.unapplied, m.unappliedAge, m.dedupRows, m.sampleFailures)
 	if o.Process {
 		m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -288,6 +299,12 @@ func (m *Metrics) OnCheckpoint(info pipeline.CheckpointInfo) {
 		if kind, ok := mysqldriver.ErrorKind(info.Err); ok {
 			m.mysqlErrors.WithLabelValues(kind).Inc()
 		}
+	}
+	if tl := (*stmt.TooLargeError)(nil); errors.As(info.Err, &tl) {
+		m.oversizedRows.Inc()
+	}
+	if info.Isolation != "" {
+		m.isolations.WithLabelValues(known(info.Isolation, pipeline.IsolationOutcomes())).Inc()
 	}
 	if !info.Decided {
 		return

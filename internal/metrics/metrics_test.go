@@ -20,6 +20,7 @@ import (
 	"github.com/billing/ledger/internal/buildinfo"
 	"github.com/billing/ledger/internal/event"
 	"github.com/billing/ledger/internal/pipeline"
+	"github.com/billing/ledger/internal/stmt"
 	"github.com/billing/ledger/internal/txsink"
 	"github.com/billing/ledger/internal/txsink/mysqldriver"
 )
@@ -375,4 +376,31 @@ func sum(t *testing.T, m *Metrics, name string) (float64, bool) {
 		v += s.GetCounter().GetValue() + s.GetGauge().GetValue()
 	}
 	return v, len(ss) > 0
+}
+
+// TestIsolationsAndOversizedRows: each isolation counts once by its
+// outcome (every outcome exported at 0 before), an unknown outcome folds
+// into none of them, and an attempt that failed on a row over its
+// statement budget counts as an oversized row whatever wraps it.
+func TestIsolationsAndOversizedRows(t *testing.T) {
+	m, _, _ := newTest(t)
+	for _, o := range pipeline.IsolationOutcomes() {
+		if v := value(t, m, "billing_isolations_total", map[string]string{"outcome": o}); v != 0 {
+			t.Errorf("outcome %s starts at %v", o, v)
+		}
+	}
+	tooLarge := fmt.Errorf("write: %w", &stmt.TooLargeError{Row: 0, Bytes: 524299, Budget: 524288})
+	m.OnCheckpoint(pipeline.CheckpointInfo{Err: tooLarge, FailedPhase: "write", Retrying: true})
+	m.OnCheckpoint(pipeline.CheckpointInfo{Err: tooLarge, FailedPhase: "write", Isolation: pipeline.IsolationRejected})
+	m.OnCheckpoint(pipeline.CheckpointInfo{Err: errors.New("1644"), FailedPhase: "write", Isolation: pipeline.IsolationNotARecord})
+	m.OnCheckpoint(pipeline.CheckpointInfo{Err: errors.New("1644"), FailedPhase: "write", Isolation: pipeline.IsolationNotARecord})
+	m.OnCheckpoint(pipeline.CheckpointInfo{Err: errors.New("x"), FailedPhase: "write", Isolation: "made-up"})
+	for o, want := range map[string]float64{pipeline.IsolationRejected: 1, pipeline.IsolationNotARecord: 2, pipeline.IsolationNotReproduced: 0, "other": 1} {
+		if got := value(t, m, "billing_isolations_total", map[string]string{"outcome": o}); got != want {
+			t.Errorf("isolations %s = %v, want %v", o, got, want)
+		}
+	}
+	if got := value(t, m, "billing_oversized_rows_total", nil); got != 2 {
+		t.Errorf("oversized rows = %v, want 2", got)
+	}
 }

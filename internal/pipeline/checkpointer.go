@@ -24,12 +24,13 @@ import (
 	"github.com/billing/ledger/internal/txsink/mysqldriver"
 )
 
-// Pool is one server's pool, for statements outside checkpoints' branches:
-// lookups of contested dedup keys and the cleanup of expired ones.
-// *mysqldriver.Server is one.
+// Pool is one server's pools, for statements outside checkpoints'
+// branches: lookups of contested dedup keys (Select), and the cleanup of
+// expired keys and old ledger entries (CleanupDB, connections of their
+// own). *mysqldriver.Server is one.
 type Pool interface {
 	dedup.Querier
-	DB() *sqlx.DB
+	CleanupDB() *sqlx.DB
 	// RefreshLimits rereads the server's statement budget (after a
 	// statement was refused for its size).
 	RefreshLimits(ctx context.Context) error
@@ -137,10 +138,12 @@ var errNeedCareful = errors.New("amount sum out of range")
 //     every key seeded, each event checked against the stored values;
 //   - a statement exceeded the server's packet limit (TooLarge): the limits
 //     are reread and the snapshot retried once, cut to the new budget;
-//   - the server refused the data itself (Data): retried once (one failure
+//   - the server refused the data itself (Data), or a row exceeded its
+//     statement's budget (a bug, logged as one): retried once (one failure
 //     could be a fluke); failing again, the records responsible are
 //     isolated and become rejected_by_database dead letters, and the rest
-//     is retried;
+//     is retried; if no record is responsible (isolate.go), the checkpoint
+//     fails and is replayed;
 //   - anything else (a lock wait, a lost connection, a fenced partition):
 //     the checkpoint fails, and the source replays it from MySQL.
 func (c *Checkpointer) run(ctx context.Context, s *snapshot) outcome {
@@ -156,6 +159,11 @@ func (c *Checkpointer) run(ctx context.Context, s *snapshot) outcome {
 			return outcome{decided: true}
 		}
 		if info.Err != nil && !info.Decided && ctx.Err() == nil {
+			data := c.refusedForData(info.Err)
+			if oversized(info.Err) {
+				c.log.Error("bug: a row exceeded the statement budget its size was computed for; the record responsible will be isolated, please report",
+					"checkpoint", info.Gtrid, "offsets", offsetRanges(s), "err", info.Err)
+			}
 			switch code := c.sink.Code(info.Err); {
 			case errors.Is(info.Err, txsink.ErrFrontierMoved) && moved < maxFrontierRetries:
 				// Another checkpoint closed a window this one wrote to:
@@ -172,17 +180,17 @@ func (c *Checkpointer) run(ctx context.Context, s *snapshot) outcome {
 						c.log.Warn("cannot reread the server's max_allowed_packet", "err", err)
 					}
 				}
-			case (code == driver.Data || code == driver.Overflow) && !dataRetried:
+			case data && !dataRetried:
 				dataRetried, info.Retrying = true, true
-			case (code == driver.Data || code == driver.Overflow) && !isolated:
+			case data && !isolated:
 				isolated = true
+				next, n, result := c.isolate(ctx, s, careful, info.Err)
+				info.Isolation = result
 				c.report(info)
-				if next, n := c.isolate(ctx, s, careful, info.Err); n > 0 {
-					s, info.Retrying = next, true
-				}
-				if !info.Retrying {
+				if n == 0 {
 					return outcome{decided: false, err: info.Err}
 				}
+				s = next
 				continue
 			}
 		}

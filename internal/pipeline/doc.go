@@ -55,7 +55,22 @@
 // checkpoint is committed, whatever happens: recovery rolls forward the
 // branches a crash left prepared. A checkpoint that the server refuses for
 // its data, twice, is not replayed forever: the records responsible are
-// isolated by trials and dead-lettered (isolate.go).
+// isolated by trials and dead-lettered (isolate.go); when the trials show
+// that no record is responsible (the checkpoint fails without records),
+// nothing is, and the failure is reported instead.
+//
+// # Cleanup
+//
+// Expired dedup keys (the janitor) and, with LedgerEntriesRetention, old
+// ledger entries are deleted in the background (housekeeping.go), pass
+// after pass while rows are due, on each server's cleanup pool: connections
+// of their own, so that cleanup never takes one a checkpoint needs.
+//
+// # What it reads and writes
+//
+// access.go declares, table by table and by feature, every privilege the
+// service's statements need: `billing` checks them at start, and tests hold
+// the declaration to the migrations and the grant files.
 //
 // # Rebalances and zombies
 //

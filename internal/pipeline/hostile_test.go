@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/billing/ledger/internal/stmt"
 	"github.com/billing/ledger/internal/testenv"
 	"github.com/billing/ledger/internal/txsink"
 )
@@ -382,6 +383,60 @@ func awaitStableGroup(ctx context.Context, t *testing.T, brokers []string, group
 		case <-ctx.Done():
 			t.Fatalf("group %s never became stable: %v (last error: %v)", group, ctx.Err(), err)
 		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Issue 18's reproduction, on a server whose max_allowed_packet is 1 MiB
+// (set globally for the test: MariaDB gives each connection the global
+// value, it cannot be set per session), dead letters keeping prefixes of up
+// to 1 MiB (DEAD_LETTER_PAYLOAD_BYTES=1048576), five junk records of 300
+// KiB and five of 900 KiB made of the bytes that cost most when quoted,
+// then 100 valid events on one partition. Before the payload prefix and
+// the statement were sized by one computation, the row estimate exceeded
+// the budget by 11 bytes, stmt.Split refused it, and every replay failed
+// alike: nothing was counted, ever. Now every event counts, every junk
+// record is one dead letter with a prefix of at least a quarter of the
+// packet less 4 KiB, and no attempt fails.
+func TestDeadLettersOnAServerOfOneMiBPackets(t *testing.T) {
+	e := newEnvWith(t, 1, envOptions{topicConfigs: map[string]string{"max.message.bytes": "2097152"}})
+	const packet = 1 << 20
+	testenv.SetGlobal(t, testenv.MySQL(t), "max_allowed_packet", packet)
+	quoted := bytes.Repeat([]byte("'\"\\\x00\n"), 200<<10)
+	var recs []*kgo.Record
+	var junk [][]byte
+	for i := range 10 {
+		size := 300 << 10
+		if i >= 5 {
+			size = 900 << 10
+		}
+		v := append([]byte(fmt.Sprintf("junk %d ", i)), quoted[:size]...)
+		junk = append(junk, v)
+		recs = append(recs, &kgo.Record{Key: []byte("k"), Value: v})
+	}
+	for i := range 100 {
+		recs = append(recs, ev{fmt.Sprintf("v-%d", i), "acct-v", 1, "EUR", t0}.record(""))
+	}
+	produce(t, e, recs...)
+	in := start(t, e, func(c *Config, _ *sinkConfig) { c.DeadLetterPayloadBytes = 1 << 20 })
+	if b := in.sink.MaxStatementBytes(0); b != stmt.Budget(packet) {
+		t.Fatalf("statement budget %d: the server's 1 MiB limit did not reach the sink", b)
+	}
+	waitCounted(t, e.db, 100, len(junk))
+	if n := in.p.Stats().Aborts.Load(); n != 0 {
+		t.Errorf("%d checkpoint attempts failed", n)
+	}
+	var rows []struct {
+		Payload []byte `db:"payload"`
+		Size    int    `db:"payload_size"`
+	}
+	if err := e.db.Select(&rows, `SELECT payload, payload_size FROM dead_letters ORDER BY kafka_offset`); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range rows {
+		v := junk[i]
+		if r.Size != len(v) || len(r.Payload) < packet/4-4096 || !bytes.Equal(r.Payload, v[:len(r.Payload)]) {
+			t.Errorf("dead letter %d: %d bytes of a %d-byte value (size %d), want a prefix of at least %d", i, len(r.Payload), len(v), r.Size, packet/4-4096)
 		}
 	}
 }

@@ -15,20 +15,15 @@ import (
 
 // housekeeping runs until ctx ends: periodic recovery of in-doubt branches
 // (with pruning of old decision rows once nothing of theirs is in doubt,
-// and of the commit log's old records), the janitor (expired dedup keys,
-// in a goroutine of its own: under sustained load it works without pause,
-// and recovery must not wait for it), and the deletion of ledger entries
-// older than their retention, on every server.
+// and of the commit log's old records), and the cleanup (Cleanup: expired dedup keys and old ledger entries, in
+// goroutines of their own: under sustained load they work without pause,
+// and recovery must not wait for them).
 func (p *Pipeline) housekeeping(ctx context.Context) {
-	var janitor sync.WaitGroup
-	defer janitor.Wait()
-	janitor.Go(func() {
-		Janitor(ctx, p.pools, p.cfg.Clock, p.cfg.DedupCleanupInterval, p.cfg.DedupCleanupBatch, p.sink.Participants()/len(p.pools), p.log)
-	})
+	var cleanup sync.WaitGroup
+	defer cleanup.Wait()
+	cleanup.Go(func() { Cleanup(ctx, p.cfg, p.pools, p.sink.Participants()/len(p.pools)) })
 	recoverT := time.NewTicker(p.cfg.RecoveryInterval)
 	defer recoverT.Stop()
-	retentionT := time.NewTicker(p.cfg.DedupCleanupInterval)
-	defer retentionT.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -51,33 +46,56 @@ func (p *Pipeline) housekeeping(ctx context.Context) {
 				PruneCommitLog(rctx, p.sink, p.cfg.CommitLogRetention, p.log)
 			}
 			cancel()
-		case <-retentionT.C:
-			if p.cfg.LedgerEntriesRetention > 0 {
-				cctx, cancel := context.WithTimeout(ctx, p.cfg.DedupCleanupInterval)
-				DeleteOldEntries(cctx, p.pools, p.cfg.Clock().Add(-p.cfg.LedgerEntriesRetention), p.cfg.DedupCleanupBatch, p.log)
-				cancel()
-			}
 		}
 	}
 }
 
-// Janitor deletes expired dedup keys on every server until ctx ends. At
-// start and then every interval it runs cleanup passes one after the other
-// for as long as the last one left due keys behind: keys are deleted as
-// fast as they expire (in steady state, as fast as checkpoints insert
-// them) however short the interval, and a backlog is worked off at once
-// rather than one bounded pass per tick. Each pass is bounded in keys, and
-// in time by passTimeout or interval, whichever is longer (a pass cut short
-// rolls back the journal row it was deleting: its work is lost). Keys are
-// expired by now, the ledger's clock (see Config.Clock).
-func Janitor(ctx context.Context, pools []Pool, now func() time.Time, interval time.Duration, batch, workers int, log *slog.Logger) {
-	const passTimeout = 30 * time.Second
+// Cleanup runs, until ctx ends, the janitor (expired dedup keys, workers
+// connections per server) and, with cfg.LedgerEntriesRetention, the
+// retention of ledger entries (one connection per server), each in a
+// goroutine of its own, every cfg.DedupCleanupInterval, by the ledger's
+// clock (cfg.Clock; time.Now when nil). Both use the
+// servers' cleanup pools (Pool.CleanupDB), sized for exactly that: cleanup
+// never holds a connection of the pool that checkpoints, recovery and
+// health checks use. The service runs it in its housekeeping; benchmarks
+// run it beside checkpoints of their own.
+func Cleanup(ctx context.Context, cfg Config, pools []Pool, workers int) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	now := cfg.Clock
+	if now == nil {
+		now = time.Now
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { Janitor(ctx, pools, now, cfg.DedupCleanupInterval, cfg.DedupCleanupBatch, workers, log) })
+	if cfg.LedgerEntriesRetention > 0 {
+		wg.Go(func() {
+			Retention(ctx, pools, now, cfg.DedupCleanupInterval, cfg.LedgerEntriesRetention, cfg.DedupCleanupBatch, log)
+		})
+	}
+}
+
+// passTimeout bounds one cleanup pass (or the interval, if longer): a pass
+// cut short rolls back the statement it was running, its work is lost.
+const passTimeout = 30 * time.Second
+
+// workOff runs pass at start and then every interval, and each time again
+// and again for as long as it reports that due rows are left: rows are
+// deleted as fast as they become due (in steady state, as fast as
+// checkpoints insert them) however short the interval, and a backlog is
+// worked off at once rather than one bounded pass per tick. Each pass is
+// bounded in rows by pass itself, in time by passTimeout or interval,
+// whichever is longer.
+func workOff(ctx context.Context, interval time.Duration, pass func(ctx context.Context) (more bool)) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		for ctx.Err() == nil {
 			cctx, cancel := context.WithTimeout(ctx, max(interval, passTimeout))
-			more := cleanupPass(cctx, pools, now, batch, workers, log)
+			more := pass(cctx)
 			cancel()
 			if !more {
 				break
@@ -89,6 +107,13 @@ func Janitor(ctx context.Context, pools []Pool, now func() time.Time, interval t
 		case <-t.C:
 		}
 	}
+}
+
+// Janitor deletes expired dedup keys on every server until ctx ends,
+// passes back to back while keys are due (workOff). Keys are expired by
+// now, the ledger's clock (see Config.Clock).
+func Janitor(ctx context.Context, pools []Pool, now func() time.Time, interval time.Duration, batch, workers int, log *slog.Logger) {
+	workOff(ctx, interval, func(ctx context.Context) bool { return cleanupPass(ctx, pools, now, batch, workers, log) })
 }
 
 // cleanupPass is one pass of the janitor: on every server, workers
@@ -106,7 +131,7 @@ func cleanupPass(ctx context.Context, pools []Pool, now func() time.Time, batch,
 	for i, pool := range pools {
 		for range workers {
 			wg.Go(func() {
-				n, err := dedup.Cleanup(ctx, pool.DB(), now(), batch, 100*batch, pool.MaxStatementBytes())
+				n, err := dedup.Cleanup(ctx, pool.CleanupDB(), now(), batch, 100*batch, pool.MaxStatementBytes())
 				if err != nil {
 					log.Warn("dedup cleanup failed", "server", i, "err", err)
 				} else if n > 0 {
@@ -124,22 +149,44 @@ func cleanupPass(ctx context.Context, pools []Pool, now func() time.Time, batch,
 	return more
 }
 
+// Retention deletes the ledger entries created more than retention ago on
+// every server until ctx ends, passes back to back while entries are due
+// (workOff), like the janitor: the table stays bounded however fast
+// checkpoints insert entries, as long as one connection per server deletes
+// them faster. Entries are aged by now, the ledger's clock.
+func Retention(ctx context.Context, pools []Pool, now func() time.Time, interval, retention time.Duration, batch int, log *slog.Logger) {
+	workOff(ctx, interval, func(ctx context.Context) bool {
+		_, more := DeleteOldEntries(ctx, pools, now().Add(-retention), batch, log)
+		return more
+	})
+}
+
 // DeleteOldEntries is one pass of the ledger entries' retention: on every
-// server, it deletes the entries created before before, batch rows per
-// statement and at most 100 batches, and returns how many it deleted.
-// Failures are logged; the next pass retries.
-func DeleteOldEntries(ctx context.Context, pools []Pool, before time.Time, batch int, log *slog.Logger) int64 {
-	var total int64
+// server in parallel, it deletes the entries created before before, batch
+// rows per statement and at most 100 batches, and returns how many it
+// deleted and whether due entries may be left (a server used its whole
+// budget). Failures are logged; the next pass retries.
+func DeleteOldEntries(ctx context.Context, pools []Pool, before time.Time, batch int, log *slog.Logger) (deleted int64, more bool) {
+	var (
+		mu sync.Mutex
+		wg sync.WaitGroup
+	)
 	for i, pool := range pools {
-		n, err := deleteOldEntries(ctx, pool.DB(), before, batch, 100*batch)
-		total += n
-		if err != nil {
-			log.Warn("ledger entries retention failed", "server", i, "err", err)
-		} else if n > 0 {
-			log.Debug("old ledger entries deleted", "server", i, "entries", n)
-		}
+		wg.Go(func() {
+			n, err := deleteOldEntries(ctx, pool.CleanupDB(), before, batch, 100*batch)
+			if err != nil {
+				log.Warn("ledger entries retention failed", "server", i, "err", err)
+			} else if n > 0 {
+				log.Debug("old ledger entries deleted", "server", i, "entries", n)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			deleted += n
+			more = more || err == nil && n >= int64(100*batch)
+		})
 	}
-	return total
+	wg.Wait()
+	return deleted, more
 }
 
 // Commit log pruning: records per statement, and statements per pass. A

@@ -2,13 +2,14 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
 
 	"github.com/billing/ledger/internal/deadletters"
-
 	"github.com/billing/ledger/internal/event"
+	"github.com/billing/ledger/internal/stmt"
 	"github.com/billing/ledger/internal/txsink/driver"
 )
 
@@ -21,13 +22,39 @@ import (
 // for a reason the server attributes to the data (driver.Data), the
 // checkpointer looks for the records responsible with trials: the same
 // writes for a part of the snapshot, in branches that are rolled back,
-// never prepared. In arrival order, like overflow: it finds, by bisection,
-// the shortest prefix of the snapshot's elements (its valid records, then
-// its dead letters) whose writes fail; the prefix's last element is
-// responsible and becomes a rejected_by_database dead letter carrying the
-// server's message; then the rest is tried again. A record refused alone
-// is found so, and so is one refused only together with earlier ones (a
-// constraint on a sum): the one that tips it over, as with overflow.
+// never prepared.
+//
+// A record is blamed only on evidence that it is the cause:
+//
+//  1. The empty case first: the checkpoint with no record in it (what
+//     every trial runs whatever its records: the event-time reads and the
+//     sealing of closed windows). If that fails, the cause is not a
+//     record (a trigger on a statement every checkpoint runs, a setting):
+//     nothing is dead-lettered, the checkpoint fails loudly (an error log,
+//     billing_isolations_total{outcome="not_a_record"}, the alert
+//     BillingFailureNotCausedByARecord) and is replayed as usual.
+//  2. The whole snapshot, as a trial, must fail too. If it passes, the
+//     failure is not in the writes (the decision's statements, which no
+//     trial runs) or it came and went: nothing is dead-lettered either
+//     (outcome "not_reproduced").
+//  3. In arrival order, like overflow: bisection finds the shortest prefix
+//     of the snapshot's elements (its valid records, then its dead
+//     letters) whose writes fail; the prefix's last element is the
+//     suspect. A record refused alone is found so, and so is one refused
+//     only together with earlier ones (a constraint on a sum): the one
+//     that tips it over, as with overflow.
+//  4. The suspect is confirmed before it is blamed: the prefix ending with
+//     it fails again and the empty case still passes. A failure that does
+//     not keep to its records (one that started or stopped during the
+//     trials) fails a confirmation, and then nothing found by this
+//     isolation is dead-lettered ("not_reproduced").
+//
+// A confirmed suspect becomes a rejected_by_database dead letter carrying
+// the server's message; then the rest is tried again. A row over its
+// statement's budget (*stmt.TooLargeError, a bug: every row is sized below
+// its budget by construction) is isolated the same way, so that a bug in a
+// size computation costs one record's dead letter, not a stalled
+// partition.
 //
 // Isolation takes at most CheckpointTimeout and a bounded number of
 // trials; what it found by then is kept, and whatever is left is found by
@@ -38,14 +65,49 @@ import (
 // maxCulprits bounds the records one isolation dead-letters.
 const maxCulprits = 1000
 
+// Outcomes of an isolation (CheckpointInfo.Isolation, the label of
+// billing_isolations_total).
+const (
+	// IsolationRejected: records were found responsible and
+	// dead-lettered as rejected_by_database.
+	IsolationRejected = "rejected"
+	// IsolationNotARecord: the checkpoint fails with no record in it.
+	IsolationNotARecord = "not_a_record"
+	// IsolationNotReproduced: the trials do not reproduce the failure, or
+	// not consistently: no record can be blamed.
+	IsolationNotReproduced = "not_reproduced"
+	// IsolationInterrupted: a trial failed for another reason (a lock
+	// wait, a lost connection) or time ran out before anything was found.
+	IsolationInterrupted = "interrupted"
+)
+
+// IsolationOutcomes lists the outcomes, in a stable order.
+func IsolationOutcomes() []string {
+	return []string{IsolationRejected, IsolationNotARecord, IsolationNotReproduced, IsolationInterrupted}
+}
+
 // element is a snapshot's valid record (index into records) or dead letter
 // (len(records) + index into dead).
 type element = int
 
+// refusedForData reports whether err is a refusal of the data that a
+// trial can reproduce and isolation can attribute: the server's (Data,
+// Overflow) or a row over its statement budget.
+func (c *Checkpointer) refusedForData(err error) bool {
+	code := c.sink.Code(err)
+	return code == driver.Data || code == driver.Overflow || oversized(err)
+}
+
+// oversized reports a row over its statement's budget (a bug).
+func oversized(err error) bool {
+	var tl *stmt.TooLargeError
+	return errors.As(err, &tl)
+}
+
 // isolate finds the elements of s responsible for cause and returns a
-// snapshot in which they are rejected_by_database dead letters, and their
-// number (0: nothing found, s unchanged).
-func (c *Checkpointer) isolate(ctx context.Context, s *snapshot, careful bool, cause error) (*snapshot, int) {
+// snapshot in which they are rejected_by_database dead letters, their
+// number (0: nothing found, s unchanged) and the outcome.
+func (c *Checkpointer) isolate(ctx context.Context, s *snapshot, careful bool, cause error) (*snapshot, int, string) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.CheckpointTimeout)
 	defer cancel()
 	started := time.Now()
@@ -53,25 +115,51 @@ func (c *Checkpointer) isolate(ctx context.Context, s *snapshot, careful bool, c
 	for i := range all {
 		all[i] = i
 	}
-	rejected := map[element]string{}
+	rejected := map[element]refusal{}
 	trials := 0
 	// refused reports whether the writes of elems fail for the data, and
-	// the server's message; err for any other failure.
-	refused := func(elems []element) (bool, string, error) {
+	// why; err for any other failure.
+	refused := func(elems []element) (bool, refusal, error) {
 		trials++
 		info := c.attempt(ctx, s.subset(elems), careful, true)
 		if info.Err == nil {
-			return false, "", nil
+			return false, refusal{}, nil
 		}
-		if code := c.sink.Code(info.Err); code == driver.Data || code == driver.Overflow {
-			return true, info.Err.Error(), nil
+		if c.refusedForData(info.Err) {
+			return true, refusalOf(info.Err), nil
 		}
-		return false, "", info.Err
+		return false, refusal{}, info.Err
 	}
+	// notRecords ends an isolation that found no record to blame.
+	notRecords := func(outcome, why string, err error) (*snapshot, int, string) {
+		c.log.Error("a checkpoint keeps failing for a data reason that no record causes; nothing is dead-lettered and it will be replayed: "+why,
+			"outcome", outcome, "offsets", offsetRanges(s), "trials", trials, "err", err)
+		return s, 0, outcome
+	}
+	interrupted := func(err error) (*snapshot, int, string) {
+		c.log.Warn("isolation of refused records interrupted", "err", err, "trials", trials)
+		return s, 0, IsolationInterrupted
+	}
+
+	// 1 and 2: the empty case fails, or the whole does not.
+	if bad, msg, err := refused(nil); err != nil {
+		return interrupted(err)
+	} else if bad {
+		return notRecords(IsolationNotARecord, "it fails with no record in it (a trigger, constraint or setting on a statement every checkpoint runs)", errors.New(msg.msg))
+	}
+	if len(all) == 0 {
+		// Nothing but the empty case, which passed this time.
+		return notRecords(IsolationNotReproduced, "it has no record, and it passed when tried again", cause)
+	}
+	if bad, _, err := refused(all); err != nil {
+		return interrupted(err)
+	} else if !bad {
+		return notRecords(IsolationNotReproduced, "its writes alone do not fail (a statement of the decision, or a failure that came and went)", cause)
+	}
+
 	rest := all
 	for len(rejected) < maxCulprits {
-		// Invariant: the empty prefix passes, rest as a whole fails (known
-		// for the first round from the attempts that led here).
+		// Invariant: the empty prefix passes, rest as a whole fails.
 		if len(rejected) > 0 {
 			bad, _, err := refused(rest)
 			if err != nil {
@@ -83,29 +171,37 @@ func (c *Checkpointer) isolate(ctx context.Context, s *snapshot, careful bool, c
 			}
 		}
 		lo, hi := 0, len(rest) // rest[:lo] passes, rest[:hi] fails
-		var msg string
-		var interrupted error
+		var stopped error
 		for hi-lo > 1 {
 			mid := (lo + hi) / 2
-			bad, m, err := refused(rest[:mid])
+			bad, _, err := refused(rest[:mid])
 			if err != nil {
-				interrupted = err
+				stopped = err
 				break
 			}
 			if bad {
-				hi, msg = mid, m
+				hi = mid
 			} else {
 				lo = mid
 			}
 		}
-		if interrupted != nil {
-			c.log.Warn("isolation of refused records interrupted", "err", interrupted, "found", len(rejected))
+		if stopped != nil {
+			c.log.Warn("isolation of refused records interrupted", "err", stopped, "found", len(rejected))
 			break
 		}
-		if msg == "" {
-			// The prefix of length hi was not tried alone: it is rest
-			// itself; the cause is the last failure's.
-			msg = cause.Error()
+		// 4: confirmed, or nothing of this isolation is blamed.
+		bad, msg, err := refused(rest[:hi])
+		if err == nil && bad {
+			var empty bool
+			empty, _, err = refused(nil)
+			bad = !empty
+		}
+		if err != nil {
+			c.log.Warn("isolation of refused records interrupted", "err", err, "found", len(rejected))
+			break
+		}
+		if !bad {
+			return notRecords(IsolationNotReproduced, "the failure did not keep to the records the trials found", cause)
 		}
 		culprit := rest[hi-1]
 		rejected[culprit] = msg
@@ -117,16 +213,38 @@ func (c *Checkpointer) isolate(ctx context.Context, s *snapshot, careful bool, c
 	if len(rejected) == 0 {
 		c.log.Error("a checkpoint keeps failing for its data and no record could be isolated; it will be replayed",
 			"offsets", offsetRanges(s), "trials", trials, "err", cause)
-		return s, 0
+		return s, 0, IsolationInterrupted
 	}
 	next := s.reject(rejected, c.cfg.DeadLetterPayloadBytes)
 	for e := range rejected {
 		p, o := s.position(e)
-		c.log.Error("the database refuses a record: dead-lettered as rejected_by_database", "partition", p, "offset", o, "reason", rejected[e])
+		if rejected[e].oversized {
+			c.log.Error("bug: a row exceeded the statement budget its size was computed for; its record is dead-lettered as rejected_by_database, please report",
+				"partition", p, "offset", o, "err", rejected[e].msg)
+			continue
+		}
+		c.log.Error("the database refuses a record: dead-lettered as rejected_by_database", "partition", p, "offset", o, "reason", rejected[e].msg)
 	}
 	c.log.Warn("isolated the records the database refuses", "rejected", len(rejected), "records", len(all), "trials", trials,
 		"took", time.Since(started).Round(time.Millisecond), "offsets", offsetRanges(s))
-	return next, len(rejected)
+	return next, len(rejected), IsolationRejected
+}
+
+// refusal is why an element was refused: the server's message, or its row
+// over its statement's budget.
+type refusal struct {
+	msg       string
+	oversized bool
+}
+
+func refusalOf(err error) refusal { return refusal{msg: err.Error(), oversized: oversized(err)} }
+
+// detail is the dead letter's detail for a refused subject ("this event").
+func (r refusal) detail(subject string) string {
+	if r.oversized {
+		return fmt.Sprintf("%s was not stored: its row exceeds the statement budget its size was computed for (a bug, reported in the error log): %s", subject, r.msg)
+	}
+	return fmt.Sprintf("the database refused %s: %s", subject, r.msg)
 }
 
 // subset is the snapshot of the given elements only (for a trial).
@@ -155,7 +273,7 @@ func (s *snapshot) position(e element) (int32, int64) {
 // rejected_by_database dead letters. A rejected dead letter is kept as a
 // bare one (no payload, key or event id), in case the server refused what
 // it held.
-func (s *snapshot) reject(rejected map[element]string, prefix int) *snapshot {
+func (s *snapshot) reject(rejected map[element]refusal, prefix int) *snapshot {
 	next := &snapshot{cuts: s.cuts, bytes: s.bytes}
 	reason := string(event.ReasonRejectedByDatabase)
 	for i := range s.records {
@@ -166,13 +284,13 @@ func (s *snapshot) reject(rejected map[element]string, prefix int) *snapshot {
 			continue
 		}
 		next.dead = append(next.dead, deadletters.New(r.partition, r.offset, r.key, r.value, prefix, reason,
-			fmt.Sprintf("the database refused this event: %s", msg), r.ev.EventID))
+			msg.detail("this event"), r.ev.EventID))
 	}
 	for i := range s.dead {
 		d := s.dead[i]
 		if msg, ok := rejected[len(s.records)+i]; ok {
 			d = deadletters.Letter{Partition: d.Partition, Offset: d.Offset, Reason: reason, Payload: []byte{}, Size: d.Size, SHA256: d.SHA256,
-				Detail: fmt.Sprintf("the database refused this record's dead letter (%s): %s", d.Reason, msg)}
+				Detail: msg.detail(fmt.Sprintf("this record's dead letter (%s)", d.Reason))}
 		}
 		next.dead = append(next.dead, d)
 	}

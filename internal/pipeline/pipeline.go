@@ -70,8 +70,9 @@ type Config struct {
 	MaxEventTimeSkew time.Duration
 	// LedgerEntries: every counted event gets a ledger_entries row, in the
 	// branch of its account's sums. LedgerEntriesRetention: 0 keeps them
-	// forever; else older rows are deleted every DedupCleanupInterval, at
-	// most 100 × DedupCleanupBatch per server and pass.
+	// forever; else older rows are deleted like expired dedup keys: every
+	// DedupCleanupInterval, passes of at most 100 × DedupCleanupBatch rows
+	// per server back to back while rows are due (Retention).
 	LedgerEntries          bool
 	LedgerEntriesRetention time.Duration
 	// MaxPayloadBytes: larger record values are dead-lettered as
@@ -216,6 +217,7 @@ type CheckpointInfo struct {
 	Decided     bool        // the commit decision is durable (even if Err is a late XA COMMIT failure)
 	CommitSeq   int64       // the decision's number in the commit log (0: not decided, or not known)
 	Retrying    bool        // Err is the expected refusal of the fast path; the checkpoint is retried at once in careful mode
+	Isolation   string      // when Err started an isolation of the records the database refuses: its outcome (Isolation*)
 	RecordTimes []time.Time // Kafka timestamps of the records, for end-to-end latency
 
 	skipped bool // a checkpoint without records that found nothing to do

@@ -48,9 +48,9 @@ func ArgBytes(v any) int {
 	case nil:
 		return argOverhead
 	case string:
-		return 2*len(x) + argOverhead
+		return TextBytes(len(x))
 	case []byte:
-		return 2*len(x) + argOverhead
+		return TextBytes(len(x))
 	case time.Time:
 		return len("'9999-12-31 23:59:59.999999'") + argOverhead
 	case int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64, bool:
@@ -59,6 +59,25 @@ func ArgBytes(v any) int {
 		return len(fmt.Sprint(x))*2 + argOverhead
 	}
 }
+
+// TextBytes is the most bytes a string or byte value of n bytes can take in
+// a statement's text: every byte escaped, and its quotes and introducer.
+func TextBytes(n int) int { return 2*n + argOverhead }
+
+// FitText is the inverse of TextBytes: the longest string or byte value
+// whose text takes at most room bytes (0 when not even an empty one fits).
+// A value cut to FitText(room) never makes a row larger than the room it
+// was cut for: callers that cut a value to fit a statement (a dead letter's
+// payload prefix) size the value and the row with this one pair.
+func FitText(room int) int { return max(0, (room-argOverhead)/2) }
+
+// Fixed is the text of a statement of head and tail besides its rows: what
+// Insert gives Split as fixed.
+func Fixed(head, tail string) int { return len(head) + len(tail) }
+
+// Room is what one row may take of budget when it is alone in a statement
+// of head and tail: a row within Room never makes Split fail.
+func Room(budget int, head, tail string) int { return budget - Fixed(head, tail) }
 
 // RowBytes is the most bytes a row of args and its tuple text ("(?,?,?)")
 // can take.
@@ -71,8 +90,10 @@ func RowBytes(tuple string, args ...any) int {
 }
 
 // TooLargeError reports a single row that does not fit the budget even
-// alone: the caller must shrink what it stores (payload prefixes are cut
-// to fit before this can happen).
+// alone. Every row the service builds is bounded below the budget by
+// construction (values are cut with FitText and the bounds of their
+// columns), so this error is a bug; the checkpointer isolates the record
+// responsible rather than replaying the checkpoint forever.
 type TooLargeError struct {
 	Row, Bytes, Budget int
 }
@@ -126,7 +147,7 @@ type preparer interface {
 // same every time, run prepared where ex can.
 func Insert(ctx context.Context, ex Execer, n int, head, tuple, tail string, rowBytes func(i int) int, args func(i int) []any) error {
 	var b strings.Builder
-	return Split(n, len(head)+len(tail), ex.MaxStatementBytes(), rowBytes, func(start, end int) error {
+	return Split(n, Fixed(head, tail), ex.MaxStatementBytes(), rowBytes, func(start, end int) error {
 		b.Reset()
 		b.WriteString(head)
 		var all []any

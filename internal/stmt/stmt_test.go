@@ -2,11 +2,12 @@ package stmt
 
 import (
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/billing/ledger/internal/stmt/stmttest"
 )
 
 // Every range Split yields respects both bounds, the ranges cover every row
@@ -94,42 +95,51 @@ func TestArgBytesIsAnUpperBound(t *testing.T) {
 	worst := strings.Repeat("'\\\x00\n", 100)
 	for _, v := range []any{worst, []byte(worst), nil, int64(-9223372036854775808), uint64(18446744073709551615),
 		time.Date(9999, 12, 31, 23, 59, 59, 999999000, time.UTC), true, int32(-2147483648)} {
-		rendered := render(v)
-		if ArgBytes(v) < len(rendered)+1 {
-			t.Errorf("ArgBytes(%T) = %d, rendering is %d bytes", v, ArgBytes(v), len(rendered))
+		if n := stmttest.Arg(v); ArgBytes(v) < n+1 {
+			t.Errorf("ArgBytes(%T) = %d, rendering is %d bytes", v, ArgBytes(v), n)
 		}
 	}
 }
 
-// render is the driver's interpolation of one argument (worst case: every
-// special byte escaped with a backslash).
-func render(v any) string {
-	esc := func(s string) string {
-		var b strings.Builder
-		for i := 0; i < len(s); i++ {
-			switch s[i] {
-			case 0, '\n', '\r', '\\', '\'', '"', 0x1a:
-				b.WriteByte('\\')
-			}
-			b.WriteByte(s[i])
+// FitText is the exact inverse of TextBytes: a value cut to FitText(room)
+// fits room, and one byte more would not (once room holds an empty value),
+// for every room from nothing to 1 GiB.
+func TestFitTextInvertsTextBytes(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	check := func(room int) {
+		n := FitText(room)
+		if n < 0 || (room >= TextBytes(0) && TextBytes(n) > room) {
+			t.Fatalf("FitText(%d) = %d, whose text takes %d", room, n, TextBytes(n))
 		}
-		return b.String()
+		if room >= TextBytes(0) && TextBytes(n+1) <= room {
+			t.Fatalf("FitText(%d) = %d, but %d bytes fit too", room, n, n+1)
+		}
 	}
-	switch x := v.(type) {
-	case nil:
-		return "NULL"
-	case string:
-		return "'" + esc(x) + "'"
-	case []byte:
-		return "_binary'" + esc(string(x)) + "'"
-	case time.Time:
-		return "'" + x.Format("2006-01-02 15:04:05.999999") + "'"
-	case bool:
-		if x {
-			return "1"
+	for n := range 1000 {
+		if ArgBytes(make([]byte, n)) != TextBytes(n) || ArgBytes(strings.Repeat("x", n)) != TextBytes(n) {
+			t.Fatalf("ArgBytes of %d bytes = %d, TextBytes = %d", n, ArgBytes(make([]byte, n)), TextBytes(n))
 		}
-		return "0"
-	default:
-		return fmt.Sprint(x)
+	}
+	for room := -10; room < 100_000; room++ {
+		check(room)
+	}
+	for range 10_000 {
+		check(r.IntN(1 << 30))
+	}
+}
+
+// A row that takes at most Room never makes Split fail, and one byte more
+// alone is refused: Room is what Split allows.
+func TestRoomIsWhatSplitAllows(t *testing.T) {
+	const head, tail = "INSERT INTO t (a) VALUES ", " ON DUPLICATE KEY UPDATE a = a"
+	for _, budget := range []int{MinPacket / 2, 1 << 20, 32 << 20} {
+		room := Room(budget, head, tail)
+		if err := Split(1, Fixed(head, tail), budget, func(int) int { return room }, func(int, int) error { return nil }); err != nil {
+			t.Errorf("budget %d: a row of Room = %d bytes: %v", budget, room, err)
+		}
+		var tl *TooLargeError
+		if err := Split(1, Fixed(head, tail), budget, func(int) int { return room + 1 }, func(int, int) error { return nil }); !errors.As(err, &tl) {
+			t.Errorf("budget %d: a row of Room+1 bytes: %v, want a TooLargeError", budget, err)
+		}
 	}
 }

@@ -2,9 +2,12 @@ package testenv
 
 import (
 	"context"
+	"database/sql"
 	"io"
 	"log/slog"
 	"os"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -106,4 +109,62 @@ func InDoubt(t testing.TB, db *sqlx.DB, prefix string) int {
 		}
 	}
 	return n
+}
+
+// SetGlobal sets a server variable for the rest of the test: SET GLOBAL on
+// the server of the admin DSN, restored to its value when the test ends.
+// Some limits cannot be set per session (MariaDB's max_allowed_packet: a
+// session reads the global value when it connects), so a test that needs
+// a server configured otherwise changes the global and opens its
+// connections afterwards. The change reaches every connection opened on
+// that server meanwhile, other tests' too: keep it to values the service
+// adapts to, and the test short. Tests that change the same variable take
+// turns (a named lock on the server, held until the value is restored).
+func SetGlobal(t testing.TB, admin, name string, value any) {
+	t.Helper()
+	if !regexp.MustCompile(`^[a-z_]{1,64}$`).MatchString(name) {
+		t.Fatalf("SetGlobal: bad variable name %q", name)
+	}
+	db, err := sql.Open("mysql", admin)
+	if err != nil {
+		t.Fatalf("open admin DSN: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		db.Close()
+		t.Fatalf("SetGlobal %s: %v", name, err)
+	}
+	release := func() {
+		_, _ = conn.ExecContext(context.Background(), `SELECT RELEASE_LOCK(?)`, "testenv:global:"+name)
+		conn.Close()
+		db.Close()
+	}
+	var locked sql.NullInt64
+	if err := conn.QueryRowContext(ctx, `SELECT GET_LOCK(?, 600)`, "testenv:global:"+name).Scan(&locked); err != nil || locked.Int64 != 1 {
+		release()
+		t.Fatalf("SetGlobal %s: the lock of the variable: %v (got %v)", name, err, locked)
+	}
+	var raw []byte
+	if err := conn.QueryRowContext(ctx, `SELECT @@GLOBAL.`+name).Scan(&raw); err != nil {
+		release()
+		t.Fatalf("SetGlobal %s: read: %v", name, err)
+	}
+	// Numeric variables refuse a quoted value: give the old one back as
+	// a number where it is one.
+	var old any = string(raw)
+	if n, err := strconv.ParseInt(string(raw), 10, 64); err == nil {
+		old = n
+	}
+	if _, err := conn.ExecContext(ctx, `SET GLOBAL `+name+` = ?`, value); err != nil {
+		release()
+		t.Fatalf("SetGlobal %s = %v: %v", name, value, err)
+	}
+	t.Cleanup(func() {
+		defer release()
+		if _, err := conn.ExecContext(context.Background(), `SET GLOBAL `+name+` = ?`, old); err != nil {
+			t.Errorf("SetGlobal: restoring %s to %v: %v", name, old, err)
+		}
+	})
 }

@@ -158,3 +158,33 @@ func TestKafkaBrokerSettings(t *testing.T) {
 		}
 	}
 }
+
+// SetGlobal changes a server variable for the test and gives the old value
+// back when it ends; a connection opened meanwhile sees the new value
+// (max_connect_errors: a setting nothing here depends on).
+func TestSetGlobalRestores(t *testing.T) {
+	admin := MySQL(t)
+	db, err := sql.Open("mysql", admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	read := func() int64 {
+		t.Helper()
+		var v int64
+		if err := db.QueryRow(`SELECT @@GLOBAL.max_connect_errors`).Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	before := read()
+	t.Run("changed", func(t *testing.T) {
+		SetGlobal(t, admin, "max_connect_errors", before+7)
+		if got := read(); got != before+7 {
+			t.Fatalf("max_connect_errors = %d, want %d", got, before+7)
+		}
+	})
+	if got := read(); got != before {
+		t.Fatalf("max_connect_errors = %d after the test, want it restored to %d", got, before)
+	}
+}

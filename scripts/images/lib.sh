@@ -392,13 +392,16 @@ local_kafka() {
 		image_id "$LOCAL_DEBIAN"
 		cat "$ROOT/.services/kafka/libs/.pom.sha256"
 		find "$dir" -type f | sort | xargs cat
+		cat "$ROOT/scripts/kafka/format-storage"
 	} | sha256sum | cut -c1-16)
 	up_to_date "$LOCAL_KAFKA" "$inputs" && return 0
-	# The build context: these files plus the jars (hard links, no copy).
+	# The build context: these files, the storage format step shared with
+	# scripts/services.sh, and the jars (hard links, no copy).
 	ctx=$IMG_CACHE/kafka-context
 	rm -rf "$ctx"
 	mkdir -p "$ctx"
 	cp -a "$dir"/. "$ctx"/
+	cp -a "$ROOT/scripts/kafka/format-storage" "$ctx/bin/"
 	cp -al "$ROOT/.services/kafka/libs" "$ctx/libs" 2>/dev/null || cp -a "$ROOT/.services/kafka/libs" "$ctx/libs"
 	log "kafka: building $LOCAL_KAFKA (log: $IMG_CACHE/kafka-build.log)"
 	build -f "$ctx/Containerfile" --build-arg DEBIAN_IMAGE="$LOCAL_DEBIAN" \

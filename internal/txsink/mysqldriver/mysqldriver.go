@@ -46,8 +46,14 @@ type Options struct {
 	// transaction's row locks (innodb_lock_wait_timeout, whole seconds;
 	// 5s when under 1s).
 	LockWaitTimeout time.Duration
-	// MaxConns bounds each server's pool; 10 when 0.
+	// MaxConns bounds each server's pool (branches, lookups, decisions,
+	// recovery, health checks, sampling); 10 when 0.
 	MaxConns int
+	// CleanupConns bounds each server's cleanup pool (Server.CleanupDB:
+	// the janitor and the retention of ledger entries), apart from the
+	// other so that cleanup never takes a connection a checkpoint needs;
+	// 2 when 0.
+	CleanupConns int
 }
 
 // Driver is the servers of one ledger, the control server first.
@@ -66,6 +72,9 @@ func Open(ctx context.Context, dsns []string, opts Options) (*Driver, error) {
 	}
 	if opts.MaxConns == 0 {
 		opts.MaxConns = 10
+	}
+	if opts.CleanupConns == 0 {
+		opts.CleanupConns = 2
 	}
 	d := &Driver{}
 	for i, dsn := range dsns {
@@ -102,6 +111,7 @@ func (d *Driver) Control() *Control { return d.control }
 func (d *Driver) Close() {
 	for _, s := range d.servers {
 		_ = s.db.Close()
+		_ = s.cleanup.Close()
 	}
 }
 
@@ -122,7 +132,8 @@ func (d *Driver) RefreshLimits(ctx context.Context) error {
 type Server struct {
 	index     int
 	db        *sqlx.DB
-	clientMax int // the DSN's maxAllowedPacket; 0: the driver reads the server's
+	cleanup   *sqlx.DB // the cleanup pool (CleanupDB)
+	clientMax int      // the DSN's maxAllowedPacket; 0: the driver reads the server's
 	// budget bounds one statement (package stmt): half the smaller of the
 	// server's and the client's max_allowed_packet.
 	budget atomic.Int64
@@ -139,14 +150,22 @@ func openServer(ctx context.Context, i int, dsn string, opts Options) (*Server, 
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{index: i, db: db, clientMax: mc.MaxAllowedPacket}
-	if err := db.PingContext(ctx); err != nil {
+	cleanup, err := OpenDB(dsn, opts.LockWaitTimeout, opts.CleanupConns)
+	if err != nil {
 		_ = db.Close()
 		return nil, err
 	}
-	if err := s.RefreshLimits(ctx); err != nil {
+	s := &Server{index: i, db: db, cleanup: cleanup, clientMax: mc.MaxAllowedPacket}
+	fail := func(err error) (*Server, error) {
 		_ = db.Close()
+		_ = cleanup.Close()
 		return nil, err
+	}
+	if err := db.PingContext(ctx); err != nil {
+		return fail(err)
+	}
+	if err := s.RefreshLimits(ctx); err != nil {
+		return fail(err)
 	}
 	return s, nil
 }
@@ -176,6 +195,12 @@ func (s *Server) RefreshLimits(ctx context.Context) error {
 
 // DB is the server's pool, for statements outside branches.
 func (s *Server) DB() *sqlx.DB { return s.db }
+
+// CleanupDB is the server's cleanup pool, for the janitor and the
+// retention of ledger entries: connections of their own, so that however
+// much cleanup there is to do, it never holds a connection that a
+// checkpoint's lookups, its decision or recovery need.
+func (s *Server) CleanupDB() *sqlx.DB { return s.cleanup }
 
 // MaxStatementBytes is the statement budget.
 func (s *Server) MaxStatementBytes() int { return int(s.budget.Load()) }

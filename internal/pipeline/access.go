@@ -1,0 +1,116 @@
+package pipeline
+
+// What the service reads and writes, table by table: the one declaration
+// of it. `billing` checks these privileges at start (cmd/billing,
+// preflight), the grant files must cover them (a test reads them), and a
+// test parses the migrations and fails when one creates a table this list
+// does not name. A new table, or a new statement on a table, is declared
+// here, next to the feature that needs it.
+//
+// The statements are this package's (ledger.go, isolate.go), package
+// dedup's, package deadletters' and mysqldriver's control.go, plus the
+// schema-version check of cmd/billing (goose). Every table the service
+// writes it also reads: INSERT ... ON DUPLICATE KEY UPDATE, DELETE ...
+// WHERE and locking reads read columns, and the start-up checks copy a
+// table into itself (INSERT ... SELECT ... WHERE 1=0).
+
+// Feature is a part of the service that only some configurations run.
+type Feature string
+
+// The features.
+const (
+	FeatureAlways    Feature = "always"                   // every configuration
+	FeatureClosing   Feature = "WINDOW_CLOSE_AFTER"       // windows that close
+	FeatureEntries   Feature = "LEDGER_ENTRIES"           // ledger entries
+	FeatureRetention Feature = "LEDGER_ENTRIES_RETENTION" // their retention
+)
+
+// Privileges.
+const (
+	Select = "SELECT"
+	Insert = "INSERT"
+	Update = "UPDATE"
+	Delete = "DELETE"
+)
+
+// TableAccess is a privilege the service needs on a table, and the feature
+// that needs it.
+type TableAccess struct {
+	Table, Privilege string
+	Feature          Feature
+}
+
+// access is the declaration, table by table (SELECT first: the checks of
+// the others need it).
+var access = []TableAccess{
+	// Balances: careful-mode reads under row locks, upserts.
+	{"account_balances", Select, FeatureAlways}, {"account_balances", Insert, FeatureAlways}, {"account_balances", Update, FeatureAlways},
+	// Windows: the same, and sealing (locking reads, UPDATE of closed_at).
+	{"billing_windows", Select, FeatureAlways}, {"billing_windows", Insert, FeatureAlways}, {"billing_windows", Update, FeatureAlways},
+	// Adjustments: the events of closed windows, as windows.
+	{"window_adjustments", Select, FeatureClosing}, {"window_adjustments", Insert, FeatureClosing}, {"window_adjustments", Update, FeatureClosing},
+	// Entries: an upsert per counted event; the retention deletes by age.
+	{"ledger_entries", Select, FeatureEntries}, {"ledger_entries", Insert, FeatureEntries}, {"ledger_entries", Update, FeatureEntries},
+	{"ledger_entries", Delete, FeatureRetention},
+	// Dead letters: an upsert (a replay keeps the stored row); the
+	// sampler counts those waiting.
+	{"dead_letters", Select, FeatureAlways}, {"dead_letters", Insert, FeatureAlways}, {"dead_letters", Update, FeatureAlways},
+	// Dedup keys: lookups, the claim's upsert, unclaims, replacement of
+	// expired keys, the janitor.
+	{"dedup_keys", Select, FeatureAlways}, {"dedup_keys", Insert, FeatureAlways}, {"dedup_keys", Update, FeatureAlways}, {"dedup_keys", Delete, FeatureAlways},
+	// Their expiry journal: written with the keys, taken and deleted by
+	// the janitor.
+	{"dedup_expiry", Select, FeatureAlways}, {"dedup_expiry", Insert, FeatureAlways}, {"dedup_expiry", Delete, FeatureAlways},
+	// The control server's bookkeeping (mysqldriver/control.go): claims
+	// and decisions (upserts of positions and epochs), decision rows and
+	// their pruning, the ledger's identity (inserted on first start), the
+	// closing frontier (read by every checkpoint that closes windows,
+	// raised by their decisions).
+	{"partition_offsets", Select, FeatureAlways}, {"partition_offsets", Insert, FeatureAlways}, {"partition_offsets", Update, FeatureAlways},
+	{"checkpoint_decisions", Select, FeatureAlways}, {"checkpoint_decisions", Insert, FeatureAlways}, {"checkpoint_decisions", Delete, FeatureAlways},
+	{"ledger_identity", Select, FeatureAlways}, {"ledger_identity", Insert, FeatureAlways},
+	{"window_frontier", Select, FeatureClosing}, {"window_frontier", Insert, FeatureClosing}, {"window_frontier", Update, FeatureClosing},
+	// The commit log (migration 00006): every commit decision takes the
+	// counter (an UPDATE of its one row) and appends a record; the
+	// coordinator and recovery mark records applied; the retention prunes
+	// old ones.
+	{"commit_sequence", Select, FeatureAlways}, {"commit_sequence", Update, FeatureAlways},
+	{"checkpoint_commits", Select, FeatureAlways}, {"checkpoint_commits", Insert, FeatureAlways}, {"checkpoint_commits", Update, FeatureAlways},
+	{"checkpoint_commits", Delete, FeatureAlways},
+	// The ledger's period settings (migration 00005, package periods):
+	// read at start and after every claim, stored by the first instance.
+	{"ledger_periods", Select, FeatureAlways}, {"ledger_periods", Insert, FeatureAlways},
+	// goose's version table: read at start to see whether migrations are
+	// pending (created by goose, not by a migration).
+	{SchemaVersionTable, Select, FeatureAlways},
+}
+
+// SchemaVersionTable is goose's table of applied migrations: the one table
+// the service reads that no migration creates.
+const SchemaVersionTable = "goose_db_version"
+
+// Features returns the features the configuration runs.
+func (c Config) Features() map[Feature]bool {
+	return map[Feature]bool{
+		FeatureAlways:    true,
+		FeatureClosing:   c.WindowCloseAfter > 0,
+		FeatureEntries:   c.LedgerEntries,
+		FeatureRetention: c.LedgerEntries && c.LedgerEntriesRetention > 0,
+	}
+}
+
+// Access is what the configuration needs, in declaration order.
+func Access(cfg Config) []TableAccess {
+	on := cfg.Features()
+	var out []TableAccess
+	for _, a := range access {
+		if on[a.Feature] {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// AllAccess is the whole declaration: what the service needs with every
+// feature on.
+func AllAccess() []TableAccess { return append([]TableAccess(nil), access...) }
