@@ -3,6 +3,7 @@ package testenv
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"strings"
 	"testing"
 	"time"
@@ -186,5 +187,89 @@ func TestSetGlobalRestores(t *testing.T) {
 	})
 	if got := read(); got != before {
 		t.Fatalf("max_connect_errors = %d after the test, want it restored to %d", got, before)
+	}
+}
+
+// TestDroppedLedgerLeavesNoBranchInDoubt: a test that ends with a branch of
+// its ledger prepared (a killed coordinator no recovery followed) does not
+// leave it on the shared server once its database is dropped, where it
+// would hold purge back for every later test; another ledger's branch is
+// left alone.
+func TestDroppedLedgerLeavesNoBranchInDoubt(t *testing.T) {
+	admin := MySQL(t)
+	db, err := sql.Open("mysql", admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() }) // after the rollback below
+	mine, other := "blg1-"+randomHex(6)+"-1-1", "blg1-"+randomHex(6)+"-1-2"
+	prepare := func(dsn, gtrid, bqual string) {
+		t.Helper()
+		c, err := sql.Open("mysql", dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		conn, err := c.Conn(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Raw(func(any) error { return driver.ErrBadConn }) // never back to the pool
+		for _, q := range []string{"XA START '" + gtrid + "','" + bqual + "'", "INSERT INTO scratch VALUES (1)",
+			"XA END '" + gtrid + "','" + bqual + "'", "XA PREPARE '" + gtrid + "','" + bqual + "'"} {
+			if _, err := conn.ExecContext(t.Context(), q); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+		}
+	}
+	ledger := func(t *testing.T, id string) string {
+		dsn := NewDatabaseOn(t, admin, RandomName("t_"))
+		c, err := sql.Open("mysql", dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		for _, q := range []string{"CREATE TABLE ledger_identity (singleton TINYINT PRIMARY KEY, ledger_id CHAR(16))",
+			"INSERT INTO ledger_identity VALUES (1, '" + id + "')", "CREATE TABLE scratch (x INT)"} {
+			if _, err := c.Exec(q); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return dsn
+	}
+	// Another ledger's branch, in a database of its own that outlives the
+	// subtest's: its cleanup rolls it back first.
+	prepare(ledger(t, "eeeeeeeeeeeeeeee"), other, "p0-c1-leeeeeeeeeeeeeeee-m0")
+	t.Cleanup(func() {
+		if _, err := db.Exec("XA ROLLBACK '" + other + "','p0-c1-leeeeeeeeeeeeeeee-m0'"); err != nil {
+			t.Errorf("roll back the other ledger's branch: %v", err)
+		}
+	})
+	t.Run("test", func(t *testing.T) {
+		prepare(ledger(t, "00112233aabbccdd"), mine, "p0-c1-l00112233aabbccdd-m0")
+	})
+	rows, err := db.Query("XA RECOVER")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var left []string
+	for rows.Next() {
+		var f, g, b int64
+		var data []byte
+		if err := rows.Scan(&f, &g, &b, &data); err != nil {
+			t.Fatal(err)
+		}
+		left = append(left, string(data))
+	}
+	var sawOther bool
+	for _, d := range left {
+		if strings.HasPrefix(d, mine) {
+			t.Errorf("the ledger's branch is still prepared after its database was dropped: %s", d)
+		}
+		sawOther = sawOther || strings.HasPrefix(d, other)
+	}
+	if !sawOther {
+		t.Errorf("another ledger's branch was rolled back too (XA RECOVER: %q)", left)
 	}
 }
