@@ -55,9 +55,11 @@ type Process struct {
 	Name string
 	cmd  *exec.Cmd
 	mu   sync.Mutex
-	out  bytes.Buffer
-	done chan struct{}
-	err  error
+	out  bytes.Buffer // stdout and stderr, interleaved as written
+	// stdout alone, for a process whose output is data (Stdout).
+	stdout bytes.Buffer
+	done   chan struct{}
+	err    error
 }
 
 // Start runs bin with args and the current environment plus env. Its output
@@ -71,7 +73,7 @@ func Start(t testing.TB, name, bin string, env map[string]string, args ...string
 	for k, v := range env {
 		p.cmd.Env = append(p.cmd.Env, k+"="+v)
 	}
-	p.cmd.Stdout = (*lockedWriter)(p)
+	p.cmd.Stdout = (*stdoutWriter)(p)
 	p.cmd.Stderr = (*lockedWriter)(p)
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
@@ -97,6 +99,22 @@ func (w *lockedWriter) Write(b []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.out.Write(b)
+}
+
+type stdoutWriter Process
+
+func (w *stdoutWriter) Write(b []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.stdout.Write(b)
+	return w.out.Write(b)
+}
+
+// Stdout is what the process wrote to its standard output so far.
+func (p *Process) Stdout() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stdout.String()
 }
 
 // Output is everything the process wrote so far.
