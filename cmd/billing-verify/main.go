@@ -58,6 +58,7 @@ import (
 	"github.com/billing/ledger/internal/ledgercheck"
 	"github.com/billing/ledger/internal/mysqlconn"
 	"github.com/billing/ledger/internal/periods"
+	"github.com/billing/ledger/internal/txsink/mysqldriver"
 )
 
 // listFlag is a repeatable flag whose values may also be comma-separated.
@@ -284,7 +285,7 @@ func (v *verifier) check(ctx context.Context) (*ledgercheck.Report, error) {
 		}
 		db, err := ledgercheck.OpenDB(ctx, d)
 		if err != nil {
-			return nil, fmt.Errorf("server %d: %w", i, mysqlconn.AccessDenied(d, err))
+			return nil, fmt.Errorf("server %d: %w", i, mysqldriver.AccessDenied(d, err))
 		}
 		v.dbs[i] = db
 	}

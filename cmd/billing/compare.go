@@ -14,8 +14,8 @@ import (
 
 	"github.com/billing/ledger/internal/config"
 	"github.com/billing/ledger/internal/ledgercheck"
-	"github.com/billing/ledger/internal/mysqlconn"
 	"github.com/billing/ledger/internal/periods"
+	"github.com/billing/ledger/internal/txsink/mysqldriver"
 )
 
 // Exit statuses of billing compare (and billing status, which uses 0 and
@@ -128,13 +128,13 @@ func compareLedgers(ctx context.Context, cfg config.Config, log *slog.Logger, ot
 		for i, dsn := range dsns {
 			db, err := ledgercheck.OpenDB(ctx, dsn)
 			if err != nil {
-				return nil, nil, fmt.Errorf("%s, server %d: %w", which, i, mysqlconn.AccessDenied(dsn, err))
+				return nil, nil, fmt.Errorf("%s, server %d: %w", which, i, mysqldriver.AccessDenied(dsn, err))
 			}
 			dbs = append(dbs, db)
 		}
 		stored, err := periods.Read(ctx, dbs[0])
 		if err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", which, mysqlconn.AccessDenied(dsns[0], err))
+			return nil, nil, fmt.Errorf("%s: %w", which, mysqldriver.AccessDenied(dsns[0], err))
 		}
 		var n int64
 		act, err := ledgercheck.ReadActualProgress(ctx, dbs, topic, false, func(rows int64) {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -18,8 +17,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/go-sql-driver/mysql"
 
 	"github.com/billing/ledger/internal/buildinfo"
 	"github.com/billing/ledger/internal/config"
@@ -620,26 +617,6 @@ func TestToolExitCodes(t *testing.T) {
 	errOut.Reset()
 	if code := run([]string{"compare", "--other-dsn", "x"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "MYSQL_BRANCHES") {
 		t.Fatalf("compare with a bad MySQL setting: exit %d, want 2\n%s", code, errOut.String())
-	}
-}
-
-// TestSchemaMissing: only a refused CREATE means "no schema yet"; a
-// refused database or login is access denied.
-func TestSchemaMissing(t *testing.T) {
-	for _, tc := range []struct {
-		err  error
-		want bool
-	}{
-		{&mysql.MySQLError{Number: 1142, Message: "CREATE command denied to user 'u'@'h' for table `d`.`goose_db_version`"}, true},
-		{fmt.Errorf("init: %w", &mysql.MySQLError{Number: 1142, Message: "CREATE command denied to user"}), true},
-		{&mysql.MySQLError{Number: 1142, Message: "SELECT command denied to user 'u'@'h' for table `d`.`goose_db_version`"}, false},
-		{&mysql.MySQLError{Number: 1044, Message: "Access denied for user 'u'@'%' to database 'd'"}, false},
-		{&mysql.MySQLError{Number: 1045, Message: "Access denied for user 'u'@'h' (using password: YES)"}, false},
-		{errors.New("connection refused"), false},
-	} {
-		if got := schemaMissing(tc.err); got != tc.want {
-			t.Errorf("schemaMissing(%v) = %v, want %v", tc.err, got, tc.want)
-		}
 	}
 }
 

@@ -15,7 +15,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
 	"github.com/pressly/goose/v3"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -97,10 +96,10 @@ func migrateServer(ctx context.Context, cfg config.Config, dsn string, log *slog
 	if !always {
 		pending, err := hasPending(ctx, db.DB)
 		if err != nil {
-			if schemaMissing(err) {
+			if mysqldriver.DeniedCreate(err) {
 				return fmt.Errorf("checking the schema version: %w (the schema is missing and this account may not create it: run `billing migrate` with an account allowed to CREATE and ALTER, see docs/operations.md)", err)
 			}
-			return fmt.Errorf("checking the schema version: %w", mysqlconn.AccessDenied(dsn, err))
+			return fmt.Errorf("checking the schema version: %w", mysqldriver.AccessDenied(dsn, err))
 		}
 		if !pending {
 			log.Debug("schema up to date")
@@ -108,22 +107,12 @@ func migrateServer(ctx context.Context, cfg config.Config, dsn string, log *slog
 		}
 	}
 	if err := migrations.Up(ctx, db.DB, log); err != nil {
-		if denied(err) && mysqlconn.DeniedNumber(err) != mysqlconn.ErDBAccessDenied {
+		if mysqldriver.Denied(err) && mysqldriver.DeniedNumber(err) != mysqldriver.ErDBAccessDenied {
 			return fmt.Errorf("%w (applying migrations needs CREATE, ALTER, INDEX, DROP and REFERENCES on the database: run `billing migrate` with such an account first, see docs/operations.md)", err)
 		}
-		return mysqlconn.AccessDenied(dsn, err)
+		return mysqldriver.AccessDenied(dsn, err)
 	}
 	return nil
-}
-
-// schemaMissing reports the one refusal that means "no schema yet": goose
-// found no version table and the account may not create it. Any other
-// refusal (the database itself, a wrong password, a table's privilege) is
-// access denied, whatever the schema holds.
-func schemaMissing(err error) bool {
-	var me *mysql.MySQLError
-	return mysqlconn.DeniedNumber(err) == mysqlconn.ErTableAccessDenied && errors.As(err, &me) &&
-		strings.HasPrefix(me.Message, "CREATE command denied")
 }
 
 // hasPending reports whether migrations remain to be applied; it takes no

@@ -18,8 +18,8 @@ import (
 
 	"github.com/billing/ledger/internal/config"
 	"github.com/billing/ledger/internal/ledgerstatus"
-	"github.com/billing/ledger/internal/mysqlconn"
 	"github.com/billing/ledger/internal/periods"
+	"github.com/billing/ledger/internal/txsink/mysqldriver"
 )
 
 // statusCmd runs `billing status [--json] [--timeout D]`: where the ledger
@@ -130,12 +130,12 @@ func collectStatus(ctx context.Context, cfg config.Config, log *slog.Logger) (*l
 		servers[i] = db.DB
 	}
 	r := ledgerstatus.Collect(ctx, ledgerstatus.Sources{Servers: servers, Kafka: kadm.NewClient(cl), Topic: cfg.KafkaTopic, Group: cfg.KafkaGroup,
-		ServerError: func(i int, err error) error { return mysqlconn.AccessDenied(dsns[i], err) }})
+		ServerError: func(i int, err error) error { return mysqldriver.AccessDenied(dsns[i], err) }})
 	// The period settings are the ledger's; the environment's only for a
 	// ledger that has none stored.
 	switch stored, err := periods.Read(ctx, dbs[0]); {
 	case err != nil:
-		r.PeriodsError = mysqlconn.AccessDenied(dsns[0], err).Error()
+		r.PeriodsError = mysqldriver.AccessDenied(dsns[0], err).Error()
 		r.Problems = append(r.Problems, "period settings: "+r.PeriodsError)
 	case len(stored) > 0:
 		r.Periods = &ledgerstatus.Periods{Source: "ledger", Windows: stored.Describe(), WindowsClose: stored.Current().Close}

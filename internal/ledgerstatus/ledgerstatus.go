@@ -22,7 +22,6 @@ import (
 
 	"github.com/billing/ledger/internal/deadletters"
 
-	"github.com/go-sql-driver/mysql"
 	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/billing/ledger/internal/txsink"
@@ -128,9 +127,8 @@ func (b Branch) Mine() bool { return b.Ledger != "other" }
 func LedgerID(ctx context.Context, control *sql.DB) (string, error) {
 	var id string
 	err := control.QueryRowContext(ctx, `SELECT ledger_id FROM ledger_identity WHERE singleton = 1`).Scan(&id)
-	var me *mysql.MySQLError
 	switch {
-	case errors.Is(err, sql.ErrNoRows), errors.As(err, &me) && me.Number == 1146: // ER_NO_SUCH_TABLE
+	case errors.Is(err, sql.ErrNoRows), mysqldriver.NoSuchTable(err):
 		return "", nil
 	case err != nil:
 		return "", fmt.Errorf("read ledger_identity: %w", err)
@@ -237,9 +235,8 @@ type CommitLog struct {
 // error, for a schema without a commit log (before migration 00006).
 func CommitLogOf(ctx context.Context, control *sql.DB) (*CommitLog, error) {
 	p, err := mysqldriver.ReadCommitPosition(ctx, control)
-	var me *mysql.MySQLError
 	switch {
-	case errors.As(err, &me) && me.Number == 1146: // ER_NO_SUCH_TABLE
+	case mysqldriver.NoSuchTable(err):
 		return nil, nil
 	case err != nil:
 		return nil, err

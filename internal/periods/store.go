@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
 	"github.com/jmoiron/sqlx"
 
 	"github.com/billing/ledger/internal/txsink/driver"
@@ -30,9 +29,6 @@ type row struct {
 
 const columns = `seq, effective_from, billing_window, billing_timezone, windows_close, recorded_at, recorded_by`
 
-// erNoSuchTable: the schema predates migration 00005.
-const erNoSuchTable = 1146
-
 // Read returns the ledger's definitions from its control server, in
 // order: none (nil) on a ledger no instance of this version has started
 // on, or whose schema predates migration 00005.
@@ -43,8 +39,7 @@ func Read(ctx context.Context, q sqlx.QueryerContext) (Stored, error) {
 func read(ctx context.Context, q sqlx.QueryerContext, lock string) (Stored, error) {
 	var rows []row
 	err := sqlx.SelectContext(ctx, q, &rows, `SELECT `+columns+` FROM ledger_periods ORDER BY seq`+lock)
-	var me *mysql.MySQLError
-	if errors.As(err, &me) && me.Number == erNoSuchTable {
+	if mysqldriver.NoSuchTable(err) { // the schema predates migration 00005
 		return nil, nil
 	}
 	if err != nil {
