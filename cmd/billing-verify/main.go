@@ -305,7 +305,7 @@ func (v *verifier) check(ctx context.Context) (*ledgercheck.Report, error) {
 // knows one). A ledger without any stored (not yet started, or by an
 // older version) is compared under the file's, with a warning.
 func (v *verifier) checkPeriods(ctx context.Context) error {
-	stored, err := periods.Read(ctx, v.dbs[0])
+	stored, err := periods.Read(ctx, mysqldriver.NewView(v.dbs[0]))
 	if err != nil {
 		return err
 	}

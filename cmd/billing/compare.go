@@ -132,7 +132,7 @@ func compareLedgers(ctx context.Context, cfg config.Config, log *slog.Logger, ot
 			}
 			dbs = append(dbs, db)
 		}
-		stored, err := periods.Read(ctx, dbs[0])
+		stored, err := periods.Read(ctx, mysqldriver.NewView(dbs[0]))
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", which, mysqldriver.AccessDenied(dsns[0], err))
 		}

@@ -140,7 +140,7 @@ func readPeriods(ctx context.Context, cfg config.Config, log *slog.Logger) (*per
 		return nil, err
 	}
 	defer d.Close()
-	stored, err := periods.Read(ctx, d.Server(0).DB())
+	stored, err := periods.Read(ctx, d.View())
 	if err != nil {
 		return nil, err
 	}

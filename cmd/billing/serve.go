@@ -239,7 +239,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	pcfg.Clock = clock.Now
 	pcfg.Window = schedule
 	pcfg.CheckSettings = func(ctx context.Context) error {
-		err := periods.Verify(ctx, dbs.Server(0).DB(), stored)
+		err := periods.Verify(ctx, dbs.View(), stored)
 		var changed *periods.MismatchError
 		if errors.As(err, &changed) {
 			return err

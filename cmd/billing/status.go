@@ -133,7 +133,7 @@ func collectStatus(ctx context.Context, cfg config.Config, log *slog.Logger) (*l
 		ServerError: func(i int, err error) error { return mysqldriver.AccessDenied(dsns[i], err) }})
 	// The period settings are the ledger's; the environment's only for a
 	// ledger that has none stored.
-	switch stored, err := periods.Read(ctx, dbs[0]); {
+	switch stored, err := periods.Read(ctx, mysqldriver.NewView(dbs[0])); {
 	case err != nil:
 		r.PeriodsError = mysqldriver.AccessDenied(dsns[0], err).Error()
 		r.Problems = append(r.Problems, "period settings: "+r.PeriodsError)
