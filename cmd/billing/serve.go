@@ -26,6 +26,7 @@ import (
 	"github.com/billing/ledger/internal/health"
 	"github.com/billing/ledger/internal/kafkaconn"
 	"github.com/billing/ledger/internal/ledgerclock"
+	"github.com/billing/ledger/internal/ledgerstatus"
 	"github.com/billing/ledger/internal/metrics"
 	"github.com/billing/ledger/internal/mysqlconn"
 	"github.com/billing/ledger/internal/periods"
@@ -280,7 +281,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 			mon.Run(bgctx)
 		}()
 		sampler := &metrics.Sampler{
-			Kafka: adm, Servers: servers, Topic: cfg.KafkaTopic, Group: cfg.KafkaGroup, Owner: sink.Instance(),
+			Kafka: adm, View: dbs.View(), Letters: ledgerstatus.PoolLetters(servers), Servers: servers, Topic: cfg.KafkaTopic, Group: cfg.KafkaGroup, Owner: sink.Instance(),
 			Interval: cfg.MetricsSample, Timeout: min(cfg.MetricsSample, 10*time.Second), Logger: log,
 		}
 		bg.Add(1)

@@ -18,7 +18,6 @@ import (
 
 	"github.com/billing/ledger/internal/config"
 	"github.com/billing/ledger/internal/ledgerstatus"
-	"github.com/billing/ledger/internal/periods"
 	"github.com/billing/ledger/internal/txsink/mysqldriver"
 )
 
@@ -129,20 +128,10 @@ func collectStatus(ctx context.Context, cfg config.Config, log *slog.Logger) (*l
 	for i, db := range dbs {
 		servers[i] = db.DB
 	}
-	r := ledgerstatus.Collect(ctx, ledgerstatus.Sources{Servers: servers, Kafka: kadm.NewClient(cl), Topic: cfg.KafkaTopic, Group: cfg.KafkaGroup,
+	r := ledgerstatus.Collect(ctx, ledgerstatus.Sources{View: mysqldriver.NewView(dbs...), Letters: ledgerstatus.PoolLetters(servers),
+		Kafka: kadm.NewClient(cl), Topic: cfg.KafkaTopic, Group: cfg.KafkaGroup, Log: log,
+		Environment: ledgerstatus.Periods{Windows: cfg.Period().String(), WindowsClose: cfg.WindowCloseAfter > 0},
 		ServerError: func(i int, err error) error { return mysqldriver.AccessDenied(dsns[i], err) }})
-	// The period settings are the ledger's; the environment's only for a
-	// ledger that has none stored.
-	switch stored, err := periods.Read(ctx, mysqldriver.NewView(dbs[0])); {
-	case err != nil:
-		r.PeriodsError = mysqldriver.AccessDenied(dsns[0], err).Error()
-		r.Problems = append(r.Problems, "period settings: "+r.PeriodsError)
-	case len(stored) > 0:
-		r.Periods = &ledgerstatus.Periods{Source: "ledger", Windows: stored.Describe(), WindowsClose: stored.Current().Close}
-	default:
-		log.Warn("this ledger has no period settings stored (never started by this version): showing this environment's")
-		r.Periods = &ledgerstatus.Periods{Source: "environment", Windows: cfg.Period().String(), WindowsClose: cfg.WindowCloseAfter > 0}
-	}
 	return r, nil
 }
 
