@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/billing/ledger/internal/ledgercheck"
+	"github.com/billing/ledger/internal/service"
 	"github.com/billing/ledger/internal/txsink"
 	"github.com/billing/ledger/internal/txsink/mysqldriver"
 )
@@ -159,7 +160,7 @@ func decisionRate(ctx context.Context, o *options, db string, k int) (rate, p50,
 	}
 	var sinks []*txsink.Sink
 	for i := range k {
-		s, d, err := mysqldriver.OpenSink(ctx, []string{dsn}, o.svc.MySQL(), o.svc.Sink(quietLogger()))
+		s, d, err := mysqldriver.OpenSink(ctx, []string{dsn}, service.MySQLOptions(o.svc), service.SinkConfig(o.svc, quietLogger()))
 		if err != nil {
 			return 0, 0, 0, 0, err
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/billing/ledger/internal/config"
 	"github.com/billing/ledger/internal/ledgercheck"
 	"github.com/billing/ledger/internal/periods"
+	"github.com/billing/ledger/internal/service"
 	"github.com/billing/ledger/internal/txsink/mysqldriver"
 )
 
@@ -112,7 +113,7 @@ func compareScope() config.Scope {
 // when empty) and compares them, this one taken as the reference. bar, if
 // not nil, shows the rows read.
 func compareLedgers(ctx context.Context, cfg config.Config, log *slog.Logger, otherDSNs []string, topic string, bar *termProgress) (*ledgercheck.Report, error) {
-	dsns, err := resolveMySQL(cfg, log)
+	dsns, err := service.ResolveDSNs(cfg, log)
 	if err != nil {
 		return nil, err
 	}

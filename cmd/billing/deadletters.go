@@ -30,6 +30,7 @@ import (
 
 	"github.com/billing/ledger/internal/config"
 	"github.com/billing/ledger/internal/event"
+	"github.com/billing/ledger/internal/service"
 	"github.com/billing/ledger/internal/txsink/mysqldriver"
 )
 
@@ -135,7 +136,7 @@ func parseDLID(s string) (dlID, error) {
 // pool on every server (DSNs with the password file and TLS applied; the
 // DSNs are returned in the same order, never to be logged unredacted).
 func openServers(cfg config.Config, log *slog.Logger) ([]*sqlx.DB, []string, error) {
-	dsns, err := resolveMySQL(cfg, log)
+	dsns, err := service.ResolveDSNs(cfg, log)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -38,10 +38,9 @@ import (
 	"strings"
 	"syscall"
 
-	"golang.org/x/term"
-
 	"github.com/billing/ledger/internal/config"
 	"github.com/billing/ledger/internal/periods"
+	"github.com/billing/ledger/internal/service"
 )
 
 // exitSettings is the exit status of an instance whose period settings are
@@ -49,16 +48,9 @@ import (
 // but not for this ledger.
 const exitSettings = 4
 
-// defaultMemoryLimit is the Go runtime's soft memory limit when GOMEMLIMIT
-// is not set: the heap (dedup cache, buffered records, fetched batches)
-// stays well below the 512 MiB a container of this service is sized for,
-// because the collector works harder as the limit nears instead of letting
-// the heap double between cycles. Set GOMEMLIMIT to override it.
-const defaultMemoryLimit = 400 << 20
-
 func main() {
-	if _, ok := os.LookupEnv("GOMEMLIMIT"); !ok {
-		debug.SetMemoryLimit(defaultMemoryLimit)
+	if _, ok := os.LookupEnv("GOMEMLIMIT"); !ok { // GOMEMLIMIT overrides it
+		debug.SetMemoryLimit(service.DefaultMemoryLimit)
 	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
@@ -116,7 +108,7 @@ func runService(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	return withConfig(stderr, nil, func(ctx context.Context, cfg config.Config, log *slog.Logger) int {
-		if err := serve(ctx, cfg, log); err != nil {
+		if err := service.Run(ctx, cfg, service.Options{Logger: log}); err != nil {
 			log.Error("billing stopped", "err", err)
 			var mismatch *periods.MismatchError
 			if errors.As(err, &mismatch) {
@@ -135,7 +127,7 @@ func migrateCmd(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	return withConfig(stderr, slices.Concat(config.MySQLSettings(), config.LogSettings()), func(ctx context.Context, cfg config.Config, log *slog.Logger) int {
-		if err := migrate(ctx, cfg, log); err != nil {
+		if err := service.Migrate(ctx, cfg, log); err != nil {
 			log.Error("migration failed", "err", err)
 			return 1
 		}
@@ -192,30 +184,4 @@ func signalContext(log *slog.Logger) (context.Context, func()) {
 		signal.Stop(ch)
 		cancel()
 	}
-}
-
-func newLogger(cfg config.Config, w io.Writer) *slog.Logger {
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(strings.ToUpper(cfg.LogLevel)))
-	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: readableDurations}
-	format := cfg.LogFormat
-	if format == "auto" {
-		format = "json"
-		if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-			format = "text"
-		}
-	}
-	if format == "text" {
-		return slog.New(slog.NewTextHandler(w, opts))
-	}
-	return slog.New(slog.NewJSONHandler(w, opts))
-}
-
-// readableDurations writes durations as text ("1.5s", "250ms"), not as
-// the nanoseconds slog's JSON handler gives them, which read as a count.
-func readableDurations(_ []string, a slog.Attr) slog.Attr {
-	if a.Value.Kind() == slog.KindDuration {
-		return slog.String(a.Key, a.Value.Duration().String())
-	}
-	return a
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/billing/ledger/internal/config"
 	"github.com/billing/ledger/internal/periods"
+	"github.com/billing/ledger/internal/service"
 	"github.com/billing/ledger/internal/txsink/driver"
 	"github.com/billing/ledger/internal/txsink/mysqldriver"
 )
@@ -127,7 +128,7 @@ func periodsShowScope() config.Scope {
 
 // openControl opens the ledger's servers through the sink's driver.
 func openControl(ctx context.Context, cfg config.Config, log *slog.Logger) (*mysqldriver.Driver, error) {
-	dsns, err := resolveMySQL(cfg, log)
+	dsns, err := service.ResolveDSNs(cfg, log)
 	if err != nil {
 		return nil, err
 	}
@@ -300,11 +301,11 @@ func changePeriods(ctx context.Context, cfg config.Config, log *slog.Logger, req
 // noMembers asks Kafka whether any of groups has members, and refuses,
 // naming them, if so.
 func noMembers(ctx context.Context, cfg config.Config, log *slog.Logger, groups []string) error {
-	c, err := resolveConns(cfg, log)
+	kopts, err := cfg.KafkaConn().Opts()
 	if err != nil {
 		return err
 	}
-	cl, err := kgo.NewClient(append(c.kopts, kgo.WithLogger(kgo.BasicLogger(io.Discard, kgo.LogLevelNone, nil)))...)
+	cl, err := kgo.NewClient(append(kopts, kgo.WithLogger(kgo.BasicLogger(io.Discard, kgo.LogLevelNone, nil)))...)
 	if err != nil {
 		return err
 	}

@@ -231,6 +231,16 @@ func describe(f reflect.StructField, err error) string {
 	return fmt.Sprintf("%s: %v", name, err)
 }
 
+// Validate checks a configuration built in code (from Defaults, by a test
+// or the benchmark) as Load checks the environment's: every problem, as an
+// *Error.
+func (c Config) Validate() error {
+	if p := c.validate(); len(p) > 0 {
+		return &Error{Problems: p}
+	}
+	return nil
+}
+
 // validate checks what the types cannot: ranges and relations between
 // settings. It returns every problem, not the first.
 func (c *Config) validate() []string {
