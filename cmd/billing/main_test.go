@@ -309,33 +309,6 @@ func TestStartupLogHasNoSecret(t *testing.T) {
 	}
 }
 
-func TestParseDLID(t *testing.T) {
-	tests := []struct {
-		in   string
-		want dlID
-		ok   bool
-	}{
-		{"42", dlID{0, 42}, true},
-		{"1:7", dlID{1, 7}, true},
-		{"0:7", dlID{0, 7}, true},
-		{"0", dlID{}, false},
-		{"-1", dlID{}, false},
-		{"a:1", dlID{}, false},
-		{"1:", dlID{}, false},
-		{"1:2:3", dlID{}, false},
-		{"", dlID{}, false},
-	}
-	for _, tt := range tests {
-		got, err := parseDLID(tt.in)
-		if (err == nil) != tt.ok || tt.ok && got != tt.want {
-			t.Errorf("parseDLID(%q) = %v, %v; want %v ok=%v", tt.in, got, err, tt.want, tt.ok)
-		}
-		if tt.ok && got.String() != strings.TrimPrefix(tt.in, "0:") {
-			t.Errorf("%v.String() = %q", got, got.String())
-		}
-	}
-}
-
 // TestRenderPayloadIsSafe: a payload can never send control sequences to
 // the operator's terminal.
 func TestRenderPayloadIsSafe(t *testing.T) {
@@ -372,15 +345,6 @@ func TestRenderPayloadIsSafe(t *testing.T) {
 	}
 	if out := renderPayload(bytes.Repeat([]byte("x"), 100), 10); !strings.Contains(out, "90 more bytes") {
 		t.Errorf("truncation not reported: %q", out)
-	}
-	if got := safeText("a\x1bb", 100); strings.ContainsRune(got, 0x1b) {
-		t.Errorf("safeText kept ESC: %q", got)
-	}
-	if got := safeBytes(nil, 10); got != "-" {
-		t.Errorf("safeBytes(nil) = %q", got)
-	}
-	if got := safeText(strings.Repeat("é", 50), 10); len([]rune(got)) != 10 || !strings.HasSuffix(got, "…") {
-		t.Errorf("safeText cut = %q", got)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/billing/ledger/internal/config"
 	"github.com/billing/ledger/internal/periods"
+	"github.com/billing/ledger/internal/safetext"
 	"github.com/billing/ledger/internal/service"
 	"github.com/billing/ledger/internal/txsink/driver"
 	"github.com/billing/ledger/internal/txsink/mysqldriver"
@@ -46,6 +47,9 @@ Then start the instances with the new settings.
 billing periods COMMAND --help describes one command (docs/operations.md,
 "Changing period settings").
 `
+
+// errRefused marks a refusal (exit status 1, no stack of wrapping).
+var errRefused = errors.New("refused")
 
 // periodsCmd runs `billing periods ...`. It returns the exit status.
 func periodsCmd(args []string, stdout, stderr io.Writer) int {
@@ -183,7 +187,7 @@ func printPeriods(w io.Writer, r *periodsReport) error {
 	fmt.Fprintln(tw, "SEQ\tFROM\tWINDOW\tTIMEZONE\tCLOSE\tRECORDED\tBY")
 	for _, d := range r.Definitions {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%v\t%s\t%s\n", d.Seq, stamp(d.From, "the beginning"), d.Window, d.Timezone, d.WindowsClose,
-			d.RecordedAt.Format(time.RFC3339), safeText(d.RecordedBy, 255))
+			d.RecordedAt.Format(time.RFC3339), safetext.Text(d.RecordedBy, 255))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -321,7 +325,7 @@ func noMembers(ctx context.Context, cfg config.Config, log *slog.Logger, groups 
 			continue // unknown to Kafka: no members
 		}
 		for _, m := range dg.Members {
-			running = append(running, fmt.Sprintf("%s (group %s, client %s, host %s)", safeText(m.MemberID, 128), safeText(g, 255), safeText(m.ClientID, 128), safeText(m.ClientHost, 128)))
+			running = append(running, fmt.Sprintf("%s (group %s, client %s, host %s)", safetext.Text(m.MemberID, 128), safetext.Text(g, 255), safetext.Text(m.ClientID, 128), safetext.Text(m.ClientHost, 128)))
 		}
 	}
 	if len(running) > 0 {
@@ -352,5 +356,5 @@ func printPlan(w io.Writer, p periods.Plan, def periods.Definition, dryRun bool)
 		fmt.Fprintln(w, "the windows stay as they are")
 	}
 	fmt.Fprintf(w, "definition %d, recorded by %s; start the instances with BILLING_WINDOW=%s BILLING_TIMEZONE=%s and WINDOW_CLOSE_AFTER %s\n",
-		def.Seq, safeText(def.RecordedBy, 255), p.Next.Period.Unit(), p.Next.Period.Zone(), map[bool]string{true: "set", false: "empty"}[p.Next.Close])
+		def.Seq, safetext.Text(def.RecordedBy, 255), p.Next.Period.Unit(), p.Next.Period.Zone(), map[bool]string{true: "set", false: "empty"}[p.Next.Close])
 }
