@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -18,10 +16,6 @@ import (
 	"time"
 
 	"github.com/billing/ledger/internal/buildinfo"
-	"github.com/billing/ledger/internal/config"
-	"github.com/billing/ledger/internal/event"
-	"github.com/billing/ledger/internal/ledgercheck"
-	"github.com/billing/ledger/internal/periods"
 )
 
 // clearEnv unsets every variable the service reads, so the host
@@ -489,39 +483,5 @@ func TestProgressOnlyOnATerminal(t *testing.T) {
 	var f bytes.Buffer
 	if isTerminal(&f) {
 		t.Error("a buffer is not a terminal")
-	}
-}
-
-// billing compare takes the period settings from the ledgers: two ledgers
-// with the same stored settings are compared under them whatever the
-// environment says; different ones are not compared; the environment only
-// stands in for ledgers that have none stored.
-func TestComparedPeriodsAreTheLedgers(t *testing.T) {
-	hour, _ := periods.ParsePeriod("1h", "UTC")
-	month, _ := periods.ParsePeriod("month", "Europe/Berlin")
-	stored := func(p event.Period, close bool) periods.Stored {
-		return periods.Stored{{Seq: 1, Settings: periods.Settings{Period: p, Close: close}}}
-	}
-	env := config.Config{BillingWindow: "day", BillingTimezone: "UTC"} // never closes
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	got, err := comparedPeriods(env, log, stored(month, true), stored(month, true))
-	if err != nil || !got.Period.Equal(month) || !got.Close {
-		t.Fatalf("the same stored settings: %+v, %v", got, err)
-	}
-	if exp := asExpected(&ledgercheck.Actual{}, "t", got); !exp.Closes() || exp.Window != "month" || exp.Timezone != "Europe/Berlin" {
-		t.Fatalf("the expectation: %+v", exp)
-	}
-	if _, err := comparedPeriods(env, log, stored(month, true), stored(hour, true)); err == nil || !strings.Contains(err.Error(), "different period settings") {
-		t.Fatalf("different stored settings: %v", err)
-	}
-	if _, err := comparedPeriods(env, log, stored(hour, true), stored(hour, false)); err == nil {
-		t.Fatal("closing and not closing compared")
-	}
-	if got, err := comparedPeriods(env, log, nil, stored(hour, true)); err != nil || !got.Period.Equal(hour) || !got.Close {
-		t.Fatalf("only the other stored: %+v, %v", got, err)
-	}
-	got, err = comparedPeriods(env, log, nil, nil)
-	if err != nil || got.Period.Unit() != "day" || got.Close {
-		t.Fatalf("none stored, the environment's: %+v, %v", got, err)
 	}
 }
