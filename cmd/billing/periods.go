@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"slices"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -48,9 +47,6 @@ billing periods COMMAND --help describes one command (docs/operations.md,
 "Changing period settings").
 `
 
-// errRefused marks a refusal (exit status 1, no stack of wrapping).
-var errRefused = errors.New("refused")
-
 // periodsCmd runs `billing periods ...`. It returns the exit status.
 func periodsCmd(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
@@ -70,34 +66,6 @@ func periodsCmd(args []string, stdout, stderr io.Writer) int {
 	return 2
 }
 
-// periodsReport is what show prints.
-type periodsReport struct {
-	Definitions  []periodsDefinition `json:"definitions"`
-	Windows      string              `json:"windows"`
-	WindowsClose bool                `json:"windows_close"`
-	ClosedBefore *time.Time          `json:"closed_before"`
-	SealedBefore *time.Time          `json:"sealed_before"`
-	Watermark    *time.Time          `json:"watermark"` // the latest of KAFKA_GROUP's partitions of KAFKA_TOPIC
-}
-
-type periodsDefinition struct {
-	Seq          int        `json:"seq"`
-	From         *time.Time `json:"from"` // null: from the beginning
-	Window       string     `json:"window"`
-	Timezone     string     `json:"timezone"`
-	WindowsClose bool       `json:"windows_close"`
-	RecordedAt   time.Time  `json:"recorded_at"`
-	RecordedBy   string     `json:"recorded_by"`
-}
-
-func timeOrNil(t time.Time) *time.Time {
-	if t.IsZero() {
-		return nil
-	}
-	u := t.UTC()
-	return &u
-}
-
 func periodsShow(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("billing periods show", "[--json]", "Prints the ledger's period settings (read-only; MySQL only).\n")
 	asJSON := fs.Bool("json", false, "print them as JSON")
@@ -105,7 +73,7 @@ func periodsShow(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	return withConfig(stderr, periodsShowScope(), func(ctx context.Context, cfg config.Config, log *slog.Logger) int {
-		r, err := readPeriods(ctx, cfg, log)
+		r, err := showPeriods(ctx, cfg, log)
 		if err != nil {
 			fmt.Fprintln(stderr, "billing periods show:", err)
 			return 1
@@ -139,39 +107,18 @@ func openControl(ctx context.Context, cfg config.Config, log *slog.Logger) (*mys
 	return mysqldriver.Open(ctx, dsns, mysqldriver.Options{LockWaitTimeout: cfg.MySQLLockWaitTimeout, MaxConns: 2})
 }
 
-func readPeriods(ctx context.Context, cfg config.Config, log *slog.Logger) (*periodsReport, error) {
+// showPeriods reads the ledger's period settings and KAFKA_GROUP's
+// watermark (periods.Show).
+func showPeriods(ctx context.Context, cfg config.Config, log *slog.Logger) (*periods.Report, error) {
 	d, err := openControl(ctx, cfg, log)
 	if err != nil {
 		return nil, err
 	}
 	defer d.Close()
-	stored, err := periods.Read(ctx, d.View())
-	if err != nil {
-		return nil, err
-	}
-	if len(stored) == 0 {
-		return nil, errors.New("no period settings stored in this ledger: no instance of this version has started on it yet (the first one stores its own)")
-	}
-	f, parts, err := d.Control().EventTime(ctx, driver.Scope{Group: cfg.KafkaGroup, Topic: cfg.KafkaTopic})
-	if err != nil {
-		return nil, err
-	}
-	r := &periodsReport{Windows: stored.Describe(), WindowsClose: stored.Current().Close, ClosedBefore: timeOrNil(f.Closed), SealedBefore: timeOrNil(f.Sealed)}
-	var wm time.Time
-	for _, p := range parts {
-		if p.Watermark.After(wm) {
-			wm = p.Watermark
-		}
-	}
-	r.Watermark = timeOrNil(wm)
-	for _, def := range stored {
-		r.Definitions = append(r.Definitions, periodsDefinition{Seq: def.Seq, From: timeOrNil(def.From), Window: def.Period.Unit(), Timezone: def.Period.Zone(),
-			WindowsClose: def.Close, RecordedAt: def.RecordedAt, RecordedBy: def.RecordedBy})
-	}
-	return r, nil
+	return periods.Show(ctx, d.View(), driver.Scope{Group: cfg.KafkaGroup, Topic: cfg.KafkaTopic})
 }
 
-func printPeriods(w io.Writer, r *periodsReport) error {
+func printPeriods(w io.Writer, r *periods.Report) error {
 	stamp := func(t *time.Time, none string) string {
 		if t == nil {
 			return none
@@ -283,55 +230,24 @@ raised). Exit status 0 changed, 1 refused or failed, 2 usage.
 	})
 }
 
-// changePeriods checks that no instance runs, then applies req.
+// changePeriods applies req once Kafka says no instance runs
+// (periods.ChangeStopped).
 func changePeriods(ctx context.Context, cfg config.Config, log *slog.Logger, req periods.Change, by string, dryRun bool) (periods.Plan, periods.Definition, error) {
+	kopts, err := cfg.KafkaConn().Opts()
+	if err != nil {
+		return periods.Plan{}, periods.Definition{}, err
+	}
 	d, err := openControl(ctx, cfg, log)
 	if err != nil {
 		return periods.Plan{}, periods.Definition{}, err
 	}
 	defer d.Close()
-	groups, err := d.Control().Groups(ctx, cfg.KafkaTopic)
-	if err != nil {
-		return periods.Plan{}, periods.Definition{}, err
-	}
-	groups = append(groups, cfg.KafkaGroup)
-	slices.Sort(groups)
-	if err := noMembers(ctx, cfg, log, slices.Compact(groups)); err != nil {
-		return periods.Plan{}, periods.Definition{}, err
-	}
-	return periods.Apply(ctx, d, req, by, dryRun)
-}
-
-// noMembers asks Kafka whether any of groups has members, and refuses,
-// naming them, if so.
-func noMembers(ctx context.Context, cfg config.Config, log *slog.Logger, groups []string) error {
-	kopts, err := cfg.KafkaConn().Opts()
-	if err != nil {
-		return err
-	}
 	cl, err := kgo.NewClient(append(kopts, kgo.WithLogger(kgo.BasicLogger(io.Discard, kgo.LogLevelNone, nil)))...)
 	if err != nil {
-		return err
+		return periods.Plan{}, periods.Definition{}, err
 	}
 	defer cl.Close()
-	described, err := kadm.NewClient(cl).DescribeGroups(ctx, groups...)
-	if err != nil {
-		return fmt.Errorf("describe the consumer groups %q: %w (every instance must be stopped, and Kafka must say so)", groups, err)
-	}
-	var running []string
-	for _, g := range groups {
-		dg, ok := described[g]
-		if !ok || dg.Err != nil {
-			continue // unknown to Kafka: no members
-		}
-		for _, m := range dg.Members {
-			running = append(running, fmt.Sprintf("%s (group %s, client %s, host %s)", safetext.Text(m.MemberID, 128), safetext.Text(g, 255), safetext.Text(m.ClientID, 128), safetext.Text(m.ClientHost, 128)))
-		}
-	}
-	if len(running) > 0 {
-		return fmt.Errorf("%w: stop every instance first; the consumer groups have members: %s", errRefused, strings.Join(running, "; "))
-	}
-	return nil
+	return periods.ChangeStopped(ctx, d, kadm.NewClient(cl), cfg.KafkaGroup, cfg.KafkaTopic, req, by, dryRun)
 }
 
 func printPlan(w io.Writer, p periods.Plan, def periods.Definition, dryRun bool) {
