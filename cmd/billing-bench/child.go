@@ -20,9 +20,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/billing/ledger/cmd/billing-bench/internal/naive"
 	"github.com/billing/ledger/internal/config"
 	"github.com/billing/ledger/internal/event"
-	"github.com/billing/ledger/internal/naive"
 	"github.com/billing/ledger/internal/pipeline"
 	"github.com/billing/ledger/internal/service"
 	"github.com/billing/ledger/internal/txsink"

@@ -78,7 +78,7 @@ func produceHostile(ctx context.Context, o *options, adm *kadm.Client, topic, ex
 	if err != nil {
 		return 0, err
 	}
-	l, err := ledgercheck.NewLedgerWith(ledgercheck.Options{Period: period, CloseAfter: time.Duration(o.svc.WindowCloseAfter), Entries: o.svc.LedgerEntries})
+	l, err := ledgercheck.NewModelWith(ledgercheck.Options{Period: period, CloseAfter: time.Duration(o.svc.WindowCloseAfter), Entries: o.svc.LedgerEntries})
 	if err != nil {
 		return 0, err
 	}
