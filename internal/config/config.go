@@ -1,6 +1,3 @@
-// Package config reads the service's configuration from environment
-// variables (envconfig) and checks all of it at once, so that an operator
-// sees every problem in one message instead of one per restart.
 package config
 
 import (
