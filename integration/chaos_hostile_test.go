@@ -41,7 +41,7 @@ type hostileSource struct {
 
 	mu      sync.Mutex
 	cl      *kgo.Client
-	ledger  *ledgercheck.Ledger
+	ledger  *ledgercheck.Model
 	records int
 	bursts  int
 }
@@ -65,7 +65,7 @@ func newHostileSource(t *testing.T, brokers []string, topic string, seed uint64,
 		closeAfter, _ = time.ParseDuration(p.closeAfter)
 		at = time.Date(2024, 6, 15, 12, 0, 0, 0, time.UTC)
 	}
-	l, err := ledgercheck.NewLedgerWith(ledgercheck.Options{Period: period, CloseAfter: closeAfter, Entries: p.entries})
+	l, err := ledgercheck.NewModelWith(ledgercheck.Options{Period: period, CloseAfter: closeAfter, Entries: p.entries})
 	if err != nil {
 		t.Fatal(err)
 	}

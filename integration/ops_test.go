@@ -36,6 +36,7 @@ import (
 	"github.com/billing/ledger/internal/mysqlconn"
 	"github.com/billing/ledger/internal/testcert"
 	"github.com/billing/ledger/internal/testenv"
+	"github.com/billing/ledger/internal/txsink/mysqldriver"
 )
 
 // opsEnv is testEnv (ledger_test.go) with the settings the operations tests
@@ -228,8 +229,7 @@ func opsPositions(t *testing.T, e *opsEnv) map[int32]int64 {
 		Next      int64 `db:"next_offset"`
 	}
 	err := e.db.Select(&rows, `SELECT kafka_partition, next_offset FROM partition_offsets WHERE consumer_group = ? AND kafka_topic = ?`, e.group, e.topic)
-	var me *mysql.MySQLError
-	if errors.As(err, &me) && me.Number == 1146 { // no table yet
+	if mysqldriver.NoSuchTable(err) { // no table yet
 		return map[int32]int64{}
 	}
 	if err != nil {
@@ -493,8 +493,7 @@ func opsDeadLetters(t *testing.T, db *sqlx.DB) []string {
 	t.Helper()
 	var reasons []string
 	if err := db.Select(&reasons, `SELECT reason FROM dead_letters ORDER BY id`); err != nil {
-		var me *mysql.MySQLError
-		if errors.As(err, &me) && me.Number == 1146 {
+		if mysqldriver.NoSuchTable(err) {
 			return nil
 		}
 		t.Fatal(err)

@@ -33,6 +33,7 @@ import (
 
 	"github.com/billing/ledger/internal/ledgerstatus"
 	"github.com/billing/ledger/internal/testenv"
+	"github.com/billing/ledger/internal/txsink"
 )
 
 // stMerge returns the union of maps, later ones winning.
@@ -268,8 +269,8 @@ func TestStandbyReadyAndStatus(t *testing.T) {
 	// Branches in doubt: a prepared branch whose qualifier carries this
 	// ledger's id is listed with its age and no decision; one of another
 	// ledger on the same server is only counted.
-	var ledgerID string
-	if err := e.db.Get(&ledgerID, `SELECT ledger_id FROM ledger_identity`); err != nil {
+	var ledger txsink.Identity
+	if err := e.db.QueryRow(`SELECT ledger_id, secret FROM ledger_identity`).Scan(&ledger.ID, &ledger.Secret); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.db.Exec(`CREATE TABLE xa_probe (id INT PRIMARY KEY)`); err != nil {
@@ -299,8 +300,13 @@ func TestStandbyReadyAndStatus(t *testing.T) {
 			}
 		})
 	}
-	prepare(1, "p0-c1-l"+ledgerID+"-mx")
-	prepare(2, "p0-c1-l0123456789abcdef-mx")
+	// This ledger's branch carries a MAC under its secret; one that names
+	// its id with a MAC nobody can check (forged by another account) is
+	// another's, as for recovery.
+	other := txsink.Identity{ID: "0123456789abcdef", Secret: []byte("another ledger")}
+	prepare(1, ledger.Xid(gtrid(1), txsink.Qualifier{Participant: 0, Conn: 1, Ledger: ledger.ID}).Bqual)
+	prepare(2, other.Xid(gtrid(2), txsink.Qualifier{Participant: 0, Conn: 1, Ledger: other.ID}).Bqual)
+	prepare(3, "p0-c1-l"+ledger.ID+"-mx")
 	r3 := stStatus(t, e, nil)
 	var mine []ledgerstatus.InDoubtEntry
 	for _, b := range r3.InDoubt {
@@ -311,12 +317,12 @@ func TestStandbyReadyAndStatus(t *testing.T) {
 	if len(mine) != 1 || mine[0].Gtrid != gtrid(1) || mine[0].Ledger != "this" || mine[0].Decision != "" || mine[0].AgeSeconds < 50 {
 		t.Errorf("this ledger's branches in doubt = %+v; want %s, about a minute old, undecided", mine, gtrid(1))
 	}
-	if r3.OtherLedgersInDoubt == nil || *r3.OtherLedgersInDoubt < 1 {
-		t.Errorf("the other ledger's branch is not counted: %v", r3.OtherLedgersInDoubt)
+	if r3.OtherLedgersInDoubt == nil || *r3.OtherLedgersInDoubt < 2 {
+		t.Errorf("the other ledger's branch and the forged one are not counted: %v", r3.OtherLedgersInDoubt)
 	}
 	for _, b := range r3.InDoubt {
-		if b.Gtrid == gtrid(2) {
-			t.Errorf("another ledger's branch listed as this one's: %+v", b)
+		if b.Gtrid == gtrid(2) || b.Gtrid == gtrid(3) {
+			t.Errorf("another ledger's branch (or a forged one) listed as this one's: %+v", b)
 		}
 	}
 }

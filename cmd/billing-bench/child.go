@@ -15,16 +15,17 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/billing/ledger/cmd/billing-bench/internal/naive"
 	"github.com/billing/ledger/internal/config"
 	"github.com/billing/ledger/internal/event"
-	"github.com/billing/ledger/internal/naive"
 	"github.com/billing/ledger/internal/pipeline"
+	"github.com/billing/ledger/internal/service"
 	"github.com/billing/ledger/internal/txsink"
-	"github.com/billing/ledger/internal/txsink/mysqldriver"
 )
 
 // Every variant of the measurement runs in a child process of the bench
@@ -181,22 +182,15 @@ func (c *collector) waitFor(n int64, timeout time.Duration) bool {
 // child runs one mode and writes its reports to stdout.
 func child(spec childSpec) error {
 	registerCountingNet()
-	for k, v := range spec.ServiceEnv {
-		os.Setenv(k, v)
-	}
-	os.Setenv("KAFKA_BROKERS", strings.Join(spec.Brokers, ","))
-	os.Setenv("KAFKA_TOPIC", spec.Topic)
-	os.Setenv("KAFKA_GROUP", spec.Group)
 	dsn := spec.DSN
 	if dsn == "" {
 		dsn = "bench:bench@tcp(127.0.0.1:3306)/unused"
 	}
-	os.Setenv("MYSQL_DSN", dsn)
-	os.Setenv("HTTP_ADDR", "")
-	cfg, err := config.Load()
+	cfg, err := serviceConfig(spec.ServiceEnv, spec.Brokers, dsn)
 	if err != nil {
 		return err
 	}
+	cfg.KafkaTopic, cfg.KafkaGroup = spec.Topic, spec.Group
 	if _, ok := os.LookupEnv("GOMEMLIMIT"); !ok && spec.Mode == modeService && spec.MemLimit > 0 {
 		debug.SetMemoryLimit(spec.MemLimit) // as cmd/billing does
 	}
@@ -370,24 +364,29 @@ func (c *topicChunks) chunk(ctx context.Context, n int) ([]pipeline.Record, erro
 	return out, nil
 }
 
-// ledger is the sink and the servers of the benchmark's ledger.
-type ledger struct {
-	sink *txsink.Sink
-	db   *mysqldriver.Driver
-}
-
-func (l ledger) Close() {
-	l.sink.Close()
-	l.db.Close()
-}
-
-func openSink(ctx context.Context, spec childSpec, cfg config.Config) (ledger, error) {
-	sink, db, err := mysqldriver.OpenSink(ctx, []string{spec.DSN}, cfg.MySQL(), cfg.Sink(childLogger()))
-	return ledger{sink, db}, err
-}
-
-func pipelineConfig(cfg config.Config, onCheckpoint func(pipeline.CheckpointInfo)) pipeline.Config {
-	return cfg.Pipeline([]kgo.Opt{kgo.SeedBrokers(cfg.KafkaBrokers...)}, childLogger(), onCheckpoint)
+// openLedger opens the benchmark's ledger as the service opens its own
+// (service.OpenLedger: migrations checked, grants checked, the sink on the
+// ledger's clock) and stores or checks the period settings, and returns
+// the pipeline configuration the service would run with, hooked to
+// onCheckpoint.
+func openLedger(ctx context.Context, cfg config.Config, onCheckpoint func(pipeline.CheckpointInfo)) (*service.Ledger, pipeline.Config, error) {
+	log := childLogger()
+	dsns, err := service.ResolveDSNs(cfg, log)
+	if err != nil {
+		return nil, pipeline.Config{}, err
+	}
+	l, err := service.OpenLedger(ctx, cfg, dsns, nil, log, nil)
+	if err != nil {
+		return nil, pipeline.Config{}, err
+	}
+	_, schedule, err := l.Periods(ctx, cfg, log)
+	if err != nil {
+		l.Close()
+		return nil, pipeline.Config{}, err
+	}
+	pc := service.PipelineConfig(cfg, nil, log, onCheckpoint)
+	pc.Clock, pc.Window = l.Clock.Now, schedule
+	return l, pc, nil
 }
 
 // sinkOnly feeds checkpoints to the checkpoint protocol without Kafka in
@@ -408,7 +407,18 @@ func sinkOnly(spec childSpec, cfg config.Config) (childResult, error) {
 	defer closeSource()
 	ctx, cancel := context.WithTimeout(context.Background(), spec.Timeout)
 	defer cancel()
-	l, err := openSink(ctx, spec, cfg)
+	col := newCollector()
+	var busy time.Duration // checkpoint time so far: the stopped clock
+	start := time.Now()
+	l, pc, err := openLedger(ctx, cfg, func(info pipeline.CheckpointInfo) {
+		logCheckpoint(info)
+		busy += info.Duration
+		if info.Err != nil && !info.Decided {
+			col.fail()
+			return
+		}
+		col.add(unit{end: start.Add(busy), dur: info.Duration, records: info.Records, counted: info.Counted, phases: info.Phases}, time.Time{}, nil)
+	})
 	if err != nil {
 		return res, err
 	}
@@ -417,7 +427,7 @@ func sinkOnly(spec childSpec, cfg config.Config) (childResult, error) {
 	for p := range spec.Ends {
 		parts = append(parts, p)
 	}
-	pos, err := l.sink.Claim(ctx, parts)
+	pos, err := l.Sink.Claim(ctx, parts)
 	if err != nil {
 		return res, err
 	}
@@ -434,19 +444,8 @@ func sinkOnly(spec childSpec, cfg config.Config) (childResult, error) {
 	var cleanup sync.WaitGroup
 	defer cleanup.Wait()
 	defer stopCleanup()
-	cleanup.Go(func() { pipeline.Cleanup(jctx, pipelineConfig(cfg, nil), pipeline.Pools(l.db), cfg.MySQLBranches) })
-	col := newCollector()
-	var busy time.Duration // checkpoint time so far: the stopped clock
-	start := time.Now()
-	bc, err := pipeline.NewCheckpointer(pipelineConfig(cfg, func(info pipeline.CheckpointInfo) {
-		logCheckpoint(info)
-		busy += info.Duration
-		if info.Err != nil && !info.Decided {
-			col.fail()
-			return
-		}
-		col.add(unit{end: start.Add(busy), dur: info.Duration, records: info.Records, counted: info.Counted, phases: info.Phases}, time.Time{}, nil)
-	}), l.sink, pipeline.Pools(l.db))
+	cleanup.Go(func() { pipeline.Cleanup(jctx, pc, pipeline.Pools(l.Driver), cfg.MySQLBranches) })
+	bc, err := pipeline.NewCheckpointer(pc, l.Sink, pipeline.Pools(l.Driver))
 	if err != nil {
 		return res, err
 	}
@@ -590,7 +589,14 @@ func (in *instance) stop() error {
 }
 
 // start runs the naive job or the service on topic, reporting to col.
-func start(spec childSpec, cfg config.Config, topic, group string, col *collector) (*instance, error) {
+// onStart, if not nil, is called once the instance starts consuming: for
+// the service when its pipeline starts, after the service's start-up
+// checks (the old child skipped them: the catch-up is timed from here, so
+// that its figures stay those of the pipeline), for the naive job at once.
+func start(spec childSpec, cfg config.Config, topic, group string, col *collector, onStart func()) (*instance, error) {
+	if onStart == nil {
+		onStart = func() {}
+	}
 	cfg.KafkaTopic, cfg.KafkaGroup = topic, group
 	ctx, cancel := context.WithCancel(context.Background())
 	in := &instance{runErr: make(chan error, 1), cancel: cancel}
@@ -616,15 +622,19 @@ func start(spec childSpec, cfg config.Config, topic, group string, col *collecto
 			return nil, err
 		}
 		run = func() error { return j.Run(ctx) }
+		onStart()
 		in.close = func() { j.Close(); db.Close() }
 		in.ready = func() bool { return true } // assigned at New
 	case modeService:
-		l, err := openSink(ctx, spec, cfg)
-		if err != nil {
-			cancel()
-			return nil, err
-		}
-		p, err := pipeline.New(pipelineConfig(cfg, func(info pipeline.CheckpointInfo) {
+		// The service as it ships (service.Run): TLS, SASL and the client
+		// id as configured, the migrations and grants checked, the
+		// ledger's clock and period settings, metrics and health; only
+		// HTTP_ADDR is empty.
+		var started atomic.Pointer[pipeline.Pipeline]
+		o := service.Options{Logger: childLogger(), OnStart: func(p *pipeline.Pipeline) {
+			started.Store(p)
+			onStart()
+		}, OnCheckpoint: func(info pipeline.CheckpointInfo) {
 			logCheckpoint(info)
 			if info.Err != nil && !info.Decided {
 				col.fail()
@@ -636,16 +646,14 @@ func start(spec childSpec, cfg config.Config, topic, group string, col *collecto
 				cut[c.Partition] = c.NextOffset
 			}
 			col.add(unit{end: now, dur: info.Duration, records: info.Records, counted: info.Counted, phases: info.Phases, cut: cut}, now, info.RecordTimes)
-		}), l.sink, pipeline.Pools(l.db))
-		if err != nil {
-			cancel()
-			l.Close()
-			return nil, err
-		}
-		run = func() error { return p.Run(ctx) }
-		in.close = l.Close
+		}}
+		run = func() error { return service.Run(ctx, cfg, o) }
+		in.close = func() {}
 		parts := int64(len(spec.Ends))
-		in.ready = func() bool { return p.Stats().AssignedParts.Load() == parts }
+		in.ready = func() bool {
+			p := started.Load()
+			return p != nil && p.Stats().AssignedParts.Load() == parts
+		}
 	}
 	go func() { in.runErr <- run() }()
 	return in, nil
@@ -672,15 +680,16 @@ func streaming(spec childSpec, cfg config.Config, cmds <-chan string) (childResu
 	if err != nil {
 		return res, err
 	}
-	rt0, kinds0 := roundTrips.snapshot() // storing the steady keys is not the catch-up's
 	stopProfile := startCPUProfile(spec.CPUProfile)
 	cpu := newCPUMeter(spec.Watch)
-	begin := time.Now()
-	in, err := start(spec, cfg, spec.Topic, spec.Group, col)
+	var mark startMark // storing the steady keys is not the catch-up's
+	mark.take()
+	in, err := start(spec, cfg, spec.Topic, spec.Group, col, mark.take)
 	if err != nil {
 		return res, err
 	}
 	caughtUp := waitOrFail(col, spec.Records, spec.Timeout, in.runErr)
+	begin, rt0, kinds0 := mark.get()
 	res.CatchUpS = time.Since(begin).Seconds()
 	res.CPU = cpu.cores()
 	stopPacing()
@@ -714,7 +723,7 @@ func streaming(spec childSpec, cfg config.Config, cmds <-chan string) (childResu
 		col.mu.Lock()
 		col.live, col.committed = true, 0
 		col.mu.Unlock()
-		live, err = start(spec, cfg, spec.LiveTopic, spec.Group+"-live", col)
+		live, err = start(spec, cfg, spec.LiveTopic, spec.Group+"-live", col, nil)
 		if err != nil {
 			res.Err = "live instance: " + err.Error()
 		} else {
@@ -762,6 +771,27 @@ func streaming(spec childSpec, cfg config.Config, cmds <-chan string) (childResu
 		}
 	}
 	return res, nil
+}
+
+// startMark is when a catch-up starts and the SQL round trips so far.
+type startMark struct {
+	mu    sync.Mutex
+	at    time.Time
+	rt    int64
+	kinds map[string]int64
+}
+
+func (m *startMark) take() {
+	rt, kinds := roundTrips.snapshot()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.at, m.rt, m.kinds = time.Now(), rt, kinds
+}
+
+func (m *startMark) get() (time.Time, int64, map[string]int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.at, m.rt, m.kinds
 }
 
 // waitOrFail waits until n records are committed, the timeout passes, or

@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/billing/ledger/internal/ledgercheck"
+	"github.com/billing/ledger/internal/service"
 	"github.com/billing/ledger/internal/txsink"
 	"github.com/billing/ledger/internal/txsink/mysqldriver"
 )
@@ -77,7 +78,7 @@ func produceHostile(ctx context.Context, o *options, adm *kadm.Client, topic, ex
 	if err != nil {
 		return 0, err
 	}
-	l, err := ledgercheck.NewLedgerWith(ledgercheck.Options{Period: period, CloseAfter: time.Duration(o.svc.WindowCloseAfter), Entries: o.svc.LedgerEntries})
+	l, err := ledgercheck.NewModelWith(ledgercheck.Options{Period: period, CloseAfter: time.Duration(o.svc.WindowCloseAfter), Entries: o.svc.LedgerEntries})
 	if err != nil {
 		return 0, err
 	}
@@ -159,7 +160,7 @@ func decisionRate(ctx context.Context, o *options, db string, k int) (rate, p50,
 	}
 	var sinks []*txsink.Sink
 	for i := range k {
-		s, d, err := mysqldriver.OpenSink(ctx, []string{dsn}, o.svc.MySQL(), o.svc.Sink(quietLogger()))
+		s, d, err := mysqldriver.OpenSink(ctx, []string{dsn}, service.MySQLOptions(o.svc), service.SinkConfig(o.svc, quietLogger()))
 		if err != nil {
 			return 0, 0, 0, 0, err
 		}

@@ -1,34 +1,3 @@
-// Command billing-bench measures the billing service against its limits and
-// against the naive approach it replaces, on one Kafka broker and one MySQL
-// server (`make bench`; docs/performance.md has the method and the figures).
-//
-// For each workload variant it produces the workload once into a fresh topic
-// (by running billing-gen: Zipf-skewed accounts, 5% exact duplicates, 6
-// partitions, no malformed records) and then runs, each in a child process
-// of its own (re-executed with -child) and each into a fresh database:
-//
-//   - consume-only: a plain franz-go consumer that only reads the topic
-//     (the Kafka side of the limit);
-//   - sink-only: the service's checkpoint protocol (dedup, upserts, XA
-//     prepare, fenced decision, XA commit) on the pre-decoded records,
-//     without Kafka (the MySQL side of the limit); it runs after the
-//     service and replays the service's checkpoints (replay.go);
-//   - naive: internal/naive, the at-least-once batch job;
-//   - service: the pipeline with exactly-once on, in-process.
-//
-// Each streaming variant first catches up with the backlog (throughput,
-// checkpoint or batch durations, SQL round trips), is checked against the
-// generator's expected ledger, and then follows a live phase in which the
-// parent produces at a fixed rate (end-to-end latency: record timestamp →
-// the commit that makes it visible). Peak RSS is the child's VmHWM. SQL
-// round trips are counted by a dialer that sees every command the MySQL
-// driver sends.
-//
-// The service runs with the service's own configuration: the defaults of
-// internal/config, overridden by the environment and by -service-env.
-//
-// Everything is bounded: -events, -timeout per phase, -live-seconds. Topics
-// and databases are deleted at the end unless -keep.
 package main
 
 import (
@@ -54,6 +23,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/billing/ledger/internal/config"
+	"github.com/billing/ledger/internal/service"
 )
 
 type options struct {
@@ -150,7 +120,7 @@ func main() {
 	flag.StringVar(&o.out, "out", "", "directory for results, logs and profiles (default bench-results/<time>)")
 	flag.BoolVar(&o.profile, "profile", false, "write CPU and heap profiles of the naive and service catch-up")
 	flag.BoolVar(&o.keep, "keep", false, "keep topics and databases")
-	flag.Int64Var(&o.memLimit, "service-memlimit", 400<<20, "Go soft memory limit of the service mode in bytes unless GOMEMLIMIT is set, as cmd/billing sets it (0: none)")
+	flag.Int64Var(&o.memLimit, "service-memlimit", service.DefaultMemoryLimit, "Go soft memory limit of the service mode in bytes unless GOMEMLIMIT is set, as cmd/billing sets it (0: none)")
 	flag.IntVar(&o.repeat, "repeat", 1, "measure every mode this many times, interleaved; the table shows the median run and the range")
 	flag.StringVar(&o.topic, "topic", "", "measure an existing topic (kept) instead of producing one, e.g. from an earlier -keep run; needs -expected and one variant")
 	flag.StringVar(&o.expected, "expected", "", "billing-gen's expected ledger of -topic")
@@ -218,7 +188,7 @@ func main() {
 	if o.events < 1 || o.events > 100_000_000 || o.partitions < 1 || o.liveRate <= 0 {
 		fatalf("-events must be 1..1e8, -partitions and -live-rate positive")
 	}
-	svc, err := serviceConfig(o.serviceEnv)
+	svc, err := serviceConfig(o.serviceEnv, o.brokers, "bench:bench@tcp(127.0.0.1:3306)/bench")
 	if err != nil {
 		fatalf("service configuration: %v", err)
 	}
@@ -271,24 +241,21 @@ func fatalf(format string, args ...any) {
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-// serviceConfig is the service's configuration as config.Load sees it with
-// the environment plus env; brokers and DSN are placeholders here (each
-// child sets its own).
-func serviceConfig(env map[string]string) (config.Config, error) {
-	for k, v := range env {
-		os.Setenv(k, v)
+// serviceConfig is the service's configuration as the bench runs it: its
+// defaults (config.Defaults), the settings the environment sets, then
+// those of env (-service-env and the variant's), on brokers and the
+// ledger at dsn, without HTTP endpoints. The parent sizes the naive job
+// and sink-only from it (brokers and DSN placeholders), each child runs
+// the service on it.
+func serviceConfig(env map[string]string, brokers []string, dsn string) (config.Config, error) {
+	settings := config.Environment()
+	maps.Copy(settings, env)
+	cfg, err := config.Defaults().With(settings)
+	if err != nil {
+		return cfg, err
 	}
-	if os.Getenv("KAFKA_BROKERS") == "" {
-		os.Setenv("KAFKA_BROKERS", "127.0.0.1:9092")
-	}
-	saved, had := os.LookupEnv("MYSQL_DSN")
-	os.Setenv("MYSQL_DSN", "bench:bench@tcp(127.0.0.1:3306)/bench")
-	defer func() {
-		if had {
-			os.Setenv("MYSQL_DSN", saved)
-		}
-	}()
-	return config.Load()
+	cfg.KafkaBrokers, cfg.MySQLDSN, cfg.HTTPAddr = brokers, dsn, ""
+	return cfg, cfg.Validate()
 }
 
 // measurement is one mode of one variant, as reported.

@@ -329,7 +329,8 @@ events/s: sustained catch-up rate (records after the first checkpoint/batch/poll
   are taken per repetition, then their median.
 e2e: record timestamp → commit that makes it visible, in the live phase. unit: checkpoint (service,
   sink-only), batch (naive), poll (consume-only), catch-up phase. SQL RT/unit: client commands sent
-  per unit in the catch-up (start-up and background work included). failed: aborted checkpoint
+  per unit in the catch-up (the pipeline's start and background work included; the service's
+  start-up checks, migrations, grants, clock and period settings, are not). failed: aborted checkpoint
   attempts. peak RSS: VmHWM of the child process. cores: CPU used during the catch-up by the child,
   the MySQL server and the broker (when they run on this machine), in cores; stall: share of that
   time in which some runnable task on the machine waited for a CPU (/proc/pressure/cpu), a measure

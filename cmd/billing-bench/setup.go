@@ -22,9 +22,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/billing/ledger/cmd/billing-bench/internal/naive"
 	"github.com/billing/ledger/internal/ledgercheck"
 	"github.com/billing/ledger/internal/metrics"
-	"github.com/billing/ledger/internal/naive"
 	"github.com/billing/ledger/internal/txsink/mysqldriver"
 	"github.com/billing/ledger/migrations"
 )

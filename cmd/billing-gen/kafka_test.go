@@ -132,7 +132,7 @@ func TestAgainstKafka(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := ledgercheck.NewLedgerWith(ledgercheck.Options{Period: period})
+	l, err := ledgercheck.NewModelWith(ledgercheck.Options{Period: period})
 	if err != nil {
 		t.Fatal(err)
 	}

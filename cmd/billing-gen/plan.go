@@ -150,7 +150,7 @@ type generator struct {
 	rng      *rand.Rand
 	zipf     *rand.Zipf
 	part     kgo.TopicPartitioner
-	ledger   *ledgercheck.Ledger
+	ledger   *ledgercheck.Model
 	stats    ledgercheck.Produced
 	pending  pendingHeap
 	seq      uint64
@@ -189,7 +189,7 @@ func (c *genConfig) windowSeconds() int64 {
 // partition the expected ledger splits windows and adjustments exactly:
 // the records are its log, in order.
 func newGenerator(cfg genConfig) (*generator, error) {
-	ledger, err := ledgercheck.NewLedgerWith(ledgercheck.Options{Period: cfg.Period, CloseAfter: cfg.CloseAfter,
+	ledger, err := ledgercheck.NewModelWith(ledgercheck.Options{Period: cfg.Period, CloseAfter: cfg.CloseAfter,
 		SplitExact: cfg.Partitions == 1, Entries: cfg.Entries})
 	if err != nil {
 		return nil, err

@@ -153,7 +153,7 @@ func replay(t *testing.T, cfg genConfig, recs []record, order func(perPart [][]r
 		}
 		perPart[p] = append(perPart[p], r)
 	}
-	l, err := ledgercheck.NewLedgerWith(ledgercheck.Options{Period: cfg.Period})
+	l, err := ledgercheck.NewModelWith(ledgercheck.Options{Period: cfg.Period})
 	if err != nil {
 		t.Fatal(err)
 	}

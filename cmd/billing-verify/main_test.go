@@ -47,7 +47,7 @@ func TestRunExitCodes(t *testing.T) {
 	t.Setenv("MYSQL_SHARD_DSNS", "")
 	dir := t.TempDir()
 	good := filepath.Join(dir, "expected.json")
-	l, _ := ledgercheck.NewLedger(time.Hour)
+	l, _ := ledgercheck.NewModel(time.Hour)
 	if err := ledgercheck.WriteFile(good, l.Expected()); err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func TestPeriodSettingsComeFromTheLedger(t *testing.T) {
 	defer d.Close()
 	dir := t.TempDir()
 	file := filepath.Join(dir, "expected.json")
-	l, _ := ledgercheck.NewLedger(time.Hour)
+	l, _ := ledgercheck.NewModel(time.Hour)
 	if err := ledgercheck.WriteFile(file, l.Expected()); err != nil {
 		t.Fatal(err)
 	}

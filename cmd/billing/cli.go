@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/billing/ledger/internal/config"
+	"github.com/billing/ledger/internal/service"
 )
 
 // cliFlags is a subcommand's flag set and its help. Every subcommand parses
@@ -99,7 +100,7 @@ func withConfig(stderr io.Writer, scope config.Scope, fn func(ctx context.Contex
 		}
 		return 1
 	}
-	log := newLogger(cfg, stderr)
+	log := service.NewLogger(cfg, stderr)
 	ctx, stop := signalContext(log)
 	defer stop()
 	return fn(ctx, cfg, log)

@@ -10,12 +10,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jmoiron/sqlx"
-
 	"github.com/billing/ledger/internal/config"
 	"github.com/billing/ledger/internal/ledgercheck"
-	"github.com/billing/ledger/internal/mysqlconn"
+	"github.com/billing/ledger/internal/ledgercompare"
 	"github.com/billing/ledger/internal/periods"
+	"github.com/billing/ledger/internal/service"
+	"github.com/billing/ledger/internal/txsink/mysqldriver"
 )
 
 // Exit statuses of billing compare (and billing status, which uses 0 and
@@ -108,11 +108,11 @@ func compareScope() config.Scope {
 		config.Scope{"KAFKA_TOPIC", "BILLING_WINDOW", "BILLING_TIMEZONE", "WINDOW_CLOSE_AFTER"})
 }
 
-// compareLedgers reads both ledgers (dead letters of topic, every topic
-// when empty) and compares them, this one taken as the reference. bar, if
-// not nil, shows the rows read.
+// compareLedgers opens both ledgers and compares them (package
+// ledgercompare), this one taken as the reference; dead letters of topic,
+// every topic when empty. bar, if not nil, shows the rows read.
 func compareLedgers(ctx context.Context, cfg config.Config, log *slog.Logger, otherDSNs []string, topic string, bar *termProgress) (*ledgercheck.Report, error) {
-	dsns, err := resolveMySQL(cfg, log)
+	dsns, err := service.ResolveDSNs(cfg, log)
 	if err != nil {
 		return nil, err
 	}
@@ -120,105 +120,35 @@ func compareLedgers(ctx context.Context, cfg config.Config, log *slog.Logger, ot
 	if err != nil {
 		return nil, fmt.Errorf("--other-dsn: %w", err)
 	}
-	var before int64 // rows read from the ledgers before this one
-	read := func(which string, dsns []string) (*ledgercheck.Actual, periods.Stored, error) {
-		bar.describe("reading " + which)
-		var dbs []*sqlx.DB
-		defer func() { closeAll(dbs) }()
-		for i, dsn := range dsns {
-			db, err := ledgercheck.OpenDB(ctx, dsn)
-			if err != nil {
-				return nil, nil, fmt.Errorf("%s, server %d: %w", which, i, mysqlconn.AccessDenied(dsn, err))
-			}
-			dbs = append(dbs, db)
-		}
-		stored, err := periods.Read(ctx, dbs[0])
-		if err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", which, mysqlconn.AccessDenied(dsns[0], err))
-		}
-		var n int64
-		act, err := ledgercheck.ReadActualProgress(ctx, dbs, topic, false, func(rows int64) {
-			n = rows
-			bar.set(before + rows)
-		})
-		before += n
-		if err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", which, err)
-		}
-		return act, stored, nil
-	}
-	ref, refPeriods, err := read("this ledger", dsns)
+	this, err := openLedger(ctx, "this ledger", dsns)
 	if err != nil {
 		return nil, err
 	}
-	act, actPeriods, err := read("the other ledger", resolved)
+	defer closeAll(this.DBs)
+	other, err := openLedger(ctx, "the other ledger", resolved)
 	if err != nil {
 		return nil, err
 	}
-	settings, err := comparedPeriods(cfg, log, refPeriods, actPeriods)
-	if err != nil {
-		return nil, err
-	}
-	return ledgercheck.Compare(asExpected(ref, topic, settings), act), nil
+	defer closeAll(other.DBs)
+	return ledgercompare.Compare(ctx, this, other, ledgercompare.Options{Topic: topic, Log: log,
+		Environment: periods.Settings{Period: cfg.Period(), Close: cfg.WindowCloseAfter > 0},
+		Progress: func(what string, rows int64) {
+			bar.describe(what)
+			bar.set(rows)
+		}})
 }
 
-// comparedPeriods are the period settings the two ledgers are compared
-// under: the ledgers' own (stored in each, ledger_periods), which must be
-// the same; this environment's only for ledgers that have none stored
-// (older, never started by this version), with a warning.
-func comparedPeriods(cfg config.Config, log *slog.Logger, ref, other periods.Stored) (periods.Settings, error) {
-	switch {
-	case len(ref) > 0 && len(other) > 0:
-		if a, b := ref.Describe(), other.Describe(); a != b || ref.Current().Close != other.Current().Close {
-			return periods.Settings{}, fmt.Errorf("the two ledgers have different period settings (this one: %s, windows close: %v; the other: %s, windows close: %v): their windows cannot be compared",
-				a, ref.Current().Close, b, other.Current().Close)
+// openLedger opens a small pool on each server of a ledger (which names
+// it in errors).
+func openLedger(ctx context.Context, which string, dsns []string) (ledgercompare.Servers, error) {
+	l := ledgercompare.Servers{DSNs: dsns}
+	for i, dsn := range dsns {
+		db, err := ledgercheck.OpenDB(ctx, dsn)
+		if err != nil {
+			closeAll(l.DBs)
+			return ledgercompare.Servers{}, fmt.Errorf("%s, server %d: %w", which, i, mysqldriver.AccessDenied(dsn, err))
 		}
-		return ref.Current(), nil
-	case len(ref) > 0:
-		log.Warn("the other ledger has no period settings stored; compared under this ledger's", "windows", ref.Describe())
-		return ref.Current(), nil
-	case len(other) > 0:
-		log.Warn("this ledger has no period settings stored; compared under the other ledger's", "windows", other.Describe())
-		return other.Current(), nil
+		l.DBs = append(l.DBs, db)
 	}
-	log.Warn("neither ledger has period settings stored (older ledgers, never started by this version): compared under this environment's BILLING_WINDOW, BILLING_TIMEZONE and WINDOW_CLOSE_AFTER",
-		"window", cfg.BillingWindow, "timezone", cfg.BillingTimezone, "window_close_after", time.Duration(cfg.WindowCloseAfter))
-	return periods.Settings{Period: cfg.Period(), Close: cfg.WindowCloseAfter > 0}, nil
-}
-
-// asExpected turns the rows of a ledger into the expectation another
-// ledger is compared with. Rows of one key read from two servers (which
-// placement by hash never produces) are added up, so the sum is what the
-// comparison sees.
-func asExpected(a *ledgercheck.Actual, topic string, s periods.Settings) *ledgercheck.Expected {
-	// With windows that close, which events are late depends on when each
-	// ledger read which partition: each window is compared as the sum of
-	// its row and its adjustment.
-	exp := &ledgercheck.Expected{Version: ledgercheck.FileVersion, Topic: topic, Window: s.Period.Unit(), Timezone: s.Period.Zone(),
-		WindowsClose: s.Close, DeadLetters: map[string]int64{}}
-	balances := map[ledgercheck.BalanceKey]int{}
-	for _, b := range a.Balances {
-		if i, ok := balances[b.Key()]; ok {
-			exp.Balances[i].BalanceMinor += b.BalanceMinor
-			exp.Balances[i].EventCount += b.EventCount
-		} else {
-			balances[b.Key()] = len(exp.Balances)
-			exp.Balances = append(exp.Balances, b.BalanceRow)
-		}
-		exp.EventsValid += b.EventCount
-	}
-	windows := map[ledgercheck.WindowKey]int{}
-	for _, w := range append(slices.Clip(a.Windows), a.Adjustments...) {
-		if i, ok := windows[w.Key()]; ok {
-			exp.Windows[i].AmountMinor += w.AmountMinor
-			exp.Windows[i].EventCount += w.EventCount
-		} else {
-			windows[w.Key()] = len(exp.Windows)
-			exp.Windows = append(exp.Windows, w.WindowRow)
-		}
-	}
-	for _, d := range a.DeadLetters {
-		exp.DeadLetters[d.Reason]++
-	}
-	return exp
+	return l, nil
 }

@@ -1,11 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -17,19 +14,16 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
-	"unicode"
 	"unicode/utf8"
-
-	"github.com/billing/ledger/internal/dedup"
-	"github.com/billing/ledger/internal/stmt"
-
-	"github.com/billing/ledger/internal/deadletters"
 
 	"github.com/jmoiron/sqlx"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/billing/ledger/internal/config"
-	"github.com/billing/ledger/internal/event"
+	"github.com/billing/ledger/internal/deadletters"
+	"github.com/billing/ledger/internal/reinject"
+	"github.com/billing/ledger/internal/safetext"
+	"github.com/billing/ledger/internal/service"
 	"github.com/billing/ledger/internal/txsink/mysqldriver"
 )
 
@@ -52,9 +46,6 @@ an event id that is already counted (present and unexpired in dedup_keys);
 
 billing deadletters COMMAND --help describes one command.
 `
-
-// errRefused marks a refusal (exit status 1, no stack of wrapping).
-var errRefused = errors.New("refused")
 
 // deadLetters runs `billing deadletters ...`. It returns the exit status.
 func deadLetters(args []string, stdout, stderr io.Writer) int {
@@ -99,43 +90,11 @@ func dlRun(fs *cliFlags, scope config.Scope, stdout, stderr io.Writer, fn func(c
 	})
 }
 
-// dlID names a dead letter: its server (index in the DSN list) and its id
-// there (ids are per server).
-type dlID struct {
-	server int
-	id     int64
-}
-
-func (d dlID) String() string {
-	if d.server == 0 {
-		return strconv.FormatInt(d.id, 10)
-	}
-	return fmt.Sprintf("%d:%d", d.server, d.id)
-}
-
-func parseDLID(s string) (dlID, error) {
-	var d dlID
-	idPart := s
-	if srv, rest, ok := strings.Cut(s, ":"); ok {
-		n, err := strconv.Atoi(srv)
-		if err != nil || n < 0 {
-			return d, usageError{fmt.Errorf("bad dead letter id %q: want N or S:N", s)}
-		}
-		d.server, idPart = n, rest
-	}
-	id, err := strconv.ParseInt(idPart, 10, 64)
-	if err != nil || id < 1 {
-		return d, usageError{fmt.Errorf("bad dead letter id %q: want N or S:N", s)}
-	}
-	d.id = id
-	return d, nil
-}
-
 // openServers resolves the MySQL connection settings and opens a small
 // pool on every server (DSNs with the password file and TLS applied; the
 // DSNs are returned in the same order, never to be logged unredacted).
 func openServers(cfg config.Config, log *slog.Logger) ([]*sqlx.DB, []string, error) {
-	dsns, err := resolveMySQL(cfg, log)
+	dsns, err := service.ResolveDSNs(cfg, log)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -214,8 +173,8 @@ func listDeadLetters(ctx context.Context, cfg config.Config, log *slog.Logger, r
 		if r.ReinjectedAt.Valid {
 			reinj = r.ReinjectedAt.Time.UTC().Format(time.RFC3339)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s/%d/%d\t%s\t%d\t%s\n", dlID{r.server, r.ID}, r.CreatedAt.UTC().Format(time.RFC3339),
-			safeText(r.Reason, 64), safeText(r.Topic, 64), r.Partition, r.Offset, safeBytes(r.EventID, 40), r.PayloadSize, reinj)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s/%d/%d\t%s\t%d\t%s\n", reinject.ID{Server: r.server, N: r.ID}, r.CreatedAt.UTC().Format(time.RFC3339),
+			safetext.Text(r.Reason, 64), safetext.Text(r.Topic, 64), r.Partition, r.Offset, safetext.Bytes(r.EventID, 40), r.PayloadSize, reinj)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -226,18 +185,13 @@ func listDeadLetters(ctx context.Context, cfg config.Config, log *slog.Logger, r
 	return nil
 }
 
-func loadDL(ctx context.Context, dbs []*sqlx.DB, id dlID) (*dlRow, error) {
-	if id.server >= len(dbs) {
-		return nil, fmt.Errorf("%w: no server %d (MYSQL_DSN is 0, MYSQL_SHARD_DSNS are 1..%d)", errRefused, id.server, len(dbs)-1)
+// pools are the servers' dead letters and dedup keys (package reinject).
+func pools(dbs []*sqlx.DB) []reinject.Server {
+	out := make([]reinject.Server, len(dbs))
+	for i, db := range dbs {
+		out[i] = reinject.Pool(db)
 	}
-	r, err := deadletters.Get(ctx, dbs[id.server], id.id)
-	if errors.Is(err, deadletters.ErrNotFound) {
-		return nil, fmt.Errorf("%w: no dead letter %s", errRefused, id)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read dead letter %s: %w", id, err)
-	}
-	return &dlRow{*r, id.server}, nil
+	return out
 }
 
 func dlShow(args []string, stdout, stderr io.Writer) int {
@@ -249,7 +203,7 @@ func dlShow(args []string, stdout, stderr io.Writer) int {
 	if done {
 		return code
 	}
-	id, err := parseDLID(pos[0])
+	id, err := reinject.ParseID(pos[0])
 	if err != nil {
 		return fs.fail(stderr, err)
 	}
@@ -258,24 +212,24 @@ func dlShow(args []string, stdout, stderr io.Writer) int {
 	})
 }
 
-func showDeadLetter(ctx context.Context, cfg config.Config, log *slog.Logger, id dlID, maxBytes int, out string, stdout io.Writer) error {
+func showDeadLetter(ctx context.Context, cfg config.Config, log *slog.Logger, id reinject.ID, maxBytes int, out string, stdout io.Writer) error {
 	dbs, _, err := openServers(cfg, log)
 	if err != nil {
 		return err
 	}
 	defer closeAll(dbs)
-	r, err := loadDL(ctx, dbs, id)
+	r, err := reinject.Load(ctx, pools(dbs), id)
 	if err != nil {
 		return err
 	}
 	reinj := "-"
 	if r.ReinjectedAt.Valid {
-		reinj = r.ReinjectedAt.Time.UTC().Format(time.RFC3339Nano) + " by " + safeText(r.ReinjectedBy.String, 255)
+		reinj = r.ReinjectedAt.Time.UTC().Format(time.RFC3339Nano) + " by " + safetext.Text(r.ReinjectedBy.String, 255)
 		if r.ReinjectedForced.Bool {
 			reinj += " (forced)"
 		}
 		if r.ReinjectedPartition.Valid && r.ReinjectedOffset.Valid {
-			reinj += fmt.Sprintf(" to %s/%d/%d", safeText(r.Topic, 256), r.ReinjectedPartition.Int32, r.ReinjectedOffset.Int64)
+			reinj += fmt.Sprintf(" to %s/%d/%d", safetext.Text(r.Topic, 256), r.ReinjectedPartition.Int32, r.ReinjectedOffset.Int64)
 		} else {
 			reinj += " (produce not confirmed)"
 		}
@@ -286,12 +240,12 @@ func showDeadLetter(ctx context.Context, cfg config.Config, log *slog.Logger, id
 	tw := tabwriter.NewWriter(stdout, 0, 8, 1, ' ', 0)
 	for _, kv := range [][2]string{
 		{"id", id.String()},
-		{"source", fmt.Sprintf("%s/%d/%d", safeText(r.Topic, 256), r.Partition, r.Offset)},
-		{"reason", safeText(r.Reason, 64)},
-		{"detail", safeText(r.Detail, 1024)},
-		{"event_id", safeBytes(r.EventID, 256)},
-		{"key", safeBytes(r.Key, 256)},
-		{"checkpoint", safeText(r.Checkpoint, 128)},
+		{"source", fmt.Sprintf("%s/%d/%d", safetext.Text(r.Topic, 256), r.Partition, r.Offset)},
+		{"reason", safetext.Text(r.Reason, 64)},
+		{"detail", safetext.Text(r.Detail, 1024)},
+		{"event_id", safetext.Bytes(r.EventID, 256)},
+		{"key", safetext.Bytes(r.Key, 256)},
+		{"checkpoint", safetext.Text(r.Checkpoint, 128)},
 		{"created_at", r.CreatedAt.UTC().Format(time.RFC3339Nano)},
 		{"reinjected_at", reinj},
 		{"payload", payloadSummary(r)},
@@ -319,7 +273,7 @@ func showDeadLetter(ctx context.Context, cfg config.Config, log *slog.Logger, id
 	return nil
 }
 
-func payloadSummary(r *dlRow) string {
+func payloadSummary(r *deadletters.Row) string {
 	s := fmt.Sprintf("%d bytes", r.PayloadSize)
 	if int64(len(r.Payload)) < r.PayloadSize {
 		s += fmt.Sprintf(", only the first %d stored", len(r.Payload))
@@ -338,41 +292,10 @@ func renderPayload(b []byte, limit int) string {
 	if len(b) > limit {
 		b, cut = b[:limit], fmt.Sprintf("\n… (%d more bytes not shown; see --max-bytes, --payload-out)", len(b)-limit)
 	}
-	if printable(b, true) {
+	if safetext.Printable(b, true) {
 		return "--- payload (verbatim) ---\n" + string(b) + cut + "\n--- end ---"
 	}
 	return "--- payload (Go-quoted: it holds non-printable bytes) ---\n" + strconv.Quote(string(b)) + cut + "\n--- end ---"
-}
-
-func printable(b []byte, lines bool) bool {
-	if !utf8.Valid(b) {
-		return false
-	}
-	for _, r := range string(b) {
-		if !unicode.IsPrint(r) && !(lines && (r == '\n' || r == '\t')) {
-			return false
-		}
-	}
-	return true
-}
-
-// safeBytes renders an identifier for a table cell: "-" when absent, as
-// is when printable, Go-quoted otherwise, cut to max runes.
-func safeBytes(b []byte, max int) string {
-	if b == nil {
-		return "-"
-	}
-	return safeText(string(b), max)
-}
-
-func safeText(s string, max int) string {
-	if !printable([]byte(s), false) {
-		s = strconv.Quote(s)
-	}
-	if utf8.RuneCountInString(s) > max {
-		s = string([]rune(s)[:max-1]) + "…"
-	}
-	return s
 }
 
 func dlReinject(args []string, stdout, stderr io.Writer) int {
@@ -389,9 +312,9 @@ func dlReinject(args []string, stdout, stderr io.Writer) int {
 	if len(pos) == 0 {
 		return fs.fail(stderr, errors.New("want at least 1 argument (a dead letter ID)"))
 	}
-	var ids []dlID
+	var ids []reinject.ID
 	for _, a := range pos {
-		id, err := parseDLID(a)
+		id, err := reinject.ParseID(a)
 		if err != nil {
 			return fs.fail(stderr, err)
 		}
@@ -405,24 +328,17 @@ func dlReinject(args []string, stdout, stderr io.Writer) int {
 	case *payloadFile != "" && len(ids) > 1:
 		return fs.fail(stderr, errors.New("--payload-file takes one dead letter ID"))
 	}
-	o := reinjectOpts{payloadFile: *payloadFile, by: *by, force: *force, timeout: *timeout}
+	req := reinject.Request{PayloadFile: *payloadFile, By: *by, Force: *force, Timeout: *timeout}
 	return dlRun(fs, dlReinjectScope(), stdout, stderr, func(ctx context.Context, cfg config.Config, log *slog.Logger) error {
-		return reinjectAll(ctx, cfg, log, ids, o, stdout, stderr)
+		return reinjectAll(ctx, cfg, log, ids, req, stdout, stderr)
 	})
 }
 
-type reinjectOpts struct {
-	payloadFile string
-	by          string
-	force       bool
-	timeout     time.Duration
-}
-
-// reinjectAll re-injects each dead letter of ids in turn, each checked on
-// its own, on one producer and one set of pools; a refusal or failure is
-// reported and the next one goes on. The error counts those that were
-// not re-injected (exit status 1).
-func reinjectAll(ctx context.Context, cfg config.Config, log *slog.Logger, ids []dlID, o reinjectOpts, stdout, stderr io.Writer) error {
+// reinjectAll re-injects each dead letter of ids in turn (package
+// reinject), each checked on its own, on one producer and one set of
+// pools; a refusal or failure is reported and the next one goes on. The
+// error counts those that were not re-injected (exit status 1).
+func reinjectAll(ctx context.Context, cfg config.Config, log *slog.Logger, ids []reinject.ID, req reinject.Request, stdout, stderr io.Writer) error {
 	kopts, err := cfg.KafkaConn().Opts()
 	if err != nil {
 		return err
@@ -434,22 +350,34 @@ func reinjectAll(ctx context.Context, cfg config.Config, log *slog.Logger, ids [
 	defer closeAll(dbs)
 	cl, err := kgo.NewClient(append(slices.Clip(kopts),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.RecordDeliveryTimeout(o.timeout),
+		kgo.RecordDeliveryTimeout(req.Timeout),
 		kgo.WithLogger(kgo.BasicLogger(io.Discard, kgo.LogLevelNone, nil)),
 	)...)
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
+	r := &reinject.Reinjector{Servers: pools(dbs), Producer: cl, Topic: cfg.KafkaTopic, MaxPayloadBytes: cfg.MaxPayloadBytes, Log: log,
+		Warn: func(msg string) { fmt.Fprintf(stderr, "WARNING: %s\n", msg) }}
+	one := func(id reinject.ID) error {
+		req := req
+		req.ID = id
+		res, err := r.Reinject(ctx, req)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "reinjected dead letter %s (event_id %s) to %s partition %d at offset %d\n", id, safetext.Text(res.EventID, 256), cfg.KafkaTopic, res.Partition, res.Offset)
+		return nil
+	}
 	if len(ids) == 1 {
-		return reinject(ctx, cfg, log, dbs, cl, ids[0], o, stdout, stderr)
+		return one(ids[0])
 	}
 	bar := newTermProgress(stderr, isTerminal(stderr), "re-injecting", "dead letters", int64(len(ids)))
 	failed := 0
 	for i, id := range ids {
 		err := ctx.Err()
 		if err == nil {
-			err = reinject(ctx, cfg, log, dbs, cl, id, o, stdout, stderr)
+			err = one(id)
 		}
 		if err != nil {
 			failed++
@@ -460,7 +388,7 @@ func reinjectAll(ctx context.Context, cfg config.Config, log *slog.Logger, ids [
 	bar.done()
 	fmt.Fprintf(stdout, "reinjected %d of %d dead letters\n", len(ids)-failed, len(ids))
 	if failed > 0 {
-		return fmt.Errorf("%w: %d of %d not re-injected (each said why above)", errRefused, failed, len(ids))
+		return fmt.Errorf("%w: %d of %d not re-injected (each said why above)", reinject.ErrRefused, failed, len(ids))
 	}
 	return nil
 }
@@ -483,185 +411,3 @@ func defaultOperator() string {
 	}
 	return name + "@" + host
 }
-
-// identityOf returns the event id and the account a dead letter stands
-// for: its event_id column, and the account_id of its stored payload when
-// that payload is a JSON object naming one as a string (it may be invalid
-// for another reason), or else its record key (producers key by account).
-// known is false for a part the dead letter does not name.
-func identityOf(r *dlRow) (eventID, account string, idKnown, accountKnown bool) {
-	if r.EventID != nil {
-		eventID, idKnown = string(r.EventID), true
-	}
-	var named struct {
-		AccountID *string `json:"account_id"`
-	}
-	if json.Unmarshal(r.Payload, &named) == nil && named.AccountID != nil && *named.AccountID != "" {
-		return eventID, *named.AccountID, idKnown, true
-	}
-	if len(r.Key) > 0 {
-		return eventID, string(r.Key), idKnown, true
-	}
-	return eventID, "", idKnown, false
-}
-
-// identityProblems lists how the event to produce differs from the dead
-// letter it replaces: another event id or account would count a new event
-// instead of the one that was refused.
-func identityProblems(r *dlRow, ev event.Event) []string {
-	wantID, wantAccount, idKnown, accountKnown := identityOf(r)
-	var p []string
-	switch {
-	case !idKnown:
-		p = append(p, fmt.Sprintf("the dead letter (%s) names no event id, so the payload's event_id %s cannot be checked against it", safeText(r.Reason, 64), safeText(ev.EventID, 256)))
-	case wantID != ev.EventID:
-		p = append(p, fmt.Sprintf("the payload's event_id %s differs from the dead letter's %s", safeText(ev.EventID, 256), safeText(wantID, 256)))
-	}
-	switch {
-	case !accountKnown:
-		p = append(p, fmt.Sprintf("the dead letter names no account (no account_id in its payload, no record key), so the payload's account_id %s cannot be checked against it", safeText(ev.AccountID, 128)))
-	case wantAccount != ev.AccountID:
-		p = append(p, fmt.Sprintf("the payload's account_id %s differs from the dead letter's %s", safeText(ev.AccountID, 128), safeText(wantAccount, 128)))
-	}
-	return p
-}
-
-// reinject re-injects one dead letter, through cl (a producer with the
-// manual partitioner).
-func reinject(ctx context.Context, cfg config.Config, log *slog.Logger, dbs []*sqlx.DB, cl *kgo.Client, id dlID, o reinjectOpts, stdout, stderr io.Writer) error {
-	r, err := loadDL(ctx, dbs, id)
-	if err != nil {
-		return err
-	}
-	overridden := []string{} // the checks --force overrode, for the log
-	refuseOrWarn := func(check, msg string) error {
-		if !o.force {
-			return fmt.Errorf("%w: %s (--force to reinject anyway)", errRefused, msg)
-		}
-		fmt.Fprintf(stderr, "WARNING: %s\n", msg)
-		if !slices.Contains(overridden, check) {
-			overridden = append(overridden, check)
-		}
-		return nil
-	}
-
-	if r.ReinjectedAt.Valid {
-		if err := refuseOrWarn("already_reinjected", fmt.Sprintf("dead letter %s was already reinjected at %s by %s; the pipeline drops an identical copy of a counted event within DEDUP_TTL",
-			id, r.ReinjectedAt.Time.UTC().Format(time.RFC3339Nano), safeText(r.ReinjectedBy.String, 255))); err != nil {
-			return err
-		}
-	}
-
-	// 1. What to produce, and is it valid?
-	if r.Topic != cfg.KafkaTopic {
-		return fmt.Errorf("%w: dead letter %s came from topic %s, but KAFKA_TOPIC is %s", errRefused, id, safeText(r.Topic, 256), cfg.KafkaTopic)
-	}
-	payload := r.Payload
-	if o.payloadFile != "" {
-		if payload, err = os.ReadFile(o.payloadFile); err != nil {
-			return fmt.Errorf("--payload-file: %w", err)
-		}
-	} else if int64(len(r.Payload)) < r.PayloadSize {
-		return fmt.Errorf("%w: only the first %d of %d bytes of the payload were stored; supply the whole (corrected) payload with --payload-file", errRefused, len(r.Payload), r.PayloadSize)
-	}
-	ev, err := event.NewDecoder(cfg.MaxPayloadBytes).Decode(payload)
-	if err != nil {
-		reason := "invalid"
-		var de *event.DecodeError
-		if errors.As(err, &de) {
-			reason = string(de.Reason)
-		}
-		return fmt.Errorf("%w: the payload does not decode (%s: %v): it would only be dead-lettered again; correct it and pass --payload-file", errRefused, reason, err)
-	}
-
-	// 2. The same event? A correction fixes a field; it must not turn the
-	// dead letter into another event (another id counts anew, another
-	// account moves money to someone else).
-	for _, p := range identityProblems(r, ev) {
-		if err := refuseOrWarn("identity", p); err != nil {
-			return err
-		}
-	}
-
-	// 3. Already counted? The pipeline's dedup is the arbiter, this is the
-	// operator's early warning: within DEDUP_TTL an identical copy is
-	// dropped and a different one is dead-lettered as a conflict.
-	now := time.Now().UTC()
-	for i, db := range dbs {
-		seen := map[string]dedup.Seen{}
-		if err := dedup.Lookup(ctx, lookupPool{db}, []string{ev.EventID}, seen); err != nil {
-			return fmt.Errorf("server %d: %w", i, err)
-		}
-		if s, ok := seen[ev.EventID]; ok && s.ExpiresAt.After(now) {
-			e := s.ExpiresAt
-			if err := refuseOrWarn("already_counted", fmt.Sprintf("event_id %s is already counted (dedup key on server %d until %s); reinjecting cannot change the ledger while the key lives: an identical payload is dropped as a duplicate, a different one is dead-lettered as conflicting_duplicate; consumed after %s, it would count a second time",
-				safeText(ev.EventID, 256), i, e.Format(time.RFC3339), e.Format(time.RFC3339))); err != nil {
-				return err
-			}
-		}
-	}
-
-	// 4. Mark the row first, atomically (of two concurrent reinjects only
-	// one proceeds), with who and what: the audit outlives a crash between
-	// here and the produce.
-	db := dbs[id.server]
-	sum := sha256.Sum256(payload)
-	mark := time.Now().UTC().Truncate(time.Microsecond)
-	marked, err := deadletters.Mark(ctx, db, &r.Row, deadletters.Audit{At: mark, By: o.by, Forced: o.force, SHA256: sum[:]})
-	if err != nil {
-		return fmt.Errorf("mark dead letter %s: %w", id, err)
-	}
-	if !marked {
-		return fmt.Errorf("%w: dead letter %s was reinjected concurrently", errRefused, id)
-	}
-
-	// 5. Produce; on failure, put the row back as it was (only if it still
-	// holds our mark).
-	part, off, err := produceOnce(ctx, cl, cfg.KafkaTopic, r, payload, id, o.timeout)
-	if err != nil {
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		if uerr := deadletters.Restore(uctx, db, &r.Row, mark); uerr != nil {
-			fmt.Fprintf(stderr, "WARNING: could not restore the re-injection columns of %s after the failure: %v\n", id, uerr)
-		}
-		return fmt.Errorf("produce: %w (if the failure was a timeout the record may still have been written; running reinject again is safe: the pipeline drops an identical copy of a counted event)", err)
-	}
-	log.Info("dead letter re-injected", "dead_letter", id.String(), "source", fmt.Sprintf("%s/%d/%d", r.Topic, r.Partition, r.Offset),
-		"reason", r.Reason, "by", o.by, "forced", o.force, "overridden", overridden, "corrected", o.payloadFile != "",
-		"partition", part, "offset", off, "sha256", hex.EncodeToString(sum[:]))
-	if err := deadletters.Landed(ctx, db, id.id, mark, part, off); err != nil {
-		fmt.Fprintf(stderr, "WARNING: the record was produced to partition %d at offset %d, but recording that in dead letter %s failed: %v\n", part, off, id, err)
-	}
-	fmt.Fprintf(stdout, "reinjected dead letter %s (event_id %s) to %s partition %d at offset %d\n", id, safeText(ev.EventID, 256), cfg.KafkaTopic, part, off)
-	return nil
-}
-
-// produceOnce writes the record through cl, an idempotent producer with
-// the manual partitioner, to the dead letter's original partition with its
-// original key, and returns where it landed.
-func produceOnce(ctx context.Context, cl *kgo.Client, topic string, r *dlRow, payload []byte, id dlID, timeout time.Duration) (int32, int64, error) {
-	pctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	rec := &kgo.Record{
-		Topic: topic, Partition: r.Partition, Key: r.Key, Value: bytes.Clone(payload),
-		Headers: []kgo.RecordHeader{
-			{Key: "billing-reinjected-from", Value: fmt.Appendf(nil, "%s/%d/%d", r.Topic, r.Partition, r.Offset)},
-			{Key: "billing-dead-letter-id", Value: []byte(id.String())},
-		},
-	}
-	res := cl.ProduceSync(pctx, rec)
-	if err := res.FirstErr(); err != nil {
-		return 0, 0, err
-	}
-	return rec.Partition, rec.Offset, nil
-}
-
-// lookupPool runs dedup lookups on a server's pool, with the smallest
-// statement budget the service accepts (a lookup of one id fits any).
-type lookupPool struct{ db *sqlx.DB }
-
-func (q lookupPool) Select(ctx context.Context, dest any, query string, args ...any) error {
-	return q.db.SelectContext(ctx, dest, query, args...)
-}
-
-func (lookupPool) MaxStatementBytes() int { return stmt.Budget(stmt.MinPacket) }

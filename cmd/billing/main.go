@@ -1,28 +1,3 @@
-// Command billing runs the exactly-once billing ledger: it consumes billing
-// events from Kafka as a member of a consumer group and commits balances,
-// billing windows, dead letters and its input offsets to MySQL atomically at
-// every checkpoint.
-//
-// Usage:
-//
-//	billing [run]          run the service (configured by environment variables)
-//	billing migrate        apply the schema migrations and exit
-//	billing status         where the ledger stands (read-only; --json)
-//	billing compare        compare this ledger with another, exactly
-//	billing deadletters …  list, show and reinject dead letters (see deadletters.go)
-//	billing periods …      show and change the ledger's period settings (periods.go)
-//	billing healthcheck    probe /readyz of the local instance (container health check)
-//	billing version        version, commit and Go version (also --version)
-//	billing --help         print the environment variables, defaults and meanings
-//
-// Every command parses its arguments before it reads the configuration:
-// -h/--help prints help and exits 0 without connecting to anything, an
-// unknown flag or command exits 2.
-//
-// Exit status: 0 after a clean shutdown, 1 on a runtime failure (or a
-// refused dead-letter operation), 2 on a configuration or usage error, 4
-// when the period settings are not the ledger's (billing periods show),
-// 130 when a second SIGTERM/SIGINT cut a graceful shutdown short.
 package main
 
 import (
@@ -38,10 +13,9 @@ import (
 	"strings"
 	"syscall"
 
-	"golang.org/x/term"
-
 	"github.com/billing/ledger/internal/config"
 	"github.com/billing/ledger/internal/periods"
+	"github.com/billing/ledger/internal/service"
 )
 
 // exitSettings is the exit status of an instance whose period settings are
@@ -49,16 +23,9 @@ import (
 // but not for this ledger.
 const exitSettings = 4
 
-// defaultMemoryLimit is the Go runtime's soft memory limit when GOMEMLIMIT
-// is not set: the heap (dedup cache, buffered records, fetched batches)
-// stays well below the 512 MiB a container of this service is sized for,
-// because the collector works harder as the limit nears instead of letting
-// the heap double between cycles. Set GOMEMLIMIT to override it.
-const defaultMemoryLimit = 400 << 20
-
 func main() {
-	if _, ok := os.LookupEnv("GOMEMLIMIT"); !ok {
-		debug.SetMemoryLimit(defaultMemoryLimit)
+	if _, ok := os.LookupEnv("GOMEMLIMIT"); !ok { // GOMEMLIMIT overrides it
+		debug.SetMemoryLimit(service.DefaultMemoryLimit)
 	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
@@ -116,7 +83,7 @@ func runService(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	return withConfig(stderr, nil, func(ctx context.Context, cfg config.Config, log *slog.Logger) int {
-		if err := serve(ctx, cfg, log); err != nil {
+		if err := service.Run(ctx, cfg, service.Options{Logger: log}); err != nil {
 			log.Error("billing stopped", "err", err)
 			var mismatch *periods.MismatchError
 			if errors.As(err, &mismatch) {
@@ -135,7 +102,7 @@ func migrateCmd(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	return withConfig(stderr, slices.Concat(config.MySQLSettings(), config.LogSettings()), func(ctx context.Context, cfg config.Config, log *slog.Logger) int {
-		if err := migrate(ctx, cfg, log); err != nil {
+		if err := service.Migrate(ctx, cfg, log); err != nil {
 			log.Error("migration failed", "err", err)
 			return 1
 		}
@@ -192,30 +159,4 @@ func signalContext(log *slog.Logger) (context.Context, func()) {
 		signal.Stop(ch)
 		cancel()
 	}
-}
-
-func newLogger(cfg config.Config, w io.Writer) *slog.Logger {
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(strings.ToUpper(cfg.LogLevel)))
-	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: readableDurations}
-	format := cfg.LogFormat
-	if format == "auto" {
-		format = "json"
-		if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-			format = "text"
-		}
-	}
-	if format == "text" {
-		return slog.New(slog.NewTextHandler(w, opts))
-	}
-	return slog.New(slog.NewJSONHandler(w, opts))
-}
-
-// readableDurations writes durations as text ("1.5s", "250ms"), not as
-// the nanoseconds slog's JSON handler gives them, which read as a count.
-func readableDurations(_ []string, a slog.Attr) slog.Attr {
-	if a.Value.Kind() == slog.KindDuration {
-		return slog.String(a.Key, a.Value.Duration().String())
-	}
-	return a
 }

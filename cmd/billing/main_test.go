@@ -2,12 +2,8 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -19,16 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
-
 	"github.com/billing/ledger/internal/buildinfo"
-	"github.com/billing/ledger/internal/config"
-	"github.com/billing/ledger/internal/event"
-	"github.com/billing/ledger/internal/health"
-	"github.com/billing/ledger/internal/ledgercheck"
-	"github.com/billing/ledger/internal/metrics"
-	"github.com/billing/ledger/internal/periods"
-	"github.com/billing/ledger/internal/pipeline"
 )
 
 // clearEnv unsets every variable the service reads, so the host
@@ -316,114 +303,6 @@ func TestStartupLogHasNoSecret(t *testing.T) {
 	}
 }
 
-// TestHandler: the endpoints answer from the monitor's state, startup
-// included, and /readyz turns 503 once a shutdown starts while /healthz
-// stays 200.
-func TestHandler(t *testing.T) {
-	st := &pipeline.Stats{}
-	m := metrics.New(metrics.Options{})
-	mon := health.New(health.Options{ReadyMaxAge: time.Minute, MaxStall: 5 * time.Minute, CheckInterval: time.Second})
-	ctx, cancel := context.WithCancel(context.Background())
-	h := handler(ctx, mon, m.Handler())
-	get := func(path string) (int, string) {
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
-		return rec.Code, rec.Body.String()
-	}
-	mon.SetPhase("migrating the schema")
-	if code, body := get("/healthz"); code != 200 || !strings.Contains(body, "starting: migrating the schema") {
-		t.Errorf("/healthz during startup = %d %q", code, body)
-	}
-	if code, body := get("/readyz"); code != 503 || !strings.Contains(body, "starting: migrating the schema") {
-		t.Errorf("/readyz during startup = %d %q", code, body)
-	}
-	if code, body := get("/metrics"); code != 200 || !strings.Contains(body, "billing_build_info{") {
-		t.Errorf("/metrics during startup = %d, lacks billing_build_info", code)
-	}
-	mon.Start(health.Checks{Stats: st,
-		MySQL:      func(context.Context) error { return nil },
-		Membership: func(context.Context) (bool, int, error) { return true, 0, nil }})
-	mon.Check(ctx)
-	if code, body := get("/readyz"); code != 200 || !strings.Contains(body, "ready: standby") {
-		t.Errorf("/readyz = %d %q", code, body)
-	}
-	if code, _ := get("/nope"); code != 404 {
-		t.Errorf("/nope = %d", code)
-	}
-	cancel()
-	if code, body := get("/readyz"); code != 503 || !strings.Contains(body, "shutting down") {
-		t.Errorf("/readyz while shutting down = %d %q", code, body)
-	}
-	if code, _ := get("/healthz"); code != 200 {
-		t.Errorf("/healthz while shutting down = %d", code)
-	}
-}
-
-// TestHTTPServerLimits: the server has read-header, read, write and idle
-// timeouts, and a client that opens a connection and trickles a request
-// without finishing its headers is disconnected (here with the read-header
-// timeout shortened; the wait for the disconnection is bounded generously,
-// nothing is timed).
-func TestHTTPServerLimits(t *testing.T) {
-	srv := newHTTPServer(http.NotFoundHandler())
-	if srv.ReadHeaderTimeout <= 0 || srv.ReadTimeout <= 0 || srv.WriteTimeout <= 0 || srv.IdleTimeout <= 0 {
-		t.Fatalf("a limit is missing: %+v", srv)
-	}
-	if srv.WriteTimeout <= 10*time.Second {
-		t.Errorf("write timeout %s does not exceed the scrape bound of 10s", srv.WriteTimeout)
-	}
-	srv.ReadHeaderTimeout = 200 * time.Millisecond
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln)
-	defer srv.Close()
-	conn, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := conn.Write([]byte("GET /healthz HTTP/1.1\r\nHost: x\r\n")); err != nil { // never finished
-		t.Fatal(err)
-	}
-	conn.SetReadDeadline(time.Now().Add(30 * time.Second))
-	b, err := io.ReadAll(conn)
-	if err != nil {
-		t.Fatalf("the server did not close the connection of a client that never finished its headers: %v", err)
-	}
-	if strings.Contains(string(b), "404") {
-		t.Fatalf("an unfinished request was answered: %q", b)
-	}
-}
-
-func TestParseDLID(t *testing.T) {
-	tests := []struct {
-		in   string
-		want dlID
-		ok   bool
-	}{
-		{"42", dlID{0, 42}, true},
-		{"1:7", dlID{1, 7}, true},
-		{"0:7", dlID{0, 7}, true},
-		{"0", dlID{}, false},
-		{"-1", dlID{}, false},
-		{"a:1", dlID{}, false},
-		{"1:", dlID{}, false},
-		{"1:2:3", dlID{}, false},
-		{"", dlID{}, false},
-	}
-	for _, tt := range tests {
-		got, err := parseDLID(tt.in)
-		if (err == nil) != tt.ok || tt.ok && got != tt.want {
-			t.Errorf("parseDLID(%q) = %v, %v; want %v ok=%v", tt.in, got, err, tt.want, tt.ok)
-		}
-		if tt.ok && got.String() != strings.TrimPrefix(tt.in, "0:") {
-			t.Errorf("%v.String() = %q", got, got.String())
-		}
-	}
-}
-
 // TestRenderPayloadIsSafe: a payload can never send control sequences to
 // the operator's terminal.
 func TestRenderPayloadIsSafe(t *testing.T) {
@@ -460,15 +339,6 @@ func TestRenderPayloadIsSafe(t *testing.T) {
 	}
 	if out := renderPayload(bytes.Repeat([]byte("x"), 100), 10); !strings.Contains(out, "90 more bytes") {
 		t.Errorf("truncation not reported: %q", out)
-	}
-	if got := safeText("a\x1bb", 100); strings.ContainsRune(got, 0x1b) {
-		t.Errorf("safeText kept ESC: %q", got)
-	}
-	if got := safeBytes(nil, 10); got != "-" {
-		t.Errorf("safeBytes(nil) = %q", got)
-	}
-	if got := safeText(strings.Repeat("é", 50), 10); len([]rune(got)) != 10 || !strings.HasSuffix(got, "…") {
-		t.Errorf("safeText cut = %q", got)
 	}
 }
 
@@ -560,36 +430,6 @@ func TestBusyHTTPAddrFailsStart(t *testing.T) {
 	}
 }
 
-// TestJSONLogDurations: durations in JSON logs are text with their unit
-// ("1.5s"), not nanoseconds (issue 22: migration durations read as
-// 48213967).
-func TestJSONLogDurations(t *testing.T) {
-	var b bytes.Buffer
-	log := newLogger(config.Config{LogFormat: "json", LogLevel: "info"}, &b)
-	log.Info("migration applied", "duration", 48213967*time.Nanosecond, "next_attempt_in", 5*time.Second, "count", 3)
-	for _, want := range []string{`"duration":"48.213967ms"`, `"next_attempt_in":"5s"`, `"count":3`} {
-		if !strings.Contains(b.String(), want) {
-			t.Errorf("log lacks %s: %s", want, b.String())
-		}
-	}
-}
-
-// TestStoppedSummary: the "stopped" line sums up the run.
-func TestStoppedSummary(t *testing.T) {
-	st := &pipeline.Stats{}
-	st.Counted.Store(1000)
-	st.Consumed.Store(1100)
-	st.DeadLetters.Store(40)
-	st.Duplicates.Store(60)
-	var b bytes.Buffer
-	newLogger(config.Config{LogFormat: "json", LogLevel: "info"}, &b).Info("stopped", summary(st, 4*time.Second)...)
-	for _, want := range []string{`"counted":1000`, `"consumed":1100`, `"duplicates":60`, `"dead_letters":40`, `"aborted_checkpoints":0`, `"ran_for":"4s"`, `"average_events_per_second":250`} {
-		if !strings.Contains(b.String(), want) {
-			t.Errorf("summary lacks %s: %s", want, b.String())
-		}
-	}
-}
-
 // TestToolExitCodes: compare and status document their exit codes; compare
 // needs no Kafka setting, and a ledger it cannot read exits 3 ("could not
 // compare"), not 1 like a mismatch (issue 22).
@@ -623,26 +463,6 @@ func TestToolExitCodes(t *testing.T) {
 	}
 }
 
-// TestSchemaMissing: only a refused CREATE means "no schema yet"; a
-// refused database or login is access denied.
-func TestSchemaMissing(t *testing.T) {
-	for _, tc := range []struct {
-		err  error
-		want bool
-	}{
-		{&mysql.MySQLError{Number: 1142, Message: "CREATE command denied to user 'u'@'h' for table `d`.`goose_db_version`"}, true},
-		{fmt.Errorf("init: %w", &mysql.MySQLError{Number: 1142, Message: "CREATE command denied to user"}), true},
-		{&mysql.MySQLError{Number: 1142, Message: "SELECT command denied to user 'u'@'h' for table `d`.`goose_db_version`"}, false},
-		{&mysql.MySQLError{Number: 1044, Message: "Access denied for user 'u'@'%' to database 'd'"}, false},
-		{&mysql.MySQLError{Number: 1045, Message: "Access denied for user 'u'@'h' (using password: YES)"}, false},
-		{errors.New("connection refused"), false},
-	} {
-		if got := schemaMissing(tc.err); got != tc.want {
-			t.Errorf("schemaMissing(%v) = %v, want %v", tc.err, got, tc.want)
-		}
-	}
-}
-
 // TestProgressOnlyOnATerminal: the progress display writes nothing unless
 // shown (a terminal), so a script reading the output gets only the output.
 func TestProgressOnlyOnATerminal(t *testing.T) {
@@ -663,39 +483,5 @@ func TestProgressOnlyOnATerminal(t *testing.T) {
 	var f bytes.Buffer
 	if isTerminal(&f) {
 		t.Error("a buffer is not a terminal")
-	}
-}
-
-// billing compare takes the period settings from the ledgers: two ledgers
-// with the same stored settings are compared under them whatever the
-// environment says; different ones are not compared; the environment only
-// stands in for ledgers that have none stored.
-func TestComparedPeriodsAreTheLedgers(t *testing.T) {
-	hour, _ := periods.ParsePeriod("1h", "UTC")
-	month, _ := periods.ParsePeriod("month", "Europe/Berlin")
-	stored := func(p event.Period, close bool) periods.Stored {
-		return periods.Stored{{Seq: 1, Settings: periods.Settings{Period: p, Close: close}}}
-	}
-	env := config.Config{BillingWindow: "day", BillingTimezone: "UTC"} // never closes
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	got, err := comparedPeriods(env, log, stored(month, true), stored(month, true))
-	if err != nil || !got.Period.Equal(month) || !got.Close {
-		t.Fatalf("the same stored settings: %+v, %v", got, err)
-	}
-	if exp := asExpected(&ledgercheck.Actual{}, "t", got); !exp.Closes() || exp.Window != "month" || exp.Timezone != "Europe/Berlin" {
-		t.Fatalf("the expectation: %+v", exp)
-	}
-	if _, err := comparedPeriods(env, log, stored(month, true), stored(hour, true)); err == nil || !strings.Contains(err.Error(), "different period settings") {
-		t.Fatalf("different stored settings: %v", err)
-	}
-	if _, err := comparedPeriods(env, log, stored(hour, true), stored(hour, false)); err == nil {
-		t.Fatal("closing and not closing compared")
-	}
-	if got, err := comparedPeriods(env, log, nil, stored(hour, true)); err != nil || !got.Period.Equal(hour) || !got.Close {
-		t.Fatalf("only the other stored: %+v, %v", got, err)
-	}
-	got, err = comparedPeriods(env, log, nil, nil)
-	if err != nil || got.Period.Unit() != "day" || got.Close {
-		t.Fatalf("none stored, the environment's: %+v, %v", got, err)
 	}
 }

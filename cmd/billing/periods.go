@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"slices"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -17,6 +16,8 @@ import (
 
 	"github.com/billing/ledger/internal/config"
 	"github.com/billing/ledger/internal/periods"
+	"github.com/billing/ledger/internal/safetext"
+	"github.com/billing/ledger/internal/service"
 	"github.com/billing/ledger/internal/txsink/driver"
 	"github.com/billing/ledger/internal/txsink/mysqldriver"
 )
@@ -65,34 +66,6 @@ func periodsCmd(args []string, stdout, stderr io.Writer) int {
 	return 2
 }
 
-// periodsReport is what show prints.
-type periodsReport struct {
-	Definitions  []periodsDefinition `json:"definitions"`
-	Windows      string              `json:"windows"`
-	WindowsClose bool                `json:"windows_close"`
-	ClosedBefore *time.Time          `json:"closed_before"`
-	SealedBefore *time.Time          `json:"sealed_before"`
-	Watermark    *time.Time          `json:"watermark"` // the latest of KAFKA_GROUP's partitions of KAFKA_TOPIC
-}
-
-type periodsDefinition struct {
-	Seq          int        `json:"seq"`
-	From         *time.Time `json:"from"` // null: from the beginning
-	Window       string     `json:"window"`
-	Timezone     string     `json:"timezone"`
-	WindowsClose bool       `json:"windows_close"`
-	RecordedAt   time.Time  `json:"recorded_at"`
-	RecordedBy   string     `json:"recorded_by"`
-}
-
-func timeOrNil(t time.Time) *time.Time {
-	if t.IsZero() {
-		return nil
-	}
-	u := t.UTC()
-	return &u
-}
-
 func periodsShow(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("billing periods show", "[--json]", "Prints the ledger's period settings (read-only; MySQL only).\n")
 	asJSON := fs.Bool("json", false, "print them as JSON")
@@ -100,7 +73,7 @@ func periodsShow(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	return withConfig(stderr, periodsShowScope(), func(ctx context.Context, cfg config.Config, log *slog.Logger) int {
-		r, err := readPeriods(ctx, cfg, log)
+		r, err := showPeriods(ctx, cfg, log)
 		if err != nil {
 			fmt.Fprintln(stderr, "billing periods show:", err)
 			return 1
@@ -127,46 +100,25 @@ func periodsShowScope() config.Scope {
 
 // openControl opens the ledger's servers through the sink's driver.
 func openControl(ctx context.Context, cfg config.Config, log *slog.Logger) (*mysqldriver.Driver, error) {
-	dsns, err := resolveMySQL(cfg, log)
+	dsns, err := service.ResolveDSNs(cfg, log)
 	if err != nil {
 		return nil, err
 	}
 	return mysqldriver.Open(ctx, dsns, mysqldriver.Options{LockWaitTimeout: cfg.MySQLLockWaitTimeout, MaxConns: 2})
 }
 
-func readPeriods(ctx context.Context, cfg config.Config, log *slog.Logger) (*periodsReport, error) {
+// showPeriods reads the ledger's period settings and KAFKA_GROUP's
+// watermark (periods.Show).
+func showPeriods(ctx context.Context, cfg config.Config, log *slog.Logger) (*periods.Report, error) {
 	d, err := openControl(ctx, cfg, log)
 	if err != nil {
 		return nil, err
 	}
 	defer d.Close()
-	stored, err := periods.Read(ctx, d.Server(0).DB())
-	if err != nil {
-		return nil, err
-	}
-	if len(stored) == 0 {
-		return nil, errors.New("no period settings stored in this ledger: no instance of this version has started on it yet (the first one stores its own)")
-	}
-	f, parts, err := d.Control().EventTime(ctx, driver.Scope{Group: cfg.KafkaGroup, Topic: cfg.KafkaTopic})
-	if err != nil {
-		return nil, err
-	}
-	r := &periodsReport{Windows: stored.Describe(), WindowsClose: stored.Current().Close, ClosedBefore: timeOrNil(f.Closed), SealedBefore: timeOrNil(f.Sealed)}
-	var wm time.Time
-	for _, p := range parts {
-		if p.Watermark.After(wm) {
-			wm = p.Watermark
-		}
-	}
-	r.Watermark = timeOrNil(wm)
-	for _, def := range stored {
-		r.Definitions = append(r.Definitions, periodsDefinition{Seq: def.Seq, From: timeOrNil(def.From), Window: def.Period.Unit(), Timezone: def.Period.Zone(),
-			WindowsClose: def.Close, RecordedAt: def.RecordedAt, RecordedBy: def.RecordedBy})
-	}
-	return r, nil
+	return periods.Show(ctx, d.View(), driver.Scope{Group: cfg.KafkaGroup, Topic: cfg.KafkaTopic})
 }
 
-func printPeriods(w io.Writer, r *periodsReport) error {
+func printPeriods(w io.Writer, r *periods.Report) error {
 	stamp := func(t *time.Time, none string) string {
 		if t == nil {
 			return none
@@ -182,7 +134,7 @@ func printPeriods(w io.Writer, r *periodsReport) error {
 	fmt.Fprintln(tw, "SEQ\tFROM\tWINDOW\tTIMEZONE\tCLOSE\tRECORDED\tBY")
 	for _, d := range r.Definitions {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%v\t%s\t%s\n", d.Seq, stamp(d.From, "the beginning"), d.Window, d.Timezone, d.WindowsClose,
-			d.RecordedAt.Format(time.RFC3339), safeText(d.RecordedBy, 255))
+			d.RecordedAt.Format(time.RFC3339), safetext.Text(d.RecordedBy, 255))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -278,55 +230,24 @@ raised). Exit status 0 changed, 1 refused or failed, 2 usage.
 	})
 }
 
-// changePeriods checks that no instance runs, then applies req.
+// changePeriods applies req once Kafka says no instance runs
+// (periods.ChangeStopped).
 func changePeriods(ctx context.Context, cfg config.Config, log *slog.Logger, req periods.Change, by string, dryRun bool) (periods.Plan, periods.Definition, error) {
+	kopts, err := cfg.KafkaConn().Opts()
+	if err != nil {
+		return periods.Plan{}, periods.Definition{}, err
+	}
 	d, err := openControl(ctx, cfg, log)
 	if err != nil {
 		return periods.Plan{}, periods.Definition{}, err
 	}
 	defer d.Close()
-	groups, err := d.Control().Groups(ctx, cfg.KafkaTopic)
+	cl, err := kgo.NewClient(append(kopts, kgo.WithLogger(kgo.BasicLogger(io.Discard, kgo.LogLevelNone, nil)))...)
 	if err != nil {
 		return periods.Plan{}, periods.Definition{}, err
-	}
-	groups = append(groups, cfg.KafkaGroup)
-	slices.Sort(groups)
-	if err := noMembers(ctx, cfg, log, slices.Compact(groups)); err != nil {
-		return periods.Plan{}, periods.Definition{}, err
-	}
-	return periods.Apply(ctx, d, req, by, dryRun)
-}
-
-// noMembers asks Kafka whether any of groups has members, and refuses,
-// naming them, if so.
-func noMembers(ctx context.Context, cfg config.Config, log *slog.Logger, groups []string) error {
-	c, err := resolveConns(cfg, log)
-	if err != nil {
-		return err
-	}
-	cl, err := kgo.NewClient(append(c.kopts, kgo.WithLogger(kgo.BasicLogger(io.Discard, kgo.LogLevelNone, nil)))...)
-	if err != nil {
-		return err
 	}
 	defer cl.Close()
-	described, err := kadm.NewClient(cl).DescribeGroups(ctx, groups...)
-	if err != nil {
-		return fmt.Errorf("describe the consumer groups %q: %w (every instance must be stopped, and Kafka must say so)", groups, err)
-	}
-	var running []string
-	for _, g := range groups {
-		dg, ok := described[g]
-		if !ok || dg.Err != nil {
-			continue // unknown to Kafka: no members
-		}
-		for _, m := range dg.Members {
-			running = append(running, fmt.Sprintf("%s (group %s, client %s, host %s)", safeText(m.MemberID, 128), safeText(g, 255), safeText(m.ClientID, 128), safeText(m.ClientHost, 128)))
-		}
-	}
-	if len(running) > 0 {
-		return fmt.Errorf("%w: stop every instance first; the consumer groups have members: %s", errRefused, strings.Join(running, "; "))
-	}
-	return nil
+	return periods.ChangeStopped(ctx, d, kadm.NewClient(cl), cfg.KafkaGroup, cfg.KafkaTopic, req, by, dryRun)
 }
 
 func printPlan(w io.Writer, p periods.Plan, def periods.Definition, dryRun bool) {
@@ -351,5 +272,5 @@ func printPlan(w io.Writer, p periods.Plan, def periods.Definition, dryRun bool)
 		fmt.Fprintln(w, "the windows stay as they are")
 	}
 	fmt.Fprintf(w, "definition %d, recorded by %s; start the instances with BILLING_WINDOW=%s BILLING_TIMEZONE=%s and WINDOW_CLOSE_AFTER %s\n",
-		def.Seq, safeText(def.RecordedBy, 255), p.Next.Period.Unit(), p.Next.Period.Zone(), map[bool]string{true: "set", false: "empty"}[p.Next.Close])
+		def.Seq, safetext.Text(def.RecordedBy, 255), p.Next.Period.Unit(), p.Next.Period.Zone(), map[bool]string{true: "set", false: "empty"}[p.Next.Close])
 }

@@ -18,8 +18,8 @@ import (
 
 	"github.com/billing/ledger/internal/config"
 	"github.com/billing/ledger/internal/ledgerstatus"
-	"github.com/billing/ledger/internal/mysqlconn"
-	"github.com/billing/ledger/internal/periods"
+	"github.com/billing/ledger/internal/safetext"
+	"github.com/billing/ledger/internal/txsink/mysqldriver"
 )
 
 // statusCmd runs `billing status [--json] [--timeout D]`: where the ledger
@@ -129,20 +129,10 @@ func collectStatus(ctx context.Context, cfg config.Config, log *slog.Logger) (*l
 	for i, db := range dbs {
 		servers[i] = db.DB
 	}
-	r := ledgerstatus.Collect(ctx, ledgerstatus.Sources{Servers: servers, Kafka: kadm.NewClient(cl), Topic: cfg.KafkaTopic, Group: cfg.KafkaGroup,
-		ServerError: func(i int, err error) error { return mysqlconn.AccessDenied(dsns[i], err) }})
-	// The period settings are the ledger's; the environment's only for a
-	// ledger that has none stored.
-	switch stored, err := periods.Read(ctx, dbs[0]); {
-	case err != nil:
-		r.PeriodsError = mysqlconn.AccessDenied(dsns[0], err).Error()
-		r.Problems = append(r.Problems, "period settings: "+r.PeriodsError)
-	case len(stored) > 0:
-		r.Periods = &ledgerstatus.Periods{Source: "ledger", Windows: stored.Describe(), WindowsClose: stored.Current().Close}
-	default:
-		log.Warn("this ledger has no period settings stored (never started by this version): showing this environment's")
-		r.Periods = &ledgerstatus.Periods{Source: "environment", Windows: cfg.Period().String(), WindowsClose: cfg.WindowCloseAfter > 0}
-	}
+	r := ledgerstatus.Collect(ctx, ledgerstatus.Sources{View: mysqldriver.NewView(dbs...), Letters: ledgerstatus.PoolLetters(servers),
+		Kafka: kadm.NewClient(cl), Topic: cfg.KafkaTopic, Group: cfg.KafkaGroup, Log: log,
+		Environment: ledgerstatus.Periods{Windows: cfg.Period().String(), WindowsClose: cfg.WindowCloseAfter > 0},
+		ServerError: func(i int, err error) error { return mysqldriver.AccessDenied(dsns[i], err) }})
 	return r, nil
 }
 
@@ -150,7 +140,7 @@ func collectStatus(ctx context.Context, cfg config.Config, log *slog.Logger) (*l
 const unknown = "unknown"
 
 // printStatus renders the report for a terminal. Identifiers that come
-// from outside (instance ids, hosts, xids) go through safeText. A part
+// from outside (instance ids, hosts, xids) go through safetext.Text. A part
 // that could not be read says "unknown" and why, never a value.
 func printStatus(w io.Writer, r *ledgerstatus.Report) error {
 	ago := func(secs float64) string {
@@ -166,13 +156,13 @@ func printStatus(w io.Writer, r *ledgerstatus.Report) error {
 	if r.GroupError != "" {
 		state = unknown
 	}
-	fmt.Fprintf(w, "topic %s, group %s (%s, %d members), at %s\n\n", safeText(r.Topic, 256), safeText(r.Group, 256),
+	fmt.Fprintf(w, "topic %s, group %s (%s, %d members), at %s\n\n", safetext.Text(r.Topic, 256), safetext.Text(r.Group, 256),
 		state, len(r.Members), r.At.Format(time.RFC3339))
 	if a := r.Absent(); a != "" {
-		fmt.Fprintf(w, "NOT FOUND: %s\n\n", safeText(a, 4096))
+		fmt.Fprintf(w, "NOT FOUND: %s\n\n", safetext.Text(a, 4096))
 	}
 	if r.GroupError != "" {
-		fmt.Fprintf(w, "group: unknown (%s)\n\n", safeText(r.GroupError, 1024))
+		fmt.Fprintf(w, "group: unknown (%s)\n\n", safetext.Text(r.GroupError, 1024))
 	}
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "PARTITION\tLOG_START\tSTORED\tLOG_END\tLAG\tOWNER\tEPOCH\tUPDATED\tMEMBER")
@@ -187,14 +177,14 @@ func printStatus(w io.Writer, r *ledgerstatus.Report) error {
 			stored = num(p.StoredOffset)
 		}
 		if p.Claimed {
-			owner, epoch = safeText(p.Owner, 64), strconv.FormatInt(p.Epoch, 10)
+			owner, epoch = safetext.Text(p.Owner, 64), strconv.FormatInt(p.Epoch, 10)
 			updated = ago(r.At.Sub(*p.UpdatedAt).Seconds()) + " ago"
 		}
 		logStart, logEnd := num(p.LogStart), num(p.LogEnd)
 		if r.LogError == "" && !p.InLog {
 			logStart, logEnd = "not in the topic", "-"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Partition, logStart, stored, logEnd, num(p.Lag), owner, epoch, updated, orDash(safeText(p.Member, 128)))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Partition, logStart, stored, logEnd, num(p.Lag), owner, epoch, updated, orDash(safetext.Text(p.Member, 128)))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -205,7 +195,7 @@ func printStatus(w io.Writer, r *ledgerstatus.Report) error {
 		var why []string
 		for _, e := range []string{r.LogError, r.PositionsError} {
 			if e != "" {
-				why = append(why, safeText(e, 1024))
+				why = append(why, safetext.Text(e, 1024))
 			}
 		}
 		fmt.Fprintf(w, "total lag: unknown (%s)\n\n", strings.Join(why, "; "))
@@ -216,19 +206,19 @@ func printStatus(w io.Writer, r *ledgerstatus.Report) error {
 
 	switch c := r.LastCheckpoint; {
 	case r.LastCheckpointError != "":
-		fmt.Fprintf(w, "last committed checkpoint: unknown (%s)\n\n", safeText(r.LastCheckpointError, 1024))
+		fmt.Fprintf(w, "last committed checkpoint: unknown (%s)\n\n", safetext.Text(r.LastCheckpointError, 1024))
 	case c != nil:
 		whose := ""
 		if r.PositionsError == "" && !r.GroupStored {
-			whose = fmt.Sprintf(" (of this ledger; group %s has no positions in it)", safeText(r.Group, 256))
+			whose = fmt.Sprintf(" (of this ledger; group %s has no positions in it)", safetext.Text(r.Group, 256))
 		}
-		fmt.Fprintf(w, "last committed checkpoint: %s by %s at %s (%s ago)%s\n\n", safeText(c.Gtrid, 64), safeText(c.DecidedBy, 64),
+		fmt.Fprintf(w, "last committed checkpoint: %s by %s at %s (%s ago)%s\n\n", safetext.Text(c.Gtrid, 64), safetext.Text(c.DecidedBy, 64),
 			c.DecidedAt.Format(time.RFC3339Nano), ago(c.AgeSeconds), whose)
 	default:
 		fmt.Fprint(w, "last committed checkpoint: none recorded\n\n")
 	}
 	if r.CommitLogError != "" {
-		fmt.Fprintf(w, "commit log: unknown (%s)\n\n", safeText(r.CommitLogError, 1024))
+		fmt.Fprintf(w, "commit log: unknown (%s)\n\n", safetext.Text(r.CommitLogError, 1024))
 	} else if c := r.CommitLog; c != nil {
 		sealed := "none"
 		if c.SealedBefore != nil {
@@ -240,7 +230,7 @@ func printStatus(w io.Writer, r *ledgerstatus.Report) error {
 
 	switch {
 	case r.InDoubtError != "":
-		fmt.Fprintf(w, "branches in doubt: unknown (%s)\n\n", safeText(r.InDoubtError, 1024))
+		fmt.Fprintf(w, "branches in doubt: unknown (%s)\n\n", safetext.Text(r.InDoubtError, 1024))
 	case len(r.InDoubt) == 0:
 		fmt.Fprintf(w, "branches in doubt: none%s\n\n", otherLedgers(r))
 	default:
@@ -248,7 +238,7 @@ func printStatus(w io.Writer, r *ledgerstatus.Report) error {
 		tw = tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 		fmt.Fprintln(tw, "SERVER\tGTRID\tBQUAL\tAGE\tDECISION")
 		for _, b := range r.InDoubt {
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", b.Server, safeText(b.Gtrid, 64), safeText(b.Bqual, 64), ago(b.AgeSeconds), orDash(b.Decision))
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", b.Server, safetext.Text(b.Gtrid, 64), safetext.Text(b.Bqual, 64), ago(b.AgeSeconds), orDash(b.Decision))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -259,7 +249,7 @@ func printStatus(w io.Writer, r *ledgerstatus.Report) error {
 	printStatusPeriods(w, r)
 	switch {
 	case r.DeadLettersError != "":
-		fmt.Fprintf(w, "dead letters not re-injected: unknown (%s)\n", safeText(r.DeadLettersError, 1024))
+		fmt.Fprintf(w, "dead letters not re-injected: unknown (%s)\n", safetext.Text(r.DeadLettersError, 1024))
 		return nil
 	case len(r.DeadLetters) == 0:
 		fmt.Fprintln(w, "dead letters not re-injected: none")
@@ -273,7 +263,7 @@ func printStatus(w io.Writer, r *ledgerstatus.Report) error {
 	tw = tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "REASON\tCOUNT\tOLDEST")
 	for _, d := range r.DeadLetters {
-		fmt.Fprintf(tw, "%s\t%d\t%s\n", safeText(d.Reason, 64), d.Count, d.Oldest.UTC().Format(time.RFC3339))
+		fmt.Fprintf(tw, "%s\t%d\t%s\n", safetext.Text(d.Reason, 64), d.Count, d.Oldest.UTC().Format(time.RFC3339))
 	}
 	return tw.Flush()
 }
@@ -291,7 +281,7 @@ func otherLedgers(r *ledgerstatus.Report) string {
 func printStatusPeriods(w io.Writer, r *ledgerstatus.Report) {
 	p := r.Periods
 	if p == nil {
-		fmt.Fprintf(w, "periods: unknown (%s)\n\n", safeText(r.PeriodsError, 1024))
+		fmt.Fprintf(w, "periods: unknown (%s)\n\n", safetext.Text(r.PeriodsError, 1024))
 		return
 	}
 	closing := "windows never close"

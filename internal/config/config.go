@@ -1,6 +1,3 @@
-// Package config reads the service's configuration from environment
-// variables (envconfig) and checks all of it at once, so that an operator
-// sees every problem in one message instead of one per restart.
 package config
 
 import (
@@ -229,6 +226,16 @@ func describe(f reflect.StructField, err error) string {
 		}
 	}
 	return fmt.Sprintf("%s: %v", name, err)
+}
+
+// Validate checks a configuration built in code (from Defaults, by a test
+// or the benchmark) as Load checks the environment's: every problem, as an
+// *Error.
+func (c Config) Validate() error {
+	if p := c.validate(); len(p) > 0 {
+		return &Error{Problems: p}
+	}
+	return nil
 }
 
 // validate checks what the types cannot: ranges and relations between

@@ -199,9 +199,8 @@ func TestPeriodSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pc := c.Pipeline(nil, nil, nil)
-	if pc.Window.String() != "month in Europe/Berlin" || pc.WindowCloseAfter != 36*time.Hour || !pc.LedgerEntries || pc.LedgerEntriesRetention != 90*24*time.Hour {
-		t.Fatalf("pipeline settings: window %v, close after %v, entries %v, retention %v", pc.Window, pc.WindowCloseAfter, pc.LedgerEntries, pc.LedgerEntriesRetention)
+	if c.Period().String() != "month in Europe/Berlin" || time.Duration(c.WindowCloseAfter) != 36*time.Hour || !c.LedgerEntries || time.Duration(c.LedgerEntriesRetention) != 90*24*time.Hour {
+		t.Fatalf("period settings: window %v, close after %v, entries %v, retention %v", c.Period(), c.WindowCloseAfter, c.LedgerEntries, c.LedgerEntriesRetention)
 	}
 	setenv(t, map[string]string{"KAFKA_BROKERS": "127.0.0.1:9092", "MYSQL_DSN": "u:p@tcp(127.0.0.1:3306)/billing",
 		"WINDOW_CLOSE_AFTER": "", "LEDGER_ENTRIES_RETENTION": " "})
@@ -209,8 +208,8 @@ func TestPeriodSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pc := c.Pipeline(nil, nil, nil); pc.WindowCloseAfter != 0 || pc.LedgerEntriesRetention != 0 {
-		t.Fatalf("empty values: close after %v, retention %v", pc.WindowCloseAfter, pc.LedgerEntriesRetention)
+	if c.WindowCloseAfter != 0 || c.LedgerEntriesRetention != 0 {
+		t.Fatalf("empty values: close after %v, retention %v", c.WindowCloseAfter, c.LedgerEntriesRetention)
 	}
 }
 
@@ -311,6 +310,94 @@ func TestUsageAligned(t *testing.T) {
 	}
 	if !regexp.MustCompile(`(?m)^CHECKPOINT_INTERVAL +1s +a checkpoint`).MatchString(b.String()) {
 		t.Errorf("defaults missing or misaligned:\n%s", b.String())
+	}
+}
+
+// TestDefaultsAreLoads: Defaults, read from the tags without the
+// environment, is what Load reads from an environment that sets only the
+// required variables, setting by setting.
+func TestDefaultsAreLoads(t *testing.T) {
+	required := map[string]string{"KAFKA_BROKERS": "127.0.0.1:9092", "MYSQL_DSN": "u:p@tcp(127.0.0.1:3306)/billing"}
+	setenv(t, required)
+	loaded, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := Defaults()
+	if len(d.KafkaBrokers) != 0 || d.MySQLDSN != "" {
+		t.Errorf("Defaults has required settings: %v %q", d.KafkaBrokers, d.MySQLDSN)
+	}
+	d.KafkaBrokers, d.MySQLDSN = loaded.KafkaBrokers, loaded.MySQLDSN
+	lv, dv := reflect.ValueOf(loaded), reflect.ValueOf(d)
+	for i := 0; i < lv.NumField(); i++ {
+		name := lv.Type().Field(i).Tag.Get("envconfig")
+		if !reflect.DeepEqual(lv.Field(i).Interface(), dv.Field(i).Interface()) {
+			t.Errorf("%s: Defaults has %#v, Load %#v", name, dv.Field(i).Interface(), lv.Field(i).Interface())
+		}
+	}
+	if problems := d.validate(); len(problems) != 0 {
+		t.Errorf("the defaults (with the required settings) are invalid: %q", problems)
+	}
+	// It reads no environment.
+	t.Setenv("CHECKPOINT_INTERVAL", "7s")
+	if got := Defaults().CheckpointInterval; got != time.Second {
+		t.Errorf("with CHECKPOINT_INTERVAL=7s, Defaults has %s", got)
+	}
+}
+
+// TestWithReadsAsLoad: a configuration built from Defaults and settings
+// in code is the one Load reads from an environment of the same settings,
+// for every kind of field (and an unknown name or a bad value is refused,
+// naming it).
+func TestWithReadsAsLoad(t *testing.T) {
+	vars := map[string]string{"KAFKA_BROKERS": "127.0.0.1:9092,127.0.0.1:9093", "MYSQL_DSN": "u:p@tcp(127.0.0.1:3306)/billing",
+		"MYSQL_SHARD_DSNS": "u:p@tcp(h:1)/a", "CHECKPOINT_INTERVAL": "250ms", "MYSQL_BRANCHES": "0x3", "LEDGER_ENTRIES": "1",
+		"LEDGER_ENTRIES_RETENTION": " 48h ", "WINDOW_CLOSE_AFTER": "", "BILLING_WINDOW": "day", "BILLING_TIMEZONE": "Europe/Berlin", "HTTP_ADDR": ""}
+	setenv(t, vars)
+	loaded, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	built, err := Defaults().With(vars)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(loaded, built) {
+		t.Errorf("With:\n%+v\nLoad:\n%+v", built, loaded)
+	}
+	if env := Environment(); !reflect.DeepEqual(env, vars) {
+		t.Errorf("Environment() = %v, want what was set: %v", env, vars)
+	}
+	_, err = Defaults().With(map[string]string{"NO_SUCH_SETTING": "1", "MYSQL_BRANCHES": "many"})
+	var ce *Error
+	if !errors.As(err, &ce) || len(ce.Problems) != 2 || !strings.Contains(err.Error(), "NO_SUCH_SETTING") || !strings.Contains(err.Error(), "MYSQL_BRANCHES") {
+		t.Errorf("bad settings: %v", err)
+	}
+}
+
+// TestReadmeShowsTheDefaults: the README's configuration table shows each
+// variable's default as its tag (the one home of the default) spells it.
+func TestReadmeShowsTheDefaults(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := regexp.MustCompile("(?m)^\\| `([A-Z0-9_]+)` \\| (`([^`]*)`)? \\|")
+	shown := map[string]string{}
+	for _, m := range row.FindAllStringSubmatch(string(readme), -1) {
+		shown[m[1]] = m[3]
+	}
+	typ := reflect.TypeOf(Config{})
+	for i := 0; i < typ.NumField(); i++ {
+		name := typ.Field(i).Tag.Get("envconfig")
+		got, ok := shown[name]
+		if !ok {
+			t.Errorf("README.md has no row for %s", name)
+			continue
+		}
+		if want := typ.Field(i).Tag.Get("default"); got != want {
+			t.Errorf("README.md shows the default of %s as %q, its tag is %q", name, got, want)
+		}
 	}
 }
 

@@ -10,7 +10,7 @@ import (
 // sampleExpected builds a small consistent expectation through the model.
 func sampleExpected(t *testing.T) *Expected {
 	t.Helper()
-	l, err := NewLedger(time.Hour)
+	l, err := NewModel(time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,12 +1,20 @@
 // Package ledgercheck models the billing service's contract independently of
 // the service, so that a load generator can predict the result tables and a
-// verifier can compare them exactly.
+// verifier can compare them exactly: the model (Model), the expected-ledger
+// file billing-gen writes (Expected), the reading of a ledger's result
+// tables (ReadActual) and the exact comparison of the two (Compare).
+//
+// A ledger, here as everywhere in this repository, is one deployment's
+// tables on its MySQL servers (ledgerstatus says where one stands,
+// ledgerclock is its clock, ledgercompare compares two); the model of
+// what they must hold is a Model (it was named Ledger, which read as the
+// tables themselves).
 //
 // # The model
 //
-// A [Ledger] is fed the records of one run in the order the service will see
+// A [Model] is fed the records of one run in the order the service will see
 // them for each account: Kafka key = account, so one account's records share
-// a partition and are consumed in produced order. [Ledger.Add] applies the
+// a partition and are consumed in produced order. [Model.Add] applies the
 // contract to one well-formed event:
 //
 //   - an event id already counted with identical content (account, amount,
@@ -33,14 +41,14 @@
 //
 // An event dated later than the service's processing time plus its
 // MAX_EVENT_TIME_SKEW ([InFuture]) is dead-lettered as event_time_in_future
-// before anything else: the model is given [Ledger.DeadLetter] for it, never
-// [Ledger.Add], so it moves no watermark and its id is not remembered. The
+// before anything else: the model is given [Model.DeadLetter] for it, never
+// [Model.Add], so it moves no watermark and its id is not remembered. The
 // generator only produces such records far in the future (and refuses runs
 // whose other events would come near the bound), so that model and service
 // agree whenever the service runs.
 //
 // Dead-lettered events are not remembered, so a later record with the same id
-// is judged afresh. [Ledger.DeadLetter] records a malformed record that the
+// is judged afresh. [Model.DeadLetter] records a malformed record that the
 // decoder rejects; [MalformedKind.Reason] is the single table that maps each
 // malformed kind the generator produces to the reason the decoder stores.
 //

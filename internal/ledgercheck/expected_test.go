@@ -207,7 +207,7 @@ func TestLedgerAdd(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			l, err := NewLedger(time.Hour)
+			l, err := NewModel(time.Hour)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -257,7 +257,7 @@ func TestLedgerAdd(t *testing.T) {
 }
 
 func TestLedgerDeadLetter(t *testing.T) {
-	l, err := NewLedger(time.Hour)
+	l, err := NewModel(time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,10 +291,10 @@ func TestMalformedKindReasonsDistinct(t *testing.T) {
 	}
 }
 
-func TestNewLedgerRejectsBadWindow(t *testing.T) {
+func TestNewModelRejectsBadWindow(t *testing.T) {
 	for _, w := range []time.Duration{0, -time.Hour, time.Nanosecond, 1500 * time.Nanosecond} {
-		if _, err := NewLedger(w); err == nil {
-			t.Errorf("NewLedger(%v) accepted", w)
+		if _, err := NewModel(w); err == nil {
+			t.Errorf("NewModel(%v) accepted", w)
 		}
 	}
 }
@@ -327,9 +327,9 @@ func TestAddInt64(t *testing.T) {
 // Merging two ledgers gives the ledger of all their events.
 func TestExpectedMerge(t *testing.T) {
 	at := time.Date(2026, 11, 29, 13, 5, 0, 0, time.UTC)
-	a, _ := NewLedger(time.Hour)
-	b, _ := NewLedger(time.Hour)
-	all, _ := NewLedger(time.Hour)
+	a, _ := NewModel(time.Hour)
+	b, _ := NewModel(time.Hour)
+	all, _ := NewModel(time.Hour)
 	for i, e := range []Event{
 		{"e1", "acct-1", 5, "EUR", at}, {"e2", "acct-2", 7, "EUR", at},
 		{"h1", "acct-1", 3, "EUR", at.Add(2 * time.Hour)}, {"h2", "acct-9", 1, "USD", at},
@@ -355,7 +355,7 @@ func TestExpectedMerge(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("merged %+v\nwant %+v", got, want)
 	}
-	other, _ := NewLedger(time.Minute)
+	other, _ := NewModel(time.Minute)
 	if err := got.Merge(other.Expected()); err == nil {
 		t.Fatal("merged ledgers of different windows")
 	}

@@ -63,7 +63,7 @@ func TestFileRoundTrip(t *testing.T) {
 }
 
 func TestMarshalEmpty(t *testing.T) {
-	l, _ := NewLedger(time.Hour)
+	l, _ := NewModel(time.Hour)
 	data, err := Marshal(l.Expected())
 	if err != nil {
 		t.Fatal(err)

@@ -63,7 +63,7 @@ func TestVerifierAgainstMariaDB(t *testing.T) {
 	shards := []*testDB{newTestDB(ctx, t), newTestDB(ctx, t)}
 
 	// An expectation with extreme amounts and a pre-1970 window.
-	l, err := NewLedger(time.Hour)
+	l, err := NewModel(time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}

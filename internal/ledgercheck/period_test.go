@@ -46,7 +46,7 @@ func TestPeriodAgreesWithTheService(t *testing.T) {
 // event (repeats too) moving the watermark.
 func TestLedgerClosesWindows(t *testing.T) {
 	p, _ := NewPeriod("1h", "")
-	l, err := NewLedgerWith(Options{Period: p, CloseAfter: 30 * time.Minute, SplitExact: true, Entries: true})
+	l, err := NewModelWith(Options{Period: p, CloseAfter: 30 * time.Minute, SplitExact: true, Entries: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func TestLedgerClosesWindows(t *testing.T) {
 
 	// Without the exact split (several partitions), each window holds the
 	// sum of both.
-	l2, _ := NewLedgerWith(Options{Period: p, CloseAfter: 30 * time.Minute})
+	l2, _ := NewModelWith(Options{Period: p, CloseAfter: 30 * time.Minute})
 	for _, x := range []Event{ev("1", 1, "2026-11-29T10:05:00Z"), ev("4", 8, "2026-11-29T11:30:00Z"), ev("5", 16, "2026-11-29T10:20:00Z")} {
 		l2.Add(x)
 	}
@@ -119,7 +119,7 @@ func TestLedgerClosesWindows(t *testing.T) {
 func closingCase(t *testing.T) (*Expected, *Actual) {
 	t.Helper()
 	p, _ := NewPeriod("1h", "")
-	l, _ := NewLedgerWith(Options{Period: p, CloseAfter: 30 * time.Minute, Entries: true})
+	l, _ := NewModelWith(Options{Period: p, CloseAfter: 30 * time.Minute, Entries: true})
 	evs := []Event{
 		{"1", "a", 1, "EUR", at("2026-11-29T10:05:00Z")},
 		{"2", "a", 2, "EUR", at("2026-11-29T11:40:00Z")},

@@ -29,7 +29,7 @@ const (
 // judges it plus the service's MAX_EVENT_TIME_SKEW is dead-lettered as
 // event_time_in_future before anything else is decided about it. It
 // counts nowhere, does not move the watermark (it is never given to
-// [Ledger.Add]), and its id is not remembered. The processing time is the
+// [Model.Add]), and its id is not remembered. The processing time is the
 // service's, later than any the generator knows: a caller can only be sure
 // of the outcome for events far from the bound.
 func InFuture(occurredAt, processing time.Time, skew time.Duration) bool {

@@ -1,14 +1,3 @@
-// Package ledgerstatus reads where a ledger stands, without changing
-// anything: the positions stored per partition against the topic's log,
-// the last committed checkpoint, the XA branches in doubt and the dead
-// letters not re-injected, the commit log's position. `billing status`
-// prints a [Report]; the metrics
-// sampler (internal/metrics) exports the same quantities, computed by the
-// same functions, so that the command and the dashboards always agree.
-//
-// Every statement here is a SELECT or XA RECOVER: an account with SELECT
-// on the ledger's database (and, on MySQL 8, XA_RECOVER_ADMIN) can run
-// them.
 package ledgerstatus
 
 import (
@@ -20,47 +9,20 @@ import (
 	"strings"
 	"time"
 
-	"github.com/billing/ledger/internal/deadletters"
-
-	"github.com/go-sql-driver/mysql"
 	"github.com/twmb/franz-go/pkg/kadm"
 
+	"github.com/billing/ledger/internal/deadletters"
 	"github.com/billing/ledger/internal/txsink"
-	"github.com/billing/ledger/internal/txsink/mysqldriver"
+	"github.com/billing/ledger/internal/txsink/driver"
 )
 
-// Stored is a partition's row of partition_offsets.
-type Stored struct {
-	NextOffset int64 // txsink.StartOffset (-2): consume from the start of the log
-	Owner      string
-	Epoch      int64
-	UpdatedAt  time.Time
-}
+// Stored is a partition's stored position (partition_offsets).
+type Stored = driver.Position
 
-// Positions reads partition_offsets for one group and topic. Partitions
-// never claimed have no row.
-func Positions(ctx context.Context, control *sql.DB, group, topic string) (map[int32]Stored, error) {
-	rows, err := control.QueryContext(ctx, `SELECT kafka_partition, next_offset, owner, epoch, updated_at FROM partition_offsets
-		WHERE consumer_group = ? AND kafka_topic = ?`, group, topic)
-	if err != nil {
-		return nil, fmt.Errorf("read partition_offsets: %w", err)
-	}
-	defer rows.Close()
-	out := map[int32]Stored{}
-	for rows.Next() {
-		var p int32
-		var s Stored
-		var owner []byte
-		if err := rows.Scan(&p, &s.NextOffset, &owner, &s.Epoch, &s.UpdatedAt); err != nil {
-			return nil, fmt.Errorf("read partition_offsets: %w", err)
-		}
-		s.Owner = string(owner)
-		out[p] = s
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read partition_offsets: %w", err)
-	}
-	return out, nil
+// Positions reads the stored positions of one group and topic. Partitions
+// never claimed have none.
+func Positions(ctx context.Context, v driver.View, group, topic string) (map[int32]Stored, error) {
+	return v.Positions(ctx, driver.Scope{Group: group, Topic: topic})
 }
 
 // Lag is the number of records of a partition not yet committed to the
@@ -112,65 +74,52 @@ type Branch struct {
 	Instance   string    `json:"instance,omitempty"` // from the gtrid
 	Checkpoint uint64    `json:"checkpoint,omitempty"`
 	Created    time.Time `json:"created"` // zero when the gtrid does not parse
-	// Ledger is "this" when the branch qualifier carries this ledger's id
-	// (ledger_identity), "other" when it does not, "" when the ledger's id
-	// is not known (a schema without it).
+	// Ledger is "this" when the branch's xid is this ledger's (its
+	// identity with a valid MAC under the ledger's secret, as recovery
+	// decides: txsink.Identity.Parse), "other" when it is not, "" when the
+	// ledger's identity is not known (none stored yet).
 	Ledger string `json:"ledger,omitempty"`
 }
 
-// Mine reports whether the branch may be this ledger's: it carries the
-// ledger's id, or the id is unknown.
+// Mine reports whether the branch may be this ledger's: its xid is, or
+// the ledger's identity is unknown.
 func (b Branch) Mine() bool { return b.Ledger != "other" }
 
-// LedgerID returns the id of the ledger whose control server db is
-// (ledger_identity.ledger_id), "" when the schema or the row does not have
-// one yet. Each branch qualifier carries it.
-func LedgerID(ctx context.Context, control *sql.DB) (string, error) {
-	var id string
-	err := control.QueryRowContext(ctx, `SELECT ledger_id FROM ledger_identity WHERE singleton = 1`).Scan(&id)
-	var me *mysql.MySQLError
-	switch {
-	case errors.Is(err, sql.ErrNoRows), errors.As(err, &me) && me.Number == 1146: // ER_NO_SUCH_TABLE
-		return "", nil
-	case err != nil:
-		return "", fmt.Errorf("read ledger_identity: %w", err)
+// Identity reads the ledger's identity (ledger_identity), nil when none is
+// stored yet. Each branch qualifier carries its id, and a MAC under its
+// secret.
+func Identity(ctx context.Context, v driver.View) (*txsink.Identity, error) {
+	id, secret, found, err := v.Identity(ctx)
+	if err != nil || !found {
+		return nil, err
 	}
-	return id, nil
+	return &txsink.Identity{ID: id, Secret: secret}, nil
 }
 
-// InDoubt lists the service's prepared branches on one server (server is
-// its index, 0 = MYSQL_DSN), marking which are this ledger's when ledgerID
-// (LedgerID) is known. Its data column is the gtrid followed by the bqual.
-func InDoubt(ctx context.Context, db *sql.DB, server int, ledgerID string) ([]Branch, error) {
-	rows, err := db.QueryContext(ctx, "XA RECOVER")
+// InDoubt lists the service's prepared branches on server (its index, 0 =
+// MYSQL_DSN), marking which are this ledger's when its identity (Identity)
+// is known.
+func InDoubt(ctx context.Context, v driver.View, server int, ledger *txsink.Identity) ([]Branch, error) {
+	xids, err := v.Recover(ctx, server)
 	if err != nil {
 		return nil, fmt.Errorf("XA RECOVER on server %d: %w", server, err)
 	}
-	defer rows.Close()
 	var out []Branch
-	for rows.Next() {
-		var format, glen, blen int64
-		var data []byte
-		if err := rows.Scan(&format, &glen, &blen, &data); err != nil {
-			return nil, fmt.Errorf("XA RECOVER on server %d: %w", server, err)
-		}
-		if format != txsink.FormatID || glen < 0 || blen < 0 || int(glen+blen) > len(data) {
+	for _, x := range xids {
+		if x.Format != txsink.FormatID {
 			continue
 		}
-		b := Branch{Server: server, Gtrid: string(data[:glen]), Bqual: string(data[glen : glen+blen])}
+		b := Branch{Server: server, Gtrid: x.Gtrid, Bqual: x.Bqual}
 		if id, ok := txsink.ParseGlobalID(b.Gtrid); ok {
 			b.Instance, b.Checkpoint, b.Created = id.Instance, id.Checkpoint, id.Created
 		}
-		if ledgerID != "" {
+		if ledger != nil {
 			b.Ledger = "other"
-			if strings.Contains(b.Bqual, ledgerID) {
+			if _, _, ok := ledger.Parse(x); ok {
 				b.Ledger = "this"
 			}
 		}
 		out = append(out, b)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("XA RECOVER on server %d: %w", server, err)
 	}
 	return out, nil
 }
@@ -185,33 +134,19 @@ type Decision struct {
 
 // LastCommit returns the newest commit decision of the ledger, nil when
 // there is none (no checkpoint yet, or all older than DECISION_RETENTION).
-func LastCommit(ctx context.Context, control *sql.DB) (*Decision, error) {
-	var d Decision
-	var gtrid, by []byte
-	err := control.QueryRowContext(ctx, `SELECT gtrid, outcome, decided_by, decided_at FROM checkpoint_decisions
-		WHERE outcome = 'commit' ORDER BY decided_at DESC LIMIT 1`).Scan(&gtrid, &d.Outcome, &by, &d.DecidedAt)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, nil
+func LastCommit(ctx context.Context, v driver.View) (*Decision, error) {
+	d, found, err := v.LastCommit(ctx)
+	if err != nil || !found {
+		return nil, err
 	}
-	if err != nil {
-		return nil, fmt.Errorf("read checkpoint_decisions: %w", err)
-	}
-	d.Gtrid, d.DecidedBy = string(gtrid), string(by)
-	return &d, nil
+	return &Decision{Gtrid: d.Gtrid, Outcome: string(d.Outcome), DecidedBy: d.By, DecidedAt: d.At}, nil
 }
 
 // DecisionOf returns the outcome decided for gtrid ("commit" or "abort"),
 // or "" when none is recorded.
-func DecisionOf(ctx context.Context, control *sql.DB, gtrid string) (string, error) {
-	var o string
-	err := control.QueryRowContext(ctx, `SELECT outcome FROM checkpoint_decisions WHERE gtrid = ?`, gtrid).Scan(&o)
-	if errors.Is(err, sql.ErrNoRows) {
-		return "", nil
-	}
-	if err != nil {
-		return "", fmt.Errorf("read checkpoint_decisions: %w", err)
-	}
-	return o, nil
+func DecisionOf(ctx context.Context, v driver.View, gtrid string) (string, error) {
+	o, _, err := v.Lookup(ctx, gtrid)
+	return string(o), err
 }
 
 // CommitLog is where the commit log stands (see txsink's package
@@ -234,28 +169,37 @@ type CommitLog struct {
 
 // CommitLogOf reads the commit position (the query the README gives
 // readers) and counts the unapplied decisions. It returns nil, and no
-// error, for a schema without a commit log (before migration 00006).
-func CommitLogOf(ctx context.Context, control *sql.DB) (*CommitLog, error) {
-	p, err := mysqldriver.ReadCommitPosition(ctx, control)
-	var me *mysql.MySQLError
-	switch {
-	case errors.As(err, &me) && me.Number == 1146: // ER_NO_SUCH_TABLE
-		return nil, nil
-	case err != nil:
+// error, for a ledger without a commit log (before migration 00006).
+func CommitLogOf(ctx context.Context, v driver.View) (*CommitLog, error) {
+	st, found, err := v.CommitLog(ctx)
+	if err != nil || !found {
 		return nil, err
 	}
-	c := &CommitLog{VisibleSeq: p.Visible, DecidedSeq: p.Decided, RetainedFrom: p.RetainedFrom}
-	if !p.SealedBefore.IsZero() {
-		t := p.SealedBefore.UTC()
+	c := &CommitLog{VisibleSeq: st.Visible, DecidedSeq: st.Decided, RetainedFrom: st.RetainedFrom,
+		Unapplied: st.Unapplied, OldestUnappliedSeconds: max(st.OldestUnapplied.Seconds(), 0)}
+	if !st.SealedBefore.IsZero() {
+		t := st.SealedBefore.UTC()
 		c.SealedBefore = &t
 	}
-	var oldestUS int64
-	if err := control.QueryRowContext(ctx, `SELECT COUNT(*), COALESCE(MAX(TIMESTAMPDIFF(MICROSECOND, committed_at, UTC_TIMESTAMP(6))), 0)
-		FROM checkpoint_commits WHERE applied_at IS NULL`).Scan(&c.Unapplied, &oldestUS); err != nil {
-		return nil, fmt.Errorf("count the unapplied commit decisions: %w", err)
-	}
-	c.OldestUnappliedSeconds = max(float64(oldestUS)/1e6, 0)
 	return c, nil
+}
+
+// Letters counts the dead letters not re-injected on each of the ledger's
+// servers, by reason (a nil partitions counts every partition).
+type Letters interface {
+	Waiting(ctx context.Context, server int, topic string, partitions []int32) ([]Waiting, error)
+}
+
+// PoolLetters counts them on the servers' pools, the control server first
+// (deadletters.CountWaiting).
+type PoolLetters []*sql.DB
+
+// Waiting counts the dead letters waiting on server i.
+func (p PoolLetters) Waiting(ctx context.Context, i int, topic string, partitions []int32) ([]Waiting, error) {
+	if i < 0 || i >= len(p) {
+		return nil, fmt.Errorf("no server %d", i)
+	}
+	return deadletters.CountWaiting(ctx, p[i], topic, partitions)
 }
 
 // Waiting is the number of dead letters of one reason not re-injected.

@@ -11,11 +11,13 @@ import (
 	"testing"
 	"time"
 
-	_ "github.com/go-sql-driver/mysql"
+	"github.com/jmoiron/sqlx"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/billing/ledger/internal/txsink"
+	"github.com/billing/ledger/internal/txsink/driver"
+	"github.com/billing/ledger/internal/txsink/mysqldriver"
 )
 
 func TestLagOf(t *testing.T) {
@@ -90,8 +92,14 @@ func listed(topic string, m map[int32]int64) kadm.ListedOffsets {
 	return l
 }
 
-// unreachable is a pool on a server that refuses every connection.
-func unreachable(t *testing.T) *sql.DB {
+// unreachable is the view and dead letters of a ledger whose one server
+// refuses every connection.
+func unreachable(t *testing.T) (driver.View, Letters) {
+	db := unreachableDB(t)
+	return mysqldriver.NewView(sqlx.NewDb(db, "mysql")), PoolLetters{db}
+}
+
+func unreachableDB(t *testing.T) *sql.DB {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -118,18 +126,22 @@ func TestCollectNeverInventsWhatItCannotRead(t *testing.T) {
 	k := fakeKafka{ends: listed(topic, map[int32]int64{0: 4333, 1: 10}), starts: listed(topic, map[int32]int64{0: 0, 1: 0}),
 		groups: kadm.DescribedGroups{"g": {Group: "g", State: "Empty"}}}
 	wrapped := 0
-	r := Collect(t.Context(), Sources{Servers: []*sql.DB{unreachable(t)}, Kafka: k, Topic: topic, Group: "g",
+	v, letters := unreachable(t)
+	r := Collect(t.Context(), Sources{View: v, Letters: letters, Kafka: k, Topic: topic, Group: "g",
 		ServerError: func(i int, err error) error { wrapped++; return fmt.Errorf("server %d said: %w", i, err) }})
-	if r.Complete() || len(r.Problems) != 5 {
-		t.Fatalf("problems = %q; want the five MySQL parts", r.Problems)
+	if r.Complete() || len(r.Problems) != 6 {
+		t.Fatalf("problems = %q; want the six MySQL parts", r.Problems)
 	}
-	if r.PositionsError == "" || r.LastCheckpointError == "" || r.CommitLogError == "" || r.InDoubtError == "" || r.DeadLettersError == "" || r.LogError != "" {
-		t.Errorf("errors: positions %q, checkpoint %q, commit log %q, in doubt %q, dead letters %q, log %q", r.PositionsError, r.LastCheckpointError, r.CommitLogError, r.InDoubtError, r.DeadLettersError, r.LogError)
+	if r.PositionsError == "" || r.LastCheckpointError == "" || r.CommitLogError == "" || r.InDoubtError == "" || r.DeadLettersError == "" || r.PeriodsError == "" || r.LogError != "" {
+		t.Errorf("errors: positions %q, checkpoint %q, commit log %q, in doubt %q, dead letters %q, periods %q, log %q", r.PositionsError, r.LastCheckpointError, r.CommitLogError, r.InDoubtError, r.DeadLettersError, r.PeriodsError, r.LogError)
+	}
+	if r.Periods != nil {
+		t.Errorf("periods = %+v; want null when they could not be read", r.Periods)
 	}
 	if r.CommitLog != nil {
 		t.Errorf("commit log = %+v; want null when it could not be read", r.CommitLog)
 	}
-	if wrapped < 5 || !strings.Contains(r.PositionsError, "server 0 said") {
+	if wrapped < 6 || !strings.Contains(r.PositionsError, "server 0 said") {
 		t.Errorf("ServerError not applied to the MySQL errors (%d times): %q", wrapped, r.PositionsError)
 	}
 	if len(r.Partitions) != 2 || r.TotalLag != nil || r.LastCheckpoint != nil || r.InDoubt != nil || r.OtherLedgersInDoubt != nil || r.DeadLetters != nil {
@@ -161,7 +173,8 @@ func TestCollectNeverInventsWhatItCannotRead(t *testing.T) {
 // leaves the log unknown, with its error.
 func TestCollectTopicMissing(t *testing.T) {
 	missing := kadm.ListedOffsets{"nope": {-1: {Topic: "nope", Partition: -1, Err: kerr.UnknownTopicOrPartition}}}
-	r := Collect(t.Context(), Sources{Servers: []*sql.DB{unreachable(t)}, Kafka: fakeKafka{ends: missing, starts: missing, groups: kadm.DescribedGroups{}}, Topic: "nope", Group: "g"})
+	v, letters := unreachable(t)
+	r := Collect(t.Context(), Sources{View: v, Letters: letters, Kafka: fakeKafka{ends: missing, starts: missing, groups: kadm.DescribedGroups{}}, Topic: "nope", Group: "g"})
 	if !r.TopicMissing || !strings.Contains(r.Absent(), `topic "nope" does not exist on the brokers`) || r.GroupState != "absent" {
 		t.Errorf("missing topic: missing %v, absent %q, group %q", r.TopicMissing, r.Absent(), r.GroupState)
 	}
@@ -170,7 +183,7 @@ func TestCollectTopicMissing(t *testing.T) {
 			t.Errorf("a missing topic is a fact, not a part that could not be read: %q", p)
 		}
 	}
-	r = Collect(t.Context(), Sources{Servers: []*sql.DB{unreachable(t)}, Kafka: fakeKafka{err: errors.New("broker down")}, Topic: "t", Group: "g"})
+	r = Collect(t.Context(), Sources{View: v, Letters: letters, Kafka: fakeKafka{err: errors.New("broker down")}, Topic: "t", Group: "g"})
 	if r.TopicMissing || !strings.Contains(r.LogError, "broker down") || r.GroupError == "" || r.GroupState != "" || len(r.Partitions) != 0 {
 		t.Errorf("Kafka down: missing %v, log error %q, group %q %q, partitions %v", r.TopicMissing, r.LogError, r.GroupError, r.GroupState, r.Partitions)
 	}
@@ -184,8 +197,10 @@ func TestPartitionsJoinLogAndStored(t *testing.T) {
 	const topic = "t"
 	ends, starts := listed(topic, map[int32]int64{0: 100, 1: 50, 2: 10}), listed(topic, map[int32]int64{0: 0, 1: 20, 2: 0})
 	now := time.Unix(1_700_000_000, 0)
-	stored := map[int32]Stored{0: {NextOffset: 60, Owner: "a", Epoch: 3, UpdatedAt: now}, 1: {NextOffset: txsink.StartOffset, Owner: "a", Epoch: 1, UpdatedAt: now},
-		7: {NextOffset: 5, Owner: "b", Epoch: 1, UpdatedAt: now}}
+	at := func(next int64, owner string, epoch int64) Stored {
+		return Stored{Stored: driver.Stored{NextOffset: next, Owner: owner, Epoch: epoch}, UpdatedAt: now}
+	}
+	stored := map[int32]Stored{0: at(60, "a", 3), 1: at(txsink.StartOffset, "a", 1), 7: at(5, "b", 1)}
 	ps := partitions(topic, ends, starts, true, stored, true, map[int32]string{0: "m0"})
 	type row struct {
 		stored string

@@ -2,19 +2,19 @@ package ledgerstatus
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/billing/ledger/internal/deadletters"
-
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 
+	"github.com/billing/ledger/internal/periods"
 	"github.com/billing/ledger/internal/txsink"
+	"github.com/billing/ledger/internal/txsink/driver"
 )
 
 // Kafka is what a report asks the brokers; *kadm.Client has it.
@@ -24,14 +24,20 @@ type Kafka interface {
 	DescribeGroups(ctx context.Context, groups ...string) (kadm.DescribedGroups, error)
 }
 
-// Sources are what a report reads: the ledger's servers (the control
-// server first) and the Kafka cluster.
+// Sources are what a report reads: the ledger's servers (through the
+// read-only view, the control server first; the dead letters waiting on
+// each) and the Kafka cluster.
 type Sources struct {
-	Servers []*sql.DB
+	View    driver.View
+	Letters Letters
 	Kafka   Kafka
 	Topic   string
 	Group   string
-	Now     func() time.Time // time.Now when nil
+	// Environment are the period settings of the environment, reported
+	// (with a warning on Log) for a ledger that has none stored.
+	Environment Periods
+	Log         *slog.Logger     // slog.Default() when nil
+	Now         func() time.Time // time.Now when nil
 	// ServerError, when set, rewrites an error of server i (the command
 	// names the account and database of an access refusal, which it
 	// knows from the DSN).
@@ -199,25 +205,14 @@ type InDoubtEntry struct {
 
 // StoredGroups reads which groups hold positions of which topics in
 // partition_offsets.
-func StoredGroups(ctx context.Context, control *sql.DB) ([]StoredGroup, error) {
-	rows, err := control.QueryContext(ctx, `SELECT consumer_group, kafka_topic, COUNT(*) FROM partition_offsets
-		GROUP BY consumer_group, kafka_topic ORDER BY consumer_group, kafka_topic`)
+func StoredGroups(ctx context.Context, v driver.View) ([]StoredGroup, error) {
+	scopes, err := v.Scopes(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("read partition_offsets: %w", err)
+		return nil, err
 	}
-	defer rows.Close()
 	out := []StoredGroup{}
-	for rows.Next() {
-		var g StoredGroup
-		var group, topic []byte
-		if err := rows.Scan(&group, &topic, &g.Partitions); err != nil {
-			return nil, fmt.Errorf("read partition_offsets: %w", err)
-		}
-		g.Group, g.Topic = string(group), string(topic)
-		out = append(out, g)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read partition_offsets: %w", err)
+	for _, s := range scopes {
+		out = append(out, StoredGroup{Group: s.Group, Topic: s.Topic, Partitions: s.Partitions})
 	}
 	return out, nil
 }
@@ -241,7 +236,7 @@ func Collect(ctx context.Context, s Sources) *Report {
 		}
 		return err
 	}
-	control := s.Servers[0]
+	control := s.View
 
 	// The topic's log, from the brokers.
 	ends, starts, err := logOffsets(ctx, s.Kafka, s.Topic)
@@ -320,15 +315,15 @@ func Collect(ctx context.Context, s Sources) *Report {
 		r.CommitLog = cl
 	}
 
-	r.InDoubt, r.OtherLedgersInDoubt, err = inDoubt(ctx, s.Servers, r.At, serverErr)
+	r.InDoubt, r.OtherLedgersInDoubt, err = inDoubt(ctx, s.View, r.At, serverErr)
 	if err != nil {
 		r.InDoubtError = problem("branches in doubt", err)
 	}
 
 	var waiting [][]Waiting
 	var dlErrs []error
-	for i, db := range s.Servers {
-		w, err := deadletters.CountWaiting(ctx, db, s.Topic, nil)
+	for i := range s.View.Servers() {
+		w, err := s.Letters.Waiting(ctx, i, s.Topic, nil)
 		if err != nil {
 			dlErrs = append(dlErrs, fmt.Errorf("server %d: %w", i, serverErr(i, err)))
 		}
@@ -338,6 +333,25 @@ func Collect(ctx context.Context, s Sources) *Report {
 		r.DeadLettersError = problem("dead letters", err)
 	} else {
 		r.DeadLetters = MergeWaiting(waiting...)
+	}
+
+	// The period settings are the ledger's; the environment's only for a
+	// ledger that has none stored.
+	switch stored, err := periods.Read(ctx, s.View); {
+	case err != nil:
+		r.PeriodsError = serverErr(0, err).Error()
+		r.Problems = append(r.Problems, "period settings: "+r.PeriodsError)
+	case len(stored) > 0:
+		r.Periods = &Periods{Source: "ledger", Windows: stored.Describe(), WindowsClose: stored.Current().Close}
+	default:
+		log := s.Log
+		if log == nil {
+			log = slog.Default()
+		}
+		log.Warn("this ledger has no period settings stored (never started by this version): showing this environment's")
+		env := s.Environment
+		env.Source = "environment"
+		r.Periods = &env
 	}
 	return r
 }
@@ -416,17 +430,16 @@ func partitions(topic string, ends, starts kadm.ListedOffsets, logKnown bool, st
 // decisions recorded for them, and counts those of other ledgers. Any
 // server that cannot be read makes the whole answer unknown: "none" must
 // mean none.
-func inDoubt(ctx context.Context, servers []*sql.DB, at time.Time, serverErr func(int, error) error) ([]InDoubtEntry, *int, error) {
-	control := servers[0]
-	ledgerID, err := LedgerID(ctx, control)
+func inDoubt(ctx context.Context, v driver.View, at time.Time, serverErr func(int, error) error) ([]InDoubtEntry, *int, error) {
+	ledger, err := Identity(ctx, v)
 	if err != nil {
 		return nil, nil, serverErr(0, err)
 	}
 	entries := []InDoubtEntry{}
 	others := 0
 	var errs []error
-	for i, db := range servers {
-		branches, err := InDoubt(ctx, db, i, ledgerID)
+	for i := range v.Servers() {
+		branches, err := InDoubt(ctx, v, i, ledger)
 		if err != nil {
 			errs = append(errs, serverErr(i, err))
 			continue
@@ -440,7 +453,7 @@ func inDoubt(ctx context.Context, servers []*sql.DB, at time.Time, serverErr fun
 			if !b.Created.IsZero() {
 				e.AgeSeconds = max(at.Sub(b.Created).Seconds(), 0)
 			}
-			if e.Decision, err = DecisionOf(ctx, control, b.Gtrid); err != nil {
+			if e.Decision, err = DecisionOf(ctx, v, b.Gtrid); err != nil {
 				errs = append(errs, serverErr(0, err))
 			}
 			entries = append(entries, e)

@@ -9,12 +9,11 @@ import (
 	"slices"
 	"time"
 
-	"github.com/billing/ledger/internal/deadletters"
-
 	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/billing/ledger/internal/ledgerstatus"
 	"github.com/billing/ledger/internal/txsink"
+	"github.com/billing/ledger/internal/txsink/driver"
 	"github.com/billing/ledger/internal/txsink/mysqldriver"
 )
 
@@ -26,8 +25,14 @@ import (
 type Sampler struct {
 	// Kafka lists the topic's offsets (kadm over the pipeline's client).
 	Kafka *kadm.Client
-	// Servers are every server, the control server (partition_offsets)
-	// first.
+	// View reads the ledger's control tables and prepared branches, and
+	// Letters the dead letters waiting on each server, as `billing status`
+	// reads them.
+	View    driver.View
+	Letters ledgerstatus.Letters
+	// Servers are the servers' pools, the control server first, for what
+	// only the metrics sample from information_schema (the purge history,
+	// the dedup_keys estimate); nil samples neither.
 	Servers      []*sql.DB
 	Topic, Group string
 	// Owner is this instance's id (txsink.Sink.Instance): lag and dead
@@ -61,7 +66,7 @@ func (s *Sampler) Run(ctx context.Context, m *Metrics) {
 func (s *Sampler) Sample(ctx context.Context, m *Metrics) {
 	ctx, cancel := context.WithTimeout(ctx, s.Timeout)
 	defer cancel()
-	if len(s.Servers) == 0 {
+	if s.View == nil || s.View.Servers() == 0 {
 		return
 	}
 	owned, err := s.owned(ctx)
@@ -92,20 +97,20 @@ func (s *Sampler) Sample(ctx context.Context, m *Metrics) {
 	if s.Now != nil {
 		now = s.Now
 	}
-	switch cl, err := ledgerstatus.CommitLogOf(ctx, s.Servers[0]); {
+	switch cl, err := ledgerstatus.CommitLogOf(ctx, s.View); {
 	case err != nil:
 		m.SampleFailed(SampleCommitLog)
 		s.log().Debug("sampling the commit log failed", "err", err)
 	case cl != nil:
 		m.SetCommitLog(cl.Unapplied, time.Duration(cl.OldestUnappliedSeconds*float64(time.Second)))
 	}
-	ledgerID, err := ledgerstatus.LedgerID(ctx, s.Servers[0])
+	ledger, err := ledgerstatus.Identity(ctx, s.View)
 	if err != nil {
 		m.SampleFailed(SampleInDoubt)
-		s.log().Debug("reading the ledger's id failed", "err", err)
+		s.log().Debug("reading the ledger's identity failed", "err", err)
 	}
-	for i, db := range s.Servers {
-		branches, err := ledgerstatus.InDoubt(ctx, db, i, ledgerID)
+	for i := range s.View.Servers() {
+		branches, err := ledgerstatus.InDoubt(ctx, s.View, i, ledger)
 		if err != nil {
 			m.SampleFailed(SampleInDoubt)
 			s.log().Debug("sampling branches in doubt failed", "server", i, "err", err)
@@ -125,6 +130,8 @@ func (s *Sampler) Sample(ctx context.Context, m *Metrics) {
 			m.SetInDoubt(i, n, oldest)
 			m.SetForeignInDoubt(i, foreign)
 		}
+	}
+	for i, db := range s.Servers {
 		if !s.noPurge[i] {
 			switch h, err := PurgeHistory(ctx, db); {
 			case mysqldriver.NeedsProcess(err):
@@ -161,7 +168,7 @@ func (s *Sampler) log() *slog.Logger {
 // owned returns the stored next offsets of the partitions this instance
 // owns in MySQL.
 func (s *Sampler) owned(ctx context.Context) (map[int32]int64, error) {
-	stored, err := ledgerstatus.Positions(ctx, s.Servers[0], s.Group, s.Topic)
+	stored, err := ledgerstatus.Positions(ctx, s.View, s.Group, s.Topic)
 	if err != nil {
 		return nil, err
 	}
@@ -200,8 +207,8 @@ func (s *Sampler) lag(ctx context.Context, pos map[int32]int64) (map[int32]int64
 // hosts), by reason.
 func (s *Sampler) deadLetters(ctx context.Context, partitions []int32) (map[string]int64, error) {
 	counts := map[string]int64{}
-	for i, db := range s.Servers {
-		w, err := deadletters.CountWaiting(ctx, db, s.Topic, partitions)
+	for i := range s.View.Servers() {
+		w, err := s.Letters.Waiting(ctx, i, s.Topic, partitions)
 		if err != nil {
 			return nil, fmt.Errorf("server %d: %w", i, err)
 		}

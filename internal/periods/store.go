@@ -9,57 +9,40 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
 	"github.com/jmoiron/sqlx"
 
 	"github.com/billing/ledger/internal/txsink/driver"
 	"github.com/billing/ledger/internal/txsink/mysqldriver"
 )
 
-// The SQL of ledger_periods (migration 00005), on the control server.
-
-type row struct {
-	Seq        int          `db:"seq"`
-	From       sql.NullTime `db:"effective_from"`
-	Window     string       `db:"billing_window"`
-	Zone       string       `db:"billing_timezone"`
-	Close      bool         `db:"windows_close"`
-	RecordedAt time.Time    `db:"recorded_at"`
-	RecordedBy string       `db:"recorded_by"`
+// Reader reads the ledger's period definitions as stored (driver.View
+// does; ledger_periods' SQL is mysqldriver's).
+type Reader interface {
+	Periods(ctx context.Context) ([]driver.PeriodRow, error)
 }
 
-const columns = `seq, effective_from, billing_window, billing_timezone, windows_close, recorded_at, recorded_by`
-
-// erNoSuchTable: the schema predates migration 00005.
-const erNoSuchTable = 1146
-
-// Read returns the ledger's definitions from its control server, in
-// order: none (nil) on a ledger no instance of this version has started
-// on, or whose schema predates migration 00005.
-func Read(ctx context.Context, q sqlx.QueryerContext) (Stored, error) {
-	return read(ctx, q, "")
-}
-
-func read(ctx context.Context, q sqlx.QueryerContext, lock string) (Stored, error) {
-	var rows []row
-	err := sqlx.SelectContext(ctx, q, &rows, `SELECT `+columns+` FROM ledger_periods ORDER BY seq`+lock)
-	var me *mysql.MySQLError
-	if errors.As(err, &me) && me.Number == erNoSuchTable {
-		return nil, nil
-	}
+// Read returns the ledger's definitions, in order: none (nil) on a ledger
+// no instance of this version has started on, or whose schema predates
+// migration 00005.
+func Read(ctx context.Context, r Reader) (Stored, error) {
+	rows, err := r.Periods(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("read ledger_periods: %w", err)
+		return nil, err
 	}
+	return FromRows(rows)
+}
+
+// FromRows gives the stored definitions their meaning, and refuses rows
+// that are not a schedule (a window or zone this version does not know,
+// definitions out of order).
+func FromRows(rows []driver.PeriodRow) (Stored, error) {
 	out := make(Stored, len(rows))
 	for i, r := range rows {
-		p, err := ParsePeriod(r.Window, r.Zone)
+		p, err := ParsePeriod(r.Window, r.Timezone)
 		if err != nil {
 			return nil, fmt.Errorf("ledger_periods seq %d: %w", r.Seq, err)
 		}
-		out[i] = Definition{Seq: r.Seq, From: r.From.Time.UTC(), Settings: Settings{Period: p, Close: r.Close}, RecordedAt: r.RecordedAt.UTC(), RecordedBy: r.RecordedBy}
-		if !r.From.Valid {
-			out[i].From = time.Time{}
-		}
+		out[i] = Definition{Seq: r.Seq, From: r.From, Settings: Settings{Period: p, Close: r.Close}, RecordedAt: r.RecordedAt, RecordedBy: r.RecordedBy}
 	}
 	if len(out) > 0 {
 		if _, err := out.Schedule(); err != nil {
@@ -69,23 +52,10 @@ func read(ctx context.Context, q sqlx.QueryerContext, lock string) (Stored, erro
 	return out, nil
 }
 
-// insert appends d; with ignore, nothing happens if its seq exists.
-func insert(ctx context.Context, ex sqlx.ExecerContext, d Definition, ignore bool) (bool, error) {
-	verb := "INSERT"
-	if ignore {
-		verb = "INSERT IGNORE"
-	}
-	var from any
-	if !d.From.IsZero() {
-		from = d.From.UTC()
-	}
-	res, err := ex.ExecContext(ctx, verb+` INTO ledger_periods (`+columns+`) VALUES (?, ?, ?, ?, ?, ?, ?)`,
-		d.Seq, from, d.Period.Unit(), d.Period.Zone(), d.Close, d.RecordedAt.UTC(), d.RecordedBy)
-	if err != nil {
-		return false, fmt.Errorf("store ledger_periods: %w", err)
-	}
-	n, _ := res.RowsAffected()
-	return n == 1, nil
+// row is what d stores.
+func (d Definition) row() driver.PeriodRow {
+	return driver.PeriodRow{Seq: d.Seq, From: d.From, Window: d.Period.Unit(), Timezone: d.Period.Zone(), Close: d.Close,
+		RecordedAt: d.RecordedAt, RecordedBy: d.RecordedBy}
 }
 
 // sampled bounds the window starts Ensure checks per server at each end.
@@ -110,7 +80,7 @@ const sampled = 32
 // by names who stores (the instance).
 func Ensure(ctx context.Context, d *mysqldriver.Driver, instance Settings, closeAfter time.Duration, by string, log *slog.Logger) (Stored, error) {
 	control := d.Server(0).DB()
-	stored, err := Read(ctx, control)
+	stored, err := Read(ctx, d.View())
 	if err != nil {
 		return nil, err
 	}
@@ -124,11 +94,11 @@ func Ensure(ctx context.Context, d *mysqldriver.Driver, instance Settings, close
 				strings.Join(problems, "; ") + "; start it with the settings the ledger was built with (they are stored at the first start), or rebuild it (docs/operations.md)"}}
 		}
 		first := Definition{Seq: 1, Settings: instance, RecordedAt: time.Now().UTC(), RecordedBy: by}
-		added, err := insert(ctx, control, first, true)
+		added, err := mysqldriver.InsertPeriod(ctx, control, first.row(), true)
 		if err != nil {
 			return nil, err
 		}
-		if stored, err = Read(ctx, control); err != nil {
+		if stored, err = Read(ctx, d.View()); err != nil {
 			return nil, err
 		}
 		switch {
@@ -147,8 +117,8 @@ func Ensure(ctx context.Context, d *mysqldriver.Driver, instance Settings, close
 
 // Verify reports, as a MismatchError, whether the ledger's definitions are
 // no longer want (billing periods change ran since the instance started).
-func Verify(ctx context.Context, q sqlx.QueryerContext, want Stored) error {
-	stored, err := Read(ctx, q)
+func Verify(ctx context.Context, r Reader, want Stored) error {
+	stored, err := Read(ctx, r)
 	if err != nil {
 		return err
 	}
@@ -247,7 +217,11 @@ func Apply(ctx context.Context, d *mysqldriver.Driver, req Change, by string, dr
 	var plan Plan
 	var def Definition
 	err := d.Control().Quiesce(ctx, func(ctx context.Context, tx *sqlx.Tx, q mysqldriver.Quiesced) error {
-		stored, err := read(ctx, tx, " FOR UPDATE")
+		rows, err := mysqldriver.ReadPeriods(ctx, tx, true)
+		if err != nil {
+			return err
+		}
+		stored, err := FromRows(rows)
 		if err != nil {
 			return err
 		}
@@ -266,7 +240,7 @@ func Apply(ctx context.Context, d *mysqldriver.Driver, req Change, by string, dr
 		if dryRun {
 			return errDryRun
 		}
-		_, err = insert(ctx, tx, def, false)
+		_, err = mysqldriver.InsertPeriod(ctx, tx, def.row(), false)
 		return err
 	})
 	if errors.Is(err, errDryRun) {

@@ -119,7 +119,7 @@ func TestEnsureChecksTheRowsOfALedgerWithoutSettings(t *testing.T) {
 	row(db, "2026-11-29 14:00:00")
 	_, err := periods.Ensure(ctx, d, settings(t, "day", "UTC", false), 0, "i", testenv.Logger())
 	mismatch(t, err, "no period settings stored yet", "window starting at 2026-11-29T13:00:00Z, which is not a window start of day in UTC")
-	if s, err := periods.Read(ctx, db); err != nil || len(s) != 0 {
+	if s, err := periods.Read(ctx, mysqldriver.NewView(db)); err != nil || len(s) != 0 {
 		t.Fatalf("stored after a refusal: %+v, %v", s, err)
 	}
 	if _, err := db.Exec(`UPDATE window_frontier SET closed_before = '2026-11-29 13:00:00'`); err != nil {
@@ -177,7 +177,7 @@ func TestApplyTakesEffectAfterTheWatermarkAndFences(t *testing.T) {
 	if want := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC); err != nil || !plan.From.Equal(want) || !plan.PeriodChanged() || def.Seq != 2 {
 		t.Fatalf("dry run: %+v %+v %v; want day from %v", plan, def, err, want)
 	}
-	if s, _ := periods.Read(ctx, db); len(s) != 1 || epochs()[0] != before[0] {
+	if s, _ := periods.Read(ctx, mysqldriver.NewView(db)); len(s) != 1 || epochs()[0] != before[0] {
 		t.Fatalf("the dry run changed the ledger: %+v, epochs %v (were %v)", s, epochs(), before)
 	}
 
@@ -206,7 +206,7 @@ func TestApplyTakesEffectAfterTheWatermarkAndFences(t *testing.T) {
 			t.Fatalf("epochs %v, were %v: not every partition fenced", after, before)
 		}
 	}
-	s, err := periods.Read(ctx, db)
+	s, err := periods.Read(ctx, mysqldriver.NewView(db))
 	if err != nil || len(s) != 2 || s[1].RecordedBy != "operator" {
 		t.Fatalf("stored %+v, %v", s, err)
 	}

@@ -86,6 +86,7 @@ func (s *Server) Commit(ctx context.Context, d driver.Decision, scope driver.Sco
 		}
 		r.CaughtUp = cut.CaughtUp
 		rows[cut.Partition] = r
+		c.touchLocked(scope, cut.Partition, d.At)
 	}
 	if f != nil {
 		if f.Raise.Closed.After(c.frontier.Closed) {
@@ -217,6 +218,7 @@ func (s *Server) Claim(ctx context.Context, scope driver.Scope, owner string, pa
 		r.Epoch++
 		r.Owner = owner
 		rows[p] = r
+		c.touchLocked(scope, p, at)
 		out[p] = r
 	}
 	return out, nil

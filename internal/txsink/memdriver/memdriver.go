@@ -74,6 +74,7 @@ type Cluster struct {
 	commits    []commitRecord // the commit log, in sequence order
 	identity   *identity
 	faults     map[string][]driver.Code // by operation, one per call
+	view       viewState                // read only by the read-only view (view.go)
 }
 
 // commitRecord is a row of the commit log.

@@ -6,11 +6,11 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
 	"syscall"
 
 	"github.com/go-sql-driver/mysql"
 
-	"github.com/billing/ledger/internal/mysqlconn"
 	"github.com/billing/ledger/internal/txsink/driver"
 )
 
@@ -144,22 +144,57 @@ func number(err error) uint16 {
 	return 0
 }
 
-// Numbers the driver itself reacts to, beyond classification.
+// Numbers the driver and the service react to beyond classification (the
+// kinds and codes above are what billing_mysql_errors_total and the
+// protocol see; these refusals and absences are classified as KindOther,
+// driver.Unknown there, and named here so that no other file compares an
+// error number: access.go, periods' and the read-only view's "no table
+// yet", the migrations' "may not create the schema").
 const (
 	erUnknownSystemVariable = 1193 // ER_UNKNOWN_SYSTEM_VARIABLE
 	erSpecificAccessDenied  = 1227 // ER_SPECIFIC_ACCESS_DENIED_ERROR (PROCESS missing)
+	erNoSuchTable           = 1146 // ER_NO_SUCH_TABLE: a schema older than the table's migration
+
+	ErDBAccessDenied     = 1044 // ER_DBACCESS_DENIED_ERROR: the account may not use the database
+	ErAccessDenied       = 1045 // ER_ACCESS_DENIED_ERROR: wrong password, or no such account for this host
+	ErTableAccessDenied  = 1142 // ER_TABLEACCESS_DENIED_ERROR: a privilege on a table is missing
+	ErColumnAccessDenied = 1143 // ER_COLUMNACCESS_DENIED_ERROR
 )
 
 // NeedsProcess reports a statement refused for lack of a server-wide
 // privilege, PROCESS for information_schema's InnoDB tables.
 func NeedsProcess(err error) bool { return number(err) == erSpecificAccessDenied }
 
-// Denied reports a missing privilege on a database, table or column (the
-// numbers are mysqlconn's; a refused login, 1045, is not one).
+// NoSuchTable reports a statement on a table the schema does not have yet
+// (a ledger migrated by an older version).
+func NoSuchTable(err error) bool { return number(err) == erNoSuchTable }
+
+// DeniedNumber returns the number of an access refusal anywhere in err's
+// chain (ErDBAccessDenied, ErAccessDenied, ErTableAccessDenied or
+// ErColumnAccessDenied), 0 when err is not one.
+func DeniedNumber(err error) uint16 {
+	switch n := number(err); n {
+	case ErDBAccessDenied, ErAccessDenied, ErTableAccessDenied, ErColumnAccessDenied:
+		return n
+	}
+	return 0
+}
+
+// Denied reports a missing privilege on a database, table or column (a
+// refused login, ErAccessDenied, is not one).
 func Denied(err error) bool {
-	switch mysqlconn.DeniedNumber(err) {
-	case mysqlconn.ErDBAccessDenied, mysqlconn.ErTableAccessDenied, mysqlconn.ErColumnAccessDenied:
+	switch DeniedNumber(err) {
+	case ErDBAccessDenied, ErTableAccessDenied, ErColumnAccessDenied:
 		return true
 	}
 	return false
+}
+
+// DeniedCreate reports the one refusal that means "no schema yet, and this
+// account may not create it": a CREATE refused on a table (goose found no
+// version table and may not make one). Any other refusal is access denied,
+// whatever the schema holds.
+func DeniedCreate(err error) bool {
+	var me *mysql.MySQLError
+	return DeniedNumber(err) == ErTableAccessDenied && errors.As(err, &me) && strings.HasPrefix(me.Message, "CREATE command denied")
 }

@@ -1,4 +1,4 @@
-package mysqlconn
+package mysqldriver
 
 import (
 	"errors"
@@ -42,9 +42,29 @@ func TestAccessDenied(t *testing.T) {
 			t.Errorf("wrapped twice: %v", again)
 		}
 	}
-	for _, err := range []error{nil, errors.New("connection refused"), &mysql.MySQLError{Number: 1146, Message: "Table doesn't exist"}} {
+	for _, err := range []error{nil, errors.New("connection refused"), &mysql.MySQLError{Number: erNoSuchTable, Message: "Table doesn't exist"}} {
 		if got := AccessDenied(dsn, err); got != err {
 			t.Errorf("AccessDenied(%v) = %v, want it unchanged", err, got)
+		}
+	}
+}
+
+// TestDeniedCreate: only a refused CREATE means "no schema yet"; a
+// refused database or login is access denied.
+func TestDeniedCreate(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{&mysql.MySQLError{Number: ErTableAccessDenied, Message: "CREATE command denied to user 'u'@'h' for table `d`.`goose_db_version`"}, true},
+		{fmt.Errorf("init: %w", &mysql.MySQLError{Number: ErTableAccessDenied, Message: "CREATE command denied to user"}), true},
+		{&mysql.MySQLError{Number: ErTableAccessDenied, Message: "SELECT command denied to user 'u'@'h' for table `d`.`goose_db_version`"}, false},
+		{&mysql.MySQLError{Number: ErDBAccessDenied, Message: "Access denied for user 'u'@'%' to database 'd'"}, false},
+		{&mysql.MySQLError{Number: ErAccessDenied, Message: "Access denied for user 'u'@'h' (using password: YES)"}, false},
+		{errors.New("connection refused"), false},
+	} {
+		if got := DeniedCreate(tc.err); got != tc.want {
+			t.Errorf("DeniedCreate(%v) = %v, want %v", tc.err, got, tc.want)
 		}
 	}
 }

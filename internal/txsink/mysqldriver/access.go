@@ -1,4 +1,4 @@
-package mysqlconn
+package mysqldriver
 
 import (
 	"errors"
@@ -7,21 +7,12 @@ import (
 	"github.com/go-sql-driver/mysql"
 )
 
-// Server error numbers of a refused account or privilege (the same on
-// MySQL and MariaDB).
-const (
-	ErDBAccessDenied     = 1044 // ER_DBACCESS_DENIED_ERROR: the account may not use the database
-	ErAccessDenied       = 1045 // ER_ACCESS_DENIED_ERROR: wrong password, or no such account for this host
-	ErTableAccessDenied  = 1142 // ER_TABLEACCESS_DENIED_ERROR: a privilege on a table is missing
-	ErColumnAccessDenied = 1143 // ER_COLUMNACCESS_DENIED_ERROR
-)
-
 // AccessError is a connection or statement the server refused for the
 // account: it names the account, the server and the database, so that the
 // message says "access denied" and to whom, not what the refusal made
 // impossible ("the schema is missing").
 type AccessError struct {
-	Number   uint16 // one of the Er* numbers above
+	Number   uint16 // ErDBAccessDenied, ErAccessDenied, ErTableAccessDenied or ErColumnAccessDenied (errors.go)
 	User     string // the DSN's account
 	Addr     string // the DSN's server
 	Database string // the DSN's database
@@ -42,19 +33,6 @@ func (e *AccessError) Error() string {
 }
 
 func (e *AccessError) Unwrap() error { return e.Err }
-
-// DeniedNumber returns the number of an access refusal anywhere in err's
-// chain (one of the Er* numbers above), 0 when err is not one.
-func DeniedNumber(err error) uint16 {
-	var me *mysql.MySQLError
-	if errors.As(err, &me) {
-		switch me.Number {
-		case ErDBAccessDenied, ErAccessDenied, ErTableAccessDenied, ErColumnAccessDenied:
-			return me.Number
-		}
-	}
-	return 0
-}
 
 // AccessDenied returns err as an *AccessError naming dsn's account, server
 // and database when it is an access refusal (and not one already), and err

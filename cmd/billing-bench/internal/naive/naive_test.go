@@ -11,10 +11,11 @@ import (
 	"github.com/jmoiron/sqlx"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/billing/ledger/internal/event"
+	"github.com/billing/ledger/cmd/billing-bench/internal/naive"
 	"github.com/billing/ledger/internal/failpoint"
-	"github.com/billing/ledger/internal/naive"
 	"github.com/billing/ledger/internal/pipeline"
+	"github.com/billing/ledger/internal/service"
+	"github.com/billing/ledger/internal/service/servicetest"
 	"github.com/billing/ledger/internal/testenv"
 	"github.com/billing/ledger/internal/txsink"
 	"github.com/billing/ledger/internal/txsink/mysqldriver"
@@ -106,26 +107,23 @@ func job(t *testing.T, brokers []string, topic string, db *sqlx.DB, fps *failpoi
 	return r
 }
 
-// service runs the exactly-once pipeline on the topic into db until the
+// runService runs the exactly-once pipeline on the topic into db until the
 // test ends.
-func service(t *testing.T, brokers []string, topic string, dsn string, fps *failpoint.Set) *pipeline.Pipeline {
+func runService(t *testing.T, brokers []string, topic string, dsn string, fps *failpoint.Set) *pipeline.Pipeline {
 	t.Helper()
+	// The service's own configuration (config.Defaults), with a test's
+	// timings; one branch, and checkpoints of ten records.
+	c := servicetest.Config(brokers, dsn, topic)
+	c.KafkaGroup, c.MySQLBranches, c.CheckpointMaxRecords, c.KafkaMaxPollRecords = "svc-"+topic, 1, 10, 10
+	sinkCfg := servicetest.Sink(c, testenv.Logger())
+	sinkCfg.Failpoints = fps
 	ctx, cancel := context.WithCancel(context.Background())
-	sink, dbs, err := mysqldriver.OpenSink(ctx, []string{dsn}, mysqldriver.Options{LockWaitTimeout: 2 * time.Second},
-		txsink.Config{Branches: 1, Group: "svc-" + topic, Topic: topic, StepTimeout: 10 * time.Second, Failpoints: fps, Logger: testenv.Logger()})
+	sink, dbs, err := mysqldriver.OpenSink(ctx, []string{dsn}, service.MySQLOptions(c), sinkCfg)
 	if err != nil {
 		cancel()
 		t.Fatal(err)
 	}
-	p, err := pipeline.New(pipeline.Config{
-		Topic: topic, Group: "svc-" + topic,
-		CheckpointInterval: 100 * time.Millisecond, CheckpointTimeout: 10 * time.Second, CheckpointMaxRecords: 10, CheckpointMaxBytes: 32 << 20,
-		MaxPollRecords: 10, DedupTTL: time.Hour, DedupCacheKeys: 1000, DedupCleanupInterval: time.Second,
-		DedupCleanupBatch: 100, Window: event.MustFixed(time.Hour), MaxEventTimeSkew: time.Hour, MaxPayloadBytes: 4096, RecoveryInterval: time.Second,
-		DecisionRetention: time.Hour, ShutdownTimeout: 10 * time.Second,
-		KafkaOpts: []kgo.Opt{kgo.SeedBrokers(brokers...), kgo.SessionTimeout(6 * time.Second), kgo.RebalanceTimeout(20 * time.Second)},
-		Logger:    testenv.Logger(),
-	}, sink, pipeline.Pools(dbs))
+	p, err := pipeline.New(servicetest.Pipeline(c, testenv.Logger()), sink, pipeline.Pools(dbs))
 	if err != nil {
 		cancel()
 		sink.Close()
@@ -231,7 +229,7 @@ func TestCrossBatchDuplicateCountedTwice(t *testing.T) {
 	sdb, sdsn := serviceDatabase(t)
 	produce(t, brokers, topic, evs...)
 	nerr := job(t, brokers, topic, ndb, nil)
-	service(t, brokers, topic, sdsn, nil)
+	runService(t, brokers, topic, sdsn, nil)
 
 	// The first batch is written and its offsets recorded before the
 	// repeat exists: the repeat can only fall into a later batch.
@@ -306,7 +304,7 @@ func TestCrashBetweenResultsAndOffsetsDoubleCounts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := service(t, brokers, topic, sdsn, sfps)
+	p := runService(t, brokers, topic, sdsn, sfps)
 	waitFor(t, "the service to count the events", func() bool { n, _ := counted(t, sdb); return n >= 10 })
 	settle(t, sdb, 10)
 	if a := p.Stats().Aborts.Load(); a < 1 {

@@ -1,4 +1,4 @@
-package main
+package service
 
 import (
 	"context"
@@ -72,7 +72,7 @@ func preflightServer(ctx context.Context, dsn string, lockWait time.Duration, ne
 			_, err = db.ExecContext(ctx, q)
 		}
 		if err != nil {
-			if denied(err) || errors.Is(err, errNoColumn) {
+			if mysqldriver.Denied(err) || errors.Is(err, errNoColumn) {
 				return fmt.Errorf("access denied: the MySQL account %s lacks %s on %s%s: %w (the service needs SELECT, INSERT, UPDATE and DELETE on its database, see docs/operations.md)",
 					accountOf(ctx, db.DB), a.Privilege, a.Table, neededBy(a.Feature), err)
 			}
@@ -94,9 +94,6 @@ func neededBy(f pipeline.Feature) string {
 	}
 	return " (needed with " + string(f) + ")"
 }
-
-// denied reports a missing privilege on a database, table or column.
-func denied(err error) bool { return mysqldriver.Denied(err) }
 
 // accountOf names the account a server sees and the database in use, for
 // a refusal's message: 'billing'@'%' on database "billing".

@@ -1,0 +1,103 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/billing/ledger/internal/config"
+	"github.com/billing/ledger/internal/event"
+	"github.com/billing/ledger/internal/failpoint"
+	"github.com/billing/ledger/internal/ledgerclock"
+	"github.com/billing/ledger/internal/periods"
+	"github.com/billing/ledger/internal/pipeline"
+	"github.com/billing/ledger/internal/txsink"
+	"github.com/billing/ledger/internal/txsink/mysqldriver"
+)
+
+// Ledger is the service's MySQL side, opened as the service opens it
+// (OpenLedger): the sink over every server, on the ledger's clock.
+type Ledger struct {
+	Sink   *txsink.Sink
+	Driver *mysqldriver.Driver
+	// Clock is the ledger's clock, the control server's as this host
+	// measures it (package ledgerclock): every age and expiry is judged by
+	// it. Run keeps measuring it; a caller that runs no Run measures it
+	// once, at OpenLedger.
+	Clock *ledgerclock.Clock
+}
+
+// Close closes the sink, then the servers' pools.
+func (l *Ledger) Close() {
+	l.Sink.Close()
+	l.Driver.Close()
+}
+
+// OpenLedger opens the servers of dsns (ResolveDSNs) as the service does,
+// in order: pending migrations are applied (checked without DDL first, so
+// an account without DDL grants runs on a schema `billing migrate`
+// applied), every grant the configuration needs is checked before
+// anything is read or written (a missing one stops here, named), the
+// sink is opened with fps armed, and the ledger's clock is measured
+// before anything is judged. phase, if not nil, is told each step (the
+// health endpoints report it during a slow start).
+func OpenLedger(ctx context.Context, cfg config.Config, dsns []string, fps *failpoint.Set, log *slog.Logger, phase func(string)) (*Ledger, error) {
+	if phase == nil {
+		phase = func(string) {}
+	}
+	phase("migrating the schema")
+	for i, dsn := range dsns {
+		if err := migrateServer(ctx, cfg, dsn, log.With("server", i), false); err != nil {
+			return nil, fmt.Errorf("migrate: server %d: %w", i, err)
+		}
+	}
+	// Before the sink reads or writes anything (its identity, first of
+	// all): a missing grant stops the service here, named.
+	phase("checking grants")
+	if err := preflight(ctx, dsns, cfg.MySQLLockWaitTimeout, pipeline.Access(PipelineConfig(cfg, nil, log, nil))); err != nil {
+		return nil, err
+	}
+	phase("connecting to MySQL")
+	// Every age and expiry is judged on the ledger's clock, the control
+	// server's (package ledgerclock); it is measured once the servers
+	// are open, before anything is judged.
+	clock := ledgerclock.New(nil)
+	sinkCfg := SinkConfig(cfg, log)
+	sinkCfg.Failpoints = fps
+	sinkCfg.Now = clock.Now
+	sink, d, err := mysqldriver.OpenSink(ctx, dsns, MySQLOptions(cfg), sinkCfg)
+	if err != nil {
+		return nil, err
+	}
+	l := &Ledger{Sink: sink, Driver: d, Clock: clock}
+	if err := clock.Sync(ctx, d.Server(0)); err != nil {
+		l.Close()
+		return nil, err
+	}
+	if off, unc := clock.Offset(); off > time.Second || off < -time.Second {
+		log.Warn("this host's clock is off the control server's; the ledger judges time by the server's", "offset", off, "uncertainty", unc)
+	} else {
+		log.Info("ledger clock measured", "offset", off, "uncertainty", unc)
+	}
+	return l, nil
+}
+
+// Periods returns the ledger's period settings and the schedule of its
+// windows: stored from cfg's at the ledger's first start, compared with
+// cfg's at every start (a *periods.MismatchError when they differ; package
+// periods).
+func (l *Ledger) Periods(ctx context.Context, cfg config.Config, log *slog.Logger) (periods.Stored, event.Schedule, error) {
+	stored, err := periods.Ensure(ctx, l.Driver, periods.Settings{Period: cfg.Period(), Close: cfg.WindowCloseAfter > 0},
+		time.Duration(cfg.WindowCloseAfter), "instance "+l.Sink.Instance(), log)
+	if err != nil {
+		return nil, event.Schedule{}, err
+	}
+	schedule, err := stored.Schedule()
+	if err != nil {
+		return nil, event.Schedule{}, err
+	}
+	log.Info("period settings (the ledger's)", "windows", schedule.String(), "windows_close", stored.Current().Close,
+		"window_close_after", time.Duration(cfg.WindowCloseAfter), "max_event_time_skew", cfg.MaxEventTimeSkew)
+	return stored, schedule, nil
+}

@@ -1,0 +1,234 @@
+package service
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/billing/ledger/internal/buildinfo"
+	"github.com/billing/ledger/internal/config"
+	"github.com/billing/ledger/internal/event"
+	"github.com/billing/ledger/internal/failpoint"
+	"github.com/billing/ledger/internal/health"
+	"github.com/billing/ledger/internal/ledgerclock"
+	"github.com/billing/ledger/internal/ledgerstatus"
+	"github.com/billing/ledger/internal/metrics"
+	"github.com/billing/ledger/internal/mysqlconn"
+	"github.com/billing/ledger/internal/periods"
+	"github.com/billing/ledger/internal/pipeline"
+)
+
+// DefaultMemoryLimit is the Go runtime's soft memory limit of a service
+// process when GOMEMLIMIT is not set (cmd/billing, the benchmark's
+// children): the heap (dedup cache, buffered records, fetched batches)
+// stays well below the 512 MiB a container of this service is sized for,
+// because the collector works harder as the limit nears instead of letting
+// the heap double between cycles.
+const DefaultMemoryLimit = 400 << 20
+
+// Options are what a caller of Run adds to the configuration.
+type Options struct {
+	// Logger receives the service's logs; slog.Default() when nil.
+	Logger *slog.Logger
+	// OnCheckpoint, if set, is called after every checkpoint attempt,
+	// after the metrics and the health monitor saw it (the benchmark's
+	// measurements). It must not block.
+	OnCheckpoint func(pipeline.CheckpointInfo)
+	// OnStart, if set, is called with the pipeline once it is built,
+	// right before it runs (the benchmark watches its Stats).
+	OnStart func(*pipeline.Pipeline)
+}
+
+// Run runs one instance of the service until ctx ends (or it fails), then
+// shuts it down in order. It starts the metrics and health endpoints
+// first, then opens the ledger (OpenLedger: migrations, grants, sink,
+// clock), checks the topic and the ledger's period settings (a
+// *periods.MismatchError when they are not the instance's), builds the
+// Kafka client and the pipeline, starts the background work (the clock's
+// measurements, health checks, the metrics sampler) and runs the
+// pipeline. Shutdown is the reverse: the pipeline's final checkpoint, the
+// background work (which uses the pipeline's client and the sink's
+// pools), the sink and the pools, the HTTP server last.
+func Run(ctx context.Context, cfg config.Config, o Options) error {
+	log := o.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	fps, err := failpoint.Parse(cfg.Failpoints)
+	if err != nil {
+		return err
+	}
+	if fps != nil {
+		log.Warn("failpoints armed (testing only)", "spec", cfg.Failpoints)
+	}
+	c, err := resolveConns(cfg, log)
+	if err != nil {
+		return err
+	}
+	log.Info("configured", "kafka", c.kafka, "mysql", mysqlconn.RedactAll(c.dsns), "topic", cfg.KafkaTopic, "group", cfg.KafkaGroup,
+		"settings", resultSettings(cfg), "window", cfg.Period().String(), "closing", closingText(cfg),
+		"version", buildinfo.Get().Version, "commit", buildinfo.Get().Commit)
+
+	// Health and metrics are served from the first second, before
+	// anything connects: a slow start (migrations under their lock,
+	// recovery, the first claim) answers /healthz 200 and /readyz 503
+	// "starting: <phase>" instead of not answering. A bad or busy
+	// HTTP_ADDR is a startup error.
+	mon := health.New(health.Options{ReadyMaxAge: cfg.ReadyMaxAge, MaxStall: cfg.LiveMaxAge, CheckInterval: cfg.HealthCheck})
+	m := metrics.New(metrics.Options{Topic: cfg.KafkaTopic, Group: cfg.KafkaGroup, CheckpointTimeout: cfg.CheckpointTimeout, Process: true})
+	if cfg.HTTPAddr != "" {
+		stopHTTP, err := serveHTTP(ctx, cfg.HTTPAddr, mon, m, log)
+		if err != nil {
+			return err
+		}
+		defer stopHTTP()
+	}
+
+	l, err := OpenLedger(ctx, cfg, c.dsns, fps, log, mon.SetPhase)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	mon.SetPhase("checking the topic")
+	if err := checkTopic(ctx, c.kopts, c.kafka.Brokers, cfg.KafkaTopic); err != nil {
+		return err
+	}
+	// The ledger's period settings are the ledger's: stored at the first
+	// start, compared at every start (package periods).
+	mon.SetPhase("checking the period settings")
+	stored, schedule, err := l.Periods(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	log.Info("starting", "instance", l.Sink.Instance(), "topic", cfg.KafkaTopic, "group", cfg.KafkaGroup,
+		"servers", len(c.dsns), "participants", l.Sink.Participants())
+
+	p, err := newPipeline(cfg, c, l, stored, schedule, fps, m, mon, o, log)
+	if err != nil {
+		return err
+	}
+	servers := make([]*sql.DB, l.Driver.Len())
+	for i := range servers {
+		servers[i] = l.Driver.Server(i).DB().DB
+		m.AddDB(strconv.Itoa(i), servers[i])
+		m.AddDB(strconv.Itoa(i)+"-cleanup", l.Driver.Server(i).CleanupDB().DB)
+	}
+	m.Attach(p.Stats(), p.DedupCacheKeys, mon.Stall)
+	adm := kadm.NewClient(p.Client())
+	mon.Start(health.Checks{
+		Stats:      p.Stats(),
+		MySQL:      pingAll(servers),
+		Membership: membership(p.Client(), adm, cfg.KafkaGroup, cfg.KafkaTopic),
+	})
+
+	// Health checks and sampling go on during the graceful shutdown (lag
+	// while draining); they use the pipeline's client and the sink's pools:
+	// stop them before those close.
+	bgctx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
+	var bg sync.WaitGroup
+	bg.Go(func() { l.Clock.Run(bgctx, l.Driver.Server(0), ledgerclock.Interval, log) })
+	if cfg.HTTPAddr != "" { // nobody asks otherwise
+		bg.Go(func() { mon.Run(bgctx) })
+		sampler := &metrics.Sampler{
+			Kafka: adm, View: l.Driver.View(), Letters: ledgerstatus.PoolLetters(servers), Servers: servers,
+			Topic: cfg.KafkaTopic, Group: cfg.KafkaGroup, Owner: l.Sink.Instance(),
+			Interval: cfg.MetricsSample, Timeout: min(cfg.MetricsSample, 10*time.Second), Logger: log,
+		}
+		bg.Go(func() { sampler.Run(bgctx, m) })
+	}
+	defer func() {
+		stopBackground()
+		bg.Wait()
+	}()
+
+	if o.OnStart != nil {
+		o.OnStart(p)
+	}
+	began := time.Now()
+	err = p.Run(ctx)
+	stopBackground()
+	log.Info("stopped", summary(p.Stats(), time.Since(began))...)
+	return err
+}
+
+// newPipeline builds the pipeline over the ledger: the Kafka client's
+// options (the kprom hooks go to the pipeline's client only; the client
+// id names the instance, so that the group's members, in billing status
+// and Kafka's tools, tell which member is which owner of
+// partition_offsets), the ledger's clock and period schedule, the check
+// that the settings stay the ledger's, and the checkpoint hooks.
+func newPipeline(cfg config.Config, c *conns, l *Ledger, stored periods.Stored, schedule event.Schedule,
+	fps *failpoint.Set, m *metrics.Metrics, mon *health.Monitor, o Options, log *slog.Logger) (*pipeline.Pipeline, error) {
+	kopts := append(slices.Clip(c.kopts), m.KafkaHooks(), kgo.ClientID("billing-"+l.Sink.Instance()))
+	pcfg := PipelineConfig(cfg, kopts, log, func(info pipeline.CheckpointInfo) {
+		m.OnCheckpoint(info)
+		mon.OnCheckpoint(info)
+		if o.OnCheckpoint != nil {
+			o.OnCheckpoint(info)
+		}
+	})
+	pcfg.Failpoints = fps
+	pcfg.Clock = l.Clock.Now
+	pcfg.Window = schedule
+	view := l.Driver.View()
+	pcfg.CheckSettings = func(ctx context.Context) error {
+		err := periods.Verify(ctx, view, stored)
+		var changed *periods.MismatchError
+		if errors.As(err, &changed) {
+			return err
+		}
+		if err != nil {
+			log.Warn("cannot check the ledger's period settings; checked again later", "err", err)
+		}
+		return nil
+	}
+	return pipeline.New(pcfg, l.Sink, pipeline.Pools(l.Driver))
+}
+
+// serveHTTP serves /metrics, /healthz and /readyz on addr until the
+// returned function stops it (bounded by two seconds).
+func serveHTTP(ctx context.Context, addr string, mon *health.Monitor, m *metrics.Metrics, log *slog.Logger) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("HTTP_ADDR: %w", err)
+	}
+	srv := newHTTPServer(handler(ctx, mon, m.Handler()))
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("http server failed", "addr", addr, "err", err)
+		}
+	}()
+	log.Info("serving /metrics, /healthz and /readyz", "addr", ln.Addr().String())
+	return func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+		_ = srv.Close()
+		<-served
+	}, nil
+}
+
+// pingAll checks that every server answers.
+func pingAll(servers []*sql.DB) func(context.Context) error {
+	return func(ctx context.Context) error {
+		for i, db := range servers {
+			if err := db.PingContext(ctx); err != nil {
+				return fmt.Errorf("server %d: %w", i, err)
+			}
+		}
+		return nil
+	}
+}
