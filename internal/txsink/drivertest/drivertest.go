@@ -1,7 +1,7 @@
 // Package drivertest is the conformance suite of package driver: every
 // implementation, the in-memory one included, must pass it, so that tests
-// of the protocol over the in-memory driver say something about the real
-// servers.
+// of the protocol and of the pipeline over the in-memory driver say
+// something about the real servers.
 //
 // It checks what the protocol relies on: the XA life of a branch, what a
 // dropped or killed connection leaves, prepared branches attached to their
@@ -11,7 +11,12 @@
 // offsets, claims raising epochs, watermarks that never go back, the
 // frontier checked and raised by the commit point, and the commit log:
 // numbered in commit order under concurrent decisions, applied marking,
-// the visible position, and pruning.
+// the visible position, and pruning. And the ledger's tables (store*.go):
+// claims (their affected rows, racing across branches), lookups of
+// committed rows only, locking reads and lock waits, sums and their
+// overflow, statement sizes from max_allowed_packet, identifiers of any
+// bytes, sealing (its order, what it returns, its wait for open writes),
+// dead letters of any size, cleanup and retention in batches.
 package drivertest
 
 import (
@@ -42,6 +47,21 @@ type Fixture struct {
 	// AttachesPrepared: a prepared branch stays attached to its live
 	// connection (MariaDB); else PREPARE detaches it (MySQL 8.4).
 	AttachesPrepared bool
+
+	// Store is the ledger's tables on Server's pools (Server's connections
+	// carry the branches' driver.StoreTx); Tables reads what they hold, as
+	// committed. LockWait is the server's lock wait timeout.
+	Store    driver.Store
+	Tables   func(ctx context.Context) (driver.Tables, error)
+	LockWait time.Duration
+	// Packet returns a fixture on the same ledger whose max_allowed_packet
+	// is n bytes (the smaller of the server's and the client's).
+	Packet func(t *testing.T, n int) Fixture
+	// LowerPacket lowers the server's max_allowed_packet to n for the
+	// statements that follow, the budget left as read (an operator's SET
+	// GLOBAL, until the next RefreshLimits); nil when the harness cannot
+	// do it alone.
+	LowerPacket func(t *testing.T, n int)
 }
 
 // Harness makes fixtures.
@@ -78,6 +98,7 @@ func RunConformanceTests(t *testing.T, h Harness) {
 		{"CommitLogRecordsTheSealedFrontier", testCommitSealed},
 		{"CommitLogForget", testForgetCommits},
 	}
+	tests = append(tests, storeTests...)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

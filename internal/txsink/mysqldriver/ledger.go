@@ -1,0 +1,312 @@
+package mysqldriver
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/billing/ledger/internal/stmt"
+	"github.com/billing/ledger/internal/txsink/driver"
+)
+
+// The result tables' SQL: account_balances, billing_windows,
+// window_adjustments, ledger_entries. Every statement is portable between
+// MySQL 8.4 and MariaDB 10.11: upserts use VALUES() in ON DUPLICATE KEY
+// UPDATE (MySQL 8.4 warns 1287 and accepts it; its row alias does not
+// exist on MariaDB).
+
+// branchQuerier reads and writes inside a branch (Conn).
+type branchQuerier interface {
+	querier
+	stmt.Execer
+}
+
+// upsertSQL returns the ON DUPLICATE KEY UPDATE clause that adds a delta to
+// the given columns or, for absolute values read under a row lock, sets
+// them.
+func upsertSQL(absolute bool, cols ...string) string {
+	var b strings.Builder
+	b.WriteString(" ON DUPLICATE KEY UPDATE ")
+	for i, c := range cols {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		if absolute {
+			fmt.Fprintf(&b, "%s = VALUES(%s)", c, c)
+		} else {
+			fmt.Fprintf(&b, "%s = %s + VALUES(%s)", c, c, c)
+		}
+	}
+	b.WriteString(", updated_at = VALUES(updated_at)")
+	return b.String()
+}
+
+// Worst-case bytes of a result row besides its account id: the currency,
+// two BIGINTs, one or two DATETIMEs and the tuple's text.
+const resultRowBytes = 6*32 + 16
+
+// writeBalances writes delta rows with an adding upsert and absolute rows
+// (seeded under a row lock) with a setting one.
+func writeBalances(ctx context.Context, ex stmt.Execer, rows []driver.Balance, now time.Time) error {
+	for _, abs := range []bool{false, true} {
+		var part []driver.Balance
+		for _, r := range rows {
+			if r.Absolute == abs {
+				part = append(part, r)
+			}
+		}
+		err := stmt.Insert(ctx, ex, len(part),
+			`INSERT INTO account_balances (account_id, currency, balance_minor, event_count, updated_at) VALUES `,
+			"(?,?,?,?,?)", upsertSQL(abs, "balance_minor", "event_count"),
+			func(i int) int { return stmt.ArgBytes(part[i].Account) + resultRowBytes },
+			func(i int) []any {
+				r := part[i]
+				return []any{r.Account, r.Currency, r.Amount, r.Count, now}
+			})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeWindows is writeBalances for billing_windows, or for
+// window_adjustments (the same columns). An adjustment row also records
+// the checkpoint that last wrote it (checkpoint_id, set by every upsert),
+// which readers join with the commit log (checkpoint_commits) to find the
+// adjustments changed since a position; window rows do not (see migration
+// 00006).
+func writeWindows(ctx context.Context, ex stmt.Execer, table string, rows []driver.WindowSum, checkpoint string, now time.Time) error {
+	cols, tuple, onDup := "", "(?,?,?,?,?,?)", upsertSQL
+	if table == tableAdjustments {
+		cols, tuple = ", checkpoint_id", "(?,?,?,?,?,?,?)"
+		onDup = func(abs bool, c ...string) string {
+			return upsertSQL(abs, c...) + ", checkpoint_id = VALUES(checkpoint_id)"
+		}
+	}
+	for _, abs := range []bool{false, true} {
+		var part []driver.WindowSum
+		for _, r := range rows {
+			if r.Absolute == abs {
+				part = append(part, r)
+			}
+		}
+		err := stmt.Insert(ctx, ex, len(part),
+			`INSERT INTO `+table+` (account_id, currency, window_start, amount_minor, event_count, updated_at`+cols+`) VALUES `,
+			tuple, onDup(abs, "amount_minor", "event_count"),
+			func(i int) int {
+				if cols != "" {
+					return stmt.ArgBytes(part[i].Account) + stmt.ArgBytes(checkpoint) + resultRowBytes
+				}
+				return stmt.ArgBytes(part[i].Account) + resultRowBytes
+			},
+			func(i int) []any {
+				r := part[i]
+				args := []any{r.Account, r.Currency, r.Start.UTC(), r.Amount, r.Count, now}
+				if cols != "" {
+					args = append(args, checkpoint)
+				}
+				return args
+			})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// The tables of window sums.
+const (
+	tableWindows     = "billing_windows"
+	tableAdjustments = "window_adjustments"
+)
+
+const entryHead = `INSERT INTO ledger_entries (kafka_topic, kafka_partition, kafka_offset, event_id, account_id, currency, amount_minor, occurred_at, window_start, late, checkpoint_id, created_at) VALUES `
+
+// A replay that meets an entry already stored (a group allowed to start
+// over the ledger's topic) keeps the stored row: its offset names the same
+// record.
+const entryTail = ` ON DUPLICATE KEY UPDATE kafka_offset = kafka_offset`
+
+// writeEntries writes one ledger_entries row per counted event.
+// occurred_at is a DATETIME(6): the instant is sent truncated to the
+// microsecond, as the column keeps it.
+func writeEntries(ctx context.Context, ex stmt.Execer, topic, checkpoint string, entries []driver.Entry, now time.Time) error {
+	fixed := stmt.ArgBytes(topic) + stmt.ArgBytes(checkpoint) + 4*stmt.ArgBytes(now) + 4*stmt.ArgBytes(int64(0)) + stmt.ArgBytes(true) + 32
+	return stmt.Insert(ctx, ex, len(entries), entryHead, "(?,?,?,?,?,?,?,?,?,?,?,?)", entryTail,
+		func(i int) int {
+			return fixed + stmt.ArgBytes(entries[i].EventID) + stmt.ArgBytes(entries[i].Account)
+		},
+		func(i int) []any {
+			e := &entries[i]
+			return []any{topic, e.Partition, e.Offset, e.EventID, e.Account, e.Currency, e.Amount,
+				e.OccurredAt.Truncate(time.Microsecond), e.WindowStart, e.Late, checkpoint, now}
+		})
+}
+
+// sealWindows sets closed_at on the open rows of the windows starting in
+// [from, to) (from zero: every window before to), at most about max rows;
+// it returns how many it sealed and whether none is left.
+//
+// The rows are found with locking reads by the index on (window_start,
+// closed_at), never by an UPDATE with that condition: under READ
+// COMMITTED an UPDATE skips rows that another transaction inserted and has
+// not committed (semi-consistent read), while a locking read waits for
+// them. Every write to these windows that can still commit was prepared
+// before the frontier closed them (see package pipeline, eventtime.go), so
+// after the wait the read sees it. The rows are then updated by primary
+// key.
+//
+// The reads run backwards, window by window from the latest: a locking
+// range scan also locks the record that ends it, and a forward scan below
+// to would end on a row of the earliest open window, which the other
+// branch of the same checkpoint may hold (a wait no server sees as a
+// deadlock: the branches are separate transactions). A probe finds the
+// latest window below the bound with an open row; its open rows are then
+// exactly the index range (window_start, NULL), read backwards, which skips
+// the rows already sealed and ends on a row of an earlier window.
+func sealWindows(ctx context.Context, q branchQuerier, from, to time.Time, max int, now time.Time) (int, bool, error) {
+	sealed := 0
+	upper := to
+	lower, args := "", []any{}
+	if !from.IsZero() {
+		lower, args = "window_start >= ? AND ", []any{from}
+	}
+	for sealed < max {
+		var w []time.Time
+		err := q.Select(ctx, &w, `SELECT window_start FROM billing_windows FORCE INDEX (billing_windows_period)
+			WHERE `+lower+`window_start < ? AND closed_at IS NULL ORDER BY window_start DESC LIMIT 1 FOR UPDATE`, append(slices.Clip(args), upper)...)
+		if err != nil {
+			return sealed, false, err
+		}
+		if len(w) == 0 {
+			return sealed, true, nil
+		}
+		for sealed < max {
+			limit := min(stmt.MaxRows, max-sealed)
+			var keys []struct {
+				Account  []byte    `db:"account_id"`
+				Currency string    `db:"currency"`
+				Start    time.Time `db:"window_start"`
+			}
+			err := q.Select(ctx, &keys, `SELECT account_id, currency, window_start FROM billing_windows FORCE INDEX (billing_windows_period)
+				WHERE window_start = ? AND closed_at IS NULL ORDER BY window_start DESC, closed_at DESC LIMIT `+fmt.Sprint(limit)+` FOR UPDATE`, w[0])
+			if err != nil {
+				return sealed, false, err
+			}
+			err = stmt.Split(len(keys), 256, q.MaxStatementBytes(), func(i int) int { return stmt.ArgBytes(keys[i].Account) + 80 }, func(start, end int) error {
+				part := keys[start:end]
+				args := []any{now, now}
+				for _, k := range part {
+					args = append(args, k.Account, k.Currency, k.Start)
+				}
+				_, err := q.Exec(ctx, `UPDATE billing_windows FORCE INDEX (PRIMARY) SET closed_at = ?, updated_at = ? WHERE (account_id, currency, window_start) IN (`+
+					strings.Repeat("(?,?,?),", len(part)-1)+`(?,?,?))`, args...)
+				return err
+			})
+			if err != nil {
+				return sealed, false, err
+			}
+			sealed += len(keys)
+			if len(keys) < limit {
+				break
+			}
+		}
+		upper = w[0]
+	}
+	return sealed, false, nil
+}
+
+// deleteOldEntries deletes ledger_entries rows created before before, in
+// statements of at most batch rows (short transactions, like the dedup
+// cleanup), up to max rows; it returns how many it deleted.
+func deleteOldEntries(ctx context.Context, db *sqlx.DB, before time.Time, batch, max int) (int64, error) {
+	var total int64
+	for total < int64(max) {
+		r, err := db.ExecContext(ctx, `DELETE FROM ledger_entries WHERE created_at < ? ORDER BY created_at LIMIT ?`, before, min(batch, max-int(total)))
+		if err != nil {
+			return total, fmt.Errorf("ledger entries retention: %w", err)
+		}
+		n, _ := r.RowsAffected()
+		total += n
+		if n < int64(batch) {
+			break
+		}
+	}
+	return total, nil
+}
+
+// lockBalances locks and reads the stored balances of keys (seeding).
+//
+// Every locking statement here names the primary key: when the list covers
+// much of a small table the optimizer prefers a full scan, and a locking
+// scan waits on every row another branch of the same checkpoint has locked,
+// a wait InnoDB cannot see as a deadlock (the branches are separate
+// transactions): the checkpoint then hangs until the lock wait times out.
+func lockBalances(ctx context.Context, q querier, keys []driver.BalanceKey) ([]driver.Balance, error) {
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	var out []driver.Balance
+	err := stmt.Split(len(keys), 256, q.MaxStatementBytes(), func(i int) int { return stmt.ArgBytes(keys[i].Account) + 32 }, func(start, end int) error {
+		part := keys[start:end]
+		args := make([]any, 0, 2*len(part))
+		for _, k := range part {
+			args = append(args, k.Account, k.Currency)
+		}
+		var rows []struct {
+			Account  []byte `db:"account_id"`
+			Currency string `db:"currency"`
+			Amount   int64  `db:"balance_minor"`
+			Count    int64  `db:"event_count"`
+		}
+		q2 := `SELECT account_id, currency, balance_minor, event_count FROM account_balances FORCE INDEX (PRIMARY) WHERE (account_id, currency) IN (` +
+			strings.Repeat("(?,?),", len(part)-1) + `(?,?)) FOR UPDATE`
+		if err := q.Select(ctx, &rows, q2, args...); err != nil {
+			return err
+		}
+		for _, r := range rows {
+			out = append(out, driver.Balance{BalanceKey: driver.BalanceKey{Account: string(r.Account), Currency: r.Currency}, Amount: r.Amount, Count: r.Count})
+		}
+		return nil
+	})
+	return out, err
+}
+
+// lockWindows locks and reads the stored window sums of keys (seeding), in
+// billing_windows or window_adjustments.
+func lockWindows(ctx context.Context, q querier, table string, keys []driver.WindowKey) ([]driver.WindowSum, error) {
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	var out []driver.WindowSum
+	err := stmt.Split(len(keys), 256, q.MaxStatementBytes(), func(i int) int { return stmt.ArgBytes(keys[i].Account) + 80 }, func(start, end int) error {
+		part := keys[start:end]
+		args := make([]any, 0, 3*len(part))
+		for _, k := range part {
+			args = append(args, k.Account, k.Currency, k.Start.UTC())
+		}
+		var rows []struct {
+			Account  []byte    `db:"account_id"`
+			Currency string    `db:"currency"`
+			Start    time.Time `db:"window_start"`
+			Amount   int64     `db:"amount_minor"`
+			Count    int64     `db:"event_count"`
+		}
+		q2 := `SELECT account_id, currency, window_start, amount_minor, event_count FROM ` + table + ` FORCE INDEX (PRIMARY) WHERE (account_id, currency, window_start) IN (` +
+			strings.Repeat("(?,?,?),", len(part)-1) + `(?,?,?)) FOR UPDATE`
+		if err := q.Select(ctx, &rows, q2, args...); err != nil {
+			return err
+		}
+		for _, r := range rows {
+			out = append(out, driver.WindowSum{WindowKey: driver.WindowKey{Account: string(r.Account), Currency: r.Currency, Start: r.Start.UTC()},
+				Amount: r.Amount, Count: r.Count})
+		}
+		return nil
+	})
+	return out, err
+}
