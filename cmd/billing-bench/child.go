@@ -434,7 +434,7 @@ func sinkOnly(spec childSpec, cfg config.Config) (childResult, error) {
 	var cleanup sync.WaitGroup
 	defer cleanup.Wait()
 	defer stopCleanup()
-	cleanup.Go(func() { pipeline.Cleanup(jctx, pipelineConfig(cfg, nil), pipeline.Pools(l.db), cfg.MySQLBranches) })
+	cleanup.Go(func() { pipeline.Cleanup(jctx, pipelineConfig(cfg, nil), l.db.Stores(), cfg.MySQLBranches) })
 	col := newCollector()
 	var busy time.Duration // checkpoint time so far: the stopped clock
 	start := time.Now()
@@ -446,7 +446,7 @@ func sinkOnly(spec childSpec, cfg config.Config) (childResult, error) {
 			return
 		}
 		col.add(unit{end: start.Add(busy), dur: info.Duration, records: info.Records, counted: info.Counted, phases: info.Phases}, time.Time{}, nil)
-	}), l.sink, pipeline.Pools(l.db))
+	}), l.sink, l.db.Stores())
 	if err != nil {
 		return res, err
 	}
@@ -636,7 +636,7 @@ func start(spec childSpec, cfg config.Config, topic, group string, col *collecto
 				cut[c.Partition] = c.NextOffset
 			}
 			col.add(unit{end: now, dur: info.Duration, records: info.Records, counted: info.Counted, phases: info.Phases, cut: cut}, now, info.RecordTimes)
-		}), l.sink, pipeline.Pools(l.db))
+		}), l.sink, l.db.Stores())
 		if err != nil {
 			cancel()
 			l.Close()

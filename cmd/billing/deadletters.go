@@ -20,9 +20,6 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/billing/ledger/internal/dedup"
-	"github.com/billing/ledger/internal/stmt"
-
 	"github.com/billing/ledger/internal/deadletters"
 
 	"github.com/jmoiron/sqlx"
@@ -588,12 +585,12 @@ func reinject(ctx context.Context, cfg config.Config, log *slog.Logger, dbs []*s
 	// dropped and a different one is dead-lettered as a conflict.
 	now := time.Now().UTC()
 	for i, db := range dbs {
-		seen := map[string]dedup.Seen{}
-		if err := dedup.Lookup(ctx, lookupPool{db}, []string{ev.EventID}, seen); err != nil {
+		seen, err := mysqldriver.LookupKeys(ctx, db, []string{ev.EventID})
+		if err != nil {
 			return fmt.Errorf("server %d: %w", i, err)
 		}
-		if s, ok := seen[ev.EventID]; ok && s.ExpiresAt.After(now) {
-			e := s.ExpiresAt
+		if len(seen) > 0 && seen[0].ExpiresAt.After(now) {
+			e := seen[0].ExpiresAt
 			if err := refuseOrWarn("already_counted", fmt.Sprintf("event_id %s is already counted (dedup key on server %d until %s); reinjecting cannot change the ledger while the key lives: an identical payload is dropped as a duplicate, a different one is dead-lettered as conflicting_duplicate; consumed after %s, it would count a second time",
 				safeText(ev.EventID, 256), i, e.Format(time.RFC3339), e.Format(time.RFC3339))); err != nil {
 				return err
@@ -655,13 +652,3 @@ func produceOnce(ctx context.Context, cl *kgo.Client, topic string, r *dlRow, pa
 	}
 	return rec.Partition, rec.Offset, nil
 }
-
-// lookupPool runs dedup lookups on a server's pool, with the smallest
-// statement budget the service accepts (a lookup of one id fits any).
-type lookupPool struct{ db *sqlx.DB }
-
-func (q lookupPool) Select(ctx context.Context, dest any, query string, args ...any) error {
-	return q.db.SelectContext(ctx, dest, query, args...)
-}
-
-func (lookupPool) MaxStatementBytes() int { return stmt.Budget(stmt.MinPacket) }

@@ -260,7 +260,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		}
 		return nil
 	}
-	p, err := pipeline.New(pcfg, sink, pipeline.Pools(dbs))
+	p, err := pipeline.New(pcfg, sink, dbs.Stores())
 	if err != nil {
 		return err
 	}

@@ -125,7 +125,7 @@ func service(t *testing.T, brokers []string, topic string, dsn string, fps *fail
 		DecisionRetention: time.Hour, ShutdownTimeout: 10 * time.Second,
 		KafkaOpts: []kgo.Opt{kgo.SeedBrokers(brokers...), kgo.SessionTimeout(6 * time.Second), kgo.RebalanceTimeout(20 * time.Second)},
 		Logger:    testenv.Logger(),
-	}, sink, pipeline.Pools(dbs))
+	}, sink, dbs.Stores())
 	if err != nil {
 		cancel()
 		sink.Close()

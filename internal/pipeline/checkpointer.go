@@ -12,38 +12,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/billing/ledger/internal/deadletters"
-
-	"github.com/jmoiron/sqlx"
-
 	"github.com/billing/ledger/internal/dedup"
 	"github.com/billing/ledger/internal/event"
 	"github.com/billing/ledger/internal/stmt"
 	"github.com/billing/ledger/internal/txsink"
 	"github.com/billing/ledger/internal/txsink/driver"
-	"github.com/billing/ledger/internal/txsink/mysqldriver"
 )
-
-// Pool is one server's pools, for statements outside checkpoints'
-// branches: lookups of contested dedup keys (Select), and the cleanup of
-// expired keys and old ledger entries (CleanupDB, connections of their
-// own). *mysqldriver.Server is one.
-type Pool interface {
-	dedup.Querier
-	CleanupDB() *sqlx.DB
-	// RefreshLimits rereads the server's statement budget (after a
-	// statement was refused for its size).
-	RefreshLimits(ctx context.Context) error
-}
-
-// Pools returns the pools of d's servers, in the sink's server order.
-func Pools(d *mysqldriver.Driver) []Pool {
-	out := make([]Pool, d.Len())
-	for i := range out {
-		out[i] = d.Server(i)
-	}
-	return out
-}
 
 // Checkpointer commits snapshots: the checkpoint coordinator. It runs the
 // plan (plan.go) over the sink's participants and the two-phase commit,
@@ -54,7 +28,7 @@ type Checkpointer struct {
 	cfg   Config
 	log   *slog.Logger
 	sink  *txsink.Sink
-	pools []Pool
+	pools []driver.Store
 	stats *Stats
 
 	mu       sync.Mutex // held by the checkpoint running; guards cache and seq
@@ -66,18 +40,19 @@ type Checkpointer struct {
 	eventTimeDue atomic.Bool
 }
 
-// NewCheckpointer builds a checkpoint coordinator over sink and the pools
-// of the sink's servers (in the same order). cfg is validated as by New;
+// NewCheckpointer builds a checkpoint coordinator over sink and the ledger
+// stores of the sink's servers (in the same order: mysqldriver's
+// Driver.Stores, or memdriver servers). cfg is validated as by New;
 // cfg.KafkaOpts is not used. The pipeline builds its own; benchmarks and
 // tests use one alone to commit records that did not come from Kafka.
-func NewCheckpointer(cfg Config, sink *txsink.Sink, pools []Pool) (*Checkpointer, error) {
+func NewCheckpointer(cfg Config, sink *txsink.Sink, pools []driver.Store) (*Checkpointer, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("pipeline: %w", err)
 	}
 	return newCheckpointer(cfg, sink, pools, &Stats{}), nil
 }
 
-func newCheckpointer(cfg Config, sink *txsink.Sink, pools []Pool, stats *Stats) *Checkpointer {
+func newCheckpointer(cfg Config, sink *txsink.Sink, pools []driver.Store, stats *Stats) *Checkpointer {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -275,17 +250,22 @@ func (c *Checkpointer) attempt(ctx context.Context, s *snapshot, careful, trial 
 	cp := planClaims(s.records, c.cache, now, ttl, c.sink)
 	suspects := make([][]string, c.sink.Participants())
 	err := tx.Each(ctx, nonEmpty(cp.claims), func(ctx context.Context, b *txsink.Branch) error {
-		var err error
-		suspects[b.Participant], err = dedup.Claim(ctx, b, cp.claims[b.Participant])
-		return err
+		return b.Write(func(st driver.StoreTx) (err error) {
+			suspects[b.Participant], err = st.ClaimKeys(ctx, toDedupKeys(cp.claims[b.Participant]))
+			return err
+		})
 	})
 	if err != nil {
 		return fail("dedup", err)
 	}
 	for i, ids := range suspects {
 		if len(ids) > 0 {
-			if err := dedup.Lookup(ctx, c.pools[c.sink.ServerOf(i)], ids, cp.known); err != nil {
+			found, err := c.pools[c.sink.ServerOf(i)].LookupKeys(ctx, ids)
+			if err != nil {
 				return fail("dedup", err)
+			}
+			for _, k := range found {
+				cp.known[k.ID] = dedup.Seen{Fingerprint: k.Fingerprint, ExpiresAt: k.ExpiresAt}
 			}
 		}
 	}
@@ -308,7 +288,7 @@ func (c *Checkpointer) attempt(ctx context.Context, s *snapshot, careful, trial 
 
 	// 3. Write, every participant its share; the first participant of each
 	// server seals the closed windows' rows there.
-	works := planWrites(&o, agg, c.sink)
+	works := planWrites(&o, agg, c.cfg.Window, c.sink)
 	if !et.sealTo.IsZero() {
 		for i := range c.pools {
 			works[c.sealer(i)].seal = true
@@ -330,36 +310,39 @@ func (c *Checkpointer) attempt(ctx context.Context, s *snapshot, careful, trial 
 	expires := now.Add(ttl)
 	err = tx.Each(ctx, writers, func(ctx context.Context, b *txsink.Branch) error {
 		w := &works[b.Participant]
-		if err := dedup.Unclaim(ctx, b, w.unclaim); err != nil {
-			return err
-		}
-		if err := dedup.Store(ctx, b, w.inserts, now); err != nil {
-			return err
-		}
-		if err := dedup.Journal(ctx, b, expires, w.journal); err != nil {
-			return err
-		}
-		if err := writeBalances(ctx, b, w.balances, now); err != nil {
-			return err
-		}
-		if err := writeWindows(ctx, b, tableWindows, w.windows, info.Gtrid, now); err != nil {
-			return err
-		}
-		if err := writeWindows(ctx, b, tableAdjustments, w.adjusts, info.Gtrid, now); err != nil {
-			return err
-		}
-		if err := writeEntries(ctx, b, c.cfg.Topic, info.Gtrid, c.cfg.Window, w.entries, now); err != nil {
-			return err
-		}
-		if err := deadletters.Write(ctx, b, c.cfg.Topic, info.Gtrid, w.dead, now); err != nil {
-			return err
+		// Each write only when it has rows: a branch counts as written
+		// (and is prepared) only once a statement changed something.
+		for _, step := range []struct {
+			n  int
+			fn func(st driver.StoreTx) error
+		}{
+			{len(w.unclaim), func(st driver.StoreTx) error { return st.UnclaimKeys(ctx, w.unclaim) }},
+			{len(w.replace), func(st driver.StoreTx) error { return st.ReplaceKeys(ctx, w.replace, now) }},
+			{len(w.journal), func(st driver.StoreTx) error { return st.JournalKeys(ctx, expires, w.journal) }},
+			{len(w.balances), func(st driver.StoreTx) error { return st.WriteBalances(ctx, w.balances, now) }},
+			{len(w.windows), func(st driver.StoreTx) error { return st.WriteWindows(ctx, w.windows, now) }},
+			{len(w.adjusts), func(st driver.StoreTx) error { return st.WriteAdjustments(ctx, w.adjusts, info.Gtrid, now) }},
+			{len(w.entries), func(st driver.StoreTx) error { return st.WriteEntries(ctx, c.cfg.Topic, info.Gtrid, w.entries, now) }},
+			{len(w.dead), func(st driver.StoreTx) error { return st.WriteDeadLetters(ctx, c.cfg.Topic, info.Gtrid, w.dead, now) }},
+		} {
+			if step.n == 0 {
+				continue
+			}
+			if err := b.Write(step.fn); err != nil {
+				return err
+			}
 		}
 		if w.seal {
 			// After this branch's own writes; they are all in windows
 			// the frontier keeps open, never in the ones sealed here.
-			var err error
 			t := time.Now()
-			sealed[b.Participant], sealDone[b.Participant], err = sealWindows(ctx, b, et.sealFrom, et.sealTo, maxSealRows, now)
+			err := b.Read(func(st driver.StoreTx) (err error) {
+				sealed[b.Participant], sealDone[b.Participant], err = st.SealWindows(ctx, et.sealFrom, et.sealTo, maxSealRows, now)
+				return err
+			})
+			if sealed[b.Participant] > 0 {
+				b.Wrote()
+			}
 			sealTook[b.Participant] = time.Since(t)
 			return err
 		}
@@ -474,16 +457,17 @@ func (c *Checkpointer) seed(ctx context.Context, tx *txsink.Txn, agg *aggregate,
 	balances := make([]map[balanceKey]total, P)
 	windows := [2][]map[windowKey]total{make([]map[windowKey]total, P), make([]map[windowKey]total, P)}
 	err := tx.Each(ctx, participants, func(ctx context.Context, b *txsink.Branch) error {
-		var err error
-		if balances[b.Participant], err = readBalances(ctx, b, bkeys[b.Participant]); err != nil {
-			return err
-		}
-		for j, table := range []string{tableWindows, tableAdjustments} {
-			if windows[j][b.Participant], err = readWindows(ctx, b, table, wkeys[j][b.Participant]); err != nil {
+		return b.Read(func(st driver.StoreTx) error {
+			var err error
+			if balances[b.Participant], err = lockBalances(ctx, st, bkeys[b.Participant]); err != nil {
 				return err
 			}
-		}
-		return nil
+			if windows[0][b.Participant], err = lockWindows(ctx, st.LockWindows, wkeys[0][b.Participant]); err != nil {
+				return err
+			}
+			windows[1][b.Participant], err = lockWindows(ctx, st.LockAdjustments, wkeys[1][b.Participant])
+			return err
+		})
 	})
 	if err != nil {
 		return err

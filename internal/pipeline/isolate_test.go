@@ -185,7 +185,7 @@ func TestOversizedRowIsIsolatedNotReplayedForever(t *testing.T) {
 			outcomes = append(outcomes, info.Isolation)
 		}
 	}
-	ck, err := NewCheckpointer(cfg, sink, Pools(d))
+	ck, err := NewCheckpointer(cfg, sink, d.Stores())
 	if err != nil {
 		t.Fatal(err)
 	}

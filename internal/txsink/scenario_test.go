@@ -182,7 +182,7 @@ func (w *world) run(t *testing.T, d *datadriven.TestData) string {
 		tx := txn()
 		p, _ := strconv.Atoi(arg("participant"))
 		err := tx.Each(ctx, []int{p}, func(ctx context.Context, b *Branch) error {
-			return b.Write(func(c driver.Conn) error { return c.(*memdriver.Conn).Put(arg("key"), tx.Gtrid()) })
+			return b.WriteConn(func(c driver.Conn) error { return c.(*memdriver.Conn).Put(arg("key"), tx.Gtrid()) })
 		})
 		return result(err)
 	case "prepare", "decide", "commit", "abort":

@@ -4,6 +4,9 @@ import (
 	"context"
 	"time"
 
+	"github.com/jmoiron/sqlx"
+
+	"github.com/billing/ledger/internal/stmt"
 	"github.com/billing/ledger/internal/txsink/driver"
 )
 
@@ -101,3 +104,18 @@ func (t tables) WriteDeadLetters(ctx context.Context, topic, checkpoint string, 
 func (t tables) SealWindows(ctx context.Context, from, to time.Time, max int, now time.Time) (int, bool, error) {
 	return sealWindows(ctx, t.c, from, to, max, now)
 }
+
+// LookupKeys reads the stored dedup keys of ids on db, a pool of one of a
+// ledger's servers opened apart from a Driver (the operator's tools), with
+// the smallest statement budget the service accepts.
+func LookupKeys(ctx context.Context, db *sqlx.DB, ids []string) ([]driver.DedupKey, error) {
+	return lookupKeys(ctx, minimalPool{db}, ids)
+}
+
+type minimalPool struct{ db *sqlx.DB }
+
+func (p minimalPool) Select(ctx context.Context, dest any, query string, args ...any) error {
+	return p.db.SelectContext(ctx, dest, query, args...)
+}
+
+func (minimalPool) MaxStatementBytes() int { return stmt.Budget(stmt.MinPacket) }
