@@ -30,7 +30,7 @@ type claimPlan struct {
 	claims [][]dedup.Insert // per participant
 }
 
-func planClaims(records []record, cache *dedup.Cache, now time.Time, ttl time.Duration, r router) claimPlan {
+func planClaims(records []record, cache cacheView, now time.Time, ttl time.Duration, r router) claimPlan {
 	cp := claimPlan{keys: make([]dedup.Key, len(records)), known: map[string]dedup.Seen{}, claims: make([][]dedup.Insert, r.Participants())}
 	queued := make(map[string]struct{}, len(records))
 	expires := now.Add(ttl)

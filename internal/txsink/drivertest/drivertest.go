@@ -698,43 +698,12 @@ func testCommitOrder(t *testing.T, ctx context.Context, f Fixture) {
 			}
 		})
 	}
-	// The reader: each listing is one snapshot of the log; the numbers it
-	// holds must be exactly base+1 ... base+k, and the visible position
-	// never goes back.
-	var observed, lastVisible int64
-	var bad string
 	reader := make(chan struct{})
+	var observed int64
+	var bad string
 	go func() {
 		defer close(reader)
-		for {
-			select {
-			case <-done:
-				return
-			default:
-			}
-			recs, err := f.Control.Commits(ctx, base.Decided+1, false, coordinators*each+1)
-			if err != nil {
-				bad = err.Error()
-				return
-			}
-			for i, r := range recs {
-				if r.Seq != base.Decided+1+int64(i) {
-					bad = fmt.Sprintf("a snapshot of the log holds %d at place %d: a later number committed before an earlier one", r.Seq, i)
-					return
-				}
-			}
-			p, err := f.Control.CommitPosition(ctx)
-			if err != nil {
-				bad = err.Error()
-				return
-			}
-			if p.Visible < lastVisible || p.Visible > p.Decided {
-				bad = fmt.Sprintf("visible position %d after %d (decided %d)", p.Visible, lastVisible, p.Decided)
-				return
-			}
-			lastVisible = p.Visible
-			observed++
-		}
+		observed, bad = readCommitLog(ctx, f, base, coordinators*each, done)
 	}()
 	wg.Wait()
 	close(done)
@@ -768,6 +737,39 @@ func testCommitOrder(t *testing.T, ctx context.Context, f Fixture) {
 		t.Fatalf("after every decision applied: %+v", p)
 	}
 	t.Logf("%d snapshots of the log observed during the decisions", observed)
+}
+
+// readCommitLog reads the commit log over and over until done: each
+// listing is one snapshot of the log; the numbers it holds must be exactly
+// base+1 ... base+k, and the visible position never goes back. It returns
+// how many snapshots it read, and what was wrong, if anything.
+func readCommitLog(ctx context.Context, f Fixture, base driver.CommitPosition, total int, done <-chan struct{}) (int64, string) {
+	var observed, lastVisible int64
+	for {
+		select {
+		case <-done:
+			return observed, ""
+		default:
+		}
+		recs, err := f.Control.Commits(ctx, base.Decided+1, false, total+1)
+		if err != nil {
+			return observed, err.Error()
+		}
+		for i, r := range recs {
+			if r.Seq != base.Decided+1+int64(i) {
+				return observed, fmt.Sprintf("a snapshot of the log holds %d at place %d: a later number committed before an earlier one", r.Seq, i)
+			}
+		}
+		p, err := f.Control.CommitPosition(ctx)
+		if err != nil {
+			return observed, err.Error()
+		}
+		if p.Visible < lastVisible || p.Visible > p.Decided {
+			return observed, fmt.Sprintf("visible position %d after %d (decided %d)", p.Visible, lastVisible, p.Decided)
+		}
+		lastVisible = p.Visible
+		observed++
+	}
 }
 
 // A decision is applied at once only when told so; the visible position

@@ -184,23 +184,24 @@ func (t storeTx) JournalKeys(ctx context.Context, expires time.Time, ids []strin
 		return err
 	}
 	defer c.mu.Unlock()
-	// Rows of at most journalIDs ids and a blob of at most half the budget,
-	// as mysqldriver's (a blob is sent escaped, up to twice its size).
-	maxBlob := (c.budget - 64 - 64) / 2
+	// Rows of at most journalIDs ids and a blob of at most half of what
+	// the budget leaves besides the statement's text (a blob is sent
+	// escaped, up to twice its size), as mysqldriver's.
+	const head, overhead = 56, 64
+	maxBlob := (c.budget - head - overhead) / 2
 	var rows [][]string
-	var blob int
+	var blobs []int
 	for _, id := range ids {
 		if len(id) == 0 || len(id) > 255 {
 			return coded(driver.Unknown, "dedup journal: event id of %d bytes", len(id))
 		}
-		if n := len(rows); n == 0 || len(rows[n-1]) == journalIDs || blob+1+len(id) > maxBlob {
-			rows, blob = append(rows, nil), 0
+		if n := len(rows); n == 0 || len(rows[n-1]) == journalIDs || blobs[n-1]+1+len(id) > maxBlob {
+			rows, blobs = append(rows, nil), append(blobs, 0)
 		}
 		rows[len(rows)-1] = append(rows[len(rows)-1], id)
-		blob += 1 + len(id)
+		blobs[len(blobs)-1] += 1 + len(id)
 	}
-	size := func(i int) int { return 64 + 2*len(key(rows[i]...)) + 64 }
-	return c.statementsLocked(len(rows), 64, size, func(start, end int) error {
+	return c.statementsLocked(len(rows), head, func(i int) int { return overhead + 2*blobs[i] }, func(start, end int) error {
 		for _, ids := range rows[start:end] {
 			c.autoInc[tJournal]++
 			r := driver.JournalRow{Seq: c.autoInc[tJournal], ExpiresAt: datetime(expires), IDs: slices.Clone(ids)}
