@@ -191,7 +191,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	// Before the sink reads or writes anything (its identity, first of
 	// all): a missing grant stops the service here, named.
 	mon.SetPhase("checking grants")
-	if err := preflight(ctx, c.dsns, cfg.MySQLLockWaitTimeout, pipeline.Access(cfg.Pipeline(nil, log, nil))); err != nil {
+	if err := preflight(ctx, c.dsns, cfg.MySQLLockWaitTimeout, mysqldriver.Access(cfg.Pipeline(nil, log, nil).Features())); err != nil {
 		return err
 	}
 	mon.SetPhase("connecting to MySQL")

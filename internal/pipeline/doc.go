@@ -67,8 +67,8 @@
 // (execution.writeRows), and its driver method: an interface method of
 // package driver, its statement in mysqldriver, its model in memdriver,
 // its test in the conformance suite (txsink/drivertest), and its
-// privileges in the declaration of what the service reads and writes
-// (access.go).
+// privileges in mysqldriver's declaration of what the service reads and
+// writes.
 //
 // A failure before the decision rolls every branch back; the source then
 // discards everything it buffered and rereads its positions from MySQL
@@ -89,9 +89,10 @@
 //
 // # What it reads and writes
 //
-// access.go declares, table by table and by feature, every privilege the
-// service's statements need: `billing` checks them at start, and tests hold
-// the declaration to the migrations and the grant files.
+// The store declares, table by table and by feature (driver.Feature;
+// Config.Features says which a configuration runs), every privilege its
+// statements need (mysqldriver/access.go): `billing` checks them at start,
+// and tests hold the declaration to the migrations and the grant files.
 //
 // # Rebalances and zombies
 //

@@ -500,3 +500,14 @@ func (k kgoLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
 	}
 	k.l.Log(context.Background(), lv, "kafka: "+msg, keyvals...)
 }
+
+// Features returns the features of the store the configuration runs (the
+// store declares its privileges by feature: mysqldriver.Access).
+func (c Config) Features() map[driver.Feature]bool {
+	return map[driver.Feature]bool{
+		driver.FeatureAlways:    true,
+		driver.FeatureClosing:   c.WindowCloseAfter > 0,
+		driver.FeatureEntries:   c.LedgerEntries,
+		driver.FeatureRetention: c.LedgerEntries && c.LedgerEntriesRetention > 0,
+	}
+}
