@@ -55,9 +55,10 @@
 // claim statement met a stored key (on a pooled connection: under READ
 // COMMITTED that reads what an in-branch read would, the committed rows,
 // and the claim's row lock already decided which checkpoint owns a
-// contested key), the locking reads of the risky sums (aggregate.go), the
-// writes of every participant with the sealing of closed windows, and the
-// decision (its cuts and frontier change); the pure pieces they are built
+// contested key), the classification of every record, the locking reads
+// of the risky sums, the aggregation (aggregate.go), the writes of every
+// participant with the sealing of closed windows, and the decision (its
+// cuts and frontier change); the pure pieces they are built
 // from are in plan.go, aggregate.go and eventtime.go. What the
 // Checkpointer does after a failed attempt (retry at once, careful, after
 // rereading the servers' limits, or isolate) is a pure function of the

@@ -56,6 +56,11 @@ func (c *Checkpointer) planConfig(careful, trial bool) planConfig {
 func (x *execution) run(ctx context.Context, now time.Time) CheckpointInfo {
 	for {
 		st := x.p.ready()
+		if st.kind.pure() {
+			x.p.advance(result{})
+			x.phase(st.kind.phase()) // dedup ends with classification, aggregate with counting
+			continue
+		}
 		var r result
 		var err error
 		switch st.kind {
@@ -75,8 +80,6 @@ func (x *execution) run(ctx context.Context, now time.Time) CheckpointInfo {
 		case stepSeed:
 			r.seeded, err = x.seed(ctx, st.seeds)
 		case stepWrite:
-			x.phase("dedup")
-			x.phase("aggregate")
 			r.sealed, err = x.write(ctx, st, now)
 		}
 		if err != nil {
@@ -111,10 +114,11 @@ func (x *execution) phase(name string) {
 	x.mark = t
 }
 
-// books copies what the plan counted into the info.
+// books copies what the plan counted into the info (the rows sealed once
+// the branches are prepared: decide).
 func (x *execution) books() {
 	t := &x.p.tally
-	x.info.Duplicates, x.info.Counted, x.info.Late, x.info.Sealed = t.duplicates, t.counted, t.late, t.sealed
+	x.info.Duplicates, x.info.Counted, x.info.Late = t.duplicates, t.counted, t.late
 	x.info.Careful = x.info.Careful || t.careful
 	for reason, n := range t.deadLetters {
 		x.info.DeadLetters[reason] = n
@@ -164,7 +168,6 @@ func (x *execution) lookup(ctx context.Context, ls []lookup) ([]driver.DedupKey,
 // seed reads the risky keys' stored sums under row locks, each participant
 // in its branch, in parallel.
 func (x *execution) seed(ctx context.Context, seeds []seedKeys) ([]seededSums, error) {
-	x.phase("dedup")
 	var participants []int
 	for i := range seeds {
 		if !seeds[i].empty() {
@@ -271,6 +274,7 @@ func (x *execution) decide(ctx context.Context, d decision, now time.Time) Check
 		return x.fail(ctx, "prepare", err)
 	}
 	x.phase("prepare")
+	x.info.Sealed = x.p.tally.sealed
 	if err := ctx.Err(); err != nil {
 		// Past the deadline a recoverer may abort these branches: do not
 		// race it.

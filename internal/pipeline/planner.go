@@ -27,9 +27,11 @@ import (
 //	claim      claim the keys of the ids the cache does not know, each
 //	           participant its share
 //	lookup     look up the ids of the claim statements that met a stored
-//	           key, on their servers' pools; classify every record
-//	seed       read the stored sums of the risky keys under row locks;
-//	           aggregate, checking overflow per event
+//	           key, on their servers' pools
+//	classify   decide every record: new, a repeat, a conflicting repeat
+//	           (no I/O)
+//	seed       read the stored sums of the risky keys under row locks
+//	aggregate  count the new events, checking overflow per event (no I/O)
 //	write      every participant's rows (dedup keys, journal, balances,
 //	           windows, adjustments, entries, dead letters) and, on the
 //	           first participant of each server, the sealing
@@ -45,7 +47,9 @@ const (
 	stepEventTime stepKind = iota
 	stepClaim
 	stepLookup
+	stepClassify
 	stepSeed
+	stepAggregate
 	stepWrite
 	stepDecide
 	stepSkip
@@ -55,8 +59,15 @@ const (
 // phase is the name of the step's part of CheckpointInfo.Phases, and of
 // FailedPhase when it fails (the decide step's three are the executor's).
 func (k stepKind) phase() string {
-	return [...]string{"eventtime", "dedup", "dedup", "aggregate", "write", "decide", "", "trial"}[k]
+	return [...]string{"eventtime", "dedup", "dedup", "dedup", "aggregate", "aggregate", "write", "decide", "", "trial"}[k]
 }
+
+func (k stepKind) String() string {
+	return [...]string{"eventTime", "claim", "lookup", "classify", "seed", "aggregate", "write", "decide", "skip", "trialDone"}[k]
+}
+
+// pure reports a step that needs no I/O: the executor advances at once.
+func (k stepKind) pure() bool { return k == stepClassify || k == stepAggregate }
 
 // step is what to do next.
 type step struct {
@@ -163,14 +174,15 @@ type planner struct {
 	cp        claimPlan
 	o         outcomes
 	agg       *aggregate
-	risky     riskyKeys
+	risky     riskySet
+	seeded    []seededSums
 	openFrom  time.Time
 	allSealed bool
 	tally     tally
 }
 
-// riskyKeys are the keys whose overflow the server could miss (aggregate).
-type riskyKeys struct {
+// riskySet are the keys whose overflow the server could miss (aggregate).
+type riskySet struct {
 	balances         map[balanceKey]bool
 	windows, adjusts map[windowKey]bool
 }
@@ -191,8 +203,13 @@ func newPlanner(cfg planConfig, s *snapshot, now time.Time, cache cacheView) *pl
 // snapshot is the snapshot the attempt commits (admitted).
 func (p *planner) snapshot() *snapshot { return p.snap }
 
-// ready is the next step.
-func (p *planner) ready() step { return p.next }
+// ready is the next step. The writes are planned when they are asked for.
+func (p *planner) ready() step {
+	if p.next.kind == stepWrite && p.next.works == nil {
+		p.planWrites()
+	}
+	return p.next
+}
 
 // advance takes the results of the step ready returned and plans the next.
 func (p *planner) advance(r result) {
@@ -203,8 +220,12 @@ func (p *planner) advance(r result) {
 		p.afterClaims(r.contested)
 	case stepLookup:
 		p.afterLookups(r.found)
+	case stepClassify:
+		p.classify()
 	case stepSeed:
-		p.afterSeeds(r.seeded)
+		p.seeded, p.next = r.seeded, step{kind: stepAggregate}
+	case stepAggregate:
+		p.aggregate()
 	case stepWrite:
 		p.afterWrites(r.sealed)
 	}
@@ -255,16 +276,21 @@ func (p *planner) afterLookups(found []driver.DedupKey) {
 	for _, k := range found {
 		p.cp.known[k.ID] = dedup.Seen{Fingerprint: k.Fingerprint, ExpiresAt: k.ExpiresAt}
 	}
+	p.next = step{kind: stepClassify}
+}
+
+// classify decides every record and finds the keys to seed.
+func (p *planner) classify() {
 	p.o = classify(p.snap.records, p.snap.dead, p.cp, p.now, p.cfg.ttl, p.cfg.prefix)
 	p.tally.duplicates = p.o.duplicates
 	p.agg = newAggregate(p.cfg.window)
 	rb, rw, ra := p.agg.riskyKeys(p.o.fresh, p.cfg.careful)
 	if len(rb)+len(rw)+len(ra) == 0 {
-		p.afterSeeds(nil)
+		p.next = step{kind: stepAggregate}
 		return
 	}
 	p.tally.careful = true
-	p.risky = riskyKeys{rb, rw, ra}
+	p.risky = riskySet{rb, rw, ra}
 	p.next = step{kind: stepSeed, seeds: p.seedKeys()}
 }
 
@@ -298,9 +324,9 @@ func compareWindowKeys(x, y driver.WindowKey) int {
 	return cmp.Or(strings.Compare(x.Account, y.Account), strings.Compare(x.Currency, y.Currency), x.Start.Compare(y.Start))
 }
 
-// afterSeeds seeds the aggregate (a risky key without a stored row starts
-// at zero), counts the new events and plans every participant's writes.
-func (p *planner) afterSeeds(seeded []seededSums) {
+// aggregate seeds the aggregate with what the seed step read (a risky key
+// without a stored row starts at zero) and counts the new events.
+func (p *planner) aggregate() {
 	for k := range p.risky.balances {
 		p.agg.seedBalance(k, total{})
 	}
@@ -310,7 +336,7 @@ func (p *planner) afterSeeds(seeded []seededSums) {
 	for k := range p.risky.adjusts {
 		p.agg.seedWindow(k, total{}, true)
 	}
-	for _, s := range seeded {
+	for _, s := range p.seeded {
 		for _, b := range s.balances {
 			p.agg.seedBalance(balanceKey{b.Account, b.Currency}, total{amount: b.Amount, count: b.Count, exists: true})
 		}
@@ -322,7 +348,7 @@ func (p *planner) afterSeeds(seeded []seededSums) {
 	}
 	p.o.count(p.agg, p.cfg.prefix, p.cfg.entries)
 	p.tally.counted, p.tally.late = p.o.counted, p.o.late
-	p.planWrites()
+	p.next = step{kind: stepWrite}
 }
 
 // planWrites routes every row to its participant; the first participant of

@@ -30,7 +30,7 @@ func kinds(t *testing.T, p *planner, results func(step) result) ([]stepKind, []s
 	t.Helper()
 	var ks []stepKind
 	var steps []step
-	for range 10 {
+	for range 12 {
 		st := p.ready()
 		ks, steps = append(ks, st.kind), append(steps, st)
 		switch st.kind {
@@ -45,11 +45,12 @@ func kinds(t *testing.T, p *planner, results func(step) result) ([]stepKind, []s
 
 func noResults(step) result { return result{} }
 
-// The plan asks for each step only when it has something to do: a snapshot
-// whose ids the cache knows, with no stored key and no risky sum, goes
-// from its claims (none) straight to the writes; without closing windows
-// there is no event-time read; a snapshot with nothing at all and no
-// window to close or seal is skipped.
+// The plan asks for each step that needs I/O only when it has something
+// to do: a snapshot whose ids the cache knows has no claims, one with no
+// stored key no lookups, one with no risky sum no seeding; without closing
+// windows there is no event-time read; a snapshot with nothing at all and
+// no window to close or seal is skipped. Classification and aggregation
+// (no I/O) are steps of their own, so that the executor times them.
 func TestPlannerAsksOnlyForStepsWithWork(t *testing.T) {
 	now := time.Date(2026, 11, 29, 14, 0, 0, 0, time.UTC)
 	s := shards{2, 2}
@@ -64,12 +65,12 @@ func TestPlannerAsksOnlyForStepsWithWork(t *testing.T) {
 		want       []stepKind
 	}{
 		{"new events", 0, &snapshot{cuts: cuts, records: []record{rec("a", "acct-1", 5, 0, 0), rec("b", "acct-2", 7, 0, 1)}},
-			[]stepKind{stepClaim, stepWrite, stepDecide}},
-		{"a cached repeat only", 0, &snapshot{cuts: cuts, records: []record{cached}}, []stepKind{stepWrite, stepDecide}},
+			[]stepKind{stepClaim, stepClassify, stepAggregate, stepWrite, stepDecide}},
+		{"a cached repeat only", 0, &snapshot{cuts: cuts, records: []record{cached}}, []stepKind{stepClassify, stepAggregate, stepWrite, stepDecide}},
 		{"closing windows", time.Hour, &snapshot{cuts: cuts, records: []record{rec("a", "acct-1", 5, 0, 0)}},
-			[]stepKind{stepEventTime, stepClaim, stepWrite, stepDecide}},
+			[]stepKind{stepEventTime, stepClaim, stepClassify, stepAggregate, stepWrite, stepDecide}},
 		{"a risky sum", 0, &snapshot{cuts: cuts, records: []record{rec("a", "acct-1", 5, 0, 0), rec("b", "acct-1", -9, 0, 1)}},
-			[]stepKind{stepClaim, stepSeed, stepWrite, stepDecide}},
+			[]stepKind{stepClaim, stepClassify, stepSeed, stepAggregate, stepWrite, stepDecide}},
 		{"nothing at all", time.Hour, &snapshot{}, []stepKind{stepEventTime, stepSkip}},
 	} {
 		p := newPlanner(planCfg(s, c.closeAfter), c.snap, now, cache)
@@ -81,7 +82,7 @@ func TestPlannerAsksOnlyForStepsWithWork(t *testing.T) {
 	trial := planCfg(s, 0)
 	trial.trial = true
 	p := newPlanner(trial, &snapshot{cuts: cuts, records: []record{rec("a", "acct-1", 5, 0, 0)}}, now, cache)
-	if got, _ := kinds(t, p, noResults); !slices.Equal(got, []stepKind{stepClaim, stepWrite, stepTrialDone}) {
+	if got, _ := kinds(t, p, noResults); !slices.Equal(got, []stepKind{stepClaim, stepClassify, stepAggregate, stepWrite, stepTrialDone}) {
 		t.Errorf("a trial: steps %v, want it to stop after the writes", got)
 	}
 }

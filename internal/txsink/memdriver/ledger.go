@@ -3,7 +3,6 @@ package memdriver
 import (
 	"context"
 	"encoding/binary"
-	"fmt"
 	"time"
 
 	"github.com/billing/ledger/internal/stmt"
@@ -268,5 +267,3 @@ func addBigint(column string, a, b int64) (int64, error) {
 
 // datetime is an instant as a DATETIME(6) column keeps it.
 func datetime(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
-
-func describe(id rowID) string { return fmt.Sprintf("%s row %q", tableNames[id.t], id.key) }
