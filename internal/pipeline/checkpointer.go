@@ -20,8 +20,8 @@ import (
 // Checkpointer commits snapshots: the checkpoint coordinator. It executes
 // the plan (planner.go, executor.go) over the sink's participants and the
 // two-phase commit, retries where a retry can succeed (retry.go), and
-// isolates records the database refuses (isolate.go). It owns the dedup cache and the checkpoint
-// sequence: its checkpoints run one at a time.
+// isolates records the database refuses (isolate.go). It owns the dedup
+// cache and the checkpoint sequence: its checkpoints run one at a time.
 type Checkpointer struct {
 	cfg   Config
 	log   *slog.Logger

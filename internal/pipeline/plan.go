@@ -11,9 +11,10 @@ import (
 	"github.com/billing/ledger/internal/txsink/driver"
 )
 
-// The checkpoint's plan: what to claim, what each record becomes, and what
-// each participant writes, computed without I/O from what the checkpoint
-// knows at each step. The Checkpointer executes it (checkpointer.go).
+// The pieces of the checkpoint's plan: what to claim, what each record
+// becomes, and what each participant writes, computed without I/O from
+// what the checkpoint knows at each step. The planner (planner.go) puts
+// them in order; the executor (executor.go) runs the steps.
 
 // router places keys on participants (txsink.Sink.Route).
 type router interface {

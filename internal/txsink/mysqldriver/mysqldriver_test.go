@@ -46,6 +46,13 @@ func (fixtures) New(ctx context.Context, t *testing.T) drivertest.Fixture {
 		Store:    d.Server(0),
 		Tables:   func(ctx context.Context) (driver.Tables, error) { return readTables(ctx, db) },
 		LockWait: lockWait,
+		// MariaDB's max_allowed_packet is global, read by a session when
+		// it connects: the pool keeps no connection opened before, and
+		// SET GLOBAL is restored when the test ends.
+		LowerPacket: func(t *testing.T, n int) {
+			db.SetMaxIdleConns(0)
+			testenv.SetGlobal(t, testenv.MySQL(t), "max_allowed_packet", n)
+		},
 	}
 	f.Packet = func(t *testing.T, n int) drivertest.Fixture {
 		cfg, err := mysql.ParseDSN(dsn)
