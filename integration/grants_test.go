@@ -54,7 +54,7 @@ var everyFeature = map[string]string{"WINDOW_CLOSE_AFTER": "30m", "LEDGER_ENTRIE
 // feature on (windows that close, ledger entries and their retention, the
 // metrics sampler):
 //
-//   - an account granted exactly what internal/txsink/mysqldriver/access.go
+//   - an account granted exactly what internal/txsink/mysqldriver/privileges.go
 //     declares, table by table, runs the service: it counts events, seals
 //     a window, writes adjustments and entries, deletes old entries and
 //     commits a dead letter. The declaration is enough;

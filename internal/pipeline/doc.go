@@ -92,7 +92,7 @@
 //
 // The store declares, table by table and by feature (driver.Feature;
 // Config.Features says which a configuration runs), every privilege its
-// statements need (mysqldriver/access.go): `billing` checks them at start,
+// statements need (mysqldriver/privileges.go): `billing` checks them at start,
 // and tests hold the declaration to the migrations and the grant files.
 //
 // # Rebalances and zombies

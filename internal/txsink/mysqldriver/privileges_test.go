@@ -70,7 +70,7 @@ func schemaTables(t *testing.T, fsys fs.FS) map[string]string {
 }
 
 // undeclared lists the tables of fsys's migrations that the declaration
-// (access.go) does not name, and the declared tables no migration leaves.
+// (privileges.go) does not name, and the declared tables no migration leaves.
 func undeclared(t *testing.T, fsys fs.FS) (missing, stale []string) {
 	t.Helper()
 	declared := map[string]bool{}
@@ -102,11 +102,11 @@ func undeclared(t *testing.T, fsys fs.FS) (missing, stale []string) {
 func TestEveryTableOfTheMigrationsIsDeclared(t *testing.T) {
 	missing, stale := undeclared(t, migrations.FS)
 	for _, m := range missing {
-		t.Errorf("table %s is not declared in internal/txsink/mysqldriver/access.go: add what the service reads and writes in it "+
+		t.Errorf("table %s is not declared in internal/txsink/mysqldriver/privileges.go: add what the service reads and writes in it "+
 			"(table, privilege, feature) there, so that `billing` checks those privileges at start and the grant files are checked for them", m)
 	}
 	for _, s := range stale {
-		t.Errorf("internal/txsink/mysqldriver/access.go declares table %s, which no migration leaves: remove it", s)
+		t.Errorf("internal/txsink/mysqldriver/privileges.go declares table %s, which no migration leaves: remove it", s)
 	}
 	if len(schemaTables(t, migrations.FS)) < 11 {
 		t.Fatalf("the migrations parse to %d tables: the parser misses some", len(schemaTables(t, migrations.FS)))
@@ -241,7 +241,7 @@ func TestGrantFilesCoverTheDeclaration(t *testing.T) {
 					return !g.versionOnly && (g.db == db || g.db == "*") && (g.table == "*" || g.table == a.Table) &&
 						(slices.Contains(g.privileges, a.Privilege) || slices.Contains(g.privileges, "ALL") || slices.Contains(g.privileges, "ALL PRIVILEGES"))
 				}) {
-					t.Errorf("%s: no grant of %s on `%s`.%s (declared in internal/txsink/mysqldriver/access.go, %s)", path, a.Privilege, db, a.Table, a.Feature)
+					t.Errorf("%s: no grant of %s on `%s`.%s (declared in internal/txsink/mysqldriver/privileges.go, %s)", path, a.Privilege, db, a.Table, a.Feature)
 				}
 			}
 		}
