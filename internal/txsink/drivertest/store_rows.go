@@ -208,7 +208,7 @@ func testTooLarge(t *testing.T, ctx context.Context, f Fixture) {
 		t.Skip("the harness cannot lower the server's max_allowed_packet")
 	}
 	const packet = 1 << 20
-	big := bytes.Repeat([]byte{'x'}, 1300<<10)
+	big := bytes.Repeat([]byte{'x'}, packet+packet/4)
 	letters := []driver.DeadLetter{{Partition: 0, Offset: 1, Reason: "payload_too_large", Payload: big, Size: len(big), SHA256: sha256.Sum256(big)}}
 	f.LowerPacket(t, packet)
 	b := open(t, ctx, f.Server)
