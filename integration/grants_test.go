@@ -13,8 +13,8 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/billing/ledger/internal/pipeline"
 	"github.com/billing/ledger/internal/testenv"
+	"github.com/billing/ledger/internal/txsink/mysqldriver"
 )
 
 // opsCreateTableUser creates a throwaway account with privileges granted
@@ -54,7 +54,7 @@ var everyFeature = map[string]string{"WINDOW_CLOSE_AFTER": "30m", "LEDGER_ENTRIE
 // feature on (windows that close, ledger entries and their retention, the
 // metrics sampler):
 //
-//   - an account granted exactly what internal/pipeline/access.go
+//   - an account granted exactly what internal/txsink/mysqldriver/privileges.go
 //     declares, table by table, runs the service: it counts events, seals
 //     a window, writes adjustments and entries, deletes old entries and
 //     commits a dead letter. The declaration is enough;
@@ -72,7 +72,7 @@ func TestPreflightChecksEveryTableOfTheSchema(t *testing.T) {
 		t.Fatalf("billing migrate as admin: exit %d\n%s", code, out)
 	}
 	declared := map[string][]string{}
-	for _, a := range pipeline.AllAccess() {
+	for _, a := range mysqldriver.AllAccess() {
 		declared[a.Table] = append(declared[a.Table], a.Privilege)
 	}
 
@@ -114,7 +114,7 @@ func TestPreflightChecksEveryTableOfTheSchema(t *testing.T) {
 
 	var tables []string
 	for table, privs := range declared {
-		if slices.ContainsFunc(privs, func(p string) bool { return p != pipeline.Select }) {
+		if slices.ContainsFunc(privs, func(p string) bool { return p != mysqldriver.Select }) {
 			tables = append(tables, table)
 		}
 	}
@@ -125,7 +125,7 @@ func TestPreflightChecksEveryTableOfTheSchema(t *testing.T) {
 			for tb, privs := range declared {
 				grants[tb] = privs
 			}
-			grants[table] = []string{pipeline.Select}
+			grants[table] = []string{mysqldriver.Select}
 			dsn := opsCreateTableUser(t, admin, adminCfg, grants)
 			p := testenv.Start(t, "billing that may only read "+table, e.bin, e.env(mergeEnv(everyFeature, map[string]string{"MYSQL_DSN": dsn})))
 			if err := p.Wait(t, time.Minute); err == nil {
@@ -149,7 +149,7 @@ func TestPreflightChecksEveryTableOfTheSchema(t *testing.T) {
 	t.Run("no DELETE on ledger_entries", func(t *testing.T) {
 		grants := map[string][]string{}
 		for tb, privs := range declared {
-			grants[tb] = slices.DeleteFunc(slices.Clone(privs), func(p string) bool { return tb == "ledger_entries" && p == pipeline.Delete })
+			grants[tb] = slices.DeleteFunc(slices.Clone(privs), func(p string) bool { return tb == "ledger_entries" && p == mysqldriver.Delete })
 		}
 		dsn := opsCreateTableUser(t, admin, adminCfg, grants)
 		p := testenv.Start(t, "billing that may not delete entries", e.bin, e.env(mergeEnv(everyFeature, map[string]string{"MYSQL_DSN": dsn})))

@@ -444,8 +444,8 @@ func sinkOnly(spec childSpec, cfg config.Config) (childResult, error) {
 	var cleanup sync.WaitGroup
 	defer cleanup.Wait()
 	defer stopCleanup()
-	cleanup.Go(func() { pipeline.Cleanup(jctx, pc, pipeline.Pools(l.Driver), cfg.MySQLBranches) })
-	bc, err := pipeline.NewCheckpointer(pc, l.Sink, pipeline.Pools(l.Driver))
+	cleanup.Go(func() { pipeline.Cleanup(jctx, pc, l.Driver.Stores(), cfg.MySQLBranches) })
+	bc, err := pipeline.NewCheckpointer(pc, l.Sink, l.Driver.Stores())
 	if err != nil {
 		return res, err
 	}

@@ -27,7 +27,7 @@ import (
 // service's own janitor deletes them (DEDUP_CLEANUP_INTERVAL is short, so
 // that the deletes follow the inserts closely rather than in bursts).
 //
-// A key expires when its journal row is due (dedup.Cleanup): the stored
+// A key expires when its journal row is due (driver.Store.CleanupKeys): the stored
 // keys' rows are written already expired, their journal rows due in a
 // year, and a key is made to expire by making its journal row due.
 
@@ -37,7 +37,7 @@ import (
 // them costs what deleting the run's own keys a TTL later would.
 const steadyPrefix = "e-steadysteadyst-"
 
-// steadyPerRow is the ids per journal row, as dedup.Journal writes them:
+// steadyPerRow is the ids per journal row, as the store journals them (mysqldriver.JournalIDs):
 // keys expire in steps of this many.
 const steadyPerRow = 8192
 

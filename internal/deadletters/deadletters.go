@@ -1,7 +1,10 @@
-// Package deadletters owns the dead_letters table: what the pipeline
-// writes there, and what the operator's tools, the status report, the
-// metrics and the verifier read and update. Its SQL lives here and nowhere
-// else.
+// Package deadletters is the pipeline's dead letters and the operator's
+// view of the dead_letters table: what a dead letter keeps of a record
+// (New), and what the operator's tools, the status report, the metrics
+// and the verifier read and update. The checkpoints write letters through
+// the ledger store (driver.StoreTx.WriteDeadLetters, whose statement is
+// mysqldriver's); the statements that read and update the table for
+// operators live here.
 //
 // A dead letter is a record that was not counted, with the reason, committed
 // in the same checkpoint as the offsets that passed it. It keeps a bounded
@@ -21,35 +24,21 @@ import (
 	"fmt"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jmoiron/sqlx"
 
-	"github.com/billing/ledger/internal/stmt"
+	"github.com/billing/ledger/internal/txsink/driver"
 )
 
-// Bounds of what a dead letter keeps of its record. Write cuts every field
-// to its bound (the columns' sizes), so that the size of a row, computed
-// from the bounds, can never be exceeded.
+// Bounds of what a dead letter keeps of its record (the columns' sizes;
+// the store cuts every field to its bound: driver.DeadLetter.Columns).
 const (
-	MaxKey     = 1024 // bytes of the record's key
-	MaxDetail  = 500  // bytes of the detail (the column holds 512 characters)
-	maxReason  = 64   // bytes of the reason (the column)
-	maxEventID = 128  // bytes of the event id (the column; event.MaxEventIDLen)
+	MaxKey    = driver.DeadLetterKeyBytes    // bytes of the record's key
+	MaxDetail = driver.DeadLetterDetailBytes // bytes of the detail (the column holds 512 characters)
 )
 
-// Letter is a dead letter to write.
-type Letter struct {
-	Partition int32
-	Offset    int64
-	Reason    string
-	Detail    string
-	EventID   string // empty when the payload named none
-	Key       []byte // at most MaxKey bytes
-	Payload   []byte // a prefix of the value, at most the prefix New was given
-	Size      int    // of the whole value
-	SHA256    [32]byte
-}
+// Letter is a dead letter to write: the store's row.
+type Letter = driver.DeadLetter
 
 // New copies what a dead letter keeps of a record: its key and a prefix of
 // its value of at most maxPayload bytes, so that the record's buffers can be
@@ -70,7 +59,7 @@ func New(partition int32, offset int64, key, value []byte, maxPayload int, reaso
 const overhead = 160
 
 // Bytes is the memory the letter holds.
-func (d *Letter) Bytes() int {
+func Bytes(d *Letter) int {
 	return len(d.Payload) + len(d.Key) + len(d.Detail) + len(d.EventID) + overhead
 }
 
@@ -78,76 +67,11 @@ func (d *Letter) Bytes() int {
 // maxPayload bytes (its event id is at most 128 bytes).
 func MaxBytes(maxPayload int) int { return maxPayload + MaxKey + MaxDetail + 128 + overhead }
 
-const (
-	insertHead = `INSERT INTO dead_letters (kafka_topic, kafka_partition, kafka_offset, reason, detail, event_id, record_key, payload, payload_size, payload_sha256, checkpoint_id, created_at) VALUES `
-	// A replay that meets a dead letter already stored (a group allowed to
-	// start over a ledger's topic, a checkpoint whose outcome was
-	// ambiguous) keeps the stored row: its offset names the same record.
-	insertTail  = ` ON DUPLICATE KEY UPDATE id = id`
-	insertTuple = "(?,?,?,?,?,?,?,?,?,?,?,?)"
-)
-
-// rowBase bounds the text of one row besides its payload: the tuple and
-// its separator, and every other argument at the bound Write cuts it to.
-// With the payload's TextBytes it is the one size computation of a row:
-// Write sizes the statements with it and cuts the payload prefix to what
-// it leaves (maxPrefix), so a row's estimate never exceeds the budget it
-// was cut for.
-func rowBase(topic, checkpoint string) int {
-	return len(insertTuple) + 1 +
-		stmt.ArgBytes(topic) + stmt.ArgBytes(checkpoint) +
-		3*stmt.ArgBytes(int64(0)) + // partition, offset, payload size
-		stmt.TextBytes(maxReason) + stmt.TextBytes(MaxDetail) + stmt.TextBytes(maxEventID) + stmt.TextBytes(MaxKey) +
-		stmt.TextBytes(sha256.Size) + stmt.ArgBytes(time.Time{})
-}
-
-// maxPrefix is the longest payload prefix a row can carry alone in a
-// statement of budget bytes.
-func maxPrefix(budget int, topic, checkpoint string) int {
-	return stmt.FitText(stmt.Room(budget, insertHead, insertTail) - rowBase(topic, checkpoint))
-}
-
-// Write inserts the letters of one checkpoint, as few statements as ex's
-// budget allows; a server with a small max_allowed_packet keeps a shorter
-// payload prefix (at least a quarter of the server's max_allowed_packet
-// less 4 KiB, stmt.Budget being half of it).
-func Write(ctx context.Context, ex stmt.Execer, topic, checkpoint string, ls []Letter, now time.Time) error {
-	prefix := maxPrefix(ex.MaxStatementBytes(), topic, checkpoint)
-	base := rowBase(topic, checkpoint)
-	return stmt.Insert(ctx, ex, len(ls), insertHead, insertTuple, insertTail,
-		func(i int) int { return base + stmt.TextBytes(len(truncate(ls[i].Payload, prefix))) },
-		func(i int) []any {
-			d := ls[i]
-			var id, key any
-			if d.EventID != "" {
-				id = d.EventID[:min(len(d.EventID), maxEventID)]
-			}
-			if d.Key != nil {
-				key = truncate(d.Key, MaxKey)
-			}
-			return []any{topic, d.Partition, d.Offset, d.Reason[:min(len(d.Reason), maxReason)], truncateText(d.Detail, MaxDetail), id, key,
-				truncate(d.Payload, prefix), d.Size, d.SHA256[:], checkpoint, now}
-		})
-}
-
 func truncate(b []byte, n int) []byte {
 	if len(b) > n {
 		return b[:n]
 	}
 	return b
-}
-
-// truncateText cuts s to at most n bytes on a rune boundary and makes it
-// valid UTF-8, so that it fits a VARCHAR column.
-func truncateText(s string, n int) string {
-	s = strings.ToValidUTF8(s, "?")
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
 }
 
 // Row is a stored dead letter.

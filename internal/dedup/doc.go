@@ -21,18 +21,23 @@
 // events, so a key is durable exactly when its event is counted: a
 // checkpoint that aborts leaves neither.
 //
-// Claim inserts every candidate key with INSERT … ON DUPLICATE KEY UPDATE
+// The table is the ledger store's (package driver: StoreTx.ClaimKeys and
+// its siblings in a checkpoint's branches, Store.LookupKeys and
+// Store.CleanupKeys on the pools; the statements are mysqldriver's
+// dedup.go). This package decides; the store reads and writes.
+//
+// A claim inserts every candidate key with INSERT … ON DUPLICATE KEY UPDATE
 // event_id = event_id, 1,000 per statement: a stored row is left as it was
 // and not counted in the affected rows, so a statement that inserted all
 // its rows proves all its ids new, without a lookup. Only the ids of a
-// statement that met a stored row are looked up (Lookup); nearly every id
-// is new, so this replaces a lookup per id with one per rare statement. A
-// key another instance holds uncommitted makes the claim wait for that
+// statement that met a stored row are looked up; nearly every id is new,
+// so this replaces a lookup per id with one per rare statement. A key
+// another instance holds uncommitted makes the claim wait for that
 // checkpoint's outcome: committed, the key counts as stored; rolled back,
 // it is claimed here. Exactly one checkpoint owns a key. This rests on
 // affected rows counting changed rows only (no CLIENT_FOUND_ROWS, which
-// mysqldriver.OpenDB turns off). A claimed key whose event is not counted after
-// all (an overflow dead letter) is removed again (Unclaim).
+// mysqldriver.OpenDB turns off). A claimed key whose event is not counted
+// after all (an overflow dead letter) is removed again (an unclaim).
 //
 // Memory holds a Cache of committed keys only, bounded by a budget of
 // entries (oldest first out). A cache hit proves a repeat without a round
@@ -43,7 +48,7 @@
 //
 // dedup_keys has no index on its expiry: a secondary entry per key cost
 // 8-24% of the service's rate. Instead every checkpoint journals the keys it
-// writes (Journal): rows of dedup_expiry, each listing up to 8,192 ids under
+// writes (StoreTx.JournalKeys): rows of dedup_expiry, each listing up to 8,192 ids under
 // their common expiry, written in the same branch as the keys. Cleanup runs
 // continuously, takes one due journal row at a time (FOR UPDATE SKIP LOCKED,
 // so instances share the work), deletes its keys by primary key while they

@@ -15,6 +15,7 @@ import (
 	"github.com/billing/ledger/internal/periods"
 	"github.com/billing/ledger/internal/testenv"
 	"github.com/billing/ledger/internal/txsink"
+	"github.com/billing/ledger/internal/txsink/driver"
 	"github.com/billing/ledger/internal/txsink/mysqldriver"
 )
 
@@ -184,8 +185,9 @@ func TestApplyTakesEffectAfterTheWatermarkAndFences(t *testing.T) {
 	// A checkpoint prepared before the change, its coordinator slow.
 	slow := sink.Begin(2)
 	if err := slow.Each(ctx, []int{0}, func(ctx context.Context, b *txsink.Branch) error {
-		_, err := b.Exec(ctx, `INSERT INTO account_balances VALUES ('late', 'EUR', 1, 1, UTC_TIMESTAMP(6))`)
-		return err
+		return b.Write(func(st driver.StoreTx) error {
+			return st.WriteBalances(ctx, []driver.Balance{{BalanceKey: driver.BalanceKey{Account: "late", Currency: "EUR"}, Amount: 1, Count: 1}}, time.Now())
+		})
 	}); err != nil {
 		t.Fatal(err)
 	}

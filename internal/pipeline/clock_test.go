@@ -69,7 +69,7 @@ func TestRepeatInsideTheTTLSurvivesAJanitorWhoseClockIsAhead(t *testing.T) {
 			behindSink, behindDB, behind := openSkewed(t, e, -skew, tc.ledger, 2, nil)
 			cfg := testConfig(e)
 			cfg.DedupTTL, cfg.DedupCacheKeys, cfg.Clock = ttl, 0, behind
-			c, err := NewCheckpointer(cfg, behindSink, Pools(behindDB))
+			c, err := NewCheckpointer(cfg, behindSink, behindDB.Stores())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -84,7 +84,7 @@ func TestRepeatInsideTheTTLSurvivesAJanitorWhoseClockIsAhead(t *testing.T) {
 			janitorDone := make(chan struct{})
 			go func() {
 				defer close(janitorDone)
-				Janitor(jctx, Pools(aheadDB), ahead, 50*time.Millisecond, 100, 1, testenv.Logger())
+				Janitor(jctx, aheadDB.Stores(), ahead, 50*time.Millisecond, 100, 1, testenv.Logger())
 			}()
 			t.Cleanup(func() { stop(); <-janitorDone })
 
@@ -136,7 +136,7 @@ func TestHealthyCheckpointSurvivesARecovererWhoseClockIsAhead(t *testing.T) {
 			sink, d, behind := openSkewed(t, e, -skew, tc.ledger, 2, slow)
 			cfg := testConfig(e)
 			cfg.CheckpointTimeout, cfg.Clock = timeout, behind
-			c, err := NewCheckpointer(cfg, sink, Pools(d))
+			c, err := NewCheckpointer(cfg, sink, d.Stores())
 			if err != nil {
 				t.Fatal(err)
 			}

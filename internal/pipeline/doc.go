@@ -37,17 +37,39 @@
 //
 // The Checkpointer (checkpointer.go) commits the snapshot as one global XA
 // transaction over the participants of package txsink, whose protocol (and
-// its specification, the scenario files of txsink/testdata) it follows. The
-// checkpoint's work is planned without I/O (plan.go: what to claim, what
-// each record becomes, what each participant writes) and executed between
-// the plan's steps: dedup claims (the keys of ids the cache does not know,
-// inserted unless stored; only the ids of claim statements that met a
-// stored key are looked up, on a pooled connection: under READ COMMITTED
-// that reads what an in-branch read would, the committed rows, and the
-// claim's row lock already decided which checkpoint owns a contested key),
-// aggregate upserts and dead letters all run inside the branches, so the
-// state of both operators is snapshotted at the same barrier as the input
-// position.
+// its specification, the scenario files of txsink/testdata) it follows.
+// The state of both operators is snapshotted at the same barrier as the
+// input position: dedup claims, aggregate upserts and dead letters all run
+// inside the branches.
+//
+// # The plan and its executor
+//
+// A checkpoint attempt is a plan and its execution, as etcd-io/raft's Ready
+// and Advance. The planner (planner.go) is a pure state machine over the
+// snapshot: its ready says what to do next, the executor (executor.go)
+// does it against the ledger store (package driver: StoreTx in the
+// branches, Store on the servers' pools) and the sink, and hands back what
+// it found with advance. The planner never does I/O; the executor never
+// decides. The steps are the event time (closing windows only), the dedup
+// claims of the ids the cache does not know, the lookups of the ids whose
+// claim statement met a stored key (on a pooled connection: under READ
+// COMMITTED that reads what an in-branch read would, the committed rows,
+// and the claim's row lock already decided which checkpoint owns a
+// contested key), the classification of every record, the locking reads
+// of the risky sums, the aggregation (aggregate.go), the writes of every
+// participant with the sealing of closed windows, and the decision (its
+// cuts and frontier change); the pure pieces they are built
+// from are in plan.go, aggregate.go and eventtime.go. What the
+// Checkpointer does after a failed attempt (retry at once, careful, after
+// rereading the servers' limits, or isolate) is a pure function of the
+// attempt's outcome too (retry.go).
+//
+// Adding a table means adding a step, or a write of the write step
+// (execution.writeRows), and its driver method: an interface method of
+// package driver, its statement in mysqldriver, its model in memdriver,
+// its test in the conformance suite (txsink/drivertest), and its
+// privileges in mysqldriver's declaration of what the service reads and
+// writes.
 //
 // A failure before the decision rolls every branch back; the source then
 // discards everything it buffered and rereads its positions from MySQL
@@ -68,9 +90,10 @@
 //
 // # What it reads and writes
 //
-// access.go declares, table by table and by feature, every privilege the
-// service's statements need: `billing` checks them at start, and tests hold
-// the declaration to the migrations and the grant files.
+// The store declares, table by table and by feature (driver.Feature;
+// Config.Features says which a configuration runs), every privilege its
+// statements need (mysqldriver/privileges.go): `billing` checks them at start,
+// and tests hold the declaration to the migrations and the grant files.
 //
 // # Rebalances and zombies
 //

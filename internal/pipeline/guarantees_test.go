@@ -197,7 +197,7 @@ func TestJanitorWorksOffABacklogAtOnce(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		Janitor(ctx, Pools(d), time.Now, time.Hour, batch, 2, testenv.Logger())
+		Janitor(ctx, d.Stores(), time.Now, time.Hour, batch, 2, testenv.Logger())
 	}()
 	defer func() { cancel(); <-done }()
 	var left, live int

@@ -231,7 +231,7 @@ func TestGroupChangeIsRefusedUnlessAllowed(t *testing.T) {
 	sink, d := openSink(t, scfg)
 	defer d.Close()
 	defer sink.Close()
-	p, err := New(cfg, sink, Pools(d))
+	p, err := New(cfg, sink, d.Stores())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,8 +9,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/billing/ledger/internal/dedup"
 	"github.com/billing/ledger/internal/txsink"
+	"github.com/billing/ledger/internal/txsink/driver"
 )
 
 // housekeeping runs until ctx ends: periodic recovery of in-doubt branches
@@ -54,12 +54,12 @@ func (p *Pipeline) housekeeping(ctx context.Context) {
 // connections per server) and, with cfg.LedgerEntriesRetention, the
 // retention of ledger entries (one connection per server), each in a
 // goroutine of its own, every cfg.DedupCleanupInterval, by the ledger's
-// clock (cfg.Clock; time.Now when nil). Both use the
-// servers' cleanup pools (Pool.CleanupDB), sized for exactly that: cleanup
-// never holds a connection of the pool that checkpoints, recovery and
-// health checks use. The service runs it in its housekeeping; benchmarks
+// clock (cfg.Clock; time.Now when nil). Both run on the servers' cleanup
+// connections (driver.Store.CleanupKeys, DeleteEntries), sized for exactly
+// that: cleanup never holds a connection of the pool that checkpoints,
+// recovery and health checks use. The service runs it in its housekeeping; benchmarks
 // run it beside checkpoints of their own.
-func Cleanup(ctx context.Context, cfg Config, pools []Pool, workers int) {
+func Cleanup(ctx context.Context, cfg Config, pools []driver.Store, workers int) {
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
@@ -112,7 +112,7 @@ func workOff(ctx context.Context, interval time.Duration, pass func(ctx context.
 // Janitor deletes expired dedup keys on every server until ctx ends,
 // passes back to back while keys are due (workOff). Keys are expired by
 // now, the ledger's clock (see Config.Clock).
-func Janitor(ctx context.Context, pools []Pool, now func() time.Time, interval time.Duration, batch, workers int, log *slog.Logger) {
+func Janitor(ctx context.Context, pools []driver.Store, now func() time.Time, interval time.Duration, batch, workers int, log *slog.Logger) {
 	workOff(ctx, interval, func(ctx context.Context) bool { return cleanupPass(ctx, pools, now, batch, workers, log) })
 }
 
@@ -122,7 +122,7 @@ func Janitor(ctx context.Context, pools []Pool, now func() time.Time, interval t
 // at most 100 batches each. It reports whether due rows may be left (a
 // worker used its whole budget). Failures are logged; the next pass
 // retries.
-func cleanupPass(ctx context.Context, pools []Pool, now func() time.Time, batch, workers int, log *slog.Logger) (more bool) {
+func cleanupPass(ctx context.Context, pools []driver.Store, now func() time.Time, batch, workers int, log *slog.Logger) (more bool) {
 	workers = max(workers, 1)
 	var (
 		mu sync.Mutex
@@ -131,7 +131,7 @@ func cleanupPass(ctx context.Context, pools []Pool, now func() time.Time, batch,
 	for i, pool := range pools {
 		for range workers {
 			wg.Go(func() {
-				n, err := dedup.Cleanup(ctx, pool.CleanupDB(), now(), batch, 100*batch, pool.MaxStatementBytes())
+				n, err := pool.CleanupKeys(ctx, now(), batch, 100*batch)
 				if err != nil {
 					log.Warn("dedup cleanup failed", "server", i, "err", err)
 				} else if n > 0 {
@@ -154,7 +154,7 @@ func cleanupPass(ctx context.Context, pools []Pool, now func() time.Time, batch,
 // (workOff), like the janitor: the table stays bounded however fast
 // checkpoints insert entries, as long as one connection per server deletes
 // them faster. Entries are aged by now, the ledger's clock.
-func Retention(ctx context.Context, pools []Pool, now func() time.Time, interval, retention time.Duration, batch int, log *slog.Logger) {
+func Retention(ctx context.Context, pools []driver.Store, now func() time.Time, interval, retention time.Duration, batch int, log *slog.Logger) {
 	workOff(ctx, interval, func(ctx context.Context) bool {
 		_, more := DeleteOldEntries(ctx, pools, now().Add(-retention), batch, log)
 		return more
@@ -166,14 +166,14 @@ func Retention(ctx context.Context, pools []Pool, now func() time.Time, interval
 // rows per statement and at most 100 batches, and returns how many it
 // deleted and whether due entries may be left (a server used its whole
 // budget). Failures are logged; the next pass retries.
-func DeleteOldEntries(ctx context.Context, pools []Pool, before time.Time, batch int, log *slog.Logger) (deleted int64, more bool) {
+func DeleteOldEntries(ctx context.Context, pools []driver.Store, before time.Time, batch int, log *slog.Logger) (deleted int64, more bool) {
 	var (
 		mu sync.Mutex
 		wg sync.WaitGroup
 	)
 	for i, pool := range pools {
 		wg.Go(func() {
-			n, err := deleteOldEntries(ctx, pool.CleanupDB(), before, batch, 100*batch)
+			n, err := pool.DeleteEntries(ctx, before, batch, 100*batch)
 			if err != nil {
 				log.Warn("ledger entries retention failed", "server", i, "err", err)
 			} else if n > 0 {

@@ -67,7 +67,7 @@ func TestRetentionWorksOffABacklogAtOnce(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		Retention(ctx, Pools(d), time.Now, time.Hour, 10*time.Minute, batch, testenv.Logger())
+		Retention(ctx, d.Stores(), time.Now, time.Hour, 10*time.Minute, batch, testenv.Logger())
 	}()
 	defer func() { cancel(); <-done }()
 	count := func(db *sqlx.DB, partition int) int {
@@ -135,7 +135,7 @@ func TestCleanupNeverTakesACheckpointsConnection(t *testing.T) {
 	}
 	e.db.MustExec(`INSERT INTO dedup_keys (event_id, fingerprint, expires_at) VALUES `+strings.TrimSuffix(strings.Repeat("(?,?,?),", 200), ","), stored...)
 
-	ck, err := NewCheckpointer(testConfig(e), sink, Pools(d))
+	ck, err := NewCheckpointer(testConfig(e), sink, d.Stores())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +166,7 @@ func TestCleanupNeverTakesACheckpointsConnection(t *testing.T) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
-	wg.Go(func() { Janitor(ctx, Pools(d), time.Now, time.Hour, 5, branches, testenv.Logger()) })
+	wg.Go(func() { Janitor(ctx, d.Stores(), time.Now, time.Hour, 5, branches, testenv.Logger()) })
 	var busiest atomic.Int64
 	wg.Go(func() {
 		for ctx.Err() == nil {

@@ -104,6 +104,41 @@ func oversized(err error) bool {
 	return errors.As(err, &tl)
 }
 
+// isolation is one isolation's trials.
+type isolation struct {
+	c       *Checkpointer
+	s       *snapshot
+	careful bool
+	cause   error
+	trials  int
+}
+
+// refused reports whether the writes of elems fail for the data, and why;
+// err for any other failure.
+func (is *isolation) refused(ctx context.Context, elems []element) (bool, refusal, error) {
+	is.trials++
+	info := is.c.attempt(ctx, is.s.subset(elems), is.careful, true)
+	if info.Err == nil {
+		return false, refusal{}, nil
+	}
+	if is.c.refusedForData(info.Err) {
+		return true, refusalOf(info.Err), nil
+	}
+	return false, refusal{}, info.Err
+}
+
+// notRecords ends an isolation that found no record to blame.
+func (is *isolation) notRecords(outcome, why string, err error) (*snapshot, int, string) {
+	is.c.log.Error("a checkpoint keeps failing for a data reason that no record causes; nothing is dead-lettered and it will be replayed: "+why,
+		"outcome", outcome, "offsets", offsetRanges(is.s), "trials", is.trials, "err", err)
+	return is.s, 0, outcome
+}
+
+func (is *isolation) interrupted(err error) (*snapshot, int, string) {
+	is.c.log.Warn("isolation of refused records interrupted", "err", err, "trials", is.trials)
+	return is.s, 0, IsolationInterrupted
+}
+
 // isolate finds the elements of s responsible for cause and returns a
 // snapshot in which they are rejected_by_database dead letters, their
 // number (0: nothing found, s unchanged) and the outcome.
@@ -111,108 +146,33 @@ func (c *Checkpointer) isolate(ctx context.Context, s *snapshot, careful bool, c
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.CheckpointTimeout)
 	defer cancel()
 	started := time.Now()
+	is := &isolation{c: c, s: s, careful: careful, cause: cause}
 	all := make([]element, len(s.records)+len(s.dead))
 	for i := range all {
 		all[i] = i
 	}
-	rejected := map[element]refusal{}
-	trials := 0
-	// refused reports whether the writes of elems fail for the data, and
-	// why; err for any other failure.
-	refused := func(elems []element) (bool, refusal, error) {
-		trials++
-		info := c.attempt(ctx, s.subset(elems), careful, true)
-		if info.Err == nil {
-			return false, refusal{}, nil
-		}
-		if c.refusedForData(info.Err) {
-			return true, refusalOf(info.Err), nil
-		}
-		return false, refusal{}, info.Err
-	}
-	// notRecords ends an isolation that found no record to blame.
-	notRecords := func(outcome, why string, err error) (*snapshot, int, string) {
-		c.log.Error("a checkpoint keeps failing for a data reason that no record causes; nothing is dead-lettered and it will be replayed: "+why,
-			"outcome", outcome, "offsets", offsetRanges(s), "trials", trials, "err", err)
-		return s, 0, outcome
-	}
-	interrupted := func(err error) (*snapshot, int, string) {
-		c.log.Warn("isolation of refused records interrupted", "err", err, "trials", trials)
-		return s, 0, IsolationInterrupted
-	}
-
 	// 1 and 2: the empty case fails, or the whole does not.
-	if bad, msg, err := refused(nil); err != nil {
-		return interrupted(err)
+	if bad, msg, err := is.refused(ctx, nil); err != nil {
+		return is.interrupted(err)
 	} else if bad {
-		return notRecords(IsolationNotARecord, "it fails with no record in it (a trigger, constraint or setting on a statement every checkpoint runs)", errors.New(msg.msg))
+		return is.notRecords(IsolationNotARecord, "it fails with no record in it (a trigger, constraint or setting on a statement every checkpoint runs)", errors.New(msg.msg))
 	}
 	if len(all) == 0 {
 		// Nothing but the empty case, which passed this time.
-		return notRecords(IsolationNotReproduced, "it has no record, and it passed when tried again", cause)
+		return is.notRecords(IsolationNotReproduced, "it has no record, and it passed when tried again", cause)
 	}
-	if bad, _, err := refused(all); err != nil {
-		return interrupted(err)
+	if bad, _, err := is.refused(ctx, all); err != nil {
+		return is.interrupted(err)
 	} else if !bad {
-		return notRecords(IsolationNotReproduced, "its writes alone do not fail (a statement of the decision, or a failure that came and went)", cause)
+		return is.notRecords(IsolationNotReproduced, "its writes alone do not fail (a statement of the decision, or a failure that came and went)", cause)
 	}
-
-	rest := all
-	for len(rejected) < maxCulprits {
-		// Invariant: the empty prefix passes, rest as a whole fails.
-		if len(rejected) > 0 {
-			bad, _, err := refused(rest)
-			if err != nil {
-				c.log.Warn("isolation of refused records interrupted", "err", err, "found", len(rejected))
-				break
-			}
-			if !bad {
-				break
-			}
-		}
-		lo, hi := 0, len(rest) // rest[:lo] passes, rest[:hi] fails
-		var stopped error
-		for hi-lo > 1 {
-			mid := (lo + hi) / 2
-			bad, _, err := refused(rest[:mid])
-			if err != nil {
-				stopped = err
-				break
-			}
-			if bad {
-				hi = mid
-			} else {
-				lo = mid
-			}
-		}
-		if stopped != nil {
-			c.log.Warn("isolation of refused records interrupted", "err", stopped, "found", len(rejected))
-			break
-		}
-		// 4: confirmed, or nothing of this isolation is blamed.
-		bad, msg, err := refused(rest[:hi])
-		if err == nil && bad {
-			var empty bool
-			empty, _, err = refused(nil)
-			bad = !empty
-		}
-		if err != nil {
-			c.log.Warn("isolation of refused records interrupted", "err", err, "found", len(rejected))
-			break
-		}
-		if !bad {
-			return notRecords(IsolationNotReproduced, "the failure did not keep to the records the trials found", cause)
-		}
-		culprit := rest[hi-1]
-		rejected[culprit] = msg
-		rest = slices.Delete(slices.Clone(rest), hi-1, hi)
-		if len(rest) == 0 {
-			break
-		}
+	rejected, kept := is.culprits(ctx, all)
+	if !kept {
+		return is.notRecords(IsolationNotReproduced, "the failure did not keep to the records the trials found", cause)
 	}
 	if len(rejected) == 0 {
 		c.log.Error("a checkpoint keeps failing for its data and no record could be isolated; it will be replayed",
-			"offsets", offsetRanges(s), "trials", trials, "err", cause)
+			"offsets", offsetRanges(s), "trials", is.trials, "err", cause)
 		return s, 0, IsolationInterrupted
 	}
 	next := s.reject(rejected, c.cfg.DeadLetterPayloadBytes)
@@ -225,9 +185,75 @@ func (c *Checkpointer) isolate(ctx context.Context, s *snapshot, careful bool, c
 		}
 		c.log.Error("the database refuses a record: dead-lettered as rejected_by_database", "partition", p, "offset", o, "reason", rejected[e].msg)
 	}
-	c.log.Warn("isolated the records the database refuses", "rejected", len(rejected), "records", len(all), "trials", trials,
+	c.log.Warn("isolated the records the database refuses", "rejected", len(rejected), "records", len(all), "trials", is.trials,
 		"took", time.Since(started).Round(time.Millisecond), "offsets", offsetRanges(s))
 	return next, len(rejected), IsolationRejected
+}
+
+// culprits finds, one after the other, the elements whose writes fail
+// (3 and 4 above), up to maxCulprits. kept is false when a confirmation
+// failed: nothing found is then to be blamed. A trial that fails for
+// another reason stops it with what it found so far.
+func (is *isolation) culprits(ctx context.Context, all []element) (rejected map[element]refusal, kept bool) {
+	rejected = map[element]refusal{}
+	rest := all
+	for len(rejected) < maxCulprits {
+		// Invariant: the empty prefix passes, rest as a whole fails.
+		if len(rejected) > 0 {
+			bad, _, err := is.refused(ctx, rest)
+			if err != nil {
+				is.c.log.Warn("isolation of refused records interrupted", "err", err, "found", len(rejected))
+				break
+			}
+			if !bad {
+				break
+			}
+		}
+		hi, err := is.shortestFailing(ctx, rest)
+		if err != nil {
+			is.c.log.Warn("isolation of refused records interrupted", "err", err, "found", len(rejected))
+			break
+		}
+		// 4: confirmed, or nothing of this isolation is blamed.
+		bad, msg, err := is.refused(ctx, rest[:hi])
+		if err == nil && bad {
+			var empty bool
+			empty, _, err = is.refused(ctx, nil)
+			bad = !empty
+		}
+		if err != nil {
+			is.c.log.Warn("isolation of refused records interrupted", "err", err, "found", len(rejected))
+			break
+		}
+		if !bad {
+			return nil, false
+		}
+		rejected[rest[hi-1]] = msg
+		rest = slices.Delete(slices.Clone(rest), hi-1, hi)
+		if len(rest) == 0 {
+			break
+		}
+	}
+	return rejected, true
+}
+
+// shortestFailing bisects rest, which fails as a whole while its empty
+// prefix passes, for the shortest prefix that fails: rest[:hi].
+func (is *isolation) shortestFailing(ctx context.Context, rest []element) (int, error) {
+	lo, hi := 0, len(rest) // rest[:lo] passes, rest[:hi] fails
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2
+		bad, _, err := is.refused(ctx, rest[:mid])
+		if err != nil {
+			return 0, err
+		}
+		if bad {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	return hi, nil
 }
 
 // refusal is why an element was refused: the server's message, or its row

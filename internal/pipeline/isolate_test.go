@@ -36,122 +36,138 @@ const (
 // a checkpoint whose sealing was refused, one per replay when the decision
 // was refused, each a rejected_by_database dead letter never counted.
 func TestIsolationBlamesNoRecordForAFailureNoRecordCauses(t *testing.T) {
-	for _, c := range []struct {
-		name    string
-		trigger string
-		closing bool
-		outcome string // of the isolations while the trigger refuses
-		toggle  bool   // the trigger refuses now and then
-	}{
+	for _, c := range []isolationCase{
 		{"sealing refused", sealingRefused, true, IsolationNotARecord, false},
 		{"sealing refused now and then", sealingRefused, true, IsolationNotARecord, true},
 		{"decision refused", decisionRefused, false, IsolationNotReproduced, false},
 	} {
-		t.Run(c.name, func(t *testing.T) {
-			e := newEnv(t, 2)
-			for _, ddl := range []string{faultTable, `INSERT INTO fault VALUES (1, FALSE)`, c.trigger} {
-				if _, err := e.db.Exec(ddl); err != nil {
-					t.Fatal(err)
-				}
-			}
-			setFault := func(on bool) {
-				t.Helper()
-				if _, err := e.db.Exec(`UPDATE fault SET active = ? WHERE singleton = 1`, on); err != nil {
-					t.Fatal(err)
-				}
-			}
-			var (
-				mu       sync.Mutex
-				outcomes = map[string]int{}
-			)
-			count := func(o string) int {
-				mu.Lock()
-				defer mu.Unlock()
-				if o == "" {
-					n := 0
-					for _, k := range outcomes {
-						n += k
-					}
-					return n
-				}
-				return outcomes[o]
-			}
-			start(t, e, func(cfg *Config, _ *sinkConfig) {
-				if c.closing {
-					cfg.WindowCloseAfter = 30 * time.Minute
-				}
-				cfg.OnCheckpoint = func(info CheckpointInfo) {
-					if info.Isolation != "" {
-						mu.Lock()
-						outcomes[info.Isolation]++
-						mu.Unlock()
-					}
-				}
-			})
-			events := func(prefix string, n int, at string) []*kgo.Record {
-				var recs []*kgo.Record
-				for i := range n {
-					recs = append(recs, ev{fmt.Sprintf("%s-%d", prefix, i), fmt.Sprintf("acct-%d", i%5), int64(i + 1), "EUR", at}.record(""))
-				}
-				return recs
-			}
-			// Counted while the trigger lets everything pass.
-			produce(t, e, events("before", 40, "2026-11-29T10:05:00Z")...)
-			waitCounted(t, e.db, 40, 0)
+		t.Run(c.name, func(t *testing.T) { c.run(t) })
+	}
+}
 
-			// The trigger refuses; these events close the 10:00 windows
-			// (11:30 is their end plus 30 minutes), whose sealing is then
-			// due in every checkpoint.
-			setFault(true)
-			produce(t, e, events("during", 30, "2026-11-29T11:30:00Z")...)
-			testenv.Eventually(t, time.Minute, "isolations", func() (bool, string) {
-				return count("") >= 2, fmt.Sprint(count(""))
-			})
-			if c.toggle {
-				for i := range 4 {
-					setFault(false)
-					time.Sleep(1500 * time.Millisecond)
-					setFault(true)
-					produce(t, e, events(fmt.Sprintf("toggle-%d", i), 5, "2026-11-29T11:40:00Z")...)
-					time.Sleep(1500 * time.Millisecond)
-				}
+// isolationCase is a trigger that refuses, and what isolation makes of it.
+type isolationCase struct {
+	name    string
+	trigger string
+	closing bool
+	outcome string // of the isolations while the trigger refuses
+	toggle  bool   // the trigger refuses now and then
+}
+
+// isolationOutcomes counts the isolations' outcomes an instance reports.
+type isolationOutcomes struct {
+	mu sync.Mutex
+	by map[string]int
+}
+
+// count is the number of isolations of outcome o, every one when o is "".
+func (io *isolationOutcomes) count(o string) int {
+	io.mu.Lock()
+	defer io.mu.Unlock()
+	if o == "" {
+		n := 0
+		for _, k := range io.by {
+			n += k
+		}
+		return n
+	}
+	return io.by[o]
+}
+
+func refusingEvents(prefix string, n int, at string) []*kgo.Record {
+	var recs []*kgo.Record
+	for i := range n {
+		recs = append(recs, ev{fmt.Sprintf("%s-%d", prefix, i), fmt.Sprintf("acct-%d", i%5), int64(i + 1), "EUR", at}.record(""))
+	}
+	return recs
+}
+
+func (c isolationCase) run(t *testing.T) {
+	e := newEnv(t, 2)
+	for _, ddl := range []string{faultTable, `INSERT INTO fault VALUES (1, FALSE)`, c.trigger} {
+		if _, err := e.db.Exec(ddl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setFault := func(on bool) {
+		t.Helper()
+		if _, err := e.db.Exec(`UPDATE fault SET active = ? WHERE singleton = 1`, on); err != nil {
+			t.Fatal(err)
+		}
+	}
+	outcomes := &isolationOutcomes{by: map[string]int{}}
+	start(t, e, func(cfg *Config, _ *sinkConfig) {
+		if c.closing {
+			cfg.WindowCloseAfter = 30 * time.Minute
+		}
+		cfg.OnCheckpoint = func(info CheckpointInfo) {
+			if info.Isolation != "" {
+				outcomes.mu.Lock()
+				outcomes.by[info.Isolation]++
+				outcomes.mu.Unlock()
 			}
-			var dead int
-			if err := e.db.Get(&dead, `SELECT COUNT(*) FROM dead_letters`); err != nil || dead != 0 {
-				t.Fatalf("%d dead letters (%v) while the trigger refused: a failure no record causes blamed records", dead, err)
-			}
-			if n, all := count(c.outcome), count(""); n != all {
-				mu.Lock()
-				t.Errorf("isolations %v, want every one %s", outcomes, c.outcome)
-				mu.Unlock()
-			}
+		}
+	})
+	// Counted while the trigger lets everything pass.
+	produce(t, e, refusingEvents("before", 40, "2026-11-29T10:05:00Z")...)
+	waitCounted(t, e.db, 40, 0)
+
+	// The trigger refuses; these events close the 10:00 windows
+	// (11:30 is their end plus 30 minutes), whose sealing is then
+	// due in every checkpoint.
+	setFault(true)
+	produce(t, e, refusingEvents("during", 30, "2026-11-29T11:30:00Z")...)
+	testenv.Eventually(t, time.Minute, "isolations", func() (bool, string) {
+		return outcomes.count("") >= 2, fmt.Sprint(outcomes.count(""))
+	})
+	if c.toggle {
+		for i := range 4 {
 			setFault(false)
+			time.Sleep(1500 * time.Millisecond)
+			setFault(true)
+			produce(t, e, refusingEvents(fmt.Sprintf("toggle-%d", i), 5, "2026-11-29T11:40:00Z")...)
+			time.Sleep(1500 * time.Millisecond)
+		}
+	}
+	var dead int
+	if err := e.db.Get(&dead, `SELECT COUNT(*) FROM dead_letters`); err != nil || dead != 0 {
+		t.Fatalf("%d dead letters (%v) while the trigger refused: a failure no record causes blamed records", dead, err)
+	}
+	if n, all := outcomes.count(c.outcome), outcomes.count(""); n != all {
+		outcomes.mu.Lock()
+		t.Errorf("isolations %v, want every one %s", outcomes.by, c.outcome)
+		outcomes.mu.Unlock()
+	}
+	setFault(false)
+	c.checkAfter(t, e, outcomes)
+}
 
-			var want int64 = 40 + 30
-			if c.toggle {
-				want += 4 * 5
-			}
-			waitCounted(t, e.db, want, 0)
-			if n := count(IsolationRejected); n != 0 {
-				t.Errorf("%d isolations rejected records", n)
-			}
-			var sum int64
-			if err := e.db.Get(&sum, `SELECT SUM(balance_minor) FROM account_balances`); err != nil {
-				t.Fatal(err)
-			}
-			// 1..40, 1..30, and 1..5 per toggle: nothing lost or twice.
-			wantSum := int64(40*41/2 + 30*31/2)
-			if c.toggle {
-				wantSum += 4 * 15
-			}
-			if sum != wantSum {
-				t.Errorf("balances sum to %d, want %d", sum, wantSum)
-			}
-			if c.closing {
-				waitFor(t, "the 10:00 windows to be sealed", func() bool { return sealedCount(t, e.db) == 5 })
-				checkSplit(t, e.db, false)
-			}
-		})
+// checkAfter checks the ledger once the trigger stopped refusing: every
+// event counted once, nothing lost or twice, the windows sealed.
+func (c isolationCase) checkAfter(t *testing.T, e *env, outcomes *isolationOutcomes) {
+	var want int64 = 40 + 30
+	if c.toggle {
+		want += 4 * 5
+	}
+	waitCounted(t, e.db, want, 0)
+	if n := outcomes.count(IsolationRejected); n != 0 {
+		t.Errorf("%d isolations rejected records", n)
+	}
+	var sum int64
+	if err := e.db.Get(&sum, `SELECT SUM(balance_minor) FROM account_balances`); err != nil {
+		t.Fatal(err)
+	}
+	// 1..40, 1..30, and 1..5 per toggle: nothing lost or twice.
+	wantSum := int64(40*41/2 + 30*31/2)
+	if c.toggle {
+		wantSum += 4 * 15
+	}
+	if sum != wantSum {
+		t.Errorf("balances sum to %d, want %d", sum, wantSum)
+	}
+	if c.closing {
+		waitFor(t, "the 10:00 windows to be sealed", func() bool { return sealedCount(t, e.db) == 5 })
+		checkSplit(t, e.db, false)
 	}
 }
 
@@ -185,7 +201,7 @@ func TestOversizedRowIsIsolatedNotReplayedForever(t *testing.T) {
 			outcomes = append(outcomes, info.Isolation)
 		}
 	}
-	ck, err := NewCheckpointer(cfg, sink, Pools(d))
+	ck, err := NewCheckpointer(cfg, sink, d.Stores())
 	if err != nil {
 		t.Fatal(err)
 	}

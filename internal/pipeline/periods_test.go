@@ -536,35 +536,6 @@ func TestLedgerEntriesRetention(t *testing.T) {
 	_ = in
 }
 
-// The retention deletes in statements of at most the batch, and no more
-// than asked per pass.
-func TestDeleteOldEntriesInBatches(t *testing.T) {
-	e := newEnv(t, 1)
-	old, young := time.Now().UTC().Add(-time.Hour), time.Now().UTC()
-	for i := range 10 {
-		created := old
-		if i >= 8 {
-			created = young
-		}
-		if _, err := e.db.Exec(`INSERT INTO ledger_entries (kafka_topic, kafka_partition, kafka_offset, event_id, account_id, currency, amount_minor, occurred_at, window_start, late, checkpoint_id, created_at)
-			VALUES ('t', 0, ?, ?, 'a', 'EUR', 1, ?, ?, FALSE, 'c', ?)`, i, fmt.Sprint(i), old, old, created); err != nil {
-			t.Fatal(err)
-		}
-	}
-	n, err := deleteOldEntries(context.Background(), e.db, old.Add(time.Minute), 3, 7)
-	if err != nil || n != 7 {
-		t.Fatalf("first pass deleted %d (%v), want 7: batches of 3 up to the pass's 7", n, err)
-	}
-	n, err = deleteOldEntries(context.Background(), e.db, old.Add(time.Minute), 3, 7)
-	if err != nil || n != 1 {
-		t.Fatalf("second pass deleted %d (%v), want the last old one", n, err)
-	}
-	var left int
-	if err := e.db.Get(&left, `SELECT COUNT(*) FROM ledger_entries`); err != nil || left != 2 {
-		t.Fatalf("%d entries left (%v), want the 2 young ones", left, err)
-	}
-}
-
 // A checkpoint that seals closed windows while its other branches write to
 // the earliest open window: the sealing read must not wait for them (the
 // branches are separate transactions; no server would see the deadlock, and
@@ -631,7 +602,7 @@ func TestDecisionRefusedWhenItsWindowClosed(t *testing.T) {
 		t.Cleanup(func() { sink.Close(); d.Close() })
 		cfg := testConfig(e)
 		cfg.WindowCloseAfter, cfg.LedgerEntries = 30*time.Minute, true
-		c, err := NewCheckpointer(cfg, sink, Pools(d))
+		c, err := NewCheckpointer(cfg, sink, d.Stores())
 		if err != nil {
 			t.Fatal(err)
 		}

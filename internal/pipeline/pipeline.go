@@ -17,6 +17,7 @@ import (
 	"github.com/billing/ledger/internal/failpoint"
 	"github.com/billing/ledger/internal/ledgerclock"
 	"github.com/billing/ledger/internal/txsink"
+	"github.com/billing/ledger/internal/txsink/driver"
 )
 
 // Config is what the pipeline needs; cmd/billing fills it from the
@@ -267,7 +268,7 @@ type Pipeline struct {
 	rewindBackoff time.Duration // the last failure's backoff; 0 after a success
 
 	ckpt  *Checkpointer // commits the snapshots the barrier cuts
-	pools []Pool
+	pools []driver.Store
 
 	groupMu      sync.Mutex // guards groupPending
 	groupPending map[int32]kgo.EpochOffset
@@ -291,11 +292,12 @@ type Pipeline struct {
 	stopRun atomic.Pointer[context.CancelFunc]
 }
 
-// New builds a pipeline over an open sink and the pools of its servers (in
-// the sink's order; see Pools). The Kafka client is created here and joins
-// the group once it has the topic's metadata; it claims no partition before
-// Run has checked the group.
-func New(cfg Config, sink *txsink.Sink, pools []Pool) (*Pipeline, error) {
+// New builds a pipeline over an open sink and the ledger stores of its
+// servers (in the sink's order: mysqldriver's Driver.Stores, or memdriver
+// servers). The Kafka client is created here and joins the group once it
+// has the topic's metadata; it claims no partition before Run has checked
+// the group.
+func New(cfg Config, sink *txsink.Sink, pools []driver.Store) (*Pipeline, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("pipeline: %w", err)
 	}
@@ -497,4 +499,15 @@ func (k kgoLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
 		lv = slog.LevelError
 	}
 	k.l.Log(context.Background(), lv, "kafka: "+msg, keyvals...)
+}
+
+// Features returns the features of the store the configuration runs (the
+// store declares its privileges by feature: mysqldriver.Access).
+func (c Config) Features() map[driver.Feature]bool {
+	return map[driver.Feature]bool{
+		driver.FeatureAlways:    true,
+		driver.FeatureClosing:   c.WindowCloseAfter > 0,
+		driver.FeatureEntries:   c.LedgerEntries,
+		driver.FeatureRetention: c.LedgerEntries && c.LedgerEntriesRetention > 0,
+	}
 }

@@ -117,7 +117,7 @@ func start(t *testing.T, e *env, mod func(*Config, *sinkConfig)) *instance {
 	}
 	ctx := context.Background()
 	sink, d := openSink(t, scfg)
-	p, err := New(cfg, sink, Pools(d))
+	p, err := New(cfg, sink, d.Stores())
 	if err != nil {
 		t.Fatal(err)
 	}

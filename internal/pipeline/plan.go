@@ -8,11 +8,13 @@ import (
 
 	"github.com/billing/ledger/internal/dedup"
 	"github.com/billing/ledger/internal/event"
+	"github.com/billing/ledger/internal/txsink/driver"
 )
 
-// The checkpoint's plan: what to claim, what each record becomes, and what
-// each participant writes, computed without I/O from what the checkpoint
-// knows at each step. The Checkpointer executes it (checkpointer.go).
+// The pieces of the checkpoint's plan: what to claim, what each record
+// becomes, and what each participant writes, computed without I/O from
+// what the checkpoint knows at each step. The planner (planner.go) puts
+// them in order; the executor (executor.go) runs the steps.
 
 // router places keys on participants (txsink.Sink.Route).
 type router interface {
@@ -29,7 +31,7 @@ type claimPlan struct {
 	claims [][]dedup.Insert // per participant
 }
 
-func planClaims(records []record, cache *dedup.Cache, now time.Time, ttl time.Duration, r router) claimPlan {
+func planClaims(records []record, cache cacheView, now time.Time, ttl time.Duration, r router) claimPlan {
 	cp := claimPlan{keys: make([]dedup.Key, len(records)), known: map[string]dedup.Seen{}, claims: make([][]dedup.Insert, r.Participants())}
 	queued := make(map[string]struct{}, len(records))
 	expires := now.Add(ttl)
@@ -106,15 +108,16 @@ func (o *outcomes) count(agg *aggregate, prefix int, entries bool) {
 	}
 }
 
-// work is what one participant writes in a checkpoint.
+// work is what one participant writes in a checkpoint, as the store's
+// rows.
 type work struct {
-	inserts  []dedup.Insert // expired rows to replace
-	unclaim  []string       // claimed keys of events that became dead letters
-	journal  []string       // every key this checkpoint keeps, for the janitor
-	balances []balanceRow
-	windows  []windowRow
-	adjusts  []windowRow // window_adjustments
-	entries  []*record   // ledger_entries
+	replace  []driver.DedupKey // keys whose expired rows are replaced
+	unclaim  []string          // claimed keys of events that became dead letters
+	journal  []string          // every key this checkpoint keeps, for the janitor
+	balances []driver.Balance
+	windows  []driver.WindowSum
+	adjusts  []driver.WindowSum // window_adjustments
+	entries  []driver.Entry     // ledger_entries
 	dead     []deadletters.Letter
 	seal     bool // seal the closed windows' rows of this participant's server
 }
@@ -128,7 +131,7 @@ func (w *work) empty() bool {
 // replaced here, and the claimed keys of events that became dead letters are
 // taken back), aggregates and ledger entries by account (one branch holds
 // an account's sums and entries), dead letters by partition.
-func planWrites(o *outcomes, agg *aggregate, r router) []work {
+func planWrites(o *outcomes, agg *aggregate, period event.Windows, r router) []work {
 	works := make([]work, r.Participants())
 	for _, in := range o.inserts {
 		at := r.Route(in.ID)
@@ -138,27 +141,27 @@ func planWrites(o *outcomes, agg *aggregate, r router) []work {
 				works[at].unclaim = append(works[at].unclaim, in.ID)
 			}
 		case in.Replace:
-			works[at].inserts = append(works[at].inserts, in)
+			works[at].replace = append(works[at].replace, toDedupKeys([]dedup.Insert{in})...)
 			works[at].journal = append(works[at].journal, in.ID)
 		default:
 			works[at].journal = append(works[at].journal, in.ID)
 		}
 	}
-	for _, row := range agg.balanceRows() {
-		at := r.Route(row.account)
+	for _, row := range toBalances(agg.balanceRows()) {
+		at := r.Route(row.Account)
 		works[at].balances = append(works[at].balances, row)
 	}
-	for _, row := range agg.windowRows() {
-		at := r.Route(row.account)
+	for _, row := range toWindows(agg.windowRows()) {
+		at := r.Route(row.Account)
 		works[at].windows = append(works[at].windows, row)
 	}
-	for _, row := range agg.adjustRows() {
-		at := r.Route(row.account)
+	for _, row := range toWindows(agg.adjustRows()) {
+		at := r.Route(row.Account)
 		works[at].adjusts = append(works[at].adjusts, row)
 	}
-	for _, rec := range o.entries {
-		at := r.Route(rec.ev.AccountID)
-		works[at].entries = append(works[at].entries, rec)
+	for _, e := range toEntries(period, o.entries) {
+		at := r.Route(e.Account)
+		works[at].entries = append(works[at].entries, e)
 	}
 	for _, d := range o.dead {
 		at := int(d.Partition) % len(works)
@@ -185,8 +188,8 @@ func earliestOpen(works []work) time.Time {
 	var first time.Time
 	for i := range works {
 		for _, w := range works[i].windows {
-			if st := time.Unix(w.start, 0).UTC(); first.IsZero() || st.Before(first) {
-				first = st
+			if first.IsZero() || w.Start.Before(first) {
+				first = w.Start
 			}
 		}
 	}

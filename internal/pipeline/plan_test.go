@@ -10,6 +10,7 @@ import (
 
 	"github.com/billing/ledger/internal/dedup"
 	"github.com/billing/ledger/internal/event"
+	"github.com/billing/ledger/internal/txsink/driver"
 )
 
 // hashRouter places keys on n participants by hash, as the sink does.
@@ -88,16 +89,16 @@ func TestPlan(t *testing.T) {
 		t.Errorf("dead letters %v", reasons)
 	}
 
-	works := planWrites(&o, agg, r)
+	works := planWrites(&o, agg, hourly, r)
 	for p, w := range works {
 		for _, b := range w.balances {
-			if r.Route(b.account) != p {
-				t.Errorf("balance of %s written by participant %d", b.account, p)
+			if r.Route(b.Account) != p {
+				t.Errorf("balance of %s written by participant %d", b.Account, p)
 			}
 		}
 		for _, e := range w.entries {
-			if r.Route(e.ev.AccountID) != p {
-				t.Errorf("ledger entry of %s written by participant %d", e.ev.AccountID, p)
+			if r.Route(e.Account) != p {
+				t.Errorf("ledger entry of %s written by participant %d", e.Account, p)
 			}
 		}
 		for _, d := range w.dead {
@@ -120,13 +121,16 @@ func TestPlan(t *testing.T) {
 // order of the rows (accounts first): a later account's earlier window
 // counts.
 func TestEarliestOpen(t *testing.T) {
-	at := func(h int) int64 { return time.Date(2026, 11, 29, h, 0, 0, 0, time.UTC).Unix() }
-	works := []work{
-		{windows: []windowRow{{windowKey: windowKey{"a", "EUR", at(12)}}, {windowKey: windowKey{"b", "EUR", at(9)}}}},
-		{adjusts: []windowRow{{windowKey: windowKey{"c", "EUR", at(3)}}}}, // late: not open
-		{windows: []windowRow{{windowKey: windowKey{"d", "EUR", at(10)}}}},
+	at := func(h int) time.Time { return time.Date(2026, 11, 29, h, 0, 0, 0, time.UTC) }
+	sum := func(account string, h int) driver.WindowSum {
+		return driver.WindowSum{WindowKey: driver.WindowKey{Account: account, Currency: "EUR", Start: at(h)}}
 	}
-	if got := earliestOpen(works); !got.Equal(time.Unix(at(9), 0)) {
+	works := []work{
+		{windows: []driver.WindowSum{sum("a", 12), sum("b", 9)}},
+		{adjusts: []driver.WindowSum{sum("c", 3)}}, // late: not open
+		{windows: []driver.WindowSum{sum("d", 10)}},
+	}
+	if got := earliestOpen(works); !got.Equal(at(9)) {
 		t.Fatalf("earliest open window %s, want 09:00", got)
 	}
 	if got := earliestOpen([]work{{adjusts: works[1].adjusts}}); !got.IsZero() {

@@ -47,7 +47,7 @@ func TestChangedSettingsStopTheInstance(t *testing.T) {
 			scfg.Branches, scfg.Group, scfg.Topic, scfg.StepTimeout, scfg.Logger = 2, cfg.Group, e.topic, 10*time.Second, cfg.Logger
 			sink, d := openSink(t, scfg)
 			t.Cleanup(func() { sink.Close(); d.Close() })
-			p, err := New(cfg, sink, Pools(d))
+			p, err := New(cfg, sink, d.Stores())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -101,7 +101,7 @@ func TestMixedCloseAfterActsAsTheSmallest(t *testing.T) {
 		t.Cleanup(func() { sink.Close(); d.Close() })
 		cfg := testConfig(e)
 		cfg.WindowCloseAfter = closeAfter
-		c, err := NewCheckpointer(cfg, sink, Pools(d))
+		c, err := NewCheckpointer(cfg, sink, d.Stores())
 		if err != nil {
 			t.Fatal(err)
 		}

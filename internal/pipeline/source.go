@@ -211,7 +211,7 @@ func (p *Pipeline) processLocked(fetches kgo.Fetches) {
 			}
 			d := deadletters.New(r.Partition, r.Offset, r.Key, r.Value, p.cfg.DeadLetterPayloadBytes, reason, err.Error(), eventID)
 			pt.dead = append(pt.dead, d)
-			pt.bytes += d.Bytes()
+			pt.bytes += deadletters.Bytes(&d)
 			return
 		}
 		// The key is kept up to what a dead letter of the event would keep.

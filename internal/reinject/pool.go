@@ -8,7 +8,7 @@ import (
 
 	"github.com/billing/ledger/internal/deadletters"
 	"github.com/billing/ledger/internal/dedup"
-	"github.com/billing/ledger/internal/stmt"
+	"github.com/billing/ledger/internal/txsink/mysqldriver"
 )
 
 // Pool is a server's dead letters and dedup keys on its MySQL pool.
@@ -33,18 +33,17 @@ func (p poolLetters) Landed(ctx context.Context, id int64, at time.Time, partiti
 	return deadletters.Landed(ctx, p.db, id, at, partition, offset)
 }
 
-// poolKeys looks dedup keys up on a pool (package dedup's SQL), with the
-// smallest statement budget the service accepts (a lookup of one id fits
-// any).
+// poolKeys looks dedup keys up on a pool (the store's SQL, mysqldriver).
 type poolKeys struct{ db *sqlx.DB }
 
 func (p poolKeys) Lookup(ctx context.Context, ids []string) (map[string]dedup.Seen, error) {
-	seen := map[string]dedup.Seen{}
-	return seen, dedup.Lookup(ctx, p, ids, seen)
+	keys, err := mysqldriver.LookupKeys(ctx, p.db, ids)
+	if err != nil {
+		return nil, err
+	}
+	seen := make(map[string]dedup.Seen, len(keys))
+	for _, k := range keys {
+		seen[k.ID] = dedup.Seen{Fingerprint: k.Fingerprint, ExpiresAt: k.ExpiresAt}
+	}
+	return seen, nil
 }
-
-func (p poolKeys) Select(ctx context.Context, dest any, query string, args ...any) error {
-	return p.db.SelectContext(ctx, dest, query, args...)
-}
-
-func (poolKeys) MaxStatementBytes() int { return stmt.Budget(stmt.MinPacket) }

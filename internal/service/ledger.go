@@ -11,7 +11,6 @@ import (
 	"github.com/billing/ledger/internal/failpoint"
 	"github.com/billing/ledger/internal/ledgerclock"
 	"github.com/billing/ledger/internal/periods"
-	"github.com/billing/ledger/internal/pipeline"
 	"github.com/billing/ledger/internal/txsink"
 	"github.com/billing/ledger/internal/txsink/mysqldriver"
 )
@@ -55,7 +54,7 @@ func OpenLedger(ctx context.Context, cfg config.Config, dsns []string, fps *fail
 	// Before the sink reads or writes anything (its identity, first of
 	// all): a missing grant stops the service here, named.
 	phase("checking grants")
-	if err := preflight(ctx, dsns, cfg.MySQLLockWaitTimeout, pipeline.Access(PipelineConfig(cfg, nil, log, nil))); err != nil {
+	if err := preflight(ctx, dsns, cfg.MySQLLockWaitTimeout, mysqldriver.Access(PipelineConfig(cfg, nil, log, nil).Features())); err != nil {
 		return nil, err
 	}
 	phase("connecting to MySQL")

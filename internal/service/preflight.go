@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/billing/ledger/internal/pipeline"
 	"github.com/billing/ledger/internal/txsink/mysqldriver"
 )
 
@@ -18,13 +17,13 @@ import (
 // gives every table the service writes; the UPDATE check sets a column to
 // itself (its first, from information_schema: an account that sees no
 // column of the table lacks the privilege anyway).
-func grantCheck(ctx context.Context, db *sql.DB, a pipeline.TableAccess) (string, error) {
+func grantCheck(ctx context.Context, db *sql.DB, a mysqldriver.TableAccess) (string, error) {
 	switch a.Privilege {
-	case pipeline.Select:
+	case mysqldriver.Select:
 		return `SELECT COUNT(*) FROM ` + a.Table + ` WHERE 1=0`, nil
-	case pipeline.Insert:
+	case mysqldriver.Insert:
 		return `INSERT INTO ` + a.Table + ` SELECT * FROM ` + a.Table + ` WHERE 1=0`, nil
-	case pipeline.Update:
+	case mysqldriver.Update:
 		var col string
 		err := db.QueryRowContext(ctx, `SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION LIMIT 1`, a.Table).Scan(&col)
 		if errors.Is(err, sql.ErrNoRows) {
@@ -34,7 +33,7 @@ func grantCheck(ctx context.Context, db *sql.DB, a pipeline.TableAccess) (string
 			return "", err
 		}
 		return "UPDATE " + a.Table + " SET `" + col + "` = `" + col + "` WHERE 1=0", nil
-	case pipeline.Delete:
+	case mysqldriver.Delete:
 		return `DELETE FROM ` + a.Table + ` WHERE 1=0`, nil
 	}
 	return "", fmt.Errorf("no check for the privilege %s", a.Privilege)
@@ -44,14 +43,14 @@ func grantCheck(ctx context.Context, db *sql.DB, a pipeline.TableAccess) (string
 var errNoColumn = errors.New("the account sees no column of the table")
 
 // preflight checks, on every server, that the account has every privilege
-// that needs (pipeline.Access of the configuration: the declaration of
-// what the service reads and writes) and may run XA RECOVER, so that a
+// that needs (mysqldriver.Access of the configuration's features: the
+// store's declaration of what the service reads and writes) and may run XA RECOVER, so that a
 // missing grant stops the service at start, before it reads or writes
 // anything, with a message naming the privilege and the table, instead of
 // failing every checkpoint or cleanup later. The migrations create every
 // table on every server, so every server is checked alike. No row is read
 // or written.
-func preflight(ctx context.Context, dsns []string, lockWait time.Duration, needs []pipeline.TableAccess) error {
+func preflight(ctx context.Context, dsns []string, lockWait time.Duration, needs []mysqldriver.TableAccess) error {
 	for i, dsn := range dsns {
 		if err := preflightServer(ctx, dsn, lockWait, needs); err != nil {
 			return fmt.Errorf("server %d: %w", i, err)
@@ -60,7 +59,7 @@ func preflight(ctx context.Context, dsns []string, lockWait time.Duration, needs
 	return nil
 }
 
-func preflightServer(ctx context.Context, dsn string, lockWait time.Duration, needs []pipeline.TableAccess) error {
+func preflightServer(ctx context.Context, dsn string, lockWait time.Duration, needs []mysqldriver.TableAccess) error {
 	db, err := mysqldriver.OpenDB(dsn, lockWait, 1)
 	if err != nil {
 		return err
@@ -88,8 +87,8 @@ func preflightServer(ctx context.Context, dsn string, lockWait time.Duration, ne
 }
 
 // neededBy names the setting that needs a privilege, if one does.
-func neededBy(f pipeline.Feature) string {
-	if f == pipeline.FeatureAlways {
+func neededBy(f mysqldriver.Feature) string {
+	if f == mysqldriver.FeatureAlways {
 		return ""
 	}
 	return " (needed with " + string(f) + ")"

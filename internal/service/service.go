@@ -193,7 +193,7 @@ func newPipeline(cfg config.Config, c *conns, l *Ledger, stored periods.Stored, 
 		}
 		return nil
 	}
-	return pipeline.New(pcfg, l.Sink, pipeline.Pools(l.Driver))
+	return pipeline.New(pcfg, l.Sink, l.Driver.Stores())
 }
 
 // serveHTTP serves /metrics, /healthz and /readyz on addr until the

@@ -136,7 +136,7 @@ type Execer interface {
 }
 
 // preparer runs a statement through a server-side prepared statement kept
-// with the connection (txsink.Branch.ExecPrepared).
+// with the connection (mysqldriver.Conn.ExecPrepared).
 type preparer interface {
 	ExecPrepared(ctx context.Context, query string, args ...any) (sql.Result, error)
 }

@@ -33,7 +33,11 @@
 // compare-and-set, partition epochs and positions, the closing frontier,
 // the commit log, the ledger identity).
 // mysqldriver implements them for MySQL 8.4 and MariaDB 10.11, memdriver in
-// memory; drivertest holds both to one contract.
+// memory; drivertest holds both to one contract. The same connections
+// carry the ledger's tables (driver.StoreTx): the pipeline writes them in
+// a checkpoint's branches through Branch.Write and Branch.Read, which the
+// protocol only counts (a branch that wrote nothing is rolled back, not
+// prepared).
 //
 // # Participants and branches
 //

@@ -2,7 +2,6 @@ package txsink
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"sync"
@@ -64,90 +63,35 @@ type Branch struct {
 	wrote       bool
 }
 
-// SQL is what a driver's connection offers for the statements a checkpoint
-// runs in its branches (mysqldriver's connections offer it; the in-memory
-// driver's do not).
-type SQL interface {
-	Exec(ctx context.Context, query string, args ...any) (sql.Result, error)
-	// ExecPrepared runs the statement through a server-side prepared
-	// statement kept with the connection, for large statements of fixed
-	// text run every checkpoint.
-	ExecPrepared(ctx context.Context, query string, args ...any) (sql.Result, error)
-	Select(ctx context.Context, dest any, query string, args ...any) error
-	Query(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-}
-
-var errNoSQL = errors.New("txsink: this driver's connections run no SQL")
-
-func (b *Branch) sql() (SQL, error) {
-	q, ok := b.conn.(SQL)
-	if !ok {
-		return nil, &StatementError{Participant: b.Participant, Err: errNoSQL}
-	}
-	return q, nil
-}
-
 // MaxStatementBytes is the budget of one statement on the branch's server
 // (package stmt): statements built for the branch stay within it.
 func (b *Branch) MaxStatementBytes() int { return b.txn.s.MaxStatementBytes(b.Participant) }
 
-// Exec runs a statement that changes data inside the branch.
-func (b *Branch) Exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	q, err := b.sql()
-	if err != nil {
-		return nil, err
-	}
+// Write runs fn on the ledger's tables in the branch (driver.StoreTx) and
+// counts the branch as written, so that it is prepared. A failure is a
+// *StatementError naming the participant.
+func (b *Branch) Write(fn func(driver.StoreTx) error) error {
 	b.wrote = true
-	r, err := q.Exec(ctx, query, args...)
-	if err != nil {
-		return nil, &StatementError{Participant: b.Participant, Err: err}
-	}
-	return r, nil
+	return b.Read(fn)
 }
 
-// ExecPrepared is Exec through a server-side prepared statement (see SQL).
-func (b *Branch) ExecPrepared(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	q, err := b.sql()
-	if err != nil {
-		return nil, err
-	}
-	b.wrote = true
-	r, err := q.ExecPrepared(ctx, query, args...)
-	if err != nil {
-		return nil, &StatementError{Participant: b.Participant, Err: err}
-	}
-	return r, nil
-}
-
-// Select runs a query inside the branch and scans every row into dest.
-func (b *Branch) Select(ctx context.Context, dest any, query string, args ...any) error {
-	q, err := b.sql()
-	if err != nil {
-		return err
-	}
-	if err := q.Select(ctx, dest, query, args...); err != nil {
+// Read runs fn on the ledger's tables in the branch without counting the
+// branch as written: a branch that only read (under locks) is rolled back
+// at Prepare, not prepared. A read that turned out to change rows (a
+// sealing that found some) calls Wrote.
+func (b *Branch) Read(fn func(driver.StoreTx) error) error {
+	if err := fn(b.conn.Store()); err != nil {
 		return &StatementError{Participant: b.Participant, Err: err}
 	}
 	return nil
 }
 
-// Query runs a query inside the branch; the caller closes the rows.
-func (b *Branch) Query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	q, err := b.sql()
-	if err != nil {
-		return nil, err
-	}
-	rows, err := q.Query(ctx, query, args...)
-	if err != nil {
-		return nil, &StatementError{Participant: b.Participant, Err: err}
-	}
-	return rows, nil
-}
+// Wrote counts the branch as written.
+func (b *Branch) Wrote() { b.wrote = true }
 
-// Write runs fn on the branch's connection and counts the branch as
-// written, so that it is prepared. For drivers whose writes are not SQL
-// (tests over the in-memory driver).
-func (b *Branch) Write(fn func(driver.Conn) error) error {
+// WriteConn runs fn on the branch's connection and counts the branch as
+// written: for tests whose writes are not the ledger's tables.
+func (b *Branch) WriteConn(fn func(driver.Conn) error) error {
 	b.wrote = true
 	if err := fn(b.conn); err != nil {
 		return &StatementError{Participant: b.Participant, Err: err}

@@ -99,7 +99,8 @@ func (x *Execer) Exec(_ context.Context, query string, args ...any) (sql.Result,
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	x.statements = append(x.statements, Executed{Query: query, Args: args, Bytes: n})
+	// The caller may reuse args for its next statement: keep a copy.
+	x.statements = append(x.statements, Executed{Query: query, Args: append([]any(nil), args...), Bytes: n})
 	return result(0), nil
 }
 

@@ -1,15 +1,22 @@
-// Package driver is the contract between the exactly-once protocol (package
-// txsink) and the servers it runs on: what the protocol needs from an XA
+// Package driver is the contract between the service and the servers it
+// runs on: what the exactly-once protocol (package txsink) needs from an XA
 // resource manager (Server, Conn) and from the control server's bookkeeping
-// (Control), and nothing else.
+// (Control), and what the pipeline reads and writes in the ledger's tables
+// (the store: StoreTx in a checkpoint's branches, Store on a server's
+// pools; ledger.go). The store lives beside the protocol rather than in a
+// package of its own because its writes run inside the protocol's
+// branches, on the connections the protocol pins: a Conn carries both,
+// one implementation serves both, and one conformance suite holds both.
 //
 // Implementations:
 //
 //   - txsink/mysqldriver: MySQL 8.4 and MariaDB 10.11, where every server
-//     quirk lives (MariaDB's prepared branches attached to their connection,
-//     XAER_NOTA, error numbers, prepared statements);
-//   - txsink/memdriver: in memory, faithful to the same contract, for tests
-//     of the protocol that run in milliseconds without servers.
+//     quirk and every statement lives (MariaDB's prepared branches attached
+//     to their connection, XAER_NOTA, error numbers, prepared statements,
+//     the SQL of every table);
+//   - txsink/memdriver: in memory, faithful to the same contract (row
+//     locks, visibility, overflow, statement sizes), for tests of the
+//     protocol and the pipeline that run in milliseconds without servers.
 //
 // Both pass the conformance suite in txsink/drivertest, so the in-memory
 // implementation cannot drift from the real servers.
@@ -93,6 +100,9 @@ type Conn interface {
 	// cleanly, else it is dropped, which rolls back a branch not yet
 	// prepared and leaves a prepared one prepared.
 	Close(reusable bool)
+	// Store is the ledger's tables in the branch the connection holds
+	// (ledger.go).
+	Store() StoreTx
 }
 
 // Outcome is a checkpoint's decision.

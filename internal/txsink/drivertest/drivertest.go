@@ -1,7 +1,7 @@
 // Package drivertest is the conformance suite of package driver: every
 // implementation, the in-memory one included, must pass it, so that tests
-// of the protocol over the in-memory driver say something about the real
-// servers.
+// of the protocol and of the pipeline over the in-memory driver say
+// something about the real servers.
 //
 // It checks what the protocol relies on: the XA life of a branch, what a
 // dropped or killed connection leaves, prepared branches attached to their
@@ -11,7 +11,12 @@
 // offsets, claims raising epochs, watermarks that never go back, the
 // frontier checked and raised by the commit point, and the commit log:
 // numbered in commit order under concurrent decisions, applied marking,
-// the visible position, and pruning.
+// the visible position, and pruning. And the ledger's tables (store*.go):
+// claims (their affected rows, racing across branches), lookups of
+// committed rows only, locking reads and lock waits, sums and their
+// overflow, statement sizes from max_allowed_packet, identifiers of any
+// bytes, sealing (its order, what it returns, its wait for open writes),
+// dead letters of any size, cleanup and retention in batches.
 package drivertest
 
 import (
@@ -42,6 +47,21 @@ type Fixture struct {
 	// AttachesPrepared: a prepared branch stays attached to its live
 	// connection (MariaDB); else PREPARE detaches it (MySQL 8.4).
 	AttachesPrepared bool
+
+	// Store is the ledger's tables on Server's pools (Server's connections
+	// carry the branches' driver.StoreTx); Tables reads what they hold, as
+	// committed. LockWait is the server's lock wait timeout.
+	Store    driver.Store
+	Tables   func(ctx context.Context) (driver.Tables, error)
+	LockWait time.Duration
+	// Packet returns a fixture on the same ledger whose max_allowed_packet
+	// is n bytes (the smaller of the server's and the client's).
+	Packet func(t *testing.T, n int) Fixture
+	// LowerPacket lowers the server's max_allowed_packet to n for the
+	// statements that follow, the budget left as read (an operator's SET
+	// GLOBAL, until the next RefreshLimits); nil when the harness cannot
+	// do it alone.
+	LowerPacket func(t *testing.T, n int)
 }
 
 // Harness makes fixtures.
@@ -78,6 +98,7 @@ func RunConformanceTests(t *testing.T, h Harness) {
 		{"CommitLogRecordsTheSealedFrontier", testCommitSealed},
 		{"CommitLogForget", testForgetCommits},
 	}
+	tests = append(tests, storeTests...)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -677,43 +698,12 @@ func testCommitOrder(t *testing.T, ctx context.Context, f Fixture) {
 			}
 		})
 	}
-	// The reader: each listing is one snapshot of the log; the numbers it
-	// holds must be exactly base+1 ... base+k, and the visible position
-	// never goes back.
-	var observed, lastVisible int64
-	var bad string
 	reader := make(chan struct{})
+	var observed int64
+	var bad string
 	go func() {
 		defer close(reader)
-		for {
-			select {
-			case <-done:
-				return
-			default:
-			}
-			recs, err := f.Control.Commits(ctx, base.Decided+1, false, coordinators*each+1)
-			if err != nil {
-				bad = err.Error()
-				return
-			}
-			for i, r := range recs {
-				if r.Seq != base.Decided+1+int64(i) {
-					bad = fmt.Sprintf("a snapshot of the log holds %d at place %d: a later number committed before an earlier one", r.Seq, i)
-					return
-				}
-			}
-			p, err := f.Control.CommitPosition(ctx)
-			if err != nil {
-				bad = err.Error()
-				return
-			}
-			if p.Visible < lastVisible || p.Visible > p.Decided {
-				bad = fmt.Sprintf("visible position %d after %d (decided %d)", p.Visible, lastVisible, p.Decided)
-				return
-			}
-			lastVisible = p.Visible
-			observed++
-		}
+		observed, bad = readCommitLog(ctx, f, base, coordinators*each, done)
 	}()
 	wg.Wait()
 	close(done)
@@ -747,6 +737,39 @@ func testCommitOrder(t *testing.T, ctx context.Context, f Fixture) {
 		t.Fatalf("after every decision applied: %+v", p)
 	}
 	t.Logf("%d snapshots of the log observed during the decisions", observed)
+}
+
+// readCommitLog reads the commit log over and over until done: each
+// listing is one snapshot of the log; the numbers it holds must be exactly
+// base+1 ... base+k, and the visible position never goes back. It returns
+// how many snapshots it read, and what was wrong, if anything.
+func readCommitLog(ctx context.Context, f Fixture, base driver.CommitPosition, total int, done <-chan struct{}) (int64, string) {
+	var observed, lastVisible int64
+	for {
+		select {
+		case <-done:
+			return observed, ""
+		default:
+		}
+		recs, err := f.Control.Commits(ctx, base.Decided+1, false, total+1)
+		if err != nil {
+			return observed, err.Error()
+		}
+		for i, r := range recs {
+			if r.Seq != base.Decided+1+int64(i) {
+				return observed, fmt.Sprintf("a snapshot of the log holds %d at place %d: a later number committed before an earlier one", r.Seq, i)
+			}
+		}
+		p, err := f.Control.CommitPosition(ctx)
+		if err != nil {
+			return observed, err.Error()
+		}
+		if p.Visible < lastVisible || p.Visible > p.Decided {
+			return observed, fmt.Sprintf("visible position %d after %d (decided %d)", p.Visible, lastVisible, p.Decided)
+		}
+		lastVisible = p.Visible
+		observed++
+	}
 }
 
 // A decision is applied at once only when told so; the visible position

@@ -1,8 +1,10 @@
 // Package memdriver is an in-memory implementation of package driver: one
-// XA resource manager with the control server's bookkeeping, faithful to
-// what MySQL 8.4 and MariaDB 10.11 do where the protocol depends on it.
-// It passes the same conformance suite (txsink/drivertest) as the real
-// servers, so tests of the protocol can run in milliseconds without them.
+// XA resource manager with the control server's bookkeeping and the
+// ledger's tables, faithful to what MySQL 8.4 and MariaDB 10.11 (InnoDB,
+// READ COMMITTED) do where the protocol and the pipeline depend on it. It
+// passes the same conformance suite (txsink/drivertest) as the real
+// servers, so tests of the protocol and of the pipeline can run in
+// milliseconds without them.
 //
 // What it models:
 //
@@ -17,16 +19,31 @@
 //     visible to its own account, and its transaction only with
 //     Options.TxVisible (the PROCESS privilege);
 //   - server restarts: connections end, prepared branches survive
-//     detached, connection ids start again at 1;
-//   - writes: a branch's writes (Conn.Put) become visible (Server.Get) when
-//     it commits, never when it rolls back;
+//     detached (with their row locks), connection ids start again at 1;
+//   - writes: a branch's writes (Conn.Put, and the ledger's tables) become
+//     visible when it commits, never when it rolls back;
 //   - the control tables: decisions inserted once, partition rows with
 //     epochs and owners, the closing frontier, the commit log (numbered in
 //     commit order: each control method is one serialisable transaction
-//     under the server's lock), the ledger identity.
+//     under the server's lock), the ledger identity;
+//   - the ledger's tables (ledger.go, store.go): row locks held by a
+//     branch until it ends, prepared or not, with lock waits bounded by
+//     Options.LockWait (Transient) and deadlocks reported at once; no gap
+//     locks; reads in a branch see its own writes and the committed rows,
+//     the pools' reads committed rows only; the claim upsert's affected
+//     rows; BIGINT overflow (Overflow, error 1690); column bounds (Data);
+//     statements cut to the budget read from Options.MaxAllowedPacket and
+//     refused as TooLarge when the server's limit (SetMaxAllowedPacket) fell
+//     below one (error 1153; MariaDB 10.11 drops the connection instead
+//     while a statement far over its limit is sent, a Transient error: the
+//     conformance suite takes either); the sealing's locking reads on the
+//     period index; identifiers
+//     stored as bytes; a trigger (SetTrigger) that refuses rows, as an
+//     operator's CHECK constraint or trigger would.
 //
-// Locks and lock waits are not modelled: the real servers' locking is
-// exercised by the integration tests.
+// The locks of the control tables are not modelled (each control method
+// runs under the server's lock, serialisable): the real servers' locking
+// there is exercised by the integration tests.
 package memdriver
 
 import (
@@ -50,8 +67,13 @@ type Options struct {
 	// TxVisible lets Session tell whether a connection holds a transaction
 	// (the PROCESS privilege).
 	TxVisible bool
-	// Budget is MaxStatementBytes; 8 MiB when 0.
-	Budget int
+	// MaxAllowedPacket is the server's max_allowed_packet at start (16 MiB
+	// when 0): the statement budget is half of it (package stmt), reread
+	// by RefreshLimits.
+	MaxAllowedPacket int
+	// LockWait bounds a wait for another branch's row lock
+	// (innodb_lock_wait_timeout); 5s when 0.
+	LockWait time.Duration
 	// Now is the server's clock; time.Now when nil.
 	Now func() time.Time
 }
@@ -75,6 +97,8 @@ type Cluster struct {
 	identity   *identity
 	faults     map[string][]driver.Code // by operation, one per call
 	view       viewState                // read only by the read-only view (view.go)
+
+	ledger // the ledger's tables (ledger.go)
 }
 
 // commitRecord is a row of the commit log.
@@ -112,6 +136,7 @@ type branch struct {
 	holder  uint64 // connection holding it; 0 when detached
 	started time.Time
 	writes  map[string]string
+	tx      *txn // its writes to the ledger's tables, and its row locks
 }
 
 // New returns a server modelled by opts.
@@ -119,14 +144,17 @@ func New(opts Options) *Cluster {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	if opts.Budget == 0 {
-		opts.Budget = 8 << 20
+	if opts.MaxAllowedPacket == 0 {
+		opts.MaxAllowedPacket = 16 << 20
+	}
+	if opts.LockWait == 0 {
+		opts.LockWait = 5 * time.Second
 	}
 	return &Cluster{
 		opts: opts, started: opts.Now(), nextConn: 1,
 		conns: map[uint64]*connState{}, branches: map[driver.Xid]*branch{}, data: map[string]string{},
 		decisions: map[string]driver.Decision{}, partitions: map[driver.Scope]map[int32]driver.Stored{},
-		faults: map[string][]driver.Code{},
+		faults: map[string][]driver.Code{}, ledger: newLedger(opts.MaxAllowedPacket),
 	}
 }
 
@@ -216,6 +244,7 @@ func (c *Cluster) endLocked(cs *connState) {
 		if b.state == prepared {
 			b.holder = 0
 		} else {
+			c.endTxnLocked(b.tx, false)
 			delete(c.branches, b.xid)
 		}
 		cs.branch = nil
@@ -293,6 +322,7 @@ func (c *Cluster) finishLocked(b *branch, commit bool) {
 	if commit {
 		maps.Copy(c.data, b.writes)
 	}
+	c.endTxnLocked(b.tx, commit)
 	delete(c.branches, b.xid)
 	if b.holder != 0 {
 		if cs := c.conns[b.holder]; cs != nil && cs.branch == b {
@@ -342,8 +372,13 @@ func (s *Server) Uptime(ctx context.Context) (time.Duration, error) {
 	return s.c.opts.Now().Sub(s.c.started), nil
 }
 
-// MaxStatementBytes is Options.Budget.
-func (s *Server) MaxStatementBytes() int { return s.c.opts.Budget }
+// MaxStatementBytes is the statement budget: half the server's
+// max_allowed_packet as last read (RefreshLimits).
+func (s *Server) MaxStatementBytes() int {
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	return s.c.budget
+}
 
 // Code returns the code of a *driver.CodedError, Unknown for any other.
 func (s *Server) Code(err error) driver.Code { return Code(err) }
@@ -390,7 +425,8 @@ func (k *Conn) XA(ctx context.Context, verb driver.Verb, x driver.Xid) error {
 		if _, ok := c.branches[x]; ok {
 			return coded(driver.DuplicateXid, "XAER_DUPID: xid %s/%s exists", x.Gtrid, x.Bqual)
 		}
-		b := &branch{xid: x, state: active, holder: k.cs.id, started: c.opts.Now(), writes: map[string]string{}}
+		b := &branch{xid: x, state: active, holder: k.cs.id, started: c.opts.Now(), writes: map[string]string{},
+			tx: c.newTxnLocked(fmt.Sprintf("branch %s/%s", x.Gtrid, x.Bqual))}
 		c.branches[x] = b
 		k.cs.branch = b
 		return nil

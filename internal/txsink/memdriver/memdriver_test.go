@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/billing/ledger/internal/txsink/driver"
 	"github.com/billing/ledger/internal/txsink/drivertest"
@@ -13,9 +14,11 @@ import (
 type harness struct{ opts memdriver.Options }
 
 func (h harness) New(ctx context.Context, t *testing.T) drivertest.Fixture {
-	c := memdriver.New(h.opts)
+	opts := h.opts
+	opts.LockWait = 250 * time.Millisecond
+	c := memdriver.New(opts)
 	s := c.As("billing")
-	return drivertest.Fixture{
+	f := drivertest.Fixture{
 		Server: s, Control: s, Other: c.As("mallory"), AttachesPrepared: h.opts.AttachPrepared,
 		Write: func(ctx context.Context, conn driver.Conn, key, value string) error {
 			return conn.(*memdriver.Conn).Put(key, value)
@@ -24,7 +27,19 @@ func (h harness) New(ctx context.Context, t *testing.T) drivertest.Fixture {
 			v, ok := c.Get(key)
 			return v, ok, nil
 		},
+		Store:       s,
+		Tables:      func(context.Context) (driver.Tables, error) { return c.Tables(), nil },
+		LockWait:    opts.LockWait,
+		LowerPacket: func(_ *testing.T, n int) { c.SetMaxAllowedPacket(n) },
 	}
+	f.Packet = func(t *testing.T, n int) drivertest.Fixture {
+		c.SetMaxAllowedPacket(n)
+		if err := s.RefreshLimits(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	return f
 }
 
 // The in-memory driver passes the conformance suite in every mode it

@@ -220,7 +220,7 @@ func (s *Server) Conn(ctx context.Context) (driver.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Conn{conn: conn}
+	c := &Conn{conn: conn, sv: s}
 	if err := conn.GetContext(ctx, &c.id, "SELECT CONNECTION_ID()"); err != nil {
 		discard(conn)
 		_ = conn.Close()
@@ -350,6 +350,7 @@ func (s *Server) UTCTime(ctx context.Context) (time.Time, error) {
 // checkpoints with its server-side id and the statements prepared on it.
 type Conn struct {
 	conn  *sqlx.Conn
+	sv    *Server
 	id    uint64
 	stmts map[string]*sql.Stmt // by query text; at most maxPrepared
 }

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 
@@ -21,18 +22,14 @@ type fixtures struct{}
 // suite's writes, and a second account without any privilege.
 func (fixtures) New(ctx context.Context, t *testing.T) drivertest.Fixture {
 	dsn, _ := testenv.LedgerDB(t)
-	d, err := mysqldriver.Open(ctx, []string{dsn}, mysqldriver.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(d.Close)
+	d := open(ctx, t, dsn)
 	db := d.Server(0).DB()
 	if _, err := db.ExecContext(ctx, `CREATE TABLE conformance_kv (k VARBINARY(64) PRIMARY KEY, v VARBINARY(64) NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
 	var detach []int
 	attaches := db.SelectContext(ctx, &detach, `SELECT @@xa_detach_on_prepare`) != nil || len(detach) == 0 || detach[0] == 0
-	return drivertest.Fixture{
+	f := drivertest.Fixture{
 		Server: d.Server(0), Control: d.Control(), Other: otherAccount(ctx, t), AttachesPrepared: attaches,
 		Write: func(ctx context.Context, c driver.Conn, key, value string) error {
 			_, err := c.(*mysqldriver.Conn).Exec(ctx, `INSERT INTO conformance_kv (k, v) VALUES (?, ?)`, key, value)
@@ -46,7 +43,42 @@ func (fixtures) New(ctx context.Context, t *testing.T) drivertest.Fixture {
 			}
 			return v[0], true, nil
 		},
+		Store:    d.Server(0),
+		Tables:   func(ctx context.Context) (driver.Tables, error) { return readTables(ctx, db) },
+		LockWait: lockWait,
+		// MariaDB's max_allowed_packet is global, read by a session when
+		// it connects: the pool keeps no connection opened before, and
+		// SET GLOBAL is restored when the test ends.
+		LowerPacket: func(t *testing.T, n int) {
+			db.SetMaxIdleConns(0)
+			testenv.SetGlobal(t, testenv.MySQL(t), "max_allowed_packet", n)
+		},
 	}
+	f.Packet = func(t *testing.T, n int) drivertest.Fixture {
+		cfg, err := mysql.ParseDSN(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.MaxAllowedPacket = n
+		g := f
+		e := open(ctx, t, cfg.FormatDSN())
+		g.Server, g.Control, g.Store = e.Server(0), e.Control(), e.Server(0)
+		return g
+	}
+	return f
+}
+
+// lockWait is the fixtures' innodb_lock_wait_timeout.
+const lockWait = time.Second
+
+func open(ctx context.Context, t *testing.T, dsn string) *mysqldriver.Driver {
+	t.Helper()
+	d, err := mysqldriver.Open(ctx, []string{dsn}, mysqldriver.Options{LockWaitTimeout: lockWait})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	return d
 }
 
 // otherAccount creates an account with no privilege at all and connects

@@ -55,9 +55,11 @@ func openSink(t *testing.T, branches int, fps string, dsns ...string) (*txsink.S
 
 func writeBalance(account string, amount int64) func(context.Context, *txsink.Branch) error {
 	return func(ctx context.Context, b *txsink.Branch) error {
-		_, err := b.ExecPrepared(ctx, `INSERT INTO account_balances (account_id, currency, balance_minor, event_count, updated_at)
+		return b.WriteConn(func(c driver.Conn) error {
+			_, err := c.(*mysqldriver.Conn).ExecPrepared(ctx, `INSERT INTO account_balances (account_id, currency, balance_minor, event_count, updated_at)
 			VALUES (?, 'EUR', ?, 1, NOW(6)) ON DUPLICATE KEY UPDATE balance_minor = balance_minor + VALUES(balance_minor), event_count = event_count + 1`, account, amount)
-		return err
+			return err
+		})
 	}
 }
 
@@ -119,10 +121,11 @@ func TestBranchesOnPinnedConnections(t *testing.T) {
 		t.Helper()
 		tx := s.Begin(n)
 		err := tx.Each(ctx, []int{0}, func(ctx context.Context, b *txsink.Branch) error {
-			_ = b.Write(func(c driver.Conn) error { conns = append(conns, c.(*mysqldriver.Conn)); return nil })
+			_ = b.WriteConn(func(c driver.Conn) error { conns = append(conns, c.(*mysqldriver.Conn)); return nil })
+			c := conns[len(conns)-1]
 			var v []string
-			if err := b.Select(ctx, &v, `SELECT @@session.tx_isolation`); err != nil {
-				if err2 := b.Select(ctx, &v, `SELECT @@session.transaction_isolation`); err2 != nil {
+			if err := c.Select(ctx, &v, `SELECT @@session.tx_isolation`); err != nil {
+				if err2 := c.Select(ctx, &v, `SELECT @@session.transaction_isolation`); err2 != nil {
 					return errors.Join(err, err2)
 				}
 			}
@@ -173,8 +176,10 @@ func TestBranchesOnPinnedConnections(t *testing.T) {
 	// A read-only branch is not prepared.
 	tx := s.Begin(6)
 	err := tx.Each(ctx, []int{0}, func(ctx context.Context, b *txsink.Branch) error {
-		var n []int
-		return b.Select(ctx, &n, `SELECT COUNT(*) FROM dedup_keys`)
+		return b.Read(func(st driver.StoreTx) error {
+			_, err := st.LockBalances(ctx, []driver.BalanceKey{{Account: "p", Currency: "EUR"}})
+			return err
+		})
 	})
 	if err != nil {
 		t.Fatal(err)

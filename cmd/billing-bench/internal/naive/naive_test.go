@@ -123,7 +123,7 @@ func runService(t *testing.T, brokers []string, topic string, dsn string, fps *f
 		cancel()
 		t.Fatal(err)
 	}
-	p, err := pipeline.New(servicetest.Pipeline(c, testenv.Logger()), sink, pipeline.Pools(dbs))
+	p, err := pipeline.New(servicetest.Pipeline(c, testenv.Logger()), sink, dbs.Stores())
 	if err != nil {
 		cancel()
 		sink.Close()

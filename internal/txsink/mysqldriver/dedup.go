@@ -1,4 +1,4 @@
-package dedup
+package mysqldriver
 
 import (
 	"bytes"
@@ -13,81 +13,76 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/billing/ledger/internal/stmt"
+	"github.com/billing/ledger/internal/txsink/driver"
 )
 
-// Querier runs a read-only query (a server's pool, or a branch).
-// MaxStatementBytes is the budget of one statement on its server (package
-// stmt): every statement built here stays within it.
-type Querier interface {
+// The SQL of dedup_keys and its expiry journal, dedup_expiry (see package
+// dedup for the model).
+//
+// Claims rest on affected rows counting changed rows only: OpenDB turns
+// CLIENT_FOUND_ROWS off, so that an existing key "updated" to itself
+// counts 0 and a statement that inserted all its rows proves all its ids
+// new.
+
+// querier runs a read-only query (a server's pool, or a branch's
+// connection) within its server's statement budget.
+type querier interface {
 	Select(ctx context.Context, dest any, query string, args ...any) error
 	MaxStatementBytes() int
 }
 
-// Execer runs a statement inside a checkpoint's branch (txsink.Branch).
-type Execer interface {
-	Exec(ctx context.Context, query string, args ...any) (sql.Result, error)
-	MaxStatementBytes() int
-}
-
-// preparer is an Execer that can also run a statement through a
-// server-side prepared statement it keeps (txsink.Branch): Claim runs its
-// full chunks, whose text never changes, that way.
+// preparer is an execer that can also run a statement through a
+// server-side prepared statement it keeps (Conn.ExecPrepared): claims run
+// their full chunks, whose text never changes, that way.
 type preparer interface {
 	ExecPrepared(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
 
-type row struct {
+type keyRow struct {
 	ID          []byte    `db:"event_id"`
 	Fingerprint []byte    `db:"fingerprint"`
 	ExpiresAt   time.Time `db:"expires_at"`
 }
 
-// Lookup reads the stored rows of ids, expired ones included, with a
-// consistent (non-locking) read of the committed rows. Run after Claim, on
-// the claim's suspects: the claim's row locks keep every stored row it met
+// lookupKeys reads the stored rows of ids, expired ones included, with a
+// consistent (non-locking) read of the committed rows. Run after a claim,
+// on its contested ids: the claim's row locks keep every stored row it met
 // as it was until the checkpoint ends, and the ids it inserted itself are
 // not visible to the read (and so count as new).
-func Lookup(ctx context.Context, q Querier, ids []string, into map[string]Seen) error {
+func lookupKeys(ctx context.Context, q querier, ids []string) ([]driver.DedupKey, error) {
 	const head = `SELECT event_id, fingerprint, expires_at FROM dedup_keys WHERE event_id IN ()`
-	return stmt.Split(len(ids), len(head), q.MaxStatementBytes(), func(i int) int { return stmt.ArgBytes(ids[i]) }, func(start, end int) error {
+	var out []driver.DedupKey
+	err := stmt.Split(len(ids), len(head), q.MaxStatementBytes(), func(i int) int { return stmt.ArgBytes(ids[i]) }, func(start, end int) error {
 		part := ids[start:end]
 		args := make([]any, len(part))
 		for i, id := range part {
 			args[i] = id
 		}
-		var rows []row
+		var rows []keyRow
 		if err := q.Select(ctx, &rows, `SELECT event_id, fingerprint, expires_at FROM dedup_keys WHERE event_id IN (`+placeholders(len(part))+`)`, args...); err != nil {
 			return fmt.Errorf("dedup lookup: %w", err)
 		}
 		for _, r := range rows {
-			var s Seen
-			copy(s.Fingerprint[:], r.Fingerprint)
-			s.ExpiresAt = r.ExpiresAt
-			into[string(r.ID)] = s
+			k := driver.DedupKey{ID: string(r.ID), ExpiresAt: r.ExpiresAt}
+			copy(k.Fingerprint[:], r.Fingerprint)
+			out = append(out, k)
 		}
 		return nil
 	})
+	return out, err
 }
 
-// Claim inserts the keys of one checkpoint's candidate ids (not in the
-// cache, first arrival's fingerprint) and leaves every row that already
-// exists untouched, one statement per chunk. The server reports how many
-// rows each statement inserted; a chunk that inserted fewer than it holds
-// contains ids stored before, and Claim returns the ids of every such chunk
-// (the only ids worth looking up). Every other id is new and its key is
-// written: no lookup is needed for the usual case, where nearly every id
-// is new. Keys are written in id order, as Store does.
-//
-// A row that another instance is inserting concurrently makes the
-// statement wait for that instance's branch; once it commits, the row
-// counts as existing, and if it rolls back, the key is claimed here.
-func Claim(ctx context.Context, ex Execer, keys []Insert) ([]string, error) {
-	slices.SortFunc(keys, func(a, b Insert) int { return strings.Compare(a.ID, b.ID) })
+// claimKeys inserts keys and leaves every row that already exists
+// untouched, one statement per chunk; it returns the ids of every chunk
+// that inserted fewer rows than it holds (driver.StoreTx.ClaimKeys). Keys
+// are written in id order, as replaceKeys does.
+func claimKeys(ctx context.Context, ex stmt.Execer, keys []driver.DedupKey) ([]string, error) {
+	slices.SortFunc(keys, func(a, b driver.DedupKey) int { return strings.Compare(a.ID, b.ID) })
 	// An existing row is "updated" to itself: 0 affected rows (no
 	// CLIENT_FOUND_ROWS); unlike INSERT IGNORE, no error is downgraded.
 	const onDup = ` ON DUPLICATE KEY UPDATE event_id = event_id`
 	var suspects []string
-	err := splitKeys(ex, keys, onDup, func(part []Insert) error {
+	err := splitKeys(ex, keys, onDup, func(part []driver.DedupKey) error {
 		query, args := insertKeys(part, onDup)
 		exec := ex.Exec
 		if p, ok := ex.(preparer); ok && len(part) == stmt.MaxRows {
@@ -111,9 +106,9 @@ func Claim(ctx context.Context, ex Execer, keys []Insert) ([]string, error) {
 	return suspects, err
 }
 
-// Unclaim deletes keys that this checkpoint claimed but does not keep (the
-// event became a dead letter).
-func Unclaim(ctx context.Context, ex Execer, ids []string) error {
+// unclaimKeys deletes keys that this checkpoint claimed but does not keep
+// (the event became a dead letter).
+func unclaimKeys(ctx context.Context, ex stmt.Execer, ids []string) error {
 	slices.Sort(ids)
 	const head = `DELETE d FROM dedup_keys AS d FORCE INDEX (PRIMARY) WHERE d.event_id IN ()`
 	return stmt.Split(len(ids), len(head), ex.MaxStatementBytes(), func(i int) int { return stmt.ArgBytes(ids[i]) }, func(start, end int) error {
@@ -129,16 +124,14 @@ func Unclaim(ctx context.Context, ex Execer, ids []string) error {
 	})
 }
 
-// Store writes keys that replace expired rows (Claim writes the new ones),
-// deleting the expired rows first, in id order so that concurrent
+// replaceKeys writes keys that replace expired rows (claims write the new
+// ones), deleting the expired rows first, in id order so that concurrent
 // checkpoints lock in one order.
-func Store(ctx context.Context, ex Execer, inserts []Insert, now time.Time) error {
-	slices.SortFunc(inserts, func(a, b Insert) int { return strings.Compare(a.ID, b.ID) })
-	var replace []any
-	for _, in := range inserts {
-		if in.Replace {
-			replace = append(replace, in.ID)
-		}
+func replaceKeys(ctx context.Context, ex stmt.Execer, keys []driver.DedupKey, now time.Time) error {
+	slices.SortFunc(keys, func(a, b driver.DedupKey) int { return strings.Compare(a.ID, b.ID) })
+	replace := make([]any, len(keys))
+	for i, k := range keys {
+		replace[i] = k.ID
 	}
 	err := stmt.Split(len(replace), len(deleteExpired(1))+stmt.ArgBytes(now), ex.MaxStatementBytes(),
 		func(i int) int { return stmt.ArgBytes(replace[i]) }, func(start, end int) error {
@@ -152,7 +145,7 @@ func Store(ctx context.Context, ex Execer, inserts []Insert, now time.Time) erro
 	if err != nil {
 		return err
 	}
-	return splitKeys(ex, inserts, "", func(part []Insert) error {
+	return splitKeys(ex, keys, "", func(part []driver.DedupKey) error {
 		query, args := insertKeys(part, "")
 		if _, err := ex.Exec(ctx, query, args...); err != nil {
 			return fmt.Errorf("dedup insert: %w", err)
@@ -162,7 +155,7 @@ func Store(ctx context.Context, ex Execer, inserts []Insert, now time.Time) erro
 }
 
 // splitKeys cuts keys into statements of insertKeys within ex's budget.
-func splitKeys(ex Execer, keys []Insert, suffix string, fn func(part []Insert) error) error {
+func splitKeys(ex stmt.Execer, keys []driver.DedupKey, suffix string, fn func(part []driver.DedupKey) error) error {
 	return stmt.Split(len(keys), len(insertHead)+len(suffix), ex.MaxStatementBytes(),
 		func(i int) int {
 			return stmt.RowBytes(insertTuple, keys[i].ID, keys[i].Fingerprint[:], keys[i].ExpiresAt)
@@ -170,9 +163,9 @@ func splitKeys(ex Execer, keys []Insert, suffix string, fn func(part []Insert) e
 		func(start, end int) error { return fn(keys[start:end]) })
 }
 
-// journalIDs bounds the ids of one journal row, and so the keys one cleanup
+// JournalIDs bounds the ids of one journal row, and so the keys one cleanup
 // transaction deletes.
-const journalIDs = 8192
+const JournalIDs = 8192
 
 // maxIDBytes is the longest event id a journal row can list (its length is
 // one byte); the decoder refuses longer ids before they reach here.
@@ -181,13 +174,14 @@ const maxIDBytes = 255
 // journalRowOverhead bounds a journal row's text besides its blob.
 const journalRowOverhead = 64
 
-// Journal records that the keys ids, written by this checkpoint, expire at
-// expires: rows of dedup_expiry in the same branch as the keys, so that a
-// key and its journal entry commit or roll back together. Cleanup reads the
-// journal instead of an index on dedup_keys.expires_at, which cost a
-// secondary index entry per key. Usually one statement per branch; a row's
-// blob and a statement stay within the branch's statement budget.
-func Journal(ctx context.Context, ex Execer, expires time.Time, ids []string) error {
+// journalKeys records that the keys ids, written by this checkpoint,
+// expire at expires: rows of dedup_expiry in the same branch as the keys,
+// so that a key and its journal entry commit or roll back together.
+// Cleanup reads the journal instead of an index on dedup_keys.expires_at,
+// which cost a secondary index entry per key. Usually one statement per
+// branch; a row's blob and a statement stay within the branch's statement
+// budget.
+func journalKeys(ctx context.Context, ex stmt.Execer, expires time.Time, ids []string) error {
 	const head = `INSERT INTO dedup_expiry (expires_at, event_ids) VALUES `
 	budget := ex.MaxStatementBytes()
 	// A blob is sent escaped (up to twice its size): half of what is left
@@ -236,17 +230,17 @@ func Journal(ctx context.Context, ex Execer, expires time.Time, ids []string) er
 		blob = append(append(blob, byte(len(id))), id...)
 		count++
 		size += 2 * entry
-		if count == journalIDs {
+		if count == JournalIDs {
 			endRow()
 		}
 	}
 	return flush()
 }
 
-// decodeJournal splits a journal row's event_ids into the ids, as statement
-// arguments.
-func decodeJournal(b []byte) ([]any, error) {
-	var ids []any
+// DecodeJournal splits a journal row's event_ids (each id preceded by its
+// length in one byte) into the ids.
+func DecodeJournal(b []byte) ([][]byte, error) {
+	var ids [][]byte
 	for len(b) > 0 {
 		n := int(b[0])
 		if n == 0 || len(b) < 1+n {
@@ -258,20 +252,20 @@ func decodeJournal(b []byte) ([]any, error) {
 	return ids, nil
 }
 
-// Cleanup deletes, on one server, the keys listed by journal rows expired at
-// now, until no such row is left, max keys were deleted, or ctx ends. Each
-// journal row is its own short transaction: the row is taken FOR UPDATE
-// SKIP LOCKED (instances cleaning the same server share the work instead of
-// waiting on each other), its keys are deleted by primary key, batch per
-// statement, but only while still expired (an id re-inserted later has a
-// later expiry and a journal row of its own), then the journal row is
-// deleted. A crash in between leaves the journal row to the next pass;
-// deleting an absent key is harmless.
+// cleanupKeys deletes, on one server, the keys listed by journal rows
+// expired at now, until no such row is left, max keys were deleted, or ctx
+// ends. Each journal row is its own short transaction: the row is taken
+// FOR UPDATE SKIP LOCKED (instances cleaning the same server share the
+// work instead of waiting on each other), its keys are deleted by primary
+// key, batch per statement, but only while still expired (an id
+// re-inserted later has a later expiry and a journal row of its own), then
+// the journal row is deleted. A crash in between leaves the journal row to
+// the next pass; deleting an absent key is harmless.
 //
 // A journal row that does not parse stops the cleanup of that server with
 // an error naming it (it can only come from a manual edit); its keys stay
 // until it is repaired or deleted by hand.
-func Cleanup(ctx context.Context, db *sqlx.DB, now time.Time, batch, max, budget int) (int64, error) {
+func cleanupKeys(ctx context.Context, db *sqlx.DB, now time.Time, batch, max, budget int) (int64, error) {
 	var total int64
 	for total < int64(max) {
 		n, more, err := cleanupRow(ctx, db, now, batch, budget)
@@ -302,14 +296,18 @@ func cleanupRow(ctx context.Context, db *sqlx.DB, now time.Time, batch, budget i
 	if err != nil {
 		return 0, false, fmt.Errorf("dedup cleanup: %w", err)
 	}
-	ids, err := decodeJournal(j.IDs)
+	decoded, err := DecodeJournal(j.IDs)
 	if err != nil {
 		return 0, false, fmt.Errorf("dedup cleanup: dedup_expiry seq %d: %w", j.Seq, err)
 	}
 	// In key order: each statement then walks the primary key's leaves
 	// forwards instead of jumping between pages, and concurrent cleanups
 	// lock in one order.
-	slices.SortFunc(ids, func(a, b any) int { return bytes.Compare(a.([]byte), b.([]byte)) })
+	slices.SortFunc(decoded, bytes.Compare)
+	ids := make([]any, len(decoded))
+	for i, id := range decoded {
+		ids[i] = id
+	}
 	for start := 0; start < len(ids); start += batch {
 		err := stmt.Split(min(batch, len(ids)-start), len(deleteExpired(1))+stmt.ArgBytes(now), budget,
 			func(i int) int { return stmt.ArgBytes(ids[start+i]) }, func(from, to int) error {
@@ -344,7 +342,7 @@ const (
 
 // insertKeys is the statement that inserts keys, one row each, followed by
 // suffix, and its arguments.
-func insertKeys(keys []Insert, suffix string) (string, []any) {
+func insertKeys(keys []driver.DedupKey, suffix string) (string, []any) {
 	var b strings.Builder
 	b.WriteString(insertHead)
 	args := make([]any, 0, 3*len(keys))
@@ -365,8 +363,4 @@ func insertKeys(keys []Insert, suffix string) (string, []any) {
 // other branches hold.
 func deleteExpired(n int) string {
 	return `DELETE d FROM dedup_keys AS d FORCE INDEX (PRIMARY) WHERE d.event_id IN (` + placeholders(n) + `) AND d.expires_at <= ?`
-}
-
-func placeholders(n int) string {
-	return strings.Repeat("?,", n-1) + "?"
 }

@@ -1,4 +1,4 @@
-package deadletters_test
+package mysqldriver
 
 import (
 	"bytes"
@@ -13,6 +13,7 @@ import (
 	"github.com/billing/ledger/internal/deadletters"
 	"github.com/billing/ledger/internal/stmt"
 	"github.com/billing/ledger/internal/stmt/stmttest"
+	"github.com/billing/ledger/internal/txsink/driver"
 )
 
 // The class of input of a dead letter's statement, generated rather than
@@ -58,7 +59,7 @@ func logUniform(r *rand.Rand, lo, hi int) int {
 }
 
 // Guarantee 3 for dead letters of any size on a server of any allowed
-// packet size: Write never returns a *stmt.TooLargeError (the stall of
+// packet size: writeDeadLetters never returns a *stmt.TooLargeError (the stall of
 // issue 18: a row estimate over the budget its payload prefix was cut
 // for), every statement as the driver sends it stays within the budget,
 // every letter is written once and in order, its payload is a prefix of
@@ -97,7 +98,7 @@ func TestWriteFitsAnyPacketPrefixAndRecord(t *testing.T) {
 		if trial < 4 {
 			n = 10
 		}
-		var letters []deadletters.Letter
+		var letters []driver.DeadLetter
 		var values [][]byte
 		for i := range n {
 			size := logUniform(r, 0, brokerMax)
@@ -120,7 +121,7 @@ func TestWriteFitsAnyPacketPrefixAndRecord(t *testing.T) {
 			values = append(values, v)
 		}
 		x := &stmttest.Execer{Budget: budget}
-		if err := deadletters.Write(context.Background(), x, topic, checkpoint, letters, now); err != nil {
+		if err := writeDeadLetters(context.Background(), x, topic, checkpoint, letters, now); err != nil {
 			t.Fatalf("trial %d (max_allowed_packet %d, prefix %d, values of %v bytes): %v", trial, packet, prefix, lens(values), err)
 		}
 		var rows [][]any

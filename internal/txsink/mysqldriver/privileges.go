@@ -1,28 +1,32 @@
-package pipeline
+package mysqldriver
+
+import "github.com/billing/ledger/internal/txsink/driver"
 
 // What the service reads and writes, table by table: the one declaration
-// of it. `billing` checks these privileges at start (cmd/billing,
-// preflight), the grant files must cover them (a test reads them), and a
+// of it, the store's. `billing` checks these privileges at start
+// (cmd/billing, preflight), a test holds the grant files to them, and a
 // test parses the migrations and fails when one creates a table this list
 // does not name. A new table, or a new statement on a table, is declared
-// here, next to the feature that needs it.
+// here, next to the feature that needs it (driver.Feature).
 //
-// The statements are this package's (ledger.go, isolate.go), package
-// dedup's, package deadletters' and mysqldriver's control.go, plus the
-// schema-version check of cmd/billing (goose). Every table the service
-// writes it also reads: INSERT ... ON DUPLICATE KEY UPDATE, DELETE ...
-// WHERE and locking reads read columns, and the start-up checks copy a
-// table into itself (INSERT ... SELECT ... WHERE 1=0).
+// The statements are this package's: the ledger's tables (dedup.go,
+// ledger.go, deadletters.go), the control tables (control.go), plus the
+// operators' statements on dead_letters (package deadletters), the
+// ledger's period settings (package periods) and the schema-version check
+// of cmd/billing (goose). Every table the service writes it also reads:
+// INSERT ... ON DUPLICATE KEY UPDATE, DELETE ... WHERE and locking reads
+// read columns, and the start-up checks copy a table into itself (INSERT
+// ... SELECT ... WHERE 1=0).
 
-// Feature is a part of the service that only some configurations run.
-type Feature string
+// Feature is a part of the store only some configurations use.
+type Feature = driver.Feature
 
-// The features.
+// The features (driver.Feature).
 const (
-	FeatureAlways    Feature = "always"                   // every configuration
-	FeatureClosing   Feature = "WINDOW_CLOSE_AFTER"       // windows that close
-	FeatureEntries   Feature = "LEDGER_ENTRIES"           // ledger entries
-	FeatureRetention Feature = "LEDGER_ENTRIES_RETENTION" // their retention
+	FeatureAlways    = driver.FeatureAlways
+	FeatureClosing   = driver.FeatureClosing
+	FeatureEntries   = driver.FeatureEntries
+	FeatureRetention = driver.FeatureRetention
 )
 
 // Privileges.
@@ -89,22 +93,12 @@ var access = []TableAccess{
 // the service reads that no migration creates.
 const SchemaVersionTable = "goose_db_version"
 
-// Features returns the features the configuration runs.
-func (c Config) Features() map[Feature]bool {
-	return map[Feature]bool{
-		FeatureAlways:    true,
-		FeatureClosing:   c.WindowCloseAfter > 0,
-		FeatureEntries:   c.LedgerEntries,
-		FeatureRetention: c.LedgerEntries && c.LedgerEntriesRetention > 0,
-	}
-}
-
-// Access is what the configuration needs, in declaration order.
-func Access(cfg Config) []TableAccess {
-	on := cfg.Features()
+// Access is what a configuration that runs the features on needs, in
+// declaration order (FeatureAlways is always on).
+func Access(on map[Feature]bool) []TableAccess {
 	var out []TableAccess
 	for _, a := range access {
-		if on[a.Feature] {
+		if on[a.Feature] || a.Feature == FeatureAlways {
 			out = append(out, a)
 		}
 	}

@@ -1,4 +1,4 @@
-package pipeline
+package mysqldriver
 
 import (
 	"context"
@@ -9,23 +9,20 @@ import (
 
 	"github.com/jmoiron/sqlx"
 
-	"github.com/billing/ledger/internal/dedup"
-	"github.com/billing/ledger/internal/event"
 	"github.com/billing/ledger/internal/stmt"
+	"github.com/billing/ledger/internal/txsink/driver"
 )
 
-// The result tables' SQL. Every statement is portable between MySQL 8.4 and
-// MariaDB 10.11: upserts use VALUES() in ON DUPLICATE KEY UPDATE (MySQL 8.4
-// warns 1287 and accepts it; its row alias does not exist on MariaDB).
+// The result tables' SQL: account_balances, billing_windows,
+// window_adjustments, ledger_entries. Every statement is portable between
+// MySQL 8.4 and MariaDB 10.11: upserts use VALUES() in ON DUPLICATE KEY
+// UPDATE (MySQL 8.4 warns 1287 and accepts it; its row alias does not
+// exist on MariaDB).
 
-// execer runs statements inside a branch (txsink.Branch), each within its
-// server's statement budget (package stmt).
-type execer = stmt.Execer
-
-// querierExecer reads and writes inside a branch (txsink.Branch).
-type querierExecer interface {
-	dedup.Querier
-	execer
+// branchQuerier reads and writes inside a branch (Conn).
+type branchQuerier interface {
+	querier
+	stmt.Execer
 }
 
 // upsertSQL returns the ON DUPLICATE KEY UPDATE clause that adds a delta to
@@ -54,21 +51,21 @@ const resultRowBytes = 6*32 + 16
 
 // writeBalances writes delta rows with an adding upsert and absolute rows
 // (seeded under a row lock) with a setting one.
-func writeBalances(ctx context.Context, ex execer, rows []balanceRow, now time.Time) error {
+func writeBalances(ctx context.Context, ex stmt.Execer, rows []driver.Balance, now time.Time) error {
 	for _, abs := range []bool{false, true} {
-		var part []balanceRow
+		var part []driver.Balance
 		for _, r := range rows {
-			if r.absolute == abs {
+			if r.Absolute == abs {
 				part = append(part, r)
 			}
 		}
 		err := stmt.Insert(ctx, ex, len(part),
 			`INSERT INTO account_balances (account_id, currency, balance_minor, event_count, updated_at) VALUES `,
 			"(?,?,?,?,?)", upsertSQL(abs, "balance_minor", "event_count"),
-			func(i int) int { return stmt.ArgBytes(part[i].account) + resultRowBytes },
+			func(i int) int { return stmt.ArgBytes(part[i].Account) + resultRowBytes },
 			func(i int) []any {
 				r := part[i]
-				return []any{r.account, r.currency, r.amount, r.count, now}
+				return []any{r.Account, r.Currency, r.Amount, r.Count, now}
 			})
 		if err != nil {
 			return err
@@ -83,7 +80,7 @@ func writeBalances(ctx context.Context, ex execer, rows []balanceRow, now time.T
 // which readers join with the commit log (checkpoint_commits) to find the
 // adjustments changed since a position; window rows do not (see migration
 // 00006).
-func writeWindows(ctx context.Context, ex execer, table string, rows []windowRow, checkpoint string, now time.Time) error {
+func writeWindows(ctx context.Context, ex stmt.Execer, table string, rows []driver.WindowSum, checkpoint string, now time.Time) error {
 	cols, tuple, onDup := "", "(?,?,?,?,?,?)", upsertSQL
 	if table == tableAdjustments {
 		cols, tuple = ", checkpoint_id", "(?,?,?,?,?,?,?)"
@@ -92,9 +89,9 @@ func writeWindows(ctx context.Context, ex execer, table string, rows []windowRow
 		}
 	}
 	for _, abs := range []bool{false, true} {
-		var part []windowRow
+		var part []driver.WindowSum
 		for _, r := range rows {
-			if r.absolute == abs {
+			if r.Absolute == abs {
 				part = append(part, r)
 			}
 		}
@@ -103,13 +100,13 @@ func writeWindows(ctx context.Context, ex execer, table string, rows []windowRow
 			tuple, onDup(abs, "amount_minor", "event_count"),
 			func(i int) int {
 				if cols != "" {
-					return stmt.ArgBytes(part[i].account) + stmt.ArgBytes(checkpoint) + resultRowBytes
+					return stmt.ArgBytes(part[i].Account) + stmt.ArgBytes(checkpoint) + resultRowBytes
 				}
-				return stmt.ArgBytes(part[i].account) + resultRowBytes
+				return stmt.ArgBytes(part[i].Account) + resultRowBytes
 			},
 			func(i int) []any {
 				r := part[i]
-				args := []any{r.account, r.currency, time.Unix(r.start, 0).UTC(), r.amount, r.count, now}
+				args := []any{r.Account, r.Currency, r.Start.UTC(), r.Amount, r.Count, now}
 				if cols != "" {
 					args = append(args, checkpoint)
 				}
@@ -136,16 +133,18 @@ const entryHead = `INSERT INTO ledger_entries (kafka_topic, kafka_partition, kaf
 const entryTail = ` ON DUPLICATE KEY UPDATE kafka_offset = kafka_offset`
 
 // writeEntries writes one ledger_entries row per counted event.
-func writeEntries(ctx context.Context, ex execer, topic, checkpoint string, period event.Windows, recs []*record, now time.Time) error {
+// occurred_at is a DATETIME(6): the instant is sent truncated to the
+// microsecond, as the column keeps it.
+func writeEntries(ctx context.Context, ex stmt.Execer, topic, checkpoint string, entries []driver.Entry, now time.Time) error {
 	fixed := stmt.ArgBytes(topic) + stmt.ArgBytes(checkpoint) + 4*stmt.ArgBytes(now) + 4*stmt.ArgBytes(int64(0)) + stmt.ArgBytes(true) + 32
-	return stmt.Insert(ctx, ex, len(recs), entryHead, "(?,?,?,?,?,?,?,?,?,?,?,?)", entryTail,
+	return stmt.Insert(ctx, ex, len(entries), entryHead, "(?,?,?,?,?,?,?,?,?,?,?,?)", entryTail,
 		func(i int) int {
-			return fixed + stmt.ArgBytes(recs[i].ev.EventID) + stmt.ArgBytes(recs[i].ev.AccountID)
+			return fixed + stmt.ArgBytes(entries[i].EventID) + stmt.ArgBytes(entries[i].Account)
 		},
 		func(i int) []any {
-			r := recs[i]
-			return []any{topic, r.partition, r.offset, r.ev.EventID, r.ev.AccountID, r.ev.Currency, r.ev.AmountMinor,
-				r.ev.OccurredAt.Truncate(time.Microsecond), period.Start(r.ev.OccurredAt), r.late, checkpoint, now}
+			e := &entries[i]
+			return []any{topic, e.Partition, e.Offset, e.EventID, e.Account, e.Currency, e.Amount,
+				e.OccurredAt.Truncate(time.Microsecond), e.WindowStart, e.Late, checkpoint, now}
 		})
 }
 
@@ -158,8 +157,9 @@ func writeEntries(ctx context.Context, ex execer, topic, checkpoint string, peri
 // COMMITTED an UPDATE skips rows that another transaction inserted and has
 // not committed (semi-consistent read), while a locking read waits for
 // them. Every write to these windows that can still commit was prepared
-// before the frontier closed them (see eventtime.go), so after the wait
-// the read sees it. The rows are then updated by primary key.
+// before the frontier closed them (see package pipeline, eventtime.go), so
+// after the wait the read sees it. The rows are then updated by primary
+// key.
 //
 // The reads run backwards, window by window from the latest: a locking
 // range scan also locks the record that ends it, and a forward scan below
@@ -169,7 +169,7 @@ func writeEntries(ctx context.Context, ex execer, topic, checkpoint string, peri
 // latest window below the bound with an open row; its open rows are then
 // exactly the index range (window_start, NULL), read backwards, which skips
 // the rows already sealed and ends on a row of an earlier window.
-func sealWindows(ctx context.Context, q querierExecer, from, to time.Time, max int, now time.Time) (int, bool, error) {
+func sealWindows(ctx context.Context, q branchQuerier, from, to time.Time, max int, now time.Time) (int, bool, error) {
 	sealed := 0
 	upper := to
 	lower, args := "", []any{}
@@ -240,23 +240,23 @@ func deleteOldEntries(ctx context.Context, db *sqlx.DB, before time.Time, batch,
 	return total, nil
 }
 
-// readBalances locks and reads the stored balances of keys (seeding).
+// lockBalances locks and reads the stored balances of keys (seeding).
 //
 // Every locking statement here names the primary key: when the list covers
 // much of a small table the optimizer prefers a full scan, and a locking
 // scan waits on every row another branch of the same checkpoint has locked,
 // a wait InnoDB cannot see as a deadlock (the branches are separate
 // transactions): the checkpoint then hangs until the lock wait times out.
-func readBalances(ctx context.Context, q dedup.Querier, keys []balanceKey) (map[balanceKey]total, error) {
-	out := make(map[balanceKey]total, len(keys))
+func lockBalances(ctx context.Context, q querier, keys []driver.BalanceKey) ([]driver.Balance, error) {
 	if len(keys) == 0 {
-		return out, nil
+		return nil, nil
 	}
-	err := stmt.Split(len(keys), 256, q.MaxStatementBytes(), func(i int) int { return stmt.ArgBytes(keys[i].account) + 32 }, func(start, end int) error {
+	var out []driver.Balance
+	err := stmt.Split(len(keys), 256, q.MaxStatementBytes(), func(i int) int { return stmt.ArgBytes(keys[i].Account) + 32 }, func(start, end int) error {
 		part := keys[start:end]
 		args := make([]any, 0, 2*len(part))
 		for _, k := range part {
-			args = append(args, k.account, k.currency)
+			args = append(args, k.Account, k.Currency)
 		}
 		var rows []struct {
 			Account  []byte `db:"account_id"`
@@ -270,25 +270,25 @@ func readBalances(ctx context.Context, q dedup.Querier, keys []balanceKey) (map[
 			return err
 		}
 		for _, r := range rows {
-			out[balanceKey{string(r.Account), r.Currency}] = total{amount: r.Amount, count: r.Count, exists: true}
+			out = append(out, driver.Balance{BalanceKey: driver.BalanceKey{Account: string(r.Account), Currency: r.Currency}, Amount: r.Amount, Count: r.Count})
 		}
 		return nil
 	})
 	return out, err
 }
 
-// readWindows locks and reads the stored window sums of keys (seeding), in
+// lockWindows locks and reads the stored window sums of keys (seeding), in
 // billing_windows or window_adjustments.
-func readWindows(ctx context.Context, q dedup.Querier, table string, keys []windowKey) (map[windowKey]total, error) {
-	out := make(map[windowKey]total, len(keys))
+func lockWindows(ctx context.Context, q querier, table string, keys []driver.WindowKey) ([]driver.WindowSum, error) {
 	if len(keys) == 0 {
-		return out, nil
+		return nil, nil
 	}
-	err := stmt.Split(len(keys), 256, q.MaxStatementBytes(), func(i int) int { return stmt.ArgBytes(keys[i].account) + 80 }, func(start, end int) error {
+	var out []driver.WindowSum
+	err := stmt.Split(len(keys), 256, q.MaxStatementBytes(), func(i int) int { return stmt.ArgBytes(keys[i].Account) + 80 }, func(start, end int) error {
 		part := keys[start:end]
 		args := make([]any, 0, 3*len(part))
 		for _, k := range part {
-			args = append(args, k.account, k.currency, time.Unix(k.start, 0).UTC())
+			args = append(args, k.Account, k.Currency, k.Start.UTC())
 		}
 		var rows []struct {
 			Account  []byte    `db:"account_id"`
@@ -303,7 +303,8 @@ func readWindows(ctx context.Context, q dedup.Querier, table string, keys []wind
 			return err
 		}
 		for _, r := range rows {
-			out[windowKey{string(r.Account), r.Currency, r.Start.Unix()}] = total{amount: r.Amount, count: r.Count, exists: true}
+			out = append(out, driver.WindowSum{WindowKey: driver.WindowKey{Account: string(r.Account), Currency: r.Currency, Start: r.Start.UTC()},
+				Amount: r.Amount, Count: r.Count})
 		}
 		return nil
 	})

@@ -1,4 +1,4 @@
-package pipeline
+package mysqldriver
 
 import (
 	"io/fs"
@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 	"testing/fstest"
-	"time"
 
 	"github.com/billing/ledger/migrations"
 )
@@ -71,7 +70,7 @@ func schemaTables(t *testing.T, fsys fs.FS) map[string]string {
 }
 
 // undeclared lists the tables of fsys's migrations that the declaration
-// (access.go) does not name, and the declared tables no migration leaves.
+// (privileges.go) does not name, and the declared tables no migration leaves.
 func undeclared(t *testing.T, fsys fs.FS) (missing, stale []string) {
 	t.Helper()
 	declared := map[string]bool{}
@@ -103,11 +102,11 @@ func undeclared(t *testing.T, fsys fs.FS) (missing, stale []string) {
 func TestEveryTableOfTheMigrationsIsDeclared(t *testing.T) {
 	missing, stale := undeclared(t, migrations.FS)
 	for _, m := range missing {
-		t.Errorf("table %s is not declared in internal/pipeline/access.go: add what the service reads and writes in it "+
+		t.Errorf("table %s is not declared in internal/txsink/mysqldriver/privileges.go: add what the service reads and writes in it "+
 			"(table, privilege, feature) there, so that `billing` checks those privileges at start and the grant files are checked for them", m)
 	}
 	for _, s := range stale {
-		t.Errorf("internal/pipeline/access.go declares table %s, which no migration leaves: remove it", s)
+		t.Errorf("internal/txsink/mysqldriver/privileges.go declares table %s, which no migration leaves: remove it", s)
 	}
 	if len(schemaTables(t, migrations.FS)) < 11 {
 		t.Fatalf("the migrations parse to %d tables: the parser misses some", len(schemaTables(t, migrations.FS)))
@@ -164,7 +163,7 @@ func TestAccessFollowsTheFeatures(t *testing.T) {
 		return slices.Contains(as, TableAccess{table, priv, FeatureAlways}) ||
 			slices.ContainsFunc(as, func(a TableAccess) bool { return a.Table == table && a.Privilege == priv })
 	}
-	def := Access(Config{})
+	def := Access(map[Feature]bool{})
 	for _, table := range []string{"window_adjustments", "ledger_entries", "window_frontier"} {
 		if has(def, table, Select) {
 			t.Errorf("the default configuration needs %s", table)
@@ -173,11 +172,11 @@ func TestAccessFollowsTheFeatures(t *testing.T) {
 	if !has(def, "dedup_keys", Delete) || !has(def, "dead_letters", Insert) || !has(def, SchemaVersionTable, Select) {
 		t.Errorf("the default configuration lacks what it always needs: %v", def)
 	}
-	entries := Access(Config{LedgerEntries: true})
+	entries := Access(map[Feature]bool{FeatureEntries: true})
 	if !has(entries, "ledger_entries", Insert) || has(entries, "ledger_entries", Delete) {
 		t.Errorf("LEDGER_ENTRIES alone: %v", entries)
 	}
-	all := Access(Config{LedgerEntries: true, LedgerEntriesRetention: time.Hour, WindowCloseAfter: time.Hour})
+	all := Access(map[Feature]bool{FeatureEntries: true, FeatureRetention: true, FeatureClosing: true})
 	if !slices.Equal(all, AllAccess()) {
 		t.Errorf("every feature on: %v, want the whole declaration", all)
 	}
@@ -225,7 +224,7 @@ func grants(t *testing.T, path string) []grant {
 // (scripts/mariadb, both shard databases) and the one docs/operations.md
 // tells operators to run.
 func TestGrantFilesCoverTheDeclaration(t *testing.T) {
-	for _, path := range []string{"../../deploy/mysql/initdb.d/01-billing.sql", "../../scripts/mariadb/grants.sql", "../../docs/operations.md"} {
+	for _, path := range []string{"../../../deploy/mysql/initdb.d/01-billing.sql", "../../../scripts/mariadb/grants.sql", "../../../docs/operations.md"} {
 		gs := grants(t, path)
 		dbs := map[string]bool{}
 		for _, g := range gs {
@@ -242,7 +241,7 @@ func TestGrantFilesCoverTheDeclaration(t *testing.T) {
 					return !g.versionOnly && (g.db == db || g.db == "*") && (g.table == "*" || g.table == a.Table) &&
 						(slices.Contains(g.privileges, a.Privilege) || slices.Contains(g.privileges, "ALL") || slices.Contains(g.privileges, "ALL PRIVILEGES"))
 				}) {
-					t.Errorf("%s: no grant of %s on `%s`.%s (declared in internal/pipeline/access.go, %s)", path, a.Privilege, db, a.Table, a.Feature)
+					t.Errorf("%s: no grant of %s on `%s`.%s (declared in internal/txsink/mysqldriver/privileges.go, %s)", path, a.Privilege, db, a.Table, a.Feature)
 				}
 			}
 		}

@@ -1,4 +1,4 @@
-package pipeline
+package mysqldriver
 
 import (
 	"context"
@@ -31,7 +31,7 @@ func (q txQuerier) MaxStatementBytes() int { return stmt.Budget(16 << 20) }
 // not the table (the read is a range of the index on window_start). Each
 // iteration's transaction is rolled back. Run with MYSQL_DSN set:
 //
-//	go test -run '^$' -bench BenchmarkSealWindow -benchtime 20x ./internal/pipeline/
+//	go test -run '^$' -bench BenchmarkSealWindow -benchtime 20x ./internal/txsink/mysqldriver/
 func BenchmarkSealWindow(b *testing.B) {
 	for _, accounts := range []int{1000, 10000} {
 		for _, windows := range []int{1, 100} {

@@ -1,0 +1,321 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/billing/ledger/internal/dedup"
+	"github.com/billing/ledger/internal/txsink"
+	"github.com/billing/ledger/internal/txsink/driver"
+)
+
+// The executor: it runs each step of the plan (planner.go) against the
+// store and the sink, feeds the results back, and keeps the attempt's
+// books (timings, the failure, CheckpointInfo). It decides nothing about
+// the checkpoint's content.
+
+// execution is one attempt being executed.
+type execution struct {
+	c    *Checkpointer
+	p    *planner
+	tx   *txsink.Txn
+	info CheckpointInfo
+	mark time.Time // the end of the last phase timed
+	done map[string]bool
+	seal time.Duration // the longest sealing of a participant
+}
+
+// attempt runs the checkpoint protocol once: the plan's steps, then (not a
+// trial) prepare, decide and commit. Any failure before the decision
+// aborts every branch. After the decision the checkpoint is committed even
+// if delivering XA COMMIT fails (recovery rolls it forward). A trial stops
+// after the writes and rolls everything back (isolate.go): it only tells
+// whether the writes would succeed.
+func (c *Checkpointer) attempt(ctx context.Context, s *snapshot, careful, trial bool) CheckpointInfo {
+	// now is the checkpoint's processing time, on the ledger's clock:
+	// dedup expiries, and every timestamp written. Durations are measured
+	// on the host's monotonic clock (started).
+	started, now := time.Now(), c.cfg.Clock()
+	p := newPlanner(c.planConfig(careful, trial), s, now, c.cache)
+	c.seq++
+	x := &execution{c: c, p: p, tx: c.sink.Begin(c.seq), mark: started, done: map[string]bool{}}
+	snap := p.snapshot()
+	x.info = CheckpointInfo{Gtrid: x.tx.Gtrid(), Started: started, Careful: careful, Records: len(snap.records) + len(snap.dead), Bytes: snap.bytes,
+		Partitions: len(snap.cuts), Cuts: snap.cuts, Phases: map[string]time.Duration{}, DeadLetters: map[string]int{}}
+	return x.run(ctx, now)
+}
+
+func (c *Checkpointer) planConfig(careful, trial bool) planConfig {
+	return planConfig{window: c.cfg.Window, closeAfter: c.cfg.WindowCloseAfter, skew: c.cfg.MaxEventTimeSkew, ttl: c.cfg.dedupTTL(),
+		prefix: c.cfg.DeadLetterPayloadBytes, entries: c.cfg.LedgerEntries, route: c.sink, servers: len(c.pools), careful: careful, trial: trial}
+}
+
+// run executes the steps until the decision, a failure, or the plan's end.
+func (x *execution) run(ctx context.Context, now time.Time) CheckpointInfo {
+	for {
+		st := x.p.ready()
+		if st.kind.pure() {
+			x.p.advance(result{})
+			x.phase(st.kind.phase()) // dedup ends with classification, aggregate with counting
+			continue
+		}
+		var r result
+		var err error
+		switch st.kind {
+		case stepSkip:
+			x.info.skipped = true
+			return x.info
+		case stepTrialDone:
+			return x.fail(ctx, "trial", nil)
+		case stepDecide:
+			return x.decide(ctx, st.decision, now)
+		case stepEventTime:
+			r.eventTime, err = x.c.sink.EventTime(ctx)
+		case stepClaim:
+			r.contested, err = x.claim(ctx, st.claims)
+		case stepLookup:
+			r.found, err = x.lookup(ctx, st.lookups)
+		case stepSeed:
+			r.seeded, err = x.seed(ctx, st.seeds)
+		case stepWrite:
+			r.sealed, err = x.write(ctx, st, now)
+		}
+		if err != nil {
+			if st.kind == stepWrite {
+				err = writeFailure(err, x.c.sink.Code(err), x.p.cfg.careful)
+			}
+			return x.fail(ctx, st.kind.phase(), err)
+		}
+		x.p.advance(r)
+		if st.kind == stepEventTime && x.p.ready().kind != stepSkip {
+			// Windows closed by the last checkpoint are this one's to
+			// seal: the next one is due only if this one leaves some.
+			x.c.eventTimeDue.Store(false)
+		}
+		if st.kind == stepWrite {
+			x.phase("write")
+			if !st.seal.to.IsZero() {
+				x.info.Phases["seal"] = x.seal // part of write
+			}
+		}
+	}
+}
+
+// phase ends the named phase of CheckpointInfo.Phases (once).
+func (x *execution) phase(name string) {
+	if x.done[name] {
+		return
+	}
+	x.done[name] = true
+	t := time.Now()
+	x.info.Phases[name] = t.Sub(x.mark)
+	x.mark = t
+}
+
+// books copies what the plan counted into the info (the rows sealed once
+// the branches are prepared: decide).
+func (x *execution) books() {
+	t := &x.p.tally
+	x.info.Duplicates, x.info.Counted, x.info.Late = t.duplicates, t.counted, t.late
+	x.info.Careful = x.info.Careful || t.careful
+	for reason, n := range t.deadLetters {
+		x.info.DeadLetters[reason] = n
+	}
+}
+
+// fail aborts the attempt: every branch rolls back.
+func (x *execution) fail(ctx context.Context, phase string, err error) CheckpointInfo {
+	x.books()
+	x.info.Err, x.info.FailedPhase = err, phase
+	if err != nil {
+		x.info.Offsets = offsetRanges(x.p.snapshot())
+	}
+	if aerr := x.tx.Abort(ctx); aerr != nil {
+		x.c.log.Warn("abort incomplete; recovery resolves the rest", "checkpoint", x.info.Gtrid, "err", aerr)
+	}
+	x.info.Duration = time.Since(x.info.Started)
+	return x.info
+}
+
+// claim claims each participant's keys in its branch, in parallel.
+func (x *execution) claim(ctx context.Context, claims [][]driver.DedupKey) ([][]string, error) {
+	contested := make([][]string, len(claims))
+	err := x.tx.Each(ctx, nonEmpty(claims), func(ctx context.Context, b *txsink.Branch) error {
+		return b.Write(func(st driver.StoreTx) (err error) {
+			contested[b.Participant], err = st.ClaimKeys(ctx, claims[b.Participant])
+			return err
+		})
+	})
+	return contested, err
+}
+
+// lookup reads the contested keys on their servers' pools, one participant
+// after the other.
+func (x *execution) lookup(ctx context.Context, ls []lookup) ([]driver.DedupKey, error) {
+	var found []driver.DedupKey
+	for _, l := range ls {
+		ks, err := x.c.pools[l.server].LookupKeys(ctx, l.ids)
+		if err != nil {
+			return nil, err
+		}
+		found = append(found, ks...)
+	}
+	return found, nil
+}
+
+// seed reads the risky keys' stored sums under row locks, each participant
+// in its branch, in parallel.
+func (x *execution) seed(ctx context.Context, seeds []seedKeys) ([]seededSums, error) {
+	var participants []int
+	for i := range seeds {
+		if !seeds[i].empty() {
+			participants = append(participants, i)
+		}
+	}
+	out := make([]seededSums, len(seeds))
+	err := x.tx.Each(ctx, participants, func(ctx context.Context, b *txsink.Branch) error {
+		k, s := &seeds[b.Participant], &out[b.Participant]
+		return b.Read(func(st driver.StoreTx) (err error) {
+			if len(k.balances) > 0 {
+				if s.balances, err = st.LockBalances(ctx, k.balances); err != nil {
+					return err
+				}
+			}
+			if len(k.windows) > 0 {
+				if s.windows, err = st.LockWindows(ctx, k.windows); err != nil {
+					return err
+				}
+			}
+			if len(k.adjusts) > 0 {
+				s.adjusts, err = st.LockAdjustments(ctx, k.adjusts)
+			}
+			return err
+		})
+	})
+	return out, err
+}
+
+// write runs every participant's share in its branch, in parallel; the
+// sealing comes after the branch's own writes (they are all in windows
+// the frontier keeps open, never in the ones sealed here).
+func (x *execution) write(ctx context.Context, st step, now time.Time) ([]sealResult, error) {
+	sealed := make([]sealResult, len(st.works))
+	took := make([]time.Duration, len(st.works))
+	var writers []int
+	for i := range st.works {
+		if !st.works[i].empty() {
+			writers = append(writers, i)
+		}
+	}
+	expires := now.Add(x.p.cfg.ttl)
+	err := x.tx.Each(ctx, writers, func(ctx context.Context, b *txsink.Branch) error {
+		w := &st.works[b.Participant]
+		if err := x.writeRows(ctx, b, w, expires, now); err != nil {
+			return err
+		}
+		if !w.seal {
+			return nil
+		}
+		t := time.Now()
+		s := &sealed[b.Participant]
+		err := b.Read(func(tx driver.StoreTx) (err error) {
+			s.n, s.done, err = tx.SealWindows(ctx, st.seal.from, st.seal.to, st.seal.max, now)
+			return err
+		})
+		if s.n > 0 {
+			b.Wrote()
+		}
+		took[b.Participant] = time.Since(t)
+		return err
+	})
+	x.seal = slices.Max(took)
+	return sealed, err
+}
+
+// writeRows writes one participant's rows, each table only when it has
+// rows: a branch counts as written (and is prepared) only once a
+// statement changed something. Adding a table adds a line here and its
+// driver method.
+func (x *execution) writeRows(ctx context.Context, b *txsink.Branch, w *work, expires, now time.Time) error {
+	gtrid, topic := x.info.Gtrid, x.c.cfg.Topic
+	for _, step := range []struct {
+		n  int
+		fn func(st driver.StoreTx) error
+	}{
+		{len(w.unclaim), func(st driver.StoreTx) error { return st.UnclaimKeys(ctx, w.unclaim) }},
+		{len(w.replace), func(st driver.StoreTx) error { return st.ReplaceKeys(ctx, w.replace, now) }},
+		{len(w.journal), func(st driver.StoreTx) error { return st.JournalKeys(ctx, expires, w.journal) }},
+		{len(w.balances), func(st driver.StoreTx) error { return st.WriteBalances(ctx, w.balances, now) }},
+		{len(w.windows), func(st driver.StoreTx) error { return st.WriteWindows(ctx, w.windows, now) }},
+		{len(w.adjusts), func(st driver.StoreTx) error { return st.WriteAdjustments(ctx, w.adjusts, gtrid, now) }},
+		{len(w.entries), func(st driver.StoreTx) error { return st.WriteEntries(ctx, topic, gtrid, w.entries, now) }},
+		{len(w.dead), func(st driver.StoreTx) error { return st.WriteDeadLetters(ctx, topic, gtrid, w.dead, now) }},
+	} {
+		if step.n == 0 {
+			continue
+		}
+		if err := b.Write(step.fn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// decide runs the two-phase commit of the planned decision, then updates
+// the cache and the stats.
+func (x *execution) decide(ctx context.Context, d decision, now time.Time) CheckpointInfo {
+	x.books()
+	if err := ctx.Err(); err != nil {
+		return x.fail(ctx, "prepare", fmt.Errorf("checkpoint timeout before prepare: %w", err))
+	}
+	if err := x.tx.Prepare(ctx); err != nil {
+		return x.fail(ctx, "prepare", err)
+	}
+	x.phase("prepare")
+	x.info.Sealed = x.p.tally.sealed
+	if err := ctx.Err(); err != nil {
+		// Past the deadline a recoverer may abort these branches: do not
+		// race it.
+		return x.fail(ctx, "decide", fmt.Errorf("checkpoint timeout before decision: %w", err))
+	}
+	if err := x.tx.Decide(ctx, d.cuts, d.frontier); err != nil {
+		return x.fail(ctx, "decide", err)
+	}
+	x.phase("decide")
+	x.info.Decided, x.info.CommitSeq = true, x.tx.CommitSeq()
+	if err := x.tx.Commit(ctx); err != nil {
+		x.info.Err, x.info.FailedPhase = err, "commit"
+		x.c.log.Error("checkpoint decided but not fully committed; recovery will roll it forward", "checkpoint", x.info.Gtrid, "err", err)
+	}
+	x.phase("commit")
+	x.info.Duration = time.Since(x.info.Started)
+	x.committed(now)
+	return x.info
+}
+
+// committed applies a decided checkpoint to the cache, the stats and the
+// event-time tick.
+func (x *execution) committed(now time.Time) {
+	c := x.c
+	for _, in := range x.p.remember() {
+		c.cache.Add(in.ID, dedup.Seen{Fingerprint: in.Fingerprint, ExpiresAt: in.ExpiresAt}, now)
+	}
+	c.cacheLen.Store(int64(c.cache.Len()))
+	c.stats.Counted.Add(int64(x.info.Counted))
+	c.stats.Duplicates.Add(int64(x.info.Duplicates))
+	c.stats.DeadLetters.Add(int64(len(x.p.o.dead)))
+	c.stats.Checkpoints.Add(1)
+	c.stats.LastCheckpoint.Store(time.Now().UnixNano())
+	if x.p.eventTimeDue() {
+		c.eventTimeDue.Store(true)
+	}
+	if c.cfg.OnCheckpoint != nil {
+		recs := x.p.snapshot().records
+		x.info.RecordTimes = make([]time.Time, len(recs))
+		for i := range recs {
+			x.info.RecordTimes[i] = recs[i].ts
+		}
+	}
+}

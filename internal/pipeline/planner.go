@@ -1,0 +1,411 @@
+package pipeline
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/billing/ledger/internal/dedup"
+	"github.com/billing/ledger/internal/event"
+	"github.com/billing/ledger/internal/txsink"
+	"github.com/billing/ledger/internal/txsink/driver"
+)
+
+// The planner: one checkpoint attempt as a pure state machine over the
+// barrier's snapshot. ready says what to do next (a step), the executor
+// (executor.go) does it against the store and the sink and hands the
+// results back with advance, and the planner works out the step after
+// from them: the planner never does I/O, the executor never decides (as
+// etcd-io/raft's Ready and Advance).
+//
+// The steps, in order, each one only when it has something to do:
+//
+//	eventTime  read the frontier and the partitions' watermarks
+//	           (closing windows only); judge each record late or not,
+//	           plan the frontier's raise and the windows to seal
+//	claim      claim the keys of the ids the cache does not know, each
+//	           participant its share
+//	lookup     look up the ids of the claim statements that met a stored
+//	           key, on their servers' pools
+//	classify   decide every record: new, a repeat, a conflicting repeat
+//	           (no I/O)
+//	seed       read the stored sums of the risky keys under row locks
+//	aggregate  count the new events, checking overflow per event (no I/O)
+//	write      every participant's rows (dedup keys, journal, balances,
+//	           windows, adjustments, entries, dead letters) and, on the
+//	           first participant of each server, the sealing
+//	decide     prepare, decide on the cuts and the frontier change, commit
+//
+// or skip (nothing to do at all: no record, no window to close or seal),
+// or trialDone (a trial of isolate.go stops after the writes).
+
+// stepKind names a step.
+type stepKind int
+
+const (
+	stepEventTime stepKind = iota
+	stepClaim
+	stepLookup
+	stepClassify
+	stepSeed
+	stepAggregate
+	stepWrite
+	stepDecide
+	stepSkip
+	stepTrialDone
+)
+
+// phase is the name of the step's part of CheckpointInfo.Phases, and of
+// FailedPhase when it fails (the decide step's three are the executor's).
+func (k stepKind) phase() string {
+	return [...]string{"eventtime", "dedup", "dedup", "dedup", "aggregate", "aggregate", "write", "decide", "", "trial"}[k]
+}
+
+func (k stepKind) String() string {
+	return [...]string{"eventTime", "claim", "lookup", "classify", "seed", "aggregate", "write", "decide", "skip", "trialDone"}[k]
+}
+
+// pure reports a step that needs no I/O: the executor advances at once.
+func (k stepKind) pure() bool { return k == stepClassify || k == stepAggregate }
+
+// step is what to do next.
+type step struct {
+	kind     stepKind
+	claims   [][]driver.DedupKey // claim: by participant
+	lookups  []lookup            // lookup: in participant order
+	seeds    []seedKeys          // seed: by participant
+	works    []work              // write: by participant
+	seal     sealRange           // write: the windows to seal (to zero: none)
+	decision decision            // decide
+}
+
+// lookup is one participant's contested ids, on its server's pool.
+type lookup struct {
+	server int
+	ids    []string
+}
+
+// seedKeys are the risky keys one participant reads under row locks, in
+// key order (the order every writer locks in).
+type seedKeys struct {
+	balances         []driver.BalanceKey
+	windows, adjusts []driver.WindowKey
+}
+
+func (s *seedKeys) empty() bool { return len(s.balances)+len(s.windows)+len(s.adjusts) == 0 }
+
+// sealRange is the windows [from, to) whose rows a checkpoint seals, at
+// most max rows per server.
+type sealRange struct {
+	from, to time.Time
+	max      int
+}
+
+// decision is what the commit decision writes: the cuts, and the frontier
+// change (nil: the frontier is not touched).
+type decision struct {
+	cuts     []txsink.PartitionCut
+	frontier *txsink.FrontierChange
+}
+
+// result is what the executor found doing a step.
+type result struct {
+	eventTime txsink.EventTime  // eventTime
+	contested [][]string        // claim: by participant
+	found     []driver.DedupKey // lookup
+	seeded    []seededSums      // seed: by participant
+	sealed    []sealResult      // write: by participant
+}
+
+// seededSums are the stored rows a seed read found.
+type seededSums struct {
+	balances         []driver.Balance
+	windows, adjusts []driver.WindowSum
+}
+
+// sealResult is what one participant's sealing did.
+type sealResult struct {
+	n    int
+	done bool
+}
+
+// planConfig is what a plan depends on besides its snapshot.
+type planConfig struct {
+	window     event.Windows
+	closeAfter time.Duration // 0: windows never close
+	skew       time.Duration // MaxEventTimeSkew
+	ttl        time.Duration // of dedup keys
+	prefix     int           // DeadLetterPayloadBytes
+	entries    bool          // LedgerEntries
+	route      placement
+	servers    int
+	careful    bool // every key seeded (the retry after an overflow)
+	trial      bool // stop after the writes (isolation)
+}
+
+// placement places keys on participants (txsink.Sink).
+type placement interface {
+	router
+	ServerOf(participant int) int
+}
+
+// cacheView is what the plan reads of the dedup cache (memory, not I/O).
+type cacheView interface {
+	Get(id string, now time.Time) (dedup.Seen, bool)
+}
+
+// tally is what the plan counted so far, for CheckpointInfo.
+type tally struct {
+	duplicates, counted, late, sealed int
+	deadLetters                       map[string]int
+	careful                           bool
+}
+
+// planner is one attempt's plan.
+type planner struct {
+	cfg   planConfig
+	now   time.Time
+	snap  *snapshot
+	cache cacheView
+	next  step
+
+	et        eventTimePlan
+	cp        claimPlan
+	o         outcomes
+	agg       *aggregate
+	risky     riskySet
+	seeded    []seededSums
+	openFrom  time.Time
+	allSealed bool
+	tally     tally
+}
+
+// riskySet are the keys whose overflow the server could miss (aggregate).
+type riskySet struct {
+	balances         map[balanceKey]bool
+	windows, adjusts map[windowKey]bool
+}
+
+// newPlanner plans an attempt on s at processing time now: the records
+// later than now plus the skew become dead letters first (admit).
+func newPlanner(cfg planConfig, s *snapshot, now time.Time, cache cacheView) *planner {
+	p := &planner{cfg: cfg, now: now, snap: admit(s, now, cfg.skew, cfg.prefix), cache: cache,
+		tally: tally{deadLetters: map[string]int{}, careful: cfg.careful}}
+	if cfg.closeAfter > 0 {
+		p.next = step{kind: stepEventTime}
+	} else {
+		p.planClaims()
+	}
+	return p
+}
+
+// snapshot is the snapshot the attempt commits (admitted).
+func (p *planner) snapshot() *snapshot { return p.snap }
+
+// ready is the next step. The writes are planned when they are asked for.
+func (p *planner) ready() step {
+	if p.next.kind == stepWrite && p.next.works == nil {
+		p.planWrites()
+	}
+	return p.next
+}
+
+// advance takes the results of the step ready returned and plans the next.
+func (p *planner) advance(r result) {
+	switch p.next.kind {
+	case stepEventTime:
+		p.afterEventTime(r.eventTime)
+	case stepClaim:
+		p.afterClaims(r.contested)
+	case stepLookup:
+		p.afterLookups(r.found)
+	case stepClassify:
+		p.classify()
+	case stepSeed:
+		p.seeded, p.next = r.seeded, step{kind: stepAggregate}
+	case stepAggregate:
+		p.aggregate()
+	case stepWrite:
+		p.afterWrites(r.sealed)
+	}
+}
+
+func (p *planner) afterEventTime(et txsink.EventTime) {
+	p.et = planEventTime(p.cfg.window, p.cfg.closeAfter, et, p.snap.records, p.snap.cuts)
+	if len(p.snap.records)+len(p.snap.dead)+len(p.snap.cuts) == 0 && p.et.noWork() {
+		p.next = step{kind: stepSkip}
+		return
+	}
+	p.planClaims()
+}
+
+func (p *planner) planClaims() {
+	p.cp = planClaims(p.snap.records, p.cache, p.now, p.cfg.ttl, p.cfg.route)
+	if len(nonEmpty(p.cp.claims)) == 0 {
+		p.afterClaims(nil)
+		return
+	}
+	claims := make([][]driver.DedupKey, len(p.cp.claims))
+	for i, c := range p.cp.claims {
+		if len(c) > 0 {
+			claims[i] = toDedupKeys(c)
+		}
+	}
+	p.next = step{kind: stepClaim, claims: claims}
+}
+
+// afterClaims plans the lookups: only the ids of claim statements that
+// met a stored row, on a pooled connection outside the branches, which
+// sees the committed rows and not this checkpoint's own inserts.
+func (p *planner) afterClaims(contested [][]string) {
+	var ls []lookup
+	for i, ids := range contested {
+		if len(ids) > 0 {
+			ls = append(ls, lookup{server: p.cfg.route.ServerOf(i), ids: ids})
+		}
+	}
+	if len(ls) == 0 {
+		p.afterLookups(nil)
+		return
+	}
+	p.next = step{kind: stepLookup, lookups: ls}
+}
+
+func (p *planner) afterLookups(found []driver.DedupKey) {
+	for _, k := range found {
+		p.cp.known[k.ID] = dedup.Seen{Fingerprint: k.Fingerprint, ExpiresAt: k.ExpiresAt}
+	}
+	p.next = step{kind: stepClassify}
+}
+
+// classify decides every record and finds the keys to seed.
+func (p *planner) classify() {
+	p.o = classify(p.snap.records, p.snap.dead, p.cp, p.now, p.cfg.ttl, p.cfg.prefix)
+	p.tally.duplicates = p.o.duplicates
+	p.agg = newAggregate(p.cfg.window)
+	rb, rw, ra := p.agg.riskyKeys(p.o.fresh, p.cfg.careful)
+	if len(rb)+len(rw)+len(ra) == 0 {
+		p.next = step{kind: stepAggregate}
+		return
+	}
+	p.tally.careful = true
+	p.risky = riskySet{rb, rw, ra}
+	p.next = step{kind: stepSeed, seeds: p.seedKeys()}
+}
+
+// seedKeys groups the risky keys by the participant that owns the account,
+// in key order.
+func (p *planner) seedKeys() []seedKeys {
+	seeds := make([]seedKeys, p.cfg.route.Participants())
+	for k := range p.risky.balances {
+		at := p.cfg.route.Route(k.account)
+		seeds[at].balances = append(seeds[at].balances, k.row())
+	}
+	for k := range p.risky.windows {
+		at := p.cfg.route.Route(k.account)
+		seeds[at].windows = append(seeds[at].windows, k.row())
+	}
+	for k := range p.risky.adjusts {
+		at := p.cfg.route.Route(k.account)
+		seeds[at].adjusts = append(seeds[at].adjusts, k.row())
+	}
+	for i := range seeds {
+		slices.SortFunc(seeds[i].balances, func(x, y driver.BalanceKey) int {
+			return cmp.Or(strings.Compare(x.Account, y.Account), strings.Compare(x.Currency, y.Currency))
+		})
+		slices.SortFunc(seeds[i].windows, compareWindowKeys)
+		slices.SortFunc(seeds[i].adjusts, compareWindowKeys)
+	}
+	return seeds
+}
+
+func compareWindowKeys(x, y driver.WindowKey) int {
+	return cmp.Or(strings.Compare(x.Account, y.Account), strings.Compare(x.Currency, y.Currency), x.Start.Compare(y.Start))
+}
+
+// aggregate seeds the aggregate with what the seed step read (a risky key
+// without a stored row starts at zero) and counts the new events.
+func (p *planner) aggregate() {
+	for k := range p.risky.balances {
+		p.agg.seedBalance(k, total{})
+	}
+	for k := range p.risky.windows {
+		p.agg.seedWindow(k, total{}, false)
+	}
+	for k := range p.risky.adjusts {
+		p.agg.seedWindow(k, total{}, true)
+	}
+	for _, s := range p.seeded {
+		for _, b := range s.balances {
+			p.agg.seedBalance(balanceKey{b.Account, b.Currency}, total{amount: b.Amount, count: b.Count, exists: true})
+		}
+		for j, ws := range [][]driver.WindowSum{s.windows, s.adjusts} {
+			for _, w := range ws {
+				p.agg.seedWindow(windowKey{w.Account, w.Currency, w.Start.Unix()}, total{amount: w.Amount, count: w.Count, exists: true}, j == 1)
+			}
+		}
+	}
+	p.o.count(p.agg, p.cfg.prefix, p.cfg.entries)
+	p.tally.counted, p.tally.late = p.o.counted, p.o.late
+	p.next = step{kind: stepWrite}
+}
+
+// planWrites routes every row to its participant; the first participant of
+// each server seals the closed windows' rows there.
+func (p *planner) planWrites() {
+	works := planWrites(&p.o, p.agg, p.cfg.window, p.cfg.route)
+	var seal sealRange
+	if !p.et.sealTo.IsZero() {
+		seal = sealRange{from: p.et.sealFrom, to: p.et.sealTo, max: maxSealRows}
+		per := p.cfg.route.Participants() / p.cfg.servers
+		for i := range p.cfg.servers {
+			works[i*per].seal = true
+		}
+	}
+	p.openFrom = earliestOpen(works)
+	for _, d := range p.o.dead {
+		p.tally.deadLetters[d.Reason]++
+	}
+	p.next = step{kind: stepWrite, works: works, seal: seal}
+}
+
+// afterWrites plans the decision: the frontier is raised to what the
+// records saw, and Sealed to the sealed bound when every server's sealing
+// finished.
+func (p *planner) afterWrites(sealed []sealResult) {
+	if p.cfg.trial {
+		p.next = step{kind: stepTrialDone}
+		return
+	}
+	works := p.next.works
+	p.allSealed = !p.et.sealTo.IsZero()
+	for i := range works {
+		if i < len(sealed) {
+			p.tally.sealed += sealed[i].n
+		}
+		if works[i].seal && (i >= len(sealed) || !sealed[i].done) {
+			p.allSealed = false
+		}
+	}
+	p.next = step{kind: stepDecide, decision: decision{cuts: p.snap.cuts, frontier: p.et.change(p.openFrom, p.allSealed)}}
+}
+
+// remember is what the dedup cache learns once the checkpoint committed:
+// the keys it kept (not those of events that overflowed).
+func (p *planner) remember() []dedup.Insert {
+	var out []dedup.Insert
+	for _, in := range p.o.inserts {
+		if !p.o.overflowed[in.ID] {
+			out = append(out, in)
+		}
+	}
+	return out
+}
+
+// eventTimeDue reports whether, once the checkpoint committed, the next
+// one is due even without records: windows it closed are to be sealed, or
+// its sealing did not finish.
+func (p *planner) eventTimeDue() bool {
+	return p.et.enabled && (p.et.raise.After(p.et.read.Closed) || !p.et.sealTo.IsZero() && !p.allSealed)
+}

@@ -1,0 +1,116 @@
+package pipeline
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/billing/ledger/internal/txsink"
+	"github.com/billing/ledger/internal/txsink/driver"
+)
+
+// What run does after an attempt (see run): a pure function of the
+// attempt's outcome and of what the earlier attempts of the snapshot did.
+
+// maxFrontierRetries bounds the immediate retries of a checkpoint whose
+// decision found windows closed under it; beyond, it is replayed.
+const maxFrontierRetries = 3
+
+// errNeedCareful asks for the checkpoint to be retried in careful mode: the
+// server refused a sum as out of range, and only per-event checks against
+// the stored values can tell which events to refuse.
+var errNeedCareful = errors.New("amount sum out of range")
+
+// writeFailure is the error of a failed write step: an overflow of the
+// fast path names the careful retry it calls for.
+func writeFailure(err error, code driver.Code, careful bool) error {
+	if code == driver.Overflow && !careful {
+		return fmt.Errorf("%w: %w", errNeedCareful, err)
+	}
+	return err
+}
+
+// attemptOutcome is what run's decision depends on in an attempt's result.
+type attemptOutcome struct {
+	failed    bool        // an error before the decision
+	stopped   bool        // run's own context ended
+	code      driver.Code // the error's classification by the servers
+	moved     bool        // txsink.ErrFrontierMoved
+	refused   bool        // a refusal of the data a trial can reproduce (refusedForData)
+	oversized bool        // of refused: a row over its statement's budget (a bug)
+}
+
+func (c *Checkpointer) outcomeOf(info CheckpointInfo, stopped bool) attemptOutcome {
+	return attemptOutcome{failed: info.Err != nil && !info.Decided, stopped: stopped, code: c.sink.Code(info.Err),
+		moved: errors.Is(info.Err, txsink.ErrFrontierMoved), refused: c.refusedForData(info.Err), oversized: oversized(info.Err)}
+}
+
+// ladder is what the attempts of one snapshot have tried so far.
+type ladder struct {
+	careful, refreshed, dataRetried, isolated bool
+	moved                                     int
+}
+
+// move is what run does next.
+type move int
+
+const (
+	moveReport  move = iota // report the attempt and return its outcome
+	moveRetry               // report it and retry at once
+	moveRefresh             // reread the servers' limits, report, retry
+	moveIsolate             // isolate the records responsible, then retry the rest
+)
+
+var moveNames = [...]string{"report", "retry", "refresh", "isolate"}
+
+func (m move) String() string { return moveNames[m] }
+
+// next is the move after an attempt with outcome o, and the ladder after
+// it:
+//
+//   - another checkpoint closed a window this one wrote to as open
+//     (txsink.ErrFrontierMoved): retried at once, on the new frontier, up
+//     to maxFrontierRetries times;
+//   - the server refused a sum (Overflow): retried once in careful mode,
+//     every key seeded, each event checked against the stored values;
+//   - a statement exceeded the server's packet limit (TooLarge): the limits
+//     are reread and the snapshot retried once, cut to the new budget;
+//   - the server refused the data itself (Data, or an Overflow in careful
+//     mode), or a row exceeded its statement's budget (a bug): retried
+//     once (one failure could be a fluke); failing again, the records
+//     responsible are isolated;
+//   - anything else, a failure after the decision, or run's context ended:
+//     reported, and the source replays what was not decided.
+func (l ladder) next(o attemptOutcome) (move, ladder) {
+	if !o.failed || o.stopped {
+		return moveReport, l
+	}
+	switch {
+	case o.moved && l.moved < maxFrontierRetries:
+		l.moved++
+		return moveRetry, l
+	case o.code == driver.Overflow && !l.careful:
+		l.careful = true
+		return moveRetry, l
+	case o.code == driver.TooLarge && !l.refreshed:
+		l.refreshed = true
+		return moveRefresh, l
+	case o.refused && !l.dataRetried:
+		l.dataRetried = true
+		return moveRetry, l
+	case o.refused && !l.isolated:
+		l.isolated = true
+		return moveIsolate, l
+	}
+	return moveReport, l
+}
+
+// afterIsolation is the move once an isolation found found records: the
+// rest is retried; none (the failure is not a record's: isolation's empty
+// case, or it could not be reproduced), the checkpoint fails and is
+// replayed.
+func afterIsolation(found int) move {
+	if found == 0 {
+		return moveReport
+	}
+	return moveRetry
+}

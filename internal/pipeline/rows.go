@@ -1,0 +1,92 @@
+package pipeline
+
+import (
+	"context"
+	"time"
+
+	"github.com/billing/ledger/internal/dedup"
+	"github.com/billing/ledger/internal/event"
+	"github.com/billing/ledger/internal/txsink/driver"
+)
+
+// What the checkpoint writes, as the store's rows (package driver): the
+// aggregation's keys and totals, the dedup operator's keys and the counted
+// events become plain values the driver writes in its statements.
+
+func (k balanceKey) row() driver.BalanceKey {
+	return driver.BalanceKey{Account: k.account, Currency: k.currency}
+}
+
+func (k windowKey) row() driver.WindowKey {
+	return driver.WindowKey{Account: k.account, Currency: k.currency, Start: time.Unix(k.start, 0).UTC()}
+}
+
+func toBalances(rows []balanceRow) []driver.Balance {
+	out := make([]driver.Balance, len(rows))
+	for i, r := range rows {
+		out[i] = driver.Balance{BalanceKey: r.balanceKey.row(), Amount: r.amount, Count: r.count, Absolute: r.absolute}
+	}
+	return out
+}
+
+func toWindows(rows []windowRow) []driver.WindowSum {
+	out := make([]driver.WindowSum, len(rows))
+	for i, r := range rows {
+		out[i] = driver.WindowSum{WindowKey: r.windowKey.row(), Amount: r.amount, Count: r.count, Absolute: r.absolute}
+	}
+	return out
+}
+
+func toDedupKeys(ins []dedup.Insert) []driver.DedupKey {
+	out := make([]driver.DedupKey, len(ins))
+	for i, in := range ins {
+		out[i] = driver.DedupKey{ID: in.ID, Fingerprint: in.Fingerprint, ExpiresAt: in.ExpiresAt}
+	}
+	return out
+}
+
+// entryRows are the ledger_entries rows of counted events.
+func toEntries(period event.Windows, recs []*record) []driver.Entry {
+	out := make([]driver.Entry, len(recs))
+	for i, r := range recs {
+		out[i] = driver.Entry{Partition: r.partition, Offset: r.offset, EventID: r.ev.EventID, Account: r.ev.AccountID, Currency: r.ev.Currency,
+			Amount: r.ev.AmountMinor, OccurredAt: r.ev.OccurredAt, WindowStart: period.Start(r.ev.OccurredAt), Late: r.late}
+	}
+	return out
+}
+
+// lockBalances reads the stored balances of keys under row locks
+// (seeding), as totals.
+func lockBalances(ctx context.Context, st driver.StoreTx, keys []balanceKey) (map[balanceKey]total, error) {
+	out := make(map[balanceKey]total, len(keys))
+	if len(keys) == 0 {
+		return out, nil
+	}
+	ks := make([]driver.BalanceKey, len(keys))
+	for i, k := range keys {
+		ks[i] = k.row()
+	}
+	rows, err := st.LockBalances(ctx, ks)
+	for _, r := range rows {
+		out[balanceKey{r.Account, r.Currency}] = total{amount: r.Amount, count: r.Count, exists: true}
+	}
+	return out, err
+}
+
+// lockWindows reads the stored sums of window keys under row locks with
+// lock (LockWindows or LockAdjustments).
+func lockWindows(ctx context.Context, lock func(context.Context, []driver.WindowKey) ([]driver.WindowSum, error), keys []windowKey) (map[windowKey]total, error) {
+	out := make(map[windowKey]total, len(keys))
+	if len(keys) == 0 {
+		return out, nil
+	}
+	ks := make([]driver.WindowKey, len(keys))
+	for i, k := range keys {
+		ks[i] = k.row()
+	}
+	rows, err := lock(ctx, ks)
+	for _, r := range rows {
+		out[windowKey{r.Account, r.Currency, r.Start.Unix()}] = total{amount: r.Amount, count: r.Count, exists: true}
+	}
+	return out, err
+}

@@ -1,0 +1,232 @@
+package driver
+
+import (
+	"context"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// The ledger's tables, the store: what a checkpoint reads and writes in its
+// branches (StoreTx, on the connection of each branch: Conn.Store), and
+// what runs on a server's pools outside branches (Store). The rows are
+// plain values. Every statement an implementation runs stays within the
+// server's statement budget (MaxStatementBytes, package stmt), however
+// many rows a call is given.
+//
+// Inside a branch (MySQL's READ COMMITTED, which mysqldriver sets):
+//
+//   - every row a call inserts, updates, deletes or reads under a lock
+//     stays locked by the branch until it commits or rolls back, prepared
+//     or not; a call that needs a row another open branch locked (a key it
+//     claimed, a balance it wrote) waits for that branch to end, then sees
+//     its outcome: committed rows exist, rolled-back ones do not; a wait
+//     longer than the server's lock wait timeout fails as Transient, and so
+//     does a deadlock;
+//   - no gap is locked: a locking read of a row that does not exist (and
+//     that no open branch is inserting) locks nothing;
+//   - a statement that fails leaves no change of its own (its locks stay);
+//     the caller aborts the branch anyway;
+//   - a branch reads its own writes and the committed rows of others.
+//
+// On the pools (Store), reads see committed rows only and take no lock.
+//
+// Errors are classified by the server's Code: Transient (a lock wait, a
+// deadlock, a lost connection), Overflow (a sum beyond a BIGINT, error
+// 1690), TooLarge (a statement over the server's max_allowed_packet:
+// the limit fell since the budget was read; RefreshLimits rereads it),
+// Duplicate, Data (a value a column cannot hold).
+//
+// Identifiers (event ids, account ids, record keys, payloads) are stored
+// as bytes (VARBINARY): two that differ in any byte, in case or in
+// trailing spaces, are two rows, and each reads back exactly as written.
+// Text meant for people (a dead letter's detail) is stored as valid UTF-8.
+// Instants are stored in UTC to the microsecond (DATETIME(6)).
+
+// StoreTx is the ledger's tables in one checkpoint's branch. Its methods
+// are called by one goroutine at a time, between the branch's XA START and
+// XA END.
+type StoreTx interface {
+	// ClaimKeys inserts the dedup keys that are not stored and leaves every
+	// stored one as it was (fingerprint and expiry included), in id order,
+	// as statements of many keys each. It returns the ids of every
+	// statement that met a stored key (contested: to be looked up); every
+	// other id was inserted by this call. A key another open branch
+	// inserted makes it wait for that branch: committed, the key counts as
+	// stored; rolled back, it is inserted here.
+	ClaimKeys(ctx context.Context, keys []DedupKey) (contested []string, err error)
+	// UnclaimKeys deletes keys this branch claimed but does not keep.
+	UnclaimKeys(ctx context.Context, ids []string) error
+	// ReplaceKeys deletes the stored rows of keys that are expired at now,
+	// then inserts keys (a stored row that is not expired is a Duplicate
+	// error), in id order.
+	ReplaceKeys(ctx context.Context, keys []DedupKey, now time.Time) error
+	// JournalKeys records that the keys ids, written by this branch, expire
+	// at expires (the expiry journal, which CleanupKeys reads): committed
+	// or rolled back with them. Ids are 1 to 255 bytes.
+	JournalKeys(ctx context.Context, expires time.Time, ids []string) error
+
+	// LockBalances, LockWindows and LockAdjustments read the stored rows of
+	// keys under row locks, by primary key and in key order (keys without
+	// a row are left out, and not locked).
+	LockBalances(ctx context.Context, keys []BalanceKey) ([]Balance, error)
+	LockWindows(ctx context.Context, keys []WindowKey) ([]WindowSum, error)
+	LockAdjustments(ctx context.Context, keys []WindowKey) ([]WindowSum, error)
+
+	// WriteBalances upserts rows (in the order given, which callers keep in
+	// key order: one lock order for every writer): a row's amount and
+	// count are added to the stored ones, or set when Absolute; updated_at
+	// is now. A sum beyond a signed 64-bit integer fails as Overflow.
+	WriteBalances(ctx context.Context, rows []Balance, now time.Time) error
+	// WriteWindows is WriteBalances for billing_windows.
+	WriteWindows(ctx context.Context, rows []WindowSum, now time.Time) error
+	// WriteAdjustments is WriteWindows for window_adjustments; every row
+	// written records checkpoint, the last checkpoint that changed it.
+	WriteAdjustments(ctx context.Context, rows []WindowSum, checkpoint string, now time.Time) error
+	// WriteEntries inserts one ledger_entries row per entry, keyed by its
+	// Kafka position in topic; an entry already stored at that position is
+	// kept as it is.
+	WriteEntries(ctx context.Context, topic, checkpoint string, entries []Entry, now time.Time) error
+	// WriteDeadLetters inserts the letters, each cut to its columns
+	// (DeadLetter.Columns) with the longest payload prefix a row alone can
+	// carry within the statement budget, keyed by their Kafka position in
+	// topic: a letter already stored at that position is kept as it is.
+	WriteDeadLetters(ctx context.Context, topic, checkpoint string, letters []DeadLetter, now time.Time) error
+	// SealWindows sets closed_at (and updated_at) to now on the open rows
+	// of billing_windows whose window starts in [from, to) (from zero:
+	// every window before to), the latest window first, up to about max
+	// rows; it returns how many it sealed and whether no open row is left
+	// there. The rows are found by locking reads on the index of
+	// (window_start, closed_at), which wait for every row another open
+	// branch is writing there, so that a row is sealed only once every
+	// write to it that can still commit has committed.
+	SealWindows(ctx context.Context, from, to time.Time, max int, now time.Time) (sealed int, done bool, err error)
+}
+
+// Store is the ledger's tables on one server outside branches: statements
+// on the server's pools, each its own short transaction. The cleanup
+// (CleanupKeys, DeleteEntries) runs on connections of its own, so that
+// however much there is to delete it never holds one a checkpoint needs.
+type Store interface {
+	// LookupKeys reads the stored dedup keys of ids as committed, expired
+	// ones included, without locks.
+	LookupKeys(ctx context.Context, ids []string) ([]DedupKey, error)
+	// CleanupKeys deletes the keys listed by journal rows due at now, one
+	// journal row per transaction (taken so that concurrent cleanups share
+	// the work instead of waiting on each other), batch keys per statement
+	// and only while they are still expired at now, until no due row is
+	// left, max keys were deleted, or ctx ends. It returns how many keys it
+	// deleted.
+	CleanupKeys(ctx context.Context, now time.Time, batch, max int) (int64, error)
+	// DeleteEntries deletes the ledger entries created before before, the
+	// oldest first, in statements of at most batch rows, up to max rows;
+	// it returns how many it deleted.
+	DeleteEntries(ctx context.Context, before time.Time, batch, max int) (int64, error)
+	// RefreshLimits rereads the server's max_allowed_packet and so the
+	// statement budget (after a TooLarge error: an operator lowered it).
+	RefreshLimits(ctx context.Context) error
+	// MaxStatementBytes is the statement budget (package stmt).
+	MaxStatementBytes() int
+}
+
+// DedupKey is a row of dedup_keys: an event id with the fingerprint of its
+// first arrival's content and the instant it expires.
+type DedupKey struct {
+	ID          string
+	Fingerprint [16]byte
+	ExpiresAt   time.Time
+}
+
+// BalanceKey is the primary key of account_balances.
+type BalanceKey struct {
+	Account, Currency string
+}
+
+// Balance is a row of account_balances, or what a checkpoint writes to it:
+// its amount and event count are added to the stored row (created at zero)
+// unless Absolute, when they replace it (a value read under a row lock).
+type Balance struct {
+	BalanceKey
+	Amount, Count int64
+	Absolute      bool
+}
+
+// WindowKey is the primary key of billing_windows and window_adjustments:
+// Start is the window's first instant, in UTC.
+type WindowKey struct {
+	Account, Currency string
+	Start             time.Time
+}
+
+// WindowSum is a row of billing_windows or window_adjustments, or what a
+// checkpoint writes to one (as Balance).
+type WindowSum struct {
+	WindowKey
+	Amount, Count int64
+	Absolute      bool
+}
+
+// Entry is a ledger_entries row: one counted event, at its Kafka position.
+type Entry struct {
+	Partition               int32
+	Offset                  int64
+	EventID, Account        string
+	Currency                string
+	Amount                  int64
+	OccurredAt, WindowStart time.Time
+	Late                    bool // counted in window_adjustments
+}
+
+// DeadLetter is a dead_letters row: a record that was not counted, at its
+// Kafka position, with why, a prefix of its value (Payload), the whole
+// value's size and SHA-256.
+type DeadLetter struct {
+	Partition int32
+	Offset    int64
+	Reason    string
+	Detail    string
+	EventID   string // empty when the payload named none (stored as NULL)
+	Key       []byte // nil: the record had none (stored as NULL)
+	Payload   []byte
+	Size      int // of the whole value
+	SHA256    [32]byte
+}
+
+// Bounds of the dead_letters columns, in bytes.
+const (
+	DeadLetterKeyBytes     = 1024 // record_key
+	DeadLetterDetailBytes  = 500  // detail: 512 characters, kept to bytes of UTF-8 below that
+	DeadLetterReasonBytes  = 64   // reason
+	DeadLetterEventIDBytes = 128  // event_id
+)
+
+// Columns is the letter as its columns hold it, with a payload of at most
+// prefix bytes: every field cut to its column's bound (DeadLetter*Bytes),
+// the detail made valid UTF-8 and cut on a rune boundary. Every store
+// writes letters so.
+func (d DeadLetter) Columns(prefix int) DeadLetter {
+	d.Reason = d.Reason[:min(len(d.Reason), DeadLetterReasonBytes)]
+	d.Detail = cutText(d.Detail, DeadLetterDetailBytes)
+	d.EventID = d.EventID[:min(len(d.EventID), DeadLetterEventIDBytes)]
+	if d.Key != nil {
+		d.Key = d.Key[:min(len(d.Key), DeadLetterKeyBytes)]
+	}
+	d.Payload = d.Payload[:min(len(d.Payload), max(prefix, 0))]
+	if d.Payload == nil {
+		d.Payload = []byte{} // the column is NOT NULL
+	}
+	return d
+}
+
+// cutText cuts s to at most n bytes on a rune boundary and makes it valid
+// UTF-8, so that it fits a VARCHAR column of utf8mb4.
+func cutText(s string, n int) string {
+	s = strings.ToValidUTF8(s, "?")
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}

@@ -1,0 +1,321 @@
+package drivertest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/billing/ledger/internal/txsink/driver"
+)
+
+var storeTests = []struct {
+	name string
+	fn   func(t *testing.T, ctx context.Context, f Fixture)
+}{
+	{"Store/ClaimFindsEveryStoredKey", testClaimKeys},
+	{"Store/ClaimWaitsForTheOtherBranch", testClaimWaits},
+	{"Store/ClaimsRacingAcrossBranchesOwnEachKeyOnce", testClaimRace},
+	{"Store/UnclaimAndReplace", testUnclaimReplace},
+	{"Store/LookupsReadCommittedRowsOnly", testLookupCommitted},
+	{"Store/LockingReadsWaitForWriters", testLockingReads},
+	{"Store/NoGapLocks", testNoGapLocks},
+	{"Store/LockWaitTimesOut", testLockWaitTimeout},
+	{"Store/SumsAddSetAndOverflow", testSums},
+	{"Store/AdjustmentsNameTheirCheckpoint", testAdjustments},
+	{"Store/EntriesAndDeadLettersKeepTheStoredRow", testKeepStored},
+	{"Store/IdentifiersOfAnyBytesRoundTrip", testCharsets},
+	{"Store/StatementSizesFromMaxAllowedPacket", testPacketSizes},
+	{"Store/DeadLettersOfAnySize", testDeadLetterSizes},
+	{"Store/TooLargeOnceTheLimitFell", testTooLarge},
+	{"Store/SealingOrderAndResult", testSealing},
+	{"Store/SealingWaitsForOpenWrites", testSealingWaits},
+	{"Store/CleanupDeletesExactlyTheExpiredKeys", testCleanup},
+	{"Store/CleanupAndRetentionInBatches", testBatches},
+}
+
+// branch is one open branch on a connection of its own, for store tests.
+type branch struct {
+	t    *testing.T
+	ctx  context.Context
+	c    driver.Conn
+	x    driver.Xid
+	done bool
+}
+
+// open starts a branch on a new connection of s.
+func open(t *testing.T, ctx context.Context, s driver.Server) *branch {
+	t.Helper()
+	c, err := s.Conn(ctx)
+	must(t, err)
+	b := &branch{t: t, ctx: ctx, c: c, x: xid()}
+	must(t, c.XA(ctx, driver.Start, b.x))
+	t.Cleanup(func() {
+		if !b.done {
+			c.Close(false)
+			_ = s.Resolve(context.Background(), b.x, false)
+		}
+	})
+	return b
+}
+
+func (b *branch) tx() driver.StoreTx { return b.c.Store() }
+
+// end commits (by two phases, as the protocol does) or rolls back.
+func (b *branch) end(commit bool) error {
+	b.done = true
+	defer b.c.Close(false)
+	if err := b.c.XA(b.ctx, driver.End, b.x); err != nil {
+		return err
+	}
+	if !commit {
+		return b.c.XA(b.ctx, driver.Rollback, b.x)
+	}
+	if err := b.c.XA(b.ctx, driver.Prepare, b.x); err != nil {
+		return err
+	}
+	return b.c.XA(b.ctx, driver.Commit, b.x)
+}
+
+// commit runs fn in a branch of its own and commits it.
+func commit(t *testing.T, ctx context.Context, f Fixture, fn func(driver.StoreTx) error) {
+	t.Helper()
+	b := open(t, ctx, f.Server)
+	must(t, fn(b.tx()))
+	must(t, b.end(true))
+}
+
+func tables(t *testing.T, ctx context.Context, f Fixture) driver.Tables {
+	t.Helper()
+	tb, err := f.Tables(ctx)
+	must(t, err)
+	return tb
+}
+
+// clock is an instant as the tables keep it (DATETIME(6), UTC).
+func clock() time.Time { return time.Now().UTC().Truncate(time.Second) }
+
+func keys(prefix string, n int, expires time.Time) []driver.DedupKey {
+	out := make([]driver.DedupKey, n)
+	for i := range out {
+		out[i] = driver.DedupKey{ID: fmt.Sprintf("%s-%05d", prefix, i), Fingerprint: [16]byte{byte(i), byte(i >> 8)}, ExpiresAt: expires}
+	}
+	return out
+}
+
+func idsOf(ks []driver.DedupKey) []string {
+	out := make([]string, len(ks))
+	for i, k := range ks {
+		out[i] = k.ID
+	}
+	return out
+}
+
+func storedIDs(t *testing.T, ctx context.Context, f Fixture) []string {
+	t.Helper()
+	return idsOf(tables(t, ctx, f).Keys)
+}
+
+// code is the server's classification of err.
+func code(f Fixture, err error) driver.Code { return f.Server.Code(err) }
+
+// async runs fn on a goroutine; the channel yields its error.
+func async(fn func() error) <-chan error {
+	ch := make(chan error, 1)
+	go func() { ch <- fn() }()
+	return ch
+}
+
+// blocked fails the test unless ch stays silent for d: the call waits.
+func blocked(t *testing.T, ch <-chan error, d time.Duration, what string) {
+	t.Helper()
+	select {
+	case err := <-ch:
+		t.Fatalf("%s returned at once (%v): it should wait for the other branch", what, err)
+	case <-time.After(d):
+	}
+}
+
+// Property (claim): every new key is written by the claim itself, and a
+// stored key is never taken for new. Only the statements that met a stored
+// key report their ids (to be looked up); a stored row is left as it was,
+// fingerprint and expiry included.
+func testClaimKeys(t *testing.T, ctx context.Context, f Fixture) {
+	later := clock().Add(time.Hour)
+	first := keys("e", 2500, later)
+	commit(t, ctx, f, func(tx driver.StoreTx) error {
+		s, err := tx.ClaimKeys(ctx, slices.Clone(first))
+		if err == nil && len(s) != 0 {
+			err = fmt.Errorf("claim of 2500 new keys: %d contested, want 0", len(s))
+		}
+		return err
+	})
+	// 2999 new keys and one stored, e-01500, which sorts into the third
+	// statement ("e-…" after "a-…"): the claim names that statement's ids,
+	// and the stored fingerprint and expiry win.
+	again := keys("a", 2999, later.Add(time.Hour))
+	stored := first[1500]
+	again = append(again, driver.DedupKey{ID: stored.ID, Fingerprint: [16]byte{0xff}, ExpiresAt: later.Add(time.Hour)})
+	var contested []string
+	commit(t, ctx, f, func(tx driver.StoreTx) (err error) {
+		contested, err = tx.ClaimKeys(ctx, again)
+		return err
+	})
+	if !slices.Contains(contested, stored.ID) || len(contested) != 1000 {
+		t.Fatalf("%d contested ids (stored key among them: %v), want one statement's 1000", len(contested), slices.Contains(contested, stored.ID))
+	}
+	found, err := f.Store.LookupKeys(ctx, []string{stored.ID})
+	must(t, err)
+	if len(found) != 1 || found[0] != stored {
+		t.Fatalf("looked up %+v, want the stored key unchanged (%+v)", found, stored)
+	}
+	if n := len(storedIDs(t, ctx, f)); n != 5499 {
+		t.Fatalf("%d keys stored, want 5499", n)
+	}
+}
+
+// Property (concurrent claims): a key that another branch has claimed but
+// not yet decided makes the claim wait; committed, it is contested;
+// rolled back, the key is claimed here. Either way one branch, never
+// both, owns the key.
+func testClaimWaits(t *testing.T, ctx context.Context, f Fixture) {
+	for _, commitFirst := range []bool{true, false} {
+		t.Run(fmt.Sprintf("first commits=%v", commitFirst), func(t *testing.T) {
+			k := keys(fmt.Sprintf("w%v", commitFirst), 1, clock().Add(time.Hour))
+			first := open(t, ctx, f.Server)
+			if s, err := first.tx().ClaimKeys(ctx, slices.Clone(k)); err != nil || len(s) != 0 {
+				t.Fatalf("first claim: %v, %v", s, err)
+			}
+			second := open(t, ctx, f.Server)
+			var contested []string
+			done := async(func() (err error) {
+				contested, err = second.tx().ClaimKeys(ctx, slices.Clone(k))
+				return err
+			})
+			blocked(t, done, f.LockWait/4, "a claim of a key another branch claimed")
+			must(t, first.end(commitFirst))
+			must(t, <-done)
+			if got := len(contested) == 1; got != commitFirst {
+				t.Fatalf("contested after the first's commit=%v: %v", commitFirst, contested)
+			}
+			must(t, second.end(true))
+			if ids := storedIDs(t, ctx, f); !slices.Contains(ids, k[0].ID) {
+				t.Fatalf("key %s not stored", k[0].ID)
+			}
+		})
+	}
+}
+
+// Property (exactly one owner): branches claiming overlapping sets of keys
+// at once, each looking up its contested ids before it commits (as a
+// checkpoint does), own every key exactly once between them: the owned
+// ids are those it claimed uncontested, and the contested ones no
+// committed row holds.
+func testClaimRace(t *testing.T, ctx context.Context, f Fixture) {
+	const branches, pool, each = 6, 300, 120
+	all := keys("race", pool, clock().Add(time.Hour))
+	owned := make([][]string, branches)
+	errs := make([]<-chan error, branches)
+	for i := range branches {
+		var mine []driver.DedupKey
+		for j := range each {
+			mine = append(mine, all[(i*37+j*7)%pool])
+		}
+		b := open(t, ctx, f.Server)
+		errs[i] = async(func() error {
+			contested, err := b.tx().ClaimKeys(ctx, mine)
+			if err != nil {
+				return err
+			}
+			found, err := f.Store.LookupKeys(ctx, contested)
+			if err != nil {
+				return err
+			}
+			stored := map[string]bool{}
+			for _, k := range found {
+				stored[k.ID] = true
+			}
+			for _, k := range mine {
+				if !slices.Contains(contested, k.ID) || !stored[k.ID] {
+					owned[i] = append(owned[i], k.ID)
+				}
+			}
+			return b.end(true)
+		})
+	}
+	for _, e := range errs {
+		must(t, <-e)
+	}
+	owners := map[string]int{}
+	for _, ids := range owned {
+		for _, id := range ids {
+			owners[id]++
+		}
+	}
+	claimed := map[string]bool{}
+	for i := range branches {
+		for j := range each {
+			claimed[all[(i*37+j*7)%pool].ID] = true
+		}
+	}
+	for id := range claimed {
+		if owners[id] != 1 {
+			t.Errorf("key %s owned by %d branches, want exactly 1", id, owners[id])
+		}
+	}
+	if n := len(storedIDs(t, ctx, f)); n != len(claimed) {
+		t.Errorf("%d keys stored, want the %d claimed", n, len(claimed))
+	}
+}
+
+// Property (unclaim, replace): a claimed key the checkpoint does not keep
+// is gone and no other is touched; an expired key is replaced with its new
+// content, and a live one is refused as a duplicate.
+func testUnclaimReplace(t *testing.T, ctx context.Context, f Fixture) {
+	now := clock()
+	commit(t, ctx, f, func(tx driver.StoreTx) error {
+		_, err := tx.ClaimKeys(ctx, keys("u", 3, now.Add(time.Hour)))
+		return errors.Join(err, tx.UnclaimKeys(ctx, []string{"u-00001"}))
+	})
+	if ids := storedIDs(t, ctx, f); !slices.Equal(ids, []string{"u-00000", "u-00002"}) {
+		t.Fatalf("keys after unclaim: %v", ids)
+	}
+	commit(t, ctx, f, func(tx driver.StoreTx) error {
+		_, err := tx.ClaimKeys(ctx, keys("x", 1, now.Add(-time.Minute)))
+		return err
+	})
+	fresh := driver.DedupKey{ID: "x-00000", Fingerprint: [16]byte{9}, ExpiresAt: now.Add(time.Hour)}
+	commit(t, ctx, f, func(tx driver.StoreTx) error { return tx.ReplaceKeys(ctx, []driver.DedupKey{fresh}, now) })
+	found, err := f.Store.LookupKeys(ctx, []string{"x-00000"})
+	must(t, err)
+	if len(found) != 1 || found[0] != fresh {
+		t.Fatalf("replaced key %+v, want %+v", found, fresh)
+	}
+	b := open(t, ctx, f.Server)
+	err = b.tx().ReplaceKeys(ctx, []driver.DedupKey{{ID: "u-00000", ExpiresAt: now.Add(2 * time.Hour)}}, now)
+	if code(f, err) != driver.Duplicate {
+		t.Fatalf("replacing a live key: %v (%v), want a duplicate", err, code(f, err))
+	}
+}
+
+// Property (visibility): the pools' lookups read committed keys only, and
+// never wait for a branch that holds one.
+func testLookupCommitted(t *testing.T, ctx context.Context, f Fixture) {
+	b := open(t, ctx, f.Server)
+	k := keys("v", 1, clock().Add(time.Hour))
+	if _, err := b.tx().ClaimKeys(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	found, err := f.Store.LookupKeys(ctx, idsOf(k))
+	must(t, err)
+	if len(found) != 0 || time.Since(start) > f.LockWait/2 {
+		t.Fatalf("a lookup saw an uncommitted key (%v) or waited for it (%s)", found, time.Since(start))
+	}
+	must(t, b.end(true))
+	if found, err = f.Store.LookupKeys(ctx, idsOf(k)); err != nil || len(found) != 1 {
+		t.Fatalf("after commit: %v, %v", found, err)
+	}
+}

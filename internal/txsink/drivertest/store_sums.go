@@ -1,0 +1,220 @@
+package drivertest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/billing/ledger/internal/txsink/driver"
+)
+
+func balance(account string, amount, count int64, absolute bool) driver.Balance {
+	return driver.Balance{BalanceKey: driver.BalanceKey{Account: account, Currency: "EUR"}, Amount: amount, Count: count, Absolute: absolute}
+}
+
+func storedBalance(t *testing.T, ctx context.Context, f Fixture, account string) (driver.BalanceRow, bool) {
+	t.Helper()
+	for _, b := range tables(t, ctx, f).Balances {
+		if b.Account == account {
+			return b, true
+		}
+	}
+	return driver.BalanceRow{}, false
+}
+
+// Property (locking reads): a locking read of a row another branch wrote,
+// updated or inserted, waits for that branch and then reads what it left:
+// its value when it committed, the old one (or none) when it rolled back.
+func testLockingReads(t *testing.T, ctx context.Context, f Fixture) {
+	now := clock()
+	commit(t, ctx, f, func(tx driver.StoreTx) error {
+		return tx.WriteBalances(ctx, []driver.Balance{balance("acct-1", 10, 1, false)}, now)
+	})
+	for _, c := range []struct {
+		name    string
+		account string
+		commit  bool
+		want    []driver.Balance
+	}{
+		{"update committed", "acct-1", true, []driver.Balance{balance("acct-1", 15, 2, false)}},
+		{"update rolled back", "acct-1", false, []driver.Balance{balance("acct-1", 15, 2, false)}},
+		{"insert committed", "acct-2", true, []driver.Balance{balance("acct-2", 5, 1, false)}},
+		{"insert rolled back", "acct-3", false, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			writer := open(t, ctx, f.Server)
+			must(t, writer.tx().WriteBalances(ctx, []driver.Balance{balance(c.account, 5, 1, false)}, now))
+			reader := open(t, ctx, f.Server)
+			var got []driver.Balance
+			done := async(func() (err error) {
+				got, err = reader.tx().LockBalances(ctx, []driver.BalanceKey{{Account: c.account, Currency: "EUR"}})
+				return err
+			})
+			blocked(t, done, f.LockWait/4, "a locking read of a row another branch wrote")
+			must(t, writer.end(c.commit))
+			must(t, <-done)
+			if fmt.Sprint(got) != fmt.Sprint(c.want) {
+				t.Fatalf("read %+v, want %+v", got, c.want)
+			}
+			must(t, reader.end(false))
+		})
+	}
+	// And a window's and an adjustment's, the same way.
+	w := driver.WindowSum{WindowKey: driver.WindowKey{Account: "acct-w", Currency: "EUR", Start: now.Truncate(time.Hour)}, Amount: 3, Count: 1}
+	writer := open(t, ctx, f.Server)
+	must(t, errors.Join(writer.tx().WriteWindows(ctx, []driver.WindowSum{w}, now), writer.tx().WriteAdjustments(ctx, []driver.WindowSum{w}, "c-1", now)))
+	reader := open(t, ctx, f.Server)
+	var wins, adjs []driver.WindowSum
+	done := async(func() (err error) {
+		if wins, err = reader.tx().LockWindows(ctx, []driver.WindowKey{w.WindowKey}); err == nil {
+			adjs, err = reader.tx().LockAdjustments(ctx, []driver.WindowKey{w.WindowKey})
+		}
+		return err
+	})
+	blocked(t, done, f.LockWait/4, "a locking read of a window another branch wrote")
+	must(t, writer.end(true))
+	must(t, <-done)
+	if len(wins) != 1 || len(adjs) != 1 || wins[0] != w || adjs[0] != w {
+		t.Fatalf("read windows %+v and adjustments %+v, want %+v each", wins, adjs, w)
+	}
+}
+
+// Property (no gap locks): a locking read of a row that does not exist
+// locks nothing, so another branch inserts it without waiting.
+func testNoGapLocks(t *testing.T, ctx context.Context, f Fixture) {
+	reader := open(t, ctx, f.Server)
+	got, err := reader.tx().LockBalances(ctx, []driver.BalanceKey{{Account: "nobody", Currency: "EUR"}})
+	if err != nil || len(got) != 0 {
+		t.Fatalf("locking read of a missing row: %v, %v", got, err)
+	}
+	writer := open(t, ctx, f.Server)
+	start := time.Now()
+	must(t, writer.tx().WriteBalances(ctx, []driver.Balance{balance("nobody", 1, 1, false)}, clock()))
+	if d := time.Since(start); d > f.LockWait/2 {
+		t.Fatalf("an insert waited %s behind a locking read of the missing row", d)
+	}
+	must(t, writer.end(true))
+	must(t, reader.end(false))
+}
+
+// Property (lock wait timeout): a branch waiting longer than the server's
+// lock wait timeout fails as Transient (and a checkpoint aborts and
+// replays).
+func testLockWaitTimeout(t *testing.T, ctx context.Context, f Fixture) {
+	holder := open(t, ctx, f.Server)
+	k := keys("timeout", 1, clock().Add(time.Hour))
+	if _, err := holder.tx().ClaimKeys(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	waiter := open(t, ctx, f.Server)
+	start := time.Now()
+	_, err := waiter.tx().ClaimKeys(ctx, k)
+	if code(f, err) != driver.Transient || time.Since(start) < f.LockWait/2 {
+		t.Fatalf("after %s: %v (%v), want a Transient lock wait timeout after about %s", time.Since(start), err, code(f, err), f.LockWait)
+	}
+	must(t, holder.end(false))
+}
+
+// Property (sums): adding rows add to the stored sums (creating the row),
+// absolute rows set them, updated_at is the writer's now; a sum beyond 64
+// bits fails as Overflow and changes nothing, whichever table.
+func testSums(t *testing.T, ctx context.Context, f Fixture) {
+	t0 := clock()
+	t1 := t0.Add(time.Minute)
+	commit(t, ctx, f, func(tx driver.StoreTx) error {
+		return tx.WriteBalances(ctx, []driver.Balance{balance("a", 10, 1, false), balance("b", math.MaxInt64-1, 1, false)}, t0)
+	})
+	commit(t, ctx, f, func(tx driver.StoreTx) error {
+		return tx.WriteBalances(ctx, []driver.Balance{balance("a", -3, 2, false), balance("c", 7, 7, true)}, t1)
+	})
+	if a, _ := storedBalance(t, ctx, f, "a"); a.Amount != 7 || a.Count != 3 || !a.UpdatedAt.Equal(t1) {
+		t.Fatalf("balance a %+v, want 7 over 3 at %s", a, t1)
+	}
+	if c, _ := storedBalance(t, ctx, f, "c"); c.Amount != 7 || c.Count != 7 {
+		t.Fatalf("balance c %+v, want 7 over 7", c)
+	}
+	commit(t, ctx, f, func(tx driver.StoreTx) error {
+		return tx.WriteBalances(ctx, []driver.Balance{balance("a", 100, 100, true)}, t1)
+	})
+	if a, _ := storedBalance(t, ctx, f, "a"); a.Amount != 100 || a.Count != 100 {
+		t.Fatalf("balance a %+v after an absolute write, want 100 over 100", a)
+	}
+	for _, c := range []struct {
+		name  string
+		write func(tx driver.StoreTx) error
+	}{
+		{"balance", func(tx driver.StoreTx) error {
+			return tx.WriteBalances(ctx, []driver.Balance{balance("a", 1, 1, false), balance("b", 2, 1, false)}, t1)
+		}},
+		{"window", func(tx driver.StoreTx) error {
+			w := driver.WindowSum{WindowKey: driver.WindowKey{Account: "w", Currency: "EUR", Start: t0}, Amount: math.MinInt64 + 1, Count: 1}
+			if err := tx.WriteWindows(ctx, []driver.WindowSum{w}, t0); err != nil {
+				return fmt.Errorf("first write: %w", err)
+			}
+			w.Amount = -2
+			return tx.WriteWindows(ctx, []driver.WindowSum{w}, t0)
+		}},
+		{"adjustment count", func(tx driver.StoreTx) error {
+			w := driver.WindowSum{WindowKey: driver.WindowKey{Account: "w", Currency: "EUR", Start: t0}, Amount: 1, Count: math.MaxInt64}
+			if err := tx.WriteAdjustments(ctx, []driver.WindowSum{w}, "c", t0); err != nil {
+				return fmt.Errorf("first write: %w", err)
+			}
+			w.Count = 1
+			return tx.WriteAdjustments(ctx, []driver.WindowSum{w}, "c", t0)
+		}},
+	} {
+		b := open(t, ctx, f.Server)
+		if err := c.write(b.tx()); code(f, err) != driver.Overflow {
+			t.Fatalf("%s beyond 64 bits: %v (%v), want Overflow", c.name, err, code(f, err))
+		}
+		must(t, b.end(true))
+	}
+	if a, _ := storedBalance(t, ctx, f, "a"); a.Amount != 100 || a.Count != 100 {
+		t.Fatalf("balance a %+v: the statement that overflowed changed it", a)
+	}
+	if b, _ := storedBalance(t, ctx, f, "b"); b.Amount != math.MaxInt64-1 {
+		t.Fatalf("balance b %+v: the statement that overflowed changed it", b)
+	}
+	if tb := tables(t, ctx, f); len(tb.Windows) != 1 || tb.Windows[0].Amount != math.MinInt64+1 || len(tb.Adjustments) != 1 || tb.Adjustments[0].Count != math.MaxInt64 {
+		t.Fatalf("windows %+v, adjustments %+v: a statement that overflowed changed them", tb.Windows, tb.Adjustments)
+	}
+}
+
+// Property (adjustments): every write of an adjustment records the
+// checkpoint that made it; windows keep their closed_at.
+func testAdjustments(t *testing.T, ctx context.Context, f Fixture) {
+	t0 := clock()
+	w := driver.WindowSum{WindowKey: driver.WindowKey{Account: "a", Currency: "USD", Start: t0.Truncate(time.Hour)}, Amount: 5, Count: 1}
+	commit(t, ctx, f, func(tx driver.StoreTx) error { return tx.WriteAdjustments(ctx, []driver.WindowSum{w}, "first", t0) })
+	commit(t, ctx, f, func(tx driver.StoreTx) error { return tx.WriteAdjustments(ctx, []driver.WindowSum{w}, "second", t0) })
+	tb := tables(t, ctx, f)
+	if len(tb.Adjustments) != 1 || tb.Adjustments[0].Checkpoint != "second" || tb.Adjustments[0].Amount != 10 || !tb.Adjustments[0].Start.Equal(w.Start) {
+		t.Fatalf("adjustments %+v, want one of 10 by checkpoint second", tb.Adjustments)
+	}
+}
+
+// Property (replays): an entry or a dead letter already stored at its
+// Kafka position is kept as it is when a replay writes it again.
+func testKeepStored(t *testing.T, ctx context.Context, f Fixture) {
+	t0 := clock()
+	e := driver.Entry{Partition: 1, Offset: 7, EventID: "e", Account: "a", Currency: "EUR", Amount: 3, OccurredAt: t0, WindowStart: t0.Truncate(time.Hour)}
+	d := driver.DeadLetter{Partition: 1, Offset: 8, Reason: "invalid_json", Detail: "first", Payload: []byte("x"), Size: 1}
+	commit(t, ctx, f, func(tx driver.StoreTx) error {
+		return errors.Join(tx.WriteEntries(ctx, "topic", "c1", []driver.Entry{e}, t0), tx.WriteDeadLetters(ctx, "topic", "c1", []driver.DeadLetter{d}, t0))
+	})
+	e.Amount, d.Detail = 99, "second"
+	commit(t, ctx, f, func(tx driver.StoreTx) error {
+		return errors.Join(tx.WriteEntries(ctx, "topic", "c2", []driver.Entry{e}, t0.Add(time.Minute)),
+			tx.WriteDeadLetters(ctx, "topic", "c2", []driver.DeadLetter{d}, t0.Add(time.Minute)))
+	})
+	tb := tables(t, ctx, f)
+	if len(tb.Entries) != 1 || tb.Entries[0].Amount != 3 || tb.Entries[0].Checkpoint != "c1" || !tb.Entries[0].CreatedAt.Equal(t0) {
+		t.Fatalf("entries %+v, want the first one kept", tb.Entries)
+	}
+	if len(tb.DeadLetters) != 1 || tb.DeadLetters[0].Detail != "first" || tb.DeadLetters[0].Checkpoint != "c1" {
+		t.Fatalf("dead letters %+v, want the first one kept", tb.DeadLetters)
+	}
+}

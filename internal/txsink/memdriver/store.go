@@ -1,0 +1,467 @@
+package memdriver
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/billing/ledger/internal/stmt"
+	"github.com/billing/ledger/internal/txsink/driver"
+)
+
+// The ledger's tables in a branch (driver.StoreTx) and on the pools
+// (driver.Store), over the model of ledger.go. Statements are cut as
+// mysqldriver cuts them (statementsLocked, with the sizes its statements
+// are estimated at); each runs in three steps, as one statement: its rows
+// are checked against their columns, locked (waiting for other branches),
+// then computed (overflow, the trigger) and applied, so that a statement
+// that fails changes nothing.
+
+var (
+	_ driver.StoreTx = storeTx{}
+	_ driver.Store   = (*Server)(nil)
+)
+
+// Text of mysqldriver's statements besides their rows, and of a row
+// besides its arguments: the sizes statementsLocked cuts with.
+const (
+	keysText    = 110 // INSERT INTO dedup_keys ... ON DUPLICATE KEY UPDATE ...
+	deleteText  = 120 // DELETE d FROM dedup_keys AS d FORCE INDEX (PRIMARY) WHERE ...
+	lockText    = 256 // the locking reads of seeding and sealing
+	resultBytes = 6*32 + 16
+	letterText  = 260 // INSERT INTO dead_letters (...) VALUES ... ON DUPLICATE KEY UPDATE id = id
+	entryText   = 220 // INSERT INTO ledger_entries (...) VALUES ... ON DUPLICATE KEY UPDATE ...
+)
+
+// Store is the ledger's tables in the branch the connection holds.
+func (k *Conn) Store() driver.StoreTx { return storeTx{k} }
+
+type storeTx struct{ k *Conn }
+
+// begin locks the cluster and returns the transaction of the active branch
+// the connection holds; the caller unlocks.
+func (t storeTx) begin() (*Cluster, *txn, error) {
+	c := t.k.s.c
+	c.mu.Lock()
+	if !t.k.cs.alive {
+		c.mu.Unlock()
+		return nil, nil, coded(driver.Transient, "connection %d was killed", t.k.cs.id)
+	}
+	b := t.k.cs.branch
+	if b == nil || b.state != active {
+		c.mu.Unlock()
+		return nil, nil, coded(driver.Unknown, "no active branch on connection %d", t.k.cs.id)
+	}
+	return c, b.tx, nil
+}
+
+func keyID(id string) rowID { return rowID{tKeys, id} }
+
+func (t storeTx) ClaimKeys(ctx context.Context, keys []driver.DedupKey) ([]string, error) {
+	c, tx, err := t.begin()
+	if err != nil {
+		return nil, err
+	}
+	defer c.mu.Unlock()
+	keys = slices.SortedFunc(slices.Values(keys), func(a, b driver.DedupKey) int { return strings.Compare(a.ID, b.ID) })
+	var contested []string
+	err = c.statementsLocked(len(keys), keysText, func(i int) int {
+		return stmt.RowBytes("(?,?,?)", keys[i].ID, keys[i].Fingerprint[:], keys[i].ExpiresAt)
+	}, func(start, end int) error {
+		part := keys[start:end]
+		for _, k := range part {
+			if err := checkBytes("event_id", k.ID, 128); err != nil {
+				return err
+			}
+		}
+		for _, k := range part {
+			if err := c.lockLocked(ctx, tx, keyID(k.ID)); err != nil {
+				return err
+			}
+		}
+		var insert []driver.DedupKey
+		for _, k := range part {
+			if _, ok := c.getLocked(tx, keyID(k.ID)); !ok {
+				k.ExpiresAt = datetime(k.ExpiresAt)
+				if err := c.fireLocked(tKeys, k); err != nil {
+					return err
+				}
+				insert = append(insert, k)
+			}
+		}
+		for _, k := range insert {
+			c.putLocked(tx, keyID(k.ID), k)
+		}
+		// The affected rows of the statement: a stored key counts 0.
+		if len(insert) != len(part) {
+			for _, k := range part {
+				contested = append(contested, k.ID)
+			}
+		}
+		return nil
+	})
+	return contested, err
+}
+
+func (t storeTx) UnclaimKeys(ctx context.Context, ids []string) error {
+	c, tx, err := t.begin()
+	if err != nil {
+		return err
+	}
+	defer c.mu.Unlock()
+	return c.deleteKeysLocked(ctx, tx, slices.Sorted(slices.Values(ids)), func(driver.DedupKey) bool { return true })
+}
+
+// deleteKeysLocked deletes the keys of ids that if accepts, in statements
+// of DELETE by primary key.
+func (c *Cluster) deleteKeysLocked(ctx context.Context, tx *txn, ids []string, when func(driver.DedupKey) bool) error {
+	return c.statementsLocked(len(ids), deleteText, func(i int) int { return stmt.ArgBytes(ids[i]) }, func(start, end int) error {
+		for _, id := range ids[start:end] {
+			if err := c.lockLocked(ctx, tx, keyID(id)); err != nil {
+				return err
+			}
+		}
+		for _, id := range ids[start:end] {
+			if r, ok := c.getLocked(tx, keyID(id)); ok && when(r.(driver.DedupKey)) {
+				c.deleteLocked(tx, keyID(id))
+			}
+		}
+		return nil
+	})
+}
+
+func (t storeTx) ReplaceKeys(ctx context.Context, keys []driver.DedupKey, now time.Time) error {
+	c, tx, err := t.begin()
+	if err != nil {
+		return err
+	}
+	defer c.mu.Unlock()
+	keys = slices.SortedFunc(slices.Values(keys), func(a, b driver.DedupKey) int { return strings.Compare(a.ID, b.ID) })
+	ids := make([]string, len(keys))
+	for i, k := range keys {
+		ids[i] = k.ID
+	}
+	expired := func(k driver.DedupKey) bool { return !k.ExpiresAt.After(datetime(now)) }
+	if err := c.deleteKeysLocked(ctx, tx, ids, expired); err != nil {
+		return err
+	}
+	return c.statementsLocked(len(keys), keysText, func(i int) int {
+		return stmt.RowBytes("(?,?,?)", keys[i].ID, keys[i].Fingerprint[:], keys[i].ExpiresAt)
+	}, func(start, end int) error {
+		part := keys[start:end]
+		for _, k := range part {
+			if err := checkBytes("event_id", k.ID, 128); err != nil {
+				return err
+			}
+			if err := c.lockLocked(ctx, tx, keyID(k.ID)); err != nil {
+				return err
+			}
+		}
+		for _, k := range part {
+			if _, ok := c.getLocked(tx, keyID(k.ID)); ok {
+				return coded(driver.Duplicate, "Duplicate entry '%s' for key 'PRIMARY'", k.ID)
+			}
+			if err := c.fireLocked(tKeys, k); err != nil {
+				return err
+			}
+		}
+		for _, k := range part {
+			k.ExpiresAt = datetime(k.ExpiresAt)
+			c.putLocked(tx, keyID(k.ID), k)
+		}
+		return nil
+	})
+}
+
+// journalIDs bounds the ids of one journal row (mysqldriver.JournalIDs).
+const journalIDs = 8192
+
+func (t storeTx) JournalKeys(ctx context.Context, expires time.Time, ids []string) error {
+	c, tx, err := t.begin()
+	if err != nil {
+		return err
+	}
+	defer c.mu.Unlock()
+	// Rows of at most journalIDs ids and a blob of at most half of what
+	// the budget leaves besides the statement's text (a blob is sent
+	// escaped, up to twice its size), as mysqldriver's.
+	const head, overhead = 56, 64
+	maxBlob := (c.budget - head - overhead) / 2
+	var rows [][]string
+	var blobs []int
+	for _, id := range ids {
+		if len(id) == 0 || len(id) > 255 {
+			return coded(driver.Unknown, "dedup journal: event id of %d bytes", len(id))
+		}
+		if n := len(rows); n == 0 || len(rows[n-1]) == journalIDs || blobs[n-1]+1+len(id) > maxBlob {
+			rows, blobs = append(rows, nil), append(blobs, 0)
+		}
+		rows[len(rows)-1] = append(rows[len(rows)-1], id)
+		blobs[len(blobs)-1] += 1 + len(id)
+	}
+	return c.statementsLocked(len(rows), head, func(i int) int { return overhead + 2*blobs[i] }, func(start, end int) error {
+		for _, ids := range rows[start:end] {
+			c.autoInc[tJournal]++
+			r := driver.JournalRow{Seq: c.autoInc[tJournal], ExpiresAt: datetime(expires), IDs: slices.Clone(ids)}
+			id := rowID{tJournal, intKey(r.Seq)}
+			c.locks[id], tx.locks[id] = tx, struct{}{}
+			c.putLocked(tx, id, r)
+		}
+		return nil
+	})
+}
+
+func balanceID(k driver.BalanceKey) rowID { return rowID{tBalances, key(k.Account, k.Currency)} }
+
+func windowID(t table, k driver.WindowKey) rowID {
+	return rowID{t, key(k.Account, k.Currency, intKey(k.Start.UnixMicro()))}
+}
+
+// lockReadLocked is a locking read by primary key of the row id: it waits
+// for a lock another transaction holds (a row it writes, or inserts), then
+// locks the row if it exists; a row that does not exist is not locked (no
+// gap locks under READ COMMITTED).
+func (c *Cluster) lockReadLocked(ctx context.Context, tx *txn, id rowID) (any, bool, error) {
+	for {
+		h := c.lockedByOther(tx, id)
+		if h == nil {
+			break
+		}
+		if err := c.waitLocked(ctx, tx, h, id); err != nil {
+			return nil, false, err
+		}
+	}
+	r, ok := c.getLocked(tx, id)
+	if ok {
+		c.locks[id], tx.locks[id] = tx, struct{}{}
+	}
+	return r, ok, nil
+}
+
+func (t storeTx) LockBalances(ctx context.Context, keys []driver.BalanceKey) ([]driver.Balance, error) {
+	c, tx, err := t.begin()
+	if err != nil {
+		return nil, err
+	}
+	defer c.mu.Unlock()
+	keys = slices.SortedFunc(slices.Values(keys), func(a, b driver.BalanceKey) int {
+		return cmp.Or(strings.Compare(a.Account, b.Account), strings.Compare(a.Currency, b.Currency))
+	})
+	var out []driver.Balance
+	err = c.statementsLocked(len(keys), lockText, func(i int) int { return stmt.ArgBytes(keys[i].Account) + 32 }, func(start, end int) error {
+		for _, k := range keys[start:end] {
+			r, ok, err := c.lockReadLocked(ctx, tx, balanceID(k))
+			if err != nil {
+				return err
+			}
+			if ok {
+				b := r.(driver.BalanceRow)
+				out = append(out, driver.Balance{BalanceKey: b.BalanceKey, Amount: b.Amount, Count: b.Count})
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+func (t storeTx) LockWindows(ctx context.Context, keys []driver.WindowKey) ([]driver.WindowSum, error) {
+	return t.lockWindows(ctx, tWindows, keys)
+}
+
+func (t storeTx) LockAdjustments(ctx context.Context, keys []driver.WindowKey) ([]driver.WindowSum, error) {
+	return t.lockWindows(ctx, tAdjustments, keys)
+}
+
+func compareWindowKeys(a, b driver.WindowKey) int {
+	return cmp.Or(strings.Compare(a.Account, b.Account), strings.Compare(a.Currency, b.Currency), a.Start.Compare(b.Start))
+}
+
+func (t storeTx) lockWindows(ctx context.Context, tb table, keys []driver.WindowKey) ([]driver.WindowSum, error) {
+	c, tx, err := t.begin()
+	if err != nil {
+		return nil, err
+	}
+	defer c.mu.Unlock()
+	keys = slices.SortedFunc(slices.Values(keys), compareWindowKeys)
+	var out []driver.WindowSum
+	err = c.statementsLocked(len(keys), lockText, func(i int) int { return stmt.ArgBytes(keys[i].Account) + 80 }, func(start, end int) error {
+		for _, k := range keys[start:end] {
+			r, ok, err := c.lockReadLocked(ctx, tx, windowID(tb, k))
+			if err != nil {
+				return err
+			}
+			if !ok {
+				continue
+			}
+			switch w := r.(type) {
+			case driver.WindowRow:
+				out = append(out, driver.WindowSum{WindowKey: w.WindowKey, Amount: w.Amount, Count: w.Count})
+			case driver.AdjustmentRow:
+				out = append(out, driver.WindowSum{WindowKey: w.WindowKey, Amount: w.Amount, Count: w.Count})
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// sums is one row of an upsert of sums, whatever its table: its key
+// (driver.BalanceKey or driver.WindowKey, as the columns keep it), and the
+// amount and count to add or set.
+type sums struct {
+	id            rowID
+	key           any
+	account, cur  string
+	amount, count int64
+	absolute      bool
+}
+
+// upsertSumsLocked writes rows of sums as mysqldriver's upserts do: the
+// adding rows in statements of their own, then the setting ones; build
+// makes the stored row from the old one (nil when none) and the new sums.
+func (c *Cluster) upsertSumsLocked(ctx context.Context, tx *txn, tb table, rows []sums, rowText int, build func(s sums, old any, amount, count int64) any) error {
+	for _, abs := range []bool{false, true} {
+		var part []sums
+		for _, r := range rows {
+			if r.absolute == abs {
+				part = append(part, r)
+			}
+		}
+		err := c.statementsLocked(len(part), 200, func(i int) int { return stmt.ArgBytes(part[i].account) + rowText }, func(start, end int) error {
+			return c.upsertStatementLocked(ctx, tx, tb, part[start:end], build)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *Cluster) upsertStatementLocked(ctx context.Context, tx *txn, tb table, part []sums, build func(s sums, old any, amount, count int64) any) error {
+	for _, r := range part {
+		if err := cmp.Or(checkBytes("account_id", r.account, 64), checkASCII("currency", r.cur, 3)); err != nil {
+			return err
+		}
+	}
+	for _, r := range part {
+		if err := c.lockLocked(ctx, tx, r.id); err != nil {
+			return err
+		}
+	}
+	next := map[rowID]any{} // the statement's rows as it leaves them
+	for _, r := range part {
+		old, ok := next[r.id]
+		if !ok {
+			old, ok = c.getLocked(tx, r.id)
+		}
+		amount, count := r.amount, r.count
+		if ok && !r.absolute {
+			a, n := storedSums(old)
+			var err error
+			if amount, err = addBigint(amountColumn(tb), a, r.amount); err != nil {
+				return err
+			}
+			if count, err = addBigint("event_count", n, r.count); err != nil {
+				return err
+			}
+		}
+		if !ok {
+			old = nil
+		}
+		row := build(r, old, amount, count)
+		if err := c.fireLocked(tb, row); err != nil {
+			return err
+		}
+		next[r.id] = row
+	}
+	for id, row := range next {
+		c.putLocked(tx, id, row)
+	}
+	return nil
+}
+
+func amountColumn(tb table) string {
+	if tb == tBalances {
+		return "balance_minor"
+	}
+	return "amount_minor"
+}
+
+func storedSums(row any) (int64, int64) {
+	switch r := row.(type) {
+	case driver.BalanceRow:
+		return r.Amount, r.Count
+	case driver.WindowRow:
+		return r.Amount, r.Count
+	case driver.AdjustmentRow:
+		return r.Amount, r.Count
+	}
+	return 0, 0
+}
+
+func (t storeTx) WriteBalances(ctx context.Context, rows []driver.Balance, now time.Time) error {
+	c, tx, err := t.begin()
+	if err != nil {
+		return err
+	}
+	defer c.mu.Unlock()
+	ss := make([]sums, len(rows))
+	for i, r := range rows {
+		ss[i] = sums{balanceID(r.BalanceKey), r.BalanceKey, r.Account, r.Currency, r.Amount, r.Count, r.Absolute}
+	}
+	return c.upsertSumsLocked(ctx, tx, tBalances, ss, resultBytes, func(s sums, old any, amount, count int64) any {
+		b := driver.BalanceRow{BalanceKey: s.key.(driver.BalanceKey)}
+		if old != nil {
+			b = old.(driver.BalanceRow)
+		}
+		b.Amount, b.Count, b.UpdatedAt = amount, count, datetime(now)
+		return b
+	})
+}
+
+func windowSums(tb table, rows []driver.WindowSum) []sums {
+	ss := make([]sums, len(rows))
+	for i, r := range rows {
+		k := r.WindowKey
+		k.Start = datetime(k.Start)
+		ss[i] = sums{windowID(tb, k), k, r.Account, r.Currency, r.Amount, r.Count, r.Absolute}
+	}
+	return ss
+}
+
+func (t storeTx) WriteWindows(ctx context.Context, rows []driver.WindowSum, now time.Time) error {
+	c, tx, err := t.begin()
+	if err != nil {
+		return err
+	}
+	defer c.mu.Unlock()
+	return c.upsertSumsLocked(ctx, tx, tWindows, windowSums(tWindows, rows), resultBytes, func(s sums, old any, amount, count int64) any {
+		w := driver.WindowRow{WindowKey: s.key.(driver.WindowKey)}
+		if old != nil {
+			w = old.(driver.WindowRow)
+		}
+		w.Amount, w.Count, w.UpdatedAt = amount, count, datetime(now)
+		return w
+	})
+}
+
+func (t storeTx) WriteAdjustments(ctx context.Context, rows []driver.WindowSum, checkpoint string, now time.Time) error {
+	c, tx, err := t.begin()
+	if err != nil {
+		return err
+	}
+	defer c.mu.Unlock()
+	if err := checkBytes("checkpoint_id", checkpoint, 64); err != nil {
+		return err
+	}
+	return c.upsertSumsLocked(ctx, tx, tAdjustments, windowSums(tAdjustments, rows), resultBytes+stmt.ArgBytes(checkpoint), func(s sums, old any, amount, count int64) any {
+		a := driver.AdjustmentRow{WindowKey: s.key.(driver.WindowKey)}
+		if old != nil {
+			a = old.(driver.AdjustmentRow)
+		}
+		a.Amount, a.Count, a.UpdatedAt, a.Checkpoint = amount, count, datetime(now), checkpoint
+		return a
+	})
+}

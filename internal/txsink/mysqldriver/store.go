@@ -1,0 +1,121 @@
+package mysqldriver
+
+import (
+	"context"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/billing/ledger/internal/stmt"
+	"github.com/billing/ledger/internal/txsink/driver"
+)
+
+// The ledger's tables (driver.Store, driver.StoreTx): the statements of
+// dedup.go, ledger.go and deadletters.go, on a server's pools or in a
+// branch's connection.
+
+var (
+	_ driver.Store   = (*Server)(nil)
+	_ driver.StoreTx = tables{}
+)
+
+// Stores are the servers' ledger tables for the pipeline, in the order of
+// Servers.
+func (d *Driver) Stores() []driver.Store {
+	out := make([]driver.Store, len(d.servers))
+	for i, s := range d.servers {
+		out[i] = s
+	}
+	return out
+}
+
+// LookupKeys reads the stored dedup keys of ids on the pool.
+func (s *Server) LookupKeys(ctx context.Context, ids []string) ([]driver.DedupKey, error) {
+	return lookupKeys(ctx, s, ids)
+}
+
+// CleanupKeys deletes expired dedup keys on the cleanup pool.
+func (s *Server) CleanupKeys(ctx context.Context, now time.Time, batch, max int) (int64, error) {
+	return cleanupKeys(ctx, s.cleanup, now, batch, max, s.MaxStatementBytes())
+}
+
+// DeleteEntries deletes old ledger entries on the cleanup pool.
+func (s *Server) DeleteEntries(ctx context.Context, before time.Time, batch, max int) (int64, error) {
+	return deleteOldEntries(ctx, s.cleanup, before, batch, max)
+}
+
+// Store is the ledger's tables in the branch c holds.
+func (c *Conn) Store() driver.StoreTx { return tables{c} }
+
+// MaxStatementBytes is the budget of the connection's server.
+func (c *Conn) MaxStatementBytes() int { return c.sv.MaxStatementBytes() }
+
+// tables runs the ledger's statements on a branch's connection.
+type tables struct{ c *Conn }
+
+func (t tables) ClaimKeys(ctx context.Context, keys []driver.DedupKey) ([]string, error) {
+	return claimKeys(ctx, t.c, keys)
+}
+
+func (t tables) UnclaimKeys(ctx context.Context, ids []string) error {
+	return unclaimKeys(ctx, t.c, ids)
+}
+
+func (t tables) ReplaceKeys(ctx context.Context, keys []driver.DedupKey, now time.Time) error {
+	return replaceKeys(ctx, t.c, keys, now)
+}
+
+func (t tables) JournalKeys(ctx context.Context, expires time.Time, ids []string) error {
+	return journalKeys(ctx, t.c, expires, ids)
+}
+
+func (t tables) LockBalances(ctx context.Context, keys []driver.BalanceKey) ([]driver.Balance, error) {
+	return lockBalances(ctx, t.c, keys)
+}
+
+func (t tables) LockWindows(ctx context.Context, keys []driver.WindowKey) ([]driver.WindowSum, error) {
+	return lockWindows(ctx, t.c, tableWindows, keys)
+}
+
+func (t tables) LockAdjustments(ctx context.Context, keys []driver.WindowKey) ([]driver.WindowSum, error) {
+	return lockWindows(ctx, t.c, tableAdjustments, keys)
+}
+
+func (t tables) WriteBalances(ctx context.Context, rows []driver.Balance, now time.Time) error {
+	return writeBalances(ctx, t.c, rows, now)
+}
+
+func (t tables) WriteWindows(ctx context.Context, rows []driver.WindowSum, now time.Time) error {
+	return writeWindows(ctx, t.c, tableWindows, rows, "", now)
+}
+
+func (t tables) WriteAdjustments(ctx context.Context, rows []driver.WindowSum, checkpoint string, now time.Time) error {
+	return writeWindows(ctx, t.c, tableAdjustments, rows, checkpoint, now)
+}
+
+func (t tables) WriteEntries(ctx context.Context, topic, checkpoint string, entries []driver.Entry, now time.Time) error {
+	return writeEntries(ctx, t.c, topic, checkpoint, entries, now)
+}
+
+func (t tables) WriteDeadLetters(ctx context.Context, topic, checkpoint string, letters []driver.DeadLetter, now time.Time) error {
+	return writeDeadLetters(ctx, t.c, topic, checkpoint, letters, now)
+}
+
+func (t tables) SealWindows(ctx context.Context, from, to time.Time, max int, now time.Time) (int, bool, error) {
+	return sealWindows(ctx, t.c, from, to, max, now)
+}
+
+// LookupKeys reads the stored dedup keys of ids on db, a pool of one of a
+// ledger's servers opened apart from a Driver (the operator's tools), with
+// the smallest statement budget the service accepts.
+func LookupKeys(ctx context.Context, db *sqlx.DB, ids []string) ([]driver.DedupKey, error) {
+	return lookupKeys(ctx, minimalPool{db}, ids)
+}
+
+type minimalPool struct{ db *sqlx.DB }
+
+func (p minimalPool) Select(ctx context.Context, dest any, query string, args ...any) error {
+	return p.db.SelectContext(ctx, dest, query, args...)
+}
+
+func (minimalPool) MaxStatementBytes() int { return stmt.Budget(stmt.MinPacket) }
