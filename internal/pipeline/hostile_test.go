@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jmoiron/sqlx"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -399,9 +401,12 @@ func awaitStableGroup(ctx context.Context, t *testing.T, brokers []string, group
 // record is one dead letter with a prefix of at least a quarter of the
 // packet less 4 KiB, and no attempt fails.
 func TestDeadLettersOnAServerOfOneMiBPackets(t *testing.T) {
-	e := newEnvWith(t, 1, envOptions{topicConfigs: map[string]string{"max.message.bytes": "2097152"}})
+	// On a server of its own: MariaDB's limit is global, and every other
+	// test's connections opened meanwhile would get it.
+	admin := testenv.OwnMariaDB(t)
 	const packet = 1 << 20
-	testenv.SetGlobal(t, testenv.MySQL(t), "max_allowed_packet", packet)
+	testenv.SetGlobal(t, admin, "max_allowed_packet", packet)
+	e := newEnvWith(t, 1, envOptions{topicConfigs: map[string]string{"max.message.bytes": "2097152"}, admin: admin})
 	quoted := bytes.Repeat([]byte("'\"\\\x00\n"), 200<<10)
 	var recs []*kgo.Record
 	var junk [][]byte
@@ -438,5 +443,57 @@ func TestDeadLettersOnAServerOfOneMiBPackets(t *testing.T) {
 		if r.Size != len(v) || len(r.Payload) < packet/4-4096 || !bytes.Equal(r.Payload, v[:len(r.Payload)]) {
 			t.Errorf("dead letter %d: %d bytes of a %d-byte value (size %d), want a prefix of at least %d", i, len(r.Payload), len(v), r.Size, packet/4-4096)
 		}
+	}
+}
+
+// A max_allowed_packet lowered while the service runs (an operator's SET
+// GLOBAL to 1 MiB, the budget read at start at the server's 16 MiB): MariaDB
+// answers the first statement over the new limit by dropping the
+// connection, not with error 1153, so the retry ladder took it for a
+// transient failure and every replay failed the same way: the partition
+// stalled until a restart. Now a write that lost its connection rereads the
+// limits once and is cut to the new budget: every event counts, every junk
+// record is one dead letter.
+func TestALimitLoweredWhileRunningIsFollowed(t *testing.T) {
+	admin := testenv.OwnMariaDB(t) // the limit is global: never the shared server's
+	e := newEnvWith(t, 1, envOptions{topicConfigs: map[string]string{"max.message.bytes": "8388608"}, admin: admin})
+	produce(t, e, ev{"before", "acct-v", 1, "EUR", t0}.record(""))
+	in := start(t, e, func(c *Config, _ *sinkConfig) { c.DeadLetterPayloadBytes = 4 << 20 })
+	waitCounted(t, e.db, 1, 0)
+	if b := in.sink.MaxStatementBytes(0); b <= 2<<20 {
+		t.Fatalf("statement budget %d at start: want the server's default limit, above 2 MiB", b)
+	}
+	const packet = 1 << 20
+	own, err := sql.Open("mysql", admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer own.Close()
+	own.SetMaxOpenConns(1)
+	if _, err := own.Exec(fmt.Sprintf("SET GLOBAL max_allowed_packet = %d", packet)); err != nil {
+		t.Fatal(err)
+	}
+	// A session keeps the limit it connected with: end the service's
+	// connections (as a wait_timeout or a failover would), so that its
+	// pools reconnect under the new one.
+	var ids []int64
+	if err := sqlx.NewDb(own, "mysql").Select(&ids, `SELECT id FROM information_schema.PROCESSLIST WHERE id <> CONNECTION_ID() AND command <> 'Daemon'`); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		_, _ = own.Exec(fmt.Sprintf("KILL %d", id))
+	}
+	junk := bytes.Repeat([]byte{'j'}, 5<<18) // 1.25 MiB: the statement a quarter over the new limit
+	var recs []*kgo.Record
+	for range 3 {
+		recs = append(recs, &kgo.Record{Key: []byte("k"), Value: junk})
+	}
+	for i := range 50 {
+		recs = append(recs, ev{fmt.Sprintf("v-%d", i), "acct-v", 1, "EUR", t0}.record(""))
+	}
+	produce(t, e, recs...)
+	waitCounted(t, e.db, 51, 3)
+	if b := in.sink.MaxStatementBytes(0); b != stmt.Budget(packet) {
+		t.Errorf("statement budget %d after the limit fell, want %d: the limits were not reread", b, stmt.Budget(packet))
 	}
 }

@@ -35,13 +35,18 @@ type envOptions struct {
 	topicConfigs map[string]string // topic-level settings (max.message.bytes)
 	dsnParams    string            // appended to the database's DSN ("&maxAllowedPacket=…")
 	create       []string          // CREATE DATABASE options ("CHARACTER SET latin1")
+	admin        string            // the server's admin DSN (testenv.OwnMariaDB); "": the shared one
 }
 
 func newEnvWith(t *testing.T, partitions int, o envOptions) *env {
 	t.Helper()
 	e := &env{brokers: testenv.Kafka(t)}
 	e.topic = testenv.NewTopicWithConfigs(t, e.brokers, partitions, o.topicConfigs)
-	e.dsn, e.db = testenv.LedgerDB(t, o.create...)
+	if o.admin != "" {
+		e.dsn, e.db = testenv.LedgerDBOn(t, o.admin, testenv.RandomName("t_"), o.create...)
+	} else {
+		e.dsn, e.db = testenv.LedgerDB(t, o.create...)
+	}
 	e.dsn += o.dsnParams
 	return e
 }

@@ -37,11 +37,18 @@ type attemptOutcome struct {
 	moved     bool        // txsink.ErrFrontierMoved
 	refused   bool        // a refusal of the data a trial can reproduce (refusedForData)
 	oversized bool        // of refused: a row over its statement's budget (a bug)
+	// lostInWrite: a Transient failure of the write step. MariaDB answers
+	// a statement over a max_allowed_packet lowered since the budget was
+	// read by dropping the connection while the client sends it, not with
+	// error 1153 (drivertest's TooLargeOnceTheLimitFell): a lost
+	// connection there may be a limit that fell.
+	lostInWrite bool
 }
 
 func (c *Checkpointer) outcomeOf(info CheckpointInfo, stopped bool) attemptOutcome {
 	return attemptOutcome{failed: info.Err != nil && !info.Decided, stopped: stopped, code: c.sink.Code(info.Err),
-		moved: errors.Is(info.Err, txsink.ErrFrontierMoved), refused: c.refusedForData(info.Err), oversized: oversized(info.Err)}
+		moved: errors.Is(info.Err, txsink.ErrFrontierMoved), refused: c.refusedForData(info.Err), oversized: oversized(info.Err),
+		lostInWrite: c.sink.Code(info.Err) == driver.Transient && info.FailedPhase == stepWrite.phase()}
 }
 
 // ladder is what the attempts of one snapshot have tried so far.
@@ -72,8 +79,11 @@ func (m move) String() string { return moveNames[m] }
 //     to maxFrontierRetries times;
 //   - the server refused a sum (Overflow): retried once in careful mode,
 //     every key seeded, each event checked against the stored values;
-//   - a statement exceeded the server's packet limit (TooLarge): the limits
-//     are reread and the snapshot retried once, cut to the new budget;
+//   - a statement exceeded the server's packet limit (TooLarge), or the
+//     write step lost its connection (how MariaDB refuses a statement over
+//     a limit lowered since it was read): the limits are reread and the
+//     snapshot retried once, cut to the new budget (without it a lowered
+//     limit would fail every replay until a restart);
 //   - the server refused the data itself (Data, or an Overflow in careful
 //     mode), or a row exceeded its statement's budget (a bug): retried
 //     once (one failure could be a fluke); failing again, the records
@@ -91,7 +101,7 @@ func (l ladder) next(o attemptOutcome) (move, ladder) {
 	case o.code == driver.Overflow && !l.careful:
 		l.careful = true
 		return moveRetry, l
-	case o.code == driver.TooLarge && !l.refreshed:
+	case (o.code == driver.TooLarge || o.lostInWrite) && !l.refreshed:
 		l.refreshed = true
 		return moveRefresh, l
 	case o.refused && !l.dataRetried:

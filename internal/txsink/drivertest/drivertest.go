@@ -57,11 +57,13 @@ type Fixture struct {
 	// Packet returns a fixture on the same ledger whose max_allowed_packet
 	// is n bytes (the smaller of the server's and the client's).
 	Packet func(t *testing.T, n int) Fixture
-	// LowerPacket lowers the server's max_allowed_packet to n for the
-	// statements that follow, the budget left as read (an operator's SET
-	// GLOBAL, until the next RefreshLimits); nil when the harness cannot
-	// do it alone.
-	LowerPacket func(t *testing.T, n int)
+	// LowerPacket returns a fixture (this one, or one on a server of the
+	// test's own) whose server's max_allowed_packet was lowered to n after
+	// its budget was read (an operator's SET GLOBAL, until the next
+	// RefreshLimits); nil when the harness cannot do it alone. A server
+	// shared with other tests is never lowered: MariaDB's limit is global,
+	// and every connection opened meanwhile, other tests' too, would get it.
+	LowerPacket func(t *testing.T, n int) Fixture
 }
 
 // Harness makes fixtures.

@@ -210,7 +210,7 @@ func testTooLarge(t *testing.T, ctx context.Context, f Fixture) {
 	const packet = 1 << 20
 	big := bytes.Repeat([]byte{'x'}, packet+packet/4)
 	letters := []driver.DeadLetter{{Partition: 0, Offset: 1, Reason: "payload_too_large", Payload: big, Size: len(big), SHA256: sha256.Sum256(big)}}
-	f.LowerPacket(t, packet)
+	f = f.LowerPacket(t, packet)
 	b := open(t, ctx, f.Server)
 	if err := b.tx().WriteDeadLetters(ctx, "t", "c", letters, clock()); code(f, err) != driver.TooLarge && code(f, err) != driver.Transient {
 		t.Fatalf("a statement over the lowered limit: %v (%v), want TooLarge or a lost connection", err, code(f, err))

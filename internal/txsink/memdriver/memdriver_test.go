@@ -30,8 +30,8 @@ func (h harness) New(ctx context.Context, t *testing.T) drivertest.Fixture {
 		Store:       s,
 		Tables:      func(context.Context) (driver.Tables, error) { return c.Tables(), nil },
 		LockWait:    opts.LockWait,
-		LowerPacket: func(_ *testing.T, n int) { c.SetMaxAllowedPacket(n) },
 	}
+	f.LowerPacket = func(_ *testing.T, n int) drivertest.Fixture { c.SetMaxAllowedPacket(n); return f }
 	f.Packet = func(t *testing.T, n int) drivertest.Fixture {
 		c.SetMaxAllowedPacket(n)
 		if err := s.RefreshLimits(ctx); err != nil {

@@ -20,8 +20,13 @@ type fixtures struct{}
 // New makes a ledger database on the test server (MariaDB from `make
 // test`, or MySQL 8.4 through testcontainers), a scratch table for the
 // suite's writes, and a second account without any privilege.
-func (fixtures) New(ctx context.Context, t *testing.T) drivertest.Fixture {
+func (h fixtures) New(ctx context.Context, t *testing.T) drivertest.Fixture {
 	dsn, _ := testenv.LedgerDB(t)
+	return h.on(ctx, t, dsn)
+}
+
+// on makes the fixture on the ledger database dsn.
+func (fixtures) on(ctx context.Context, t *testing.T, dsn string) drivertest.Fixture {
 	d := open(ctx, t, dsn)
 	db := d.Server(0).DB()
 	if _, err := db.ExecContext(ctx, `CREATE TABLE conformance_kv (k VARBINARY(64) PRIMARY KEY, v VARBINARY(64) NOT NULL)`); err != nil {
@@ -46,13 +51,26 @@ func (fixtures) New(ctx context.Context, t *testing.T) drivertest.Fixture {
 		Store:    d.Server(0),
 		Tables:   func(ctx context.Context) (driver.Tables, error) { return readTables(ctx, db) },
 		LockWait: lockWait,
-		// MariaDB's max_allowed_packet is global, read by a session when
-		// it connects: the pool keeps no connection opened before, and
-		// SET GLOBAL is restored when the test ends.
-		LowerPacket: func(t *testing.T, n int) {
-			db.SetMaxIdleConns(0)
-			testenv.SetGlobal(t, testenv.MySQL(t), "max_allowed_packet", n)
-		},
+	}
+	// MariaDB's max_allowed_packet is global, read by a session when it
+	// connects: the suite's property runs on a server of the test's own
+	// (never the shared one, whose other tests would get the limit too),
+	// whose limit is lowered once the fixture's budget was read; its pool
+	// keeps no connection opened before.
+	f.LowerPacket = func(t *testing.T, n int) drivertest.Fixture {
+		admin := testenv.OwnMariaDB(t)
+		dsn, _ := testenv.LedgerDBOn(t, admin, testenv.RandomName("t_"))
+		g := fixtures{}.on(ctx, t, dsn)
+		g.Server.(*mysqldriver.Server).DB().SetMaxIdleConns(0)
+		own, err := sql.Open("mysql", admin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer own.Close()
+		if _, err := own.ExecContext(ctx, fmt.Sprintf("SET GLOBAL max_allowed_packet = %d", n)); err != nil {
+			t.Fatal(err)
+		}
+		return g
 	}
 	f.Packet = func(t *testing.T, n int) drivertest.Fixture {
 		cfg, err := mysql.ParseDSN(dsn)
