@@ -117,8 +117,10 @@ func InDoubt(t testing.TB, db *sqlx.DB, prefix string) int {
 // session reads the global value when it connects), so a test that needs
 // a server configured otherwise changes the global and opens its
 // connections afterwards. The change reaches every connection opened on
-// that server meanwhile, other tests' too: keep it to values the service
-// adapts to, and the test short. Tests that change the same variable take
+// that server meanwhile, other tests' too (packages run in parallel): a
+// test that needs a limit other tests would trip over (a lowered
+// max_allowed_packet) runs on a server of its own (OwnMariaDB) and sets it
+// there; on a shared server keep it to values every test copes with. Tests that change the same variable take
 // turns (a named lock on the server, held until the value is restored).
 func SetGlobal(t testing.TB, admin, name string, value any) {
 	t.Helper()
