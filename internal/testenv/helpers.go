@@ -170,3 +170,28 @@ func SetGlobal(t testing.TB, admin, name string, value any) {
 		}
 	})
 }
+
+// DocumentsEveryFlag fails t unless the document at path (relative to the
+// test's package) names, in backquotes, every flag a command's -help
+// output lists (lines "  -name ..." of the flag package's usage).
+func DocumentsEveryFlag(t testing.TB, help, path string) {
+	t.Helper()
+	docs, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(help, "\n") {
+		if !strings.HasPrefix(line, "  -") {
+			continue
+		}
+		flag := strings.Fields(line)[0]
+		n++
+		if !strings.Contains(string(docs), "`"+flag+"`") {
+			t.Errorf("%s does not document %s", path, flag)
+		}
+	}
+	if n < 5 {
+		t.Fatalf("-help listed %d flags", n)
+	}
+}
