@@ -68,3 +68,7 @@ func (p *Pipeline) Nudge() { p.wakePoll() }
 // Kill stops the instance for err as a failed settings check does:
 // polling ends and nothing more is checkpointed; Run returns err.
 func (p *Pipeline) Kill(err error) { p.fail(err) }
+
+// AbortAfter is the age after which the recovery aborts an undecided
+// checkpoint (abortAfter).
+func (c *Config) AbortAfter() time.Duration { return c.abortAfter() }

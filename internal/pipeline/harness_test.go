@@ -309,17 +309,8 @@ func (w *world) start(name string, args map[string]string, skew time.Duration, h
 		id = fmt.Sprintf("%s%d", name, n)
 	}
 	in := &instance{w: w, name: name, id: id, group: cfg.KafkaGroup, cfg: cfg, done: make(chan struct{})}
-	in.now = w.clock.Now
-	if skew != 0 || hostClock {
-		host := func() time.Time { return w.clock.Now().Add(skew) }
-		in.now = host
-		if !hostClock {
-			lc := ledgerclock.New(host)
-			if err := lc.Sync(w.ctx, serverClock{w.clock}); err != nil {
-				return nil, err
-			}
-			in.now = lc.Now
-		}
+	if in.now, err = w.clockOf(skew, hostClock); err != nil {
+		return nil, err
 	}
 	scfg := service.SinkConfig(cfg, w.log)
 	scfg.Instance, scfg.Now = id, in.now
@@ -354,6 +345,24 @@ func (w *world) start(name string, args map[string]string, skew time.Duration, h
 		in.paused.Store(false)
 	}()
 	return in, nil
+}
+
+// clockOf is the processing time of a process whose host's clock is off
+// by skew: the ledger's clock as the service measures it (package
+// ledgerclock), or with hostClock its host's own.
+func (w *world) clockOf(skew time.Duration, hostClock bool) (func() time.Time, error) {
+	if skew == 0 && !hostClock {
+		return w.clock.Now, nil
+	}
+	host := func() time.Time { return w.clock.Now().Add(skew) }
+	if hostClock {
+		return host, nil
+	}
+	lc := ledgerclock.New(host)
+	if err := lc.Sync(w.ctx, serverClock{w.clock}); err != nil {
+		return nil, err
+	}
+	return lc.Now, nil
 }
 
 // serverClock is the control server's clock, as ledgerclock reads it.

@@ -69,6 +69,7 @@ import (
 //	fail op=OP code=C [times=N] [server=S]  the next N OP on S fail (memdriver.Fail)
 //	packet bytes=N [server=S] [refresh] the server's max_allowed_packet (SET GLOBAL)
 //	claim as=x partitions=(0,1)         another process claims partitions (raises their epochs)
+//	recover as=r [skew=DUR [clock=host]] another process's recovery pass (its clock as start's)
 //	change-periods KEY=VALUE ... [fence]  billing periods change (fence: every partition's epoch + 1)
 //	checkpointer name=c [KEY=VALUE ...] a Checkpointer alone; feed name=c: records fed to it
 func TestScenarios(t *testing.T) {
@@ -123,6 +124,7 @@ var commands = map[string]func(*command) string{
 	"fail":           (*command).fail,
 	"packet":         (*command).packet,
 	"claim":          (*command).claim,
+	"recover":        (*command).recover,
 	"change-periods": (*command).changePeriods,
 	"checkpointer":   (*command).checkpointer,
 	"feed":           (*command).feed,
@@ -230,17 +232,23 @@ func (cm *command) settleCmd() string {
 	return lines(append(cm.w.flush(), cm.w.assigned()), "")
 }
 
+// skew is the command's skew= (a host clock that is off), zero if none.
+func (cm *command) skew() time.Duration {
+	s := cm.opt("skew", "")
+	if s == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		cm.fatalf("%v", err)
+	}
+	return d
+}
+
 func (cm *command) start() string {
 	w := cm.w
-	var skew time.Duration
-	if s := cm.opt("skew", ""); s != "" {
-		var err error
-		if skew, err = time.ParseDuration(s); err != nil {
-			cm.fatalf("%v", err)
-		}
-	}
 	cm.settle()
-	in, err := w.start(cm.arg("name"), cm.vars(), skew, cm.opt("clock", "ledger") == "host")
+	in, err := w.start(cm.arg("name"), cm.vars(), cm.skew(), cm.opt("clock", "ledger") == "host")
 	if err != nil {
 		return "refused: " + err.Error()
 	}
@@ -650,6 +658,31 @@ func (cm *command) packet() string {
 		}
 	}
 	return "ok"
+}
+
+// recover runs one recovery pass of another process (a recoverer whose
+// host's clock is off by skew), with the service's age after which an
+// undecided checkpoint is aborted.
+func (cm *command) recover() string {
+	w := cm.w
+	cfg, _ := w.settings(nil)
+	now, err := w.clockOf(cm.skew(), cm.opt("clock", "ledger") == "host")
+	if err != nil {
+		cm.fatalf("%v", err)
+	}
+	scfg := service.SinkConfig(cfg, w.log)
+	scfg.Instance, scfg.Now = cm.arg("as"), now
+	sink, _, err := w.sinkFor(scfg, nil)
+	if err != nil {
+		cm.fatalf("%v", err)
+	}
+	defer sink.Close()
+	pcfg := service.PipelineConfig(cfg, nil, w.log, nil)
+	res, err := sink.Recover(w.ctx, pcfg.AbortAfter())
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	return fmt.Sprintf("committed %d, rolled back %d, too young to abort %d, holders ended %d, in doubt %d", res.Committed, res.RolledBack, res.Skipped, res.Ended, len(res.Remaining))
 }
 
 // claimer is a sink of another process (a woken instance, billing periods
