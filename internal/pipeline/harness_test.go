@@ -275,7 +275,8 @@ func (c heldControl) Commit(ctx context.Context, d driver.Decision, scope driver
 	if armed {
 		select {
 		case <-release:
-		case <-ctx.Done():
+		case <-ctx.Done(): // CHECKPOINT_TIMEOUT: the hold ends with it
+			c.in.releaseHold()
 			return 0, ctx.Err()
 		}
 	}

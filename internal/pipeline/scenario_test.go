@@ -51,6 +51,7 @@ import (
 //	pause name=a | resume name=a        the group hears nothing from it (its heartbeats answered
 //	                                    for it): it loses its partitions without knowing
 //	hold name=a | release name=a        its next commit decision waits, branches prepared
+//	expire name=a                       until the held decision times out (CHECKPOINT_TIMEOUT)
 //	produce                             records, one a line (see recordLine)
 //	checkpoint name=a                   its next checkpoint, now; waits until it ends and the
 //	                                    world settles (or the decision is held)
@@ -108,6 +109,7 @@ var commands = map[string]func(*command) string{
 	"resume":         (*command).resume,
 	"hold":           (*command).hold,
 	"release":        (*command).release,
+	"expire":         (*command).expire,
 	"produce":        (*command).produce,
 	"checkpoint":     (*command).checkpoint,
 	"tick":           (*command).tick,
@@ -335,8 +337,22 @@ func (cm *command) hold() string {
 }
 
 func (cm *command) release() string {
+	cm.instance().releaseHold()
+	return cm.collect()
+}
+
+// expire waits, without releasing it, until the held decision gives up
+// on its own (CHECKPOINT_TIMEOUT, in real time), then as release.
+func (cm *command) expire() string {
+	in := cm.instance()
+	if err := cm.w.waitFor(in.name+"'s held decision to time out", func() (bool, string) { return in.heldGtrid() == "", "held" }); err != nil {
+		cm.fatalf("%v", err)
+	}
+	return cm.collect()
+}
+
+func (cm *command) collect() string {
 	w, in := cm.w, cm.instance()
-	in.releaseHold()
 	// The released checkpoint ends and is collected, and its instance
 	// rewinds if it must, paused or not; then the others settle.
 	if err := w.waitFor(in.name+"'s checkpoint to end", func() (bool, string) {
