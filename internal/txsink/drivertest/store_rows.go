@@ -197,6 +197,31 @@ func testDeadLetterSizes(t *testing.T, ctx context.Context, f Fixture) {
 	}
 }
 
+// Property (numbering): the ids of the dead letters one write stores
+// ascend in the order of its rows, as InnoDB numbers the rows of a
+// multi-row INSERT; a statement later in the write, higher ids.
+func testDeadLetterOrder(t *testing.T, ctx context.Context, f Fixture) {
+	var letters []driver.DeadLetter
+	for i := range 64 {
+		v := []byte(fmt.Sprint("letter ", i))
+		letters = append(letters, driver.DeadLetter{Partition: 11, Offset: int64(1000 - i), Reason: "invalid_json", Payload: v, Size: len(v), SHA256: sha256.Sum256(v)})
+	}
+	commit(t, ctx, f, func(tx driver.StoreTx) error { return tx.WriteDeadLetters(ctx, "t", "c", letters, clock()) })
+	var got []int64
+	for _, d := range tables(t, ctx, f).DeadLetters { // in id order
+		if d.Partition == 11 {
+			got = append(got, d.Offset)
+		}
+	}
+	want := make([]int64, len(letters))
+	for i, d := range letters {
+		want[i] = d.Offset
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("offsets in id order %v, want the order written %v", got, want)
+	}
+}
+
 // Property (a limit that fell): a statement larger than the server's
 // max_allowed_packet (an operator lowered it to 1 MiB since the budget was
 // read) is refused: as TooLarge (error 1153; memdriver), or, as MariaDB

@@ -55,27 +55,36 @@ func (c *Cluster) insertNewLocked(ctx context.Context, tx *txn, tb table, n int,
 			return err
 		}
 	}
-	next := map[rowID]any{}
+	// The new rows in the order given: auto-increment ids are numbered in
+	// the order of a multi-row INSERT's rows, as InnoDB numbers them.
+	type newRow struct {
+		id  rowID
+		row any
+	}
+	var next []newRow
+	seen := map[rowID]bool{}
 	for i := range n {
 		if _, ok := c.getLocked(tx, id(i)); ok {
 			continue
 		}
-		if _, ok := next[id(i)]; ok {
+		if seen[id(i)] {
 			continue
 		}
 		r := row(i)
 		if err := c.fireLocked(tb, r); err != nil {
 			return err
 		}
-		next[id(i)] = r
+		seen[id(i)] = true
+		next = append(next, newRow{id(i), r})
 	}
-	for rid, r := range next {
+	for _, nr := range next {
+		r := nr.row
 		if l, ok := r.(driver.DeadLetterRow); ok {
 			c.autoInc[tDeadLetters]++
 			l.ID = c.autoInc[tDeadLetters]
 			r = l
 		}
-		c.putLocked(tx, rid, r)
+		c.putLocked(tx, nr.id, r)
 	}
 	return nil
 }
