@@ -95,8 +95,12 @@ type childResult struct {
 	// the end of the catch-up.
 	SteadyInserted int64 `json:"steady_inserted,omitempty"`
 	SteadyDeleted  int64 `json:"steady_deleted,omitempty"`
-	// Tables: the row counts of SampleTables during the catch-up.
-	Tables map[string]rowStats `json:"tables,omitempty"`
+	// Tables: the row counts of SampleTables during the catch-up;
+	// LiveTables during the live phase, where the input comes at the
+	// steady -live-rate the ledger keeps up with (what the cleanup must
+	// keep bounded in production, beside a catch-up at full speed).
+	Tables     map[string]rowStats `json:"tables,omitempty"`
+	LiveTables map[string]rowStats `json:"live_tables,omitempty"`
 
 	LiveRecords int64     `json:"live_records"`
 	Live        unitStats `json:"live"`
@@ -742,9 +746,15 @@ func streaming(spec childSpec, cfg config.Config, cmds <-chan string) (childResu
 			res.Err = err.Error()
 		}
 	}()
+	stopLiveSampling := func() map[string]rowStats { return nil }
 	for cmd := range cmds {
 		switch {
 		case cmd == "live-start":
+			if stop, err := startSampling(spec); err != nil {
+				childLogger().Warn("counting rows in the live phase", "err", err)
+			} else {
+				stopLiveSampling = stop
+			}
 			col.startLive()
 		case strings.HasPrefix(cmd, "live-end "):
 			n, _ := strconv.ParseInt(strings.TrimPrefix(cmd, "live-end "), 10, 64)
@@ -752,6 +762,7 @@ func streaming(spec childSpec, cfg config.Config, cmds <-chan string) (childResu
 			rt0, _ := roundTrips.snapshot()
 			ok := waitOrFail(col, n, spec.Timeout, live.runErr)
 			rt1, _ := roundTrips.snapshot()
+			res.LiveTables = stopLiveSampling()
 			col.mu.Lock()
 			res.LiveTimeout = !ok
 			res.Live = summarize(col.liveUnits, col.liveStart)

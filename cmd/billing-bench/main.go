@@ -668,6 +668,9 @@ func oneLine(m measurement) string {
 	if len(r.Tables) > 0 {
 		s += "; " + tablesLine(r)
 	}
+	if len(r.LiveTables) > 0 {
+		s += "; live: " + liveTablesLine(r)
+	}
 	if m.Ledger != "" {
 		s += ", ledger " + m.Ledger
 	}

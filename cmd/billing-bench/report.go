@@ -320,6 +320,9 @@ func renderTable(o *options, infos []variantInfo, ms []measurement) string {
 		if len(m.Result.Tables) > 0 {
 			fmt.Fprintf(&b, "%s %s: during the catch-up, %s\n", m.Variant, m.Mode, tablesLine(m.Result))
 		}
+		if len(m.Result.LiveTables) > 0 {
+			fmt.Fprintf(&b, "%s %s: during the live phase, %s\n", m.Variant, m.Mode, liveTablesLine(m.Result))
+		}
 	}
 	b.WriteString(`
 events/s: sustained catch-up rate (records after the first checkpoint/batch/poll, over the time
