@@ -221,10 +221,10 @@ func (x *execution) write(ctx context.Context, st step, now time.Time) ([]sealRe
 		t := time.Now()
 		s := &sealed[b.Participant]
 		err := b.Read(func(tx driver.StoreTx) (err error) {
-			s.n, s.done, err = tx.SealWindows(ctx, st.seal.from, st.seal.to, st.seal.max, now)
+			s.rows, s.done, err = tx.SealWindows(ctx, st.seal.from, st.seal.to, st.seal.max, now)
 			return err
 		})
-		if s.n > 0 {
+		if len(s.rows) > 0 {
 			b.Wrote()
 		}
 		took[b.Participant] = time.Since(t)

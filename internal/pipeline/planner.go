@@ -118,15 +118,17 @@ type result struct {
 	sealed    []sealResult      // write: by participant
 }
 
-// seededSums are the stored rows a seed read found.
+// seededSums are the stored rows a seed read found, whole.
 type seededSums struct {
-	balances         []driver.Balance
-	windows, adjusts []driver.WindowSum
+	balances []driver.BalanceRow
+	windows  []driver.WindowRow
+	adjusts  []driver.AdjustmentRow
 }
 
-// sealResult is what one participant's sealing did.
+// sealResult is what one participant's sealing did: the rows it sealed,
+// as they were.
 type sealResult struct {
-	n    int
+	rows []driver.WindowRow
 	done bool
 }
 
@@ -340,10 +342,11 @@ func (p *planner) aggregate() {
 		for _, b := range s.balances {
 			p.agg.seedBalance(balanceKey{b.Account, b.Currency}, total{amount: b.Amount, count: b.Count, exists: true})
 		}
-		for j, ws := range [][]driver.WindowSum{s.windows, s.adjusts} {
-			for _, w := range ws {
-				p.agg.seedWindow(windowKey{w.Account, w.Currency, w.Start.Unix()}, total{amount: w.Amount, count: w.Count, exists: true}, j == 1)
-			}
+		for _, w := range s.windows {
+			p.agg.seedWindow(windowKey{w.Account, w.Currency, w.Start.Unix()}, total{amount: w.Amount, count: w.Count, exists: true}, false)
+		}
+		for _, w := range s.adjusts {
+			p.agg.seedWindow(windowKey{w.Account, w.Currency, w.Start.Unix()}, total{amount: w.Amount, count: w.Count, exists: true}, true)
 		}
 	}
 	p.o.count(p.agg, p.cfg.prefix, p.cfg.entries)
@@ -382,7 +385,7 @@ func (p *planner) afterWrites(sealed []sealResult) {
 	p.allSealed = !p.et.sealTo.IsZero()
 	for i := range works {
 		if i < len(sealed) {
-			p.tally.sealed += sealed[i].n
+			p.tally.sealed += len(sealed[i].rows)
 		}
 		if works[i].seal && (i >= len(sealed) || !sealed[i].done) {
 			p.allSealed = false
