@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/billing/ledger/internal/txsink/driver"
 )
 
 // genString draws strings a JSON encoder can get wrong: every ASCII
@@ -197,5 +199,42 @@ func TestDamagedOutboxIsAnError(t *testing.T) {
 	bad := append([]byte{tagTrue}, raw[1:]...) // a bool where a string is
 	if _, err := DecodeRow(tb, bad, nil); err == nil {
 		t.Error("a bool in a string column decoded")
+	}
+}
+
+// The store's rows in the binary form decode as the table's columns.
+func TestStoreRowsAsTheTablesColumns(t *testing.T) {
+	at := time.Date(2026, 11, 29, 13, 5, 1, 123456000, time.UTC)
+	start := at.Truncate(time.Hour)
+	for name, c := range map[string]struct {
+		table string
+		raw   []byte
+		want  Row
+	}{
+		"balance": {AccountBalances, BalanceRow(nil, driver.BalanceRow{BalanceKey: driver.BalanceKey{Account: "a", Currency: "EUR"}, Amount: -5, Count: 2, UpdatedAt: at}),
+			Row{"account_id": "a", "currency": "EUR", "balance_minor": int64(-5), "event_count": int64(2), "updated_at": at}},
+		"open window": {BillingWindows, WindowRow(nil, driver.WindowRow{WindowKey: driver.WindowKey{Account: "a", Currency: "EUR", Start: start}, Amount: 1, Count: 1, UpdatedAt: at}),
+			Row{"account_id": "a", "currency": "EUR", "window_start": start, "amount_minor": int64(1), "event_count": int64(1), "updated_at": at, "closed_at": nil}},
+		"sealed window": {ClosedWindows, WindowRow(nil, driver.WindowRow{WindowKey: driver.WindowKey{Account: "a", Currency: "EUR", Start: start}, Amount: 1, Count: 1, UpdatedAt: at, ClosedAt: at}),
+			Row{"account_id": "a", "currency": "EUR", "window_start": start, "amount_minor": int64(1), "event_count": int64(1), "updated_at": at, "closed_at": at}},
+		"old adjustment": {WindowAdjustments, AdjustmentRow(nil, driver.AdjustmentRow{WindowKey: driver.WindowKey{Account: "a", Currency: "EUR", Start: start}, Amount: 1, Count: 1, UpdatedAt: at}),
+			Row{"account_id": "a", "currency": "EUR", "window_start": start, "amount_minor": int64(1), "event_count": int64(1), "updated_at": at, "checkpoint_id": nil}},
+		"entry": {LedgerEntries, EntryRow(nil, driver.EntryRow{Topic: "t", Checkpoint: "g", CreatedAt: at, Entry: driver.Entry{Partition: 3, Offset: 9, EventID: "e", Account: "a",
+			Currency: "EUR", Amount: 4, OccurredAt: at, WindowStart: start, Late: true}}),
+			Row{"kafka_topic": "t", "kafka_partition": int64(3), "kafka_offset": int64(9), "event_id": "e", "account_id": "a", "currency": "EUR",
+				"amount_minor": int64(4), "occurred_at": at, "window_start": start, "late": true, "checkpoint_id": "g", "created_at": at}},
+	} {
+		tb, _ := Lookup(c.table)
+		want, err := Canonical(tb, c.want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := RowOf(tb, c.raw)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if g, _ := Canonical(tb, got); g != want {
+			t.Errorf("%s: %s, want %s", name, g, want)
+		}
 	}
 }

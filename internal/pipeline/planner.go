@@ -144,6 +144,10 @@ type planConfig struct {
 	servers    int
 	careful    bool // every key seeded (the retry after an overflow)
 	trial      bool // stop after the writes (isolation)
+	// changelog: every key is seeded (its row before is the change's
+	// before image), written absolute or inserted, and the changes go to
+	// the outbox (changes.go).
+	changelog bool
 }
 
 // placement places keys on participants (txsink.Sink).
@@ -178,6 +182,7 @@ type planner struct {
 	agg       *aggregate
 	risky     riskySet
 	seeded    []seededSums
+	images    images // changelog: the rows before
 	openFrom  time.Time
 	allSealed bool
 	tally     tally
@@ -226,6 +231,9 @@ func (p *planner) advance(r result) {
 		p.classify()
 	case stepSeed:
 		p.seeded, p.next = r.seeded, step{kind: stepAggregate}
+		if p.cfg.changelog {
+			p.images = newImages(r.seeded)
+		}
 	case stepAggregate:
 		p.aggregate()
 	case stepWrite:
@@ -286,12 +294,18 @@ func (p *planner) classify() {
 	p.o = classify(p.snap.records, p.snap.dead, p.cp, p.now, p.cfg.ttl, p.cfg.prefix)
 	p.tally.duplicates = p.o.duplicates
 	p.agg = newAggregate(p.cfg.window)
+	p.agg.images = p.cfg.changelog
 	rb, rw, ra := p.agg.riskyKeys(p.o.fresh, p.cfg.careful)
+	if len(rb)+len(rw)+len(ra) > 0 {
+		p.tally.careful = true
+	}
+	if p.cfg.changelog {
+		rb, rw, ra = p.agg.riskyKeys(p.o.fresh, true)
+	}
 	if len(rb)+len(rw)+len(ra) == 0 {
 		p.next = step{kind: stepAggregate}
 		return
 	}
-	p.tally.careful = true
 	p.risky = riskySet{rb, rw, ra}
 	p.next = step{kind: stepSeed, seeds: p.seedKeys()}
 }

@@ -23,7 +23,7 @@ func (k windowKey) row() driver.WindowKey {
 func toBalances(rows []balanceRow) []driver.Balance {
 	out := make([]driver.Balance, len(rows))
 	for i, r := range rows {
-		out[i] = driver.Balance{BalanceKey: r.balanceKey.row(), Amount: r.amount, Count: r.count, Absolute: r.absolute}
+		out[i] = driver.Balance{BalanceKey: r.balanceKey.row(), Amount: r.amount, Count: r.count, Absolute: r.absolute, New: r.insert}
 	}
 	return out
 }
@@ -31,7 +31,7 @@ func toBalances(rows []balanceRow) []driver.Balance {
 func toWindows(rows []windowRow) []driver.WindowSum {
 	out := make([]driver.WindowSum, len(rows))
 	for i, r := range rows {
-		out[i] = driver.WindowSum{WindowKey: r.windowKey.row(), Amount: r.amount, Count: r.count, Absolute: r.absolute}
+		out[i] = driver.WindowSum{WindowKey: r.windowKey.row(), Amount: r.amount, Count: r.count, Absolute: r.absolute, New: r.insert}
 	}
 	return out
 }
