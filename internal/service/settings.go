@@ -23,7 +23,7 @@ import (
 func SinkConfig(cfg config.Config, log *slog.Logger) txsink.Config {
 	return txsink.Config{
 		Branches: cfg.MySQLBranches, Group: cfg.KafkaGroup, Topic: cfg.KafkaTopic,
-		StepTimeout: cfg.CheckpointTimeout, Logger: log,
+		StepTimeout: cfg.CheckpointTimeout, Logger: log, Changelog: cfg.ChangelogTopicPrefix != "",
 	}
 }
 
@@ -53,6 +53,7 @@ func PipelineConfig(cfg config.Config, kopts []kgo.Opt, log *slog.Logger, onChec
 		Logger:           log,
 		OnCheckpoint:     onCheckpoint,
 		ProgressInterval: cfg.LogProgress,
+		Changelog:        cfg.ChangelogTopicPrefix != "",
 	}
 }
 
