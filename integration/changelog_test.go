@@ -178,3 +178,44 @@ func cleanupChangelogTopics(t *testing.T, brokers []string, prefix string) {
 		_, _ = kadm.NewClient(cl).DeleteTopics(ctx, topics...)
 	})
 }
+
+// The service's own changelog read by Flink SQL (integration/jvm
+// flink-read, from Maven Central jars) with debezium-json and
+// upsert-kafka: every reading gives exactly MariaDB's rows (the last image
+// of every key, every sealed window, every entry), with no chain broken.
+// JVM_TESTS=1 runs it (testenv.JVM).
+func TestFlinkReadsTheServicesChangelog(t *testing.T) {
+	jvm := testenv.JVM(t)
+	e := newTestEnv(t, 3)
+	prefix := "cl-" + e.topic
+	cleanupChangelogTopics(t, e.brokers, prefix)
+	w := newWorkload("fl", 2000)
+	testenv.Produce(t, e.brokers, e.topic, w.records...)
+	p := e.start(t, "one", map[string]string{"CHANGELOG_TOPIC_PREFIX": prefix, "CHANGELOG_TOPIC_PARTITIONS": "3",
+		"CHANGELOG_TOPIC_REPLICATION": "1", "LEDGER_ENTRIES": "true", "WINDOW_CLOSE_AFTER": "30m"})
+	waitCounted(t, e, w, 120*time.Second)
+	waitPublished(t, e.dsn, 60*time.Second)
+	p.Signal(syscall.SIGTERM)
+	if err := p.Wait(t, 30*time.Second); err != nil {
+		t.Fatalf("exit: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	d, err := mysqldriver.Open(ctx, []string{e.dsn}, mysqldriver.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	want, err := changelogtest.TableRows(ctx, []changelogtest.Scanner{d.Server(0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	topics := map[string]string{}
+	for _, tb := range changelog.Tables() {
+		topics[tb.Name] = publisher.Topic(prefix, tb.Name)
+		if len(want[tb.Name]) == 0 {
+			t.Fatalf("%s: no row: the run exercised nothing", tb.Name)
+		}
+	}
+	flinkReads(ctx, t, jvm, e.brokers, topics, want)
+}

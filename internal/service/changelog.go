@@ -57,8 +57,13 @@ func openChangelog(ctx context.Context, cfg config.Config, c *conns, l *Ledger, 
 	}, nil
 }
 
-// register adds the changelog's gauges to the instance's metrics.
+// register adds the changelog's gauges to the instance's metrics; they
+// stay 0 without the changelog (cp nil), so that rules and dashboards
+// find them on every instance.
 func (cp *changelogParts) register(m *metrics.Metrics) {
+	if cp == nil {
+		cp = &changelogParts{backlog: publisher.NewBacklog(nil, 1, 0, nil)}
+	}
 	gauge := func(name, help string, v func() float64) {
 		m.Registry().MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "billing", Name: name, Help: help}, v))
 	}
@@ -75,7 +80,7 @@ func (cp *changelogParts) register(m *metrics.Metrics) {
 		})
 	gauge("changelog_publishing", "1 while this instance holds the changelog's lease and publishes.",
 		func() float64 {
-			if cp.pub.Active() {
+			if cp.pub != nil && cp.pub.Active() {
 				return 1
 			}
 			return 0

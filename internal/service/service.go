@@ -138,8 +138,8 @@ func Run(ctx context.Context, cfg config.Config, o Options) error {
 	}
 	if cl != nil {
 		checks.Hold = cl.backlog.Hold
-		cl.register(m)
 	}
+	cl.register(m)
 	mon.Start(checks)
 
 	// Health checks and sampling go on during the graceful shutdown (lag
