@@ -114,50 +114,76 @@ func waitCounted(t *testing.T, e *testEnv, w *workload, timeout time.Duration) {
 // published (the hint: the outbox rows are deleted).
 func waitPublished(t *testing.T, dsn string, timeout time.Duration) {
 	t.Helper()
-	d, err := mysqldriver.Open(context.Background(), []string{dsn}, mysqldriver.Options{})
-	if err != nil {
+	if err := published(context.Background(), dsn, timeout); err != nil {
 		t.Fatal(err)
 	}
+}
+
+func published(ctx context.Context, dsn string, timeout time.Duration) error {
+	d, err := mysqldriver.Open(ctx, []string{dsn}, mysqldriver.Options{})
+	if err != nil {
+		return err
+	}
 	defer d.Close()
-	testenv.Eventually(t, timeout, "every checkpoint published", func() (bool, string) {
-		ctx := context.Background()
+	deadline := time.Now().Add(timeout)
+	for {
 		pos, err1 := d.Control().CommitPosition(ctx)
 		st, err2 := d.Control().Changelog(ctx)
-		return err1 == nil && err2 == nil && pos.Visible == pos.Decided && st.Published == pos.Decided,
-			fmt.Sprintf("position %+v, changelog %+v (%v %v)", pos, st, err1, err2)
-	})
+		if err1 == nil && err2 == nil && pos.Visible == pos.Decided && st.Published == pos.Decided {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("not every checkpoint published within %s: position %+v, changelog %+v (%v %v)", timeout, pos, st, err1, err2)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // checkChangelog reads the changelog's topics read_committed and checks
 // them against the ledger's tables.
 func checkChangelog(t *testing.T, brokers []string, dsn, prefix string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	c, err := changelogtest.Consume(ctx, []kgo.Opt{kgo.SeedBrokers(brokers...)}, prefix)
+	summary, rows, err := changelogMatches(context.Background(), brokers, dsn, prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
+	for _, table := range []string{changelog.AccountBalances, changelog.BillingWindows, changelog.ClosedWindows, changelog.LedgerEntries} {
+		if rows[table] == 0 {
+			t.Errorf("%s: no row: the run exercised nothing", table)
+		}
+	}
+	t.Log(summary)
+}
+
+// changelogMatches is the consumer's check of the changelog of prefix
+// against the ledger's tables (changelogtest.Consume, Compare): a summary
+// and the rows of each table.
+func changelogMatches(ctx context.Context, brokers []string, dsn, prefix string) (string, map[string]int, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	c, err := changelogtest.Consume(ctx, []kgo.Opt{kgo.SeedBrokers(brokers...)}, prefix)
+	if err != nil {
+		return "", nil, err
+	}
 	d, err := mysqldriver.Open(ctx, []string{dsn}, mysqldriver.Options{})
 	if err != nil {
-		t.Fatal(err)
+		return "", nil, err
 	}
 	defer d.Close()
 	rows, err := changelogtest.TableRows(ctx, []changelogtest.Scanner{d.Server(0)})
 	if err != nil {
-		t.Fatal(err)
+		return "", nil, err
 	}
 	if err := c.Compare(rows); err != nil {
-		t.Fatal(err)
+		return "", nil, err
 	}
-	for _, table := range []string{changelog.AccountBalances, changelog.BillingWindows, changelog.ClosedWindows, changelog.LedgerEntries} {
-		if len(rows[table]) == 0 {
-			t.Errorf("%s: no row: the run exercised nothing", table)
-		}
+	n := map[string]int{}
+	for table, r := range rows {
+		n[table] = len(r)
 	}
-	t.Logf("%d events read, chains unbroken, the last images equal MariaDB's rows (%d balances, %d windows, %d sealed, %d adjustments, %d entries)",
-		c.Events, len(rows[changelog.AccountBalances]), len(rows[changelog.BillingWindows]), len(rows[changelog.ClosedWindows]),
-		len(rows[changelog.WindowAdjustments]), len(rows[changelog.LedgerEntries]))
+	return fmt.Sprintf("%d events read, chains unbroken, the last images equal MariaDB's rows (%d balances, %d windows, %d sealed, %d adjustments, %d entries)",
+		c.Events, n[changelog.AccountBalances], n[changelog.BillingWindows], n[changelog.ClosedWindows],
+		n[changelog.WindowAdjustments], n[changelog.LedgerEntries]), n, nil
 }
 
 // cleanupChangelogTopics deletes the changelog's topics when the test

@@ -106,6 +106,12 @@ type childResult struct {
 	LiveRT      float64   `json:"live_round_trips_per_unit"`
 	LiveTimeout bool      `json:"live_timed_out"`
 
+	// The changelog variant: from a checkpoint's commit in MySQL to its
+	// changes visible to a read_committed consumer (changelog.go).
+	ChangelogP50 float64 `json:"changelog_visible_p50_ms,omitempty"`
+	ChangelogP99 float64 `json:"changelog_visible_p99_ms,omitempty"`
+	ChangelogN   int     `json:"changelog_checkpoints_seen,omitempty"`
+
 	PeakRSSMiB float64 `json:"peak_rss_mib"`
 	Err        string  `json:"error,omitempty"`
 }
@@ -373,7 +379,7 @@ func openLedger(ctx context.Context, cfg config.Config, onCheckpoint func(pipeli
 	log := childLogger()
 	if cfg.ChangelogTopicPrefix != "" {
 		// Its checkpoints would fill an outbox nobody publishes.
-		return nil, pipeline.Config{}, fmt.Errorf("billing-bench has no changelog variant yet: CHANGELOG_TOPIC_PREFIX must be empty")
+		return nil, pipeline.Config{}, fmt.Errorf("sink-only has no publisher: CHANGELOG_TOPIC_PREFIX must be empty (the changelog variant measures the service)")
 	}
 	dsns, err := service.ResolveDSNs(cfg, log)
 	if err != nil {
@@ -688,6 +694,10 @@ func streaming(spec childSpec, cfg config.Config, cmds <-chan string) (childResu
 	cpu := newCPUMeter(spec.Watch)
 	var mark startMark // storing the steady keys is not the catch-up's
 	mark.take()
+	vis, err := watchVisibility(cfg)
+	if err != nil {
+		return res, err
+	}
 	in, err := start(spec, cfg, spec.Topic, spec.Group, col, mark.take)
 	if err != nil {
 		return res, err
@@ -696,6 +706,10 @@ func streaming(spec childSpec, cfg config.Config, cmds <-chan string) (childResu
 	begin, rt0, kinds0 := mark.get()
 	res.CatchUpS = time.Since(begin).Seconds()
 	res.CPU = cpu.cores()
+	if vis != nil {
+		time.Sleep(2 * time.Second) // the last checkpoints' transactions
+		res.ChangelogP50, res.ChangelogP99, res.ChangelogN = vis.result()
+	}
 	stopPacing()
 	res.Tables = stopSampling()
 	if err := steadyResult(context.Background(), steady, col, &res); err != nil {
