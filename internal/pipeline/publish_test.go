@@ -3,14 +3,17 @@ package pipeline
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/billing/ledger/internal/changelog"
 	"github.com/billing/ledger/internal/changelogtest"
@@ -281,4 +284,170 @@ func (l *publishLedger) counted() int64 {
 		}
 	}
 	return n
+}
+
+// alwaysLeased grants the publisher's lease to everyone: only Kafka's
+// fencing keeps publishers apart.
+type alwaysLeased struct{ *memdriver.Server }
+
+func (alwaysLeased) LeaseChangelog(context.Context, string, time.Duration) (bool, error) {
+	return true, nil
+}
+
+// Two publishers at once (a paused instance that wakes up and still
+// believes it holds the lease, here both all the time): each initialising
+// the one transactional id fences the other, whose transaction then fails
+// and who reads the position again from Kafka; the changelog is still
+// every change once, in order.
+func TestTwoPublishersAtOnceAreFenced(t *testing.T) {
+	l := newPublishLedger(t)
+	backlog := publisher.NewBacklog(l.control, 1000, 20*time.Millisecond, testenv.Logger())
+	bctx, stopBacklog := context.WithCancel(context.Background())
+	defer stopBacklog()
+	go backlog.Run(bctx)
+	stop := l.pipeline(t, "i1", "", backlog)
+	var pubs []*publisher.Publisher
+	for _, name := range []string{"a", "b"} {
+		p := publisher.New(publisher.Config{Prefix: "cl", Ledger: "ledger-1", Instance: name, Version: "test",
+			KafkaOpts: []kgo.Opt{kgo.SeedBrokers(l.kc.ListenAddrs()...)}, Partitions: 3, Replication: 1, MaxEvents: 30,
+			TxnTimeout: 10 * time.Second, Lease: time.Minute, Poll: 5 * time.Millisecond, Batch: 4, Logger: testenv.Logger()},
+			alwaysLeased{l.control}, l.outbox)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- p.Run(ctx) }()
+		t.Cleanup(func() {
+			cancel()
+			<-done
+		})
+		pubs = append(pubs, p)
+	}
+	prod, err := kgo.NewClient(kgo.SeedBrokers(l.kc.ListenAddrs()...), kgo.DefaultProduceTopic("billing"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	rng := rand.New(rand.NewPCG(5, 6))
+	base := time.Now().UTC().Add(-24 * time.Hour).Truncate(time.Hour)
+	const events = 400
+	for i := range events {
+		acct := fmt.Sprintf("acct-%d", rng.IntN(9))
+		v, _ := json.Marshal(ev{fmt.Sprintf("e-%d", i), acct, rng.Int64N(100), "EUR", base.Add(time.Duration(i) * 30 * time.Second).Format(time.RFC3339)})
+		if err := prod.ProduceSync(context.Background(), &kgo.Record{Key: []byte(acct), Value: v, Partition: int32(i % 2)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		if i%40 == 0 {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	testenv.Eventually(t, 60*time.Second, "every event counted", func() (bool, string) {
+		return l.counted() == events, fmt.Sprintf("%d counted", l.counted())
+	})
+	stop()
+	testenv.Eventually(t, 60*time.Second, "every checkpoint published", func() (bool, string) {
+		st, _ := l.control.Changelog(context.Background())
+		pos, _ := l.control.CommitPosition(context.Background())
+		return pos.Visible == pos.Decided && st.Published == pos.Decided, fmt.Sprintf("position %+v, published %d", pos, st.Published)
+	})
+	if pubs[0].Transactions() == 0 || pubs[1].Transactions() == 0 {
+		t.Logf("transactions committed: a %d, b %d (one publisher won every race)", pubs[0].Transactions(), pubs[1].Transactions())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := changelogtest.Consume(ctx, []kgo.Opt{kgo.SeedBrokers(l.kc.ListenAddrs()...)}, "cl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := changelogtest.TableRows(ctx, []changelogtest.Scanner{l.ds[0].(*memdriver.Server), l.ds[1].(*memdriver.Server)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Compare(rows); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d events read; transactions committed: a %d, b %d", c.Events, pubs[0].Transactions(), pubs[1].Transactions())
+}
+
+// The broker refuses the publisher for a while (its produce requests,
+// transaction ends and initialisations close the connection, as a broker
+// that went down): counting goes on into the outbox, the publisher's
+// sessions fail and start again, and once the broker answers the backlog
+// drains in order: the changelog is every change once.
+func TestPublisherThroughABrokerOutage(t *testing.T) {
+	l := newPublishLedger(t)
+	var down atomic.Bool
+	var refused atomic.Int64
+	transactional := func(req kmsg.Request) bool {
+		switch r := req.(type) {
+		case *kmsg.ProduceRequest:
+			return r.TransactionID != nil
+		case *kmsg.InitProducerIDRequest:
+			return r.TransactionalID != nil
+		case *kmsg.EndTxnRequest, *kmsg.AddPartitionsToTxnRequest:
+			return true
+		}
+		return false
+	}
+	l.kc.Control(func(req kmsg.Request) (kmsg.Response, error, bool) {
+		l.kc.KeepControl()
+		if down.Load() && transactional(req) {
+			refused.Add(1)
+			return nil, errors.New("broker down"), true
+		}
+		return nil, nil, false
+	})
+	backlog := publisher.NewBacklog(l.control, 1000, 20*time.Millisecond, testenv.Logger())
+	bctx, stopBacklog := context.WithCancel(context.Background())
+	defer stopBacklog()
+	go backlog.Run(bctx)
+	stop := l.pipeline(t, "i1", "", backlog)
+	l.publisher(t, "a", "")
+	prod, err := kgo.NewClient(kgo.SeedBrokers(l.kc.ListenAddrs()...), kgo.DefaultProduceTopic("billing"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	base := time.Now().UTC().Add(-24 * time.Hour).Truncate(time.Hour)
+	produce := func(from, to int) {
+		for i := from; i < to; i++ {
+			acct := fmt.Sprintf("acct-%d", i%7)
+			v, _ := json.Marshal(ev{fmt.Sprintf("e-%d", i), acct, int64(i), "EUR", base.Add(time.Duration(i) * time.Minute).Format(time.RFC3339)})
+			if err := prod.ProduceSync(context.Background(), &kgo.Record{Key: []byte(acct), Value: v, Partition: int32(i % 2)}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	settled := func(what string) {
+		testenv.Eventually(t, 60*time.Second, what, func() (bool, string) {
+			st, _ := l.control.Changelog(context.Background())
+			pos, _ := l.control.CommitPosition(context.Background())
+			return pos.Decided > 0 && pos.Visible == pos.Decided && st.Published == pos.Decided, fmt.Sprintf("position %+v, published %d", pos, st.Published)
+		})
+	}
+	produce(0, 100)
+	testenv.Eventually(t, 30*time.Second, "the first events counted", func() (bool, string) { return l.counted() == 100, fmt.Sprint(l.counted()) })
+	settled("the first events published")
+	down.Store(true)
+	produce(100, 300)
+	testenv.Eventually(t, 30*time.Second, "counting goes on while the broker refuses the publisher", func() (bool, string) {
+		return l.counted() == 300 && backlog.Behind() > 0 && refused.Load() > 0,
+			fmt.Sprintf("%d counted, backlog %d, %d requests refused", l.counted(), backlog.Behind(), refused.Load())
+	})
+	time.Sleep(300 * time.Millisecond) // a few failed sessions
+	down.Store(false)
+	stop()
+	settled("the backlog drained")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := changelogtest.Consume(ctx, []kgo.Opt{kgo.SeedBrokers(l.kc.ListenAddrs()...)}, "cl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := changelogtest.TableRows(ctx, []changelogtest.Scanner{l.ds[0].(*memdriver.Server), l.ds[1].(*memdriver.Server)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Compare(rows); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d events read; %d publisher requests refused during the outage", c.Events, refused.Load())
 }

@@ -121,7 +121,7 @@ func planTxn(pos Progress, cps []pending, maxEvents int) txnPlan {
 		cp := &cps[i]
 		from := 0
 		if cp.Seq == pos.Seq+1 {
-			from = pos.Parts
+			from = min(pos.Parts, len(cp.Chunks)) // more: refused by the caller
 		}
 		n := 0
 		for _, c := range cp.Chunks[from:] {

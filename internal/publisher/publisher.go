@@ -297,6 +297,10 @@ func (p *Publisher) pendingCheckpoints(ctx context.Context, pos Progress) ([]pen
 			}
 		}
 	}
+	if len(out) > 0 && pos.Parts > len(out[0].Chunks) {
+		// Another publisher deleted them: this one's position is stale.
+		return nil, fmt.Errorf("publisher: checkpoint %d has %d outbox rows, %d of them published", out[0].Seq, len(out[0].Chunks), pos.Parts)
+	}
 	return out, nil
 }
 

@@ -29,7 +29,7 @@ func SinkConfig(cfg config.Config, log *slog.Logger) txsink.Config {
 
 // MySQLOptions are the options of the ledger's servers.
 func MySQLOptions(cfg config.Config) mysqldriver.Options {
-	return mysqldriver.Options{LockWaitTimeout: cfg.MySQLLockWaitTimeout}
+	return mysqldriver.Options{LockWaitTimeout: cfg.MySQLLockWaitTimeout, Images: cfg.ChangelogTopicPrefix != ""}
 }
 
 // PipelineConfig is the pipeline's configuration. kopts are the Kafka

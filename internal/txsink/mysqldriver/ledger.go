@@ -206,7 +206,11 @@ func writeEntries(ctx context.Context, ex stmt.Execer, topic, checkpoint string,
 // latest window below the bound with an open row; its open rows are then
 // exactly the index range (window_start, NULL), read backwards, which skips
 // the rows already sealed and ends on a row of an earlier window.
-func sealWindows(ctx context.Context, q branchQuerier, from, to time.Time, max int, now time.Time) ([]driver.WindowRow, bool, error) {
+func sealWindows(ctx context.Context, q branchQuerier, from, to time.Time, max int, now time.Time, images bool) ([]driver.WindowRow, bool, error) {
+	cols := windowColumns
+	if !images {
+		cols = windowKeyColumns
+	}
 	var sealed []driver.WindowRow
 	upper := to
 	lower, args := "", []any{}
@@ -226,7 +230,7 @@ func sealWindows(ctx context.Context, q branchQuerier, from, to time.Time, max i
 		for len(sealed) < max {
 			limit := min(stmt.MaxRows, max-len(sealed))
 			var keys []windowRowSQL
-			err := q.Select(ctx, &keys, `SELECT `+windowColumns+` FROM billing_windows FORCE INDEX (billing_windows_period)
+			err := q.Select(ctx, &keys, `SELECT `+cols+` FROM billing_windows FORCE INDEX (billing_windows_period)
 				WHERE window_start = ? AND closed_at IS NULL ORDER BY window_start DESC, closed_at DESC LIMIT `+fmt.Sprint(limit)+` FOR UPDATE`, w[0])
 			if err != nil {
 				return sealed, false, err
@@ -283,7 +287,11 @@ func deleteOldEntries(ctx context.Context, db *sqlx.DB, before time.Time, batch,
 // scan waits on every row another branch of the same checkpoint has locked,
 // a wait InnoDB cannot see as a deadlock (the branches are separate
 // transactions): the checkpoint then hangs until the lock wait times out.
-func lockBalances(ctx context.Context, q querier, keys []driver.BalanceKey) ([]driver.BalanceRow, error) {
+func lockBalances(ctx context.Context, q querier, keys []driver.BalanceKey, images bool) ([]driver.BalanceRow, error) {
+	cols := balanceColumns
+	if !images {
+		cols = balanceSumColumns
+	}
 	if len(keys) == 0 {
 		return nil, nil
 	}
@@ -295,7 +303,7 @@ func lockBalances(ctx context.Context, q querier, keys []driver.BalanceKey) ([]d
 			args = append(args, k.Account, k.Currency)
 		}
 		var rows []balanceRowSQL
-		q2 := `SELECT ` + balanceColumns + ` FROM account_balances FORCE INDEX (PRIMARY) WHERE (account_id, currency) IN (` +
+		q2 := `SELECT ` + cols + ` FROM account_balances FORCE INDEX (PRIMARY) WHERE (account_id, currency) IN (` +
 			strings.Repeat("(?,?),", len(part)-1) + `(?,?)) FOR UPDATE`
 		if err := q.Select(ctx, &rows, q2, args...); err != nil {
 			return err
@@ -310,9 +318,13 @@ func lockBalances(ctx context.Context, q querier, keys []driver.BalanceKey) ([]d
 
 // lockWindows locks and reads the stored rows of window keys, whole, in
 // billing_windows; lockAdjustments in window_adjustments.
-func lockWindows(ctx context.Context, q querier, keys []driver.WindowKey) ([]driver.WindowRow, error) {
+func lockWindows(ctx context.Context, q querier, keys []driver.WindowKey, images bool) ([]driver.WindowRow, error) {
 	var out []driver.WindowRow
-	err := lockWindowKeys(ctx, q, tableWindows, windowColumns, keys, func(sel func(dest any) error) error {
+	cols := windowColumns
+	if !images {
+		cols = windowSumColumns
+	}
+	err := lockWindowKeys(ctx, q, tableWindows, cols, keys, func(sel func(dest any) error) error {
 		var rows []windowRowSQL
 		if err := sel(&rows); err != nil {
 			return err
@@ -325,9 +337,13 @@ func lockWindows(ctx context.Context, q querier, keys []driver.WindowKey) ([]dri
 	return out, err
 }
 
-func lockAdjustments(ctx context.Context, q querier, keys []driver.WindowKey) ([]driver.AdjustmentRow, error) {
+func lockAdjustments(ctx context.Context, q querier, keys []driver.WindowKey, images bool) ([]driver.AdjustmentRow, error) {
 	var out []driver.AdjustmentRow
-	err := lockWindowKeys(ctx, q, tableAdjustments, adjustmentColumns, keys, func(sel func(dest any) error) error {
+	cols := adjustmentColumns
+	if !images {
+		cols = windowSumColumns
+	}
+	err := lockWindowKeys(ctx, q, tableAdjustments, cols, keys, func(sel func(dest any) error) error {
 		var rows []adjustmentRowSQL
 		if err := sel(&rows); err != nil {
 			return err
@@ -364,6 +380,11 @@ const (
 	balanceColumns    = `account_id, currency, balance_minor, event_count, updated_at`
 	windowColumns     = `account_id, currency, window_start, amount_minor, event_count, updated_at, closed_at`
 	adjustmentColumns = `account_id, currency, window_start, amount_minor, event_count, updated_at, checkpoint_id`
+	// Without images (Options.Images), what the checkpoint needs: the
+	// sums, and the keys of the rows sealed.
+	balanceSumColumns = `account_id, currency, balance_minor, event_count`
+	windowSumColumns  = `account_id, currency, window_start, amount_minor, event_count`
+	windowKeyColumns  = `account_id, currency, window_start`
 )
 
 type balanceRowSQL struct {

@@ -64,7 +64,7 @@ func BenchmarkSealWindow(b *testing.B) {
 					if err != nil {
 						b.Fatal(err)
 					}
-					n, done, err := sealWindows(ctx, txQuerier{tx}, target, target.Add(time.Hour), 2*accounts, base)
+					n, done, err := sealWindows(ctx, txQuerier{tx}, target, target.Add(time.Hour), 2*accounts, base, false)
 					b.StopTimer()
 					_ = tx.Rollback()
 					if err != nil || len(n) != accounts || !done {

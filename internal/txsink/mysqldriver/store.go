@@ -70,15 +70,15 @@ func (t tables) JournalKeys(ctx context.Context, expires time.Time, ids []string
 }
 
 func (t tables) LockBalances(ctx context.Context, keys []driver.BalanceKey) ([]driver.BalanceRow, error) {
-	return lockBalances(ctx, t.c, keys)
+	return lockBalances(ctx, t.c, keys, t.c.sv.images)
 }
 
 func (t tables) LockWindows(ctx context.Context, keys []driver.WindowKey) ([]driver.WindowRow, error) {
-	return lockWindows(ctx, t.c, keys)
+	return lockWindows(ctx, t.c, keys, t.c.sv.images)
 }
 
 func (t tables) LockAdjustments(ctx context.Context, keys []driver.WindowKey) ([]driver.AdjustmentRow, error) {
-	return lockAdjustments(ctx, t.c, keys)
+	return lockAdjustments(ctx, t.c, keys, t.c.sv.images)
 }
 
 func (t tables) WriteBalances(ctx context.Context, rows []driver.Balance, now time.Time) error {
@@ -102,7 +102,7 @@ func (t tables) WriteDeadLetters(ctx context.Context, topic, checkpoint string, 
 }
 
 func (t tables) SealWindows(ctx context.Context, from, to time.Time, max int, now time.Time) ([]driver.WindowRow, bool, error) {
-	return sealWindows(ctx, t.c, from, to, max, now)
+	return sealWindows(ctx, t.c, from, to, max, now, t.c.sv.images)
 }
 
 func (t tables) WriteOutbox(ctx context.Context, checkpoint string, participant int, blobs [][]byte, counts []int, now time.Time) error {
