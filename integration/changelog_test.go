@@ -245,3 +245,38 @@ func TestFlinkReadsTheServicesChangelog(t *testing.T) {
 	}
 	flinkReads(ctx, t, jvm, e.brokers, topics, want)
 }
+
+// kill -9 at every step of publishing and at the protocol's steps (after
+// prepare: the Debezium problem; after the decision): a successor
+// resolves what was left, resumes from what Kafka holds, and the
+// changelog is every change once, as MariaDB holds it.
+func TestChangelogKilledAtEveryStep(t *testing.T) {
+	for _, fp := range []string{publisher.FailBeforeTxn, publisher.FailAfterProduce, publisher.FailAfterKafka, publisher.FailAfterBookkeep,
+		"after-prepare", "after-decision"} {
+		t.Run(fp, func(t *testing.T) {
+			e := newTestEnv(t, 4)
+			prefix := "cl-" + e.topic
+			cleanupChangelogTopics(t, e.brokers, prefix)
+			w := newWorkload("k", 2000)
+			testenv.Produce(t, e.brokers, e.topic, w.records...)
+			env := func(fps string) map[string]string {
+				return map[string]string{"CHANGELOG_TOPIC_PREFIX": prefix, "CHANGELOG_LEASE": "2s", "CHANGELOG_TOPIC_PARTITIONS": "3",
+					"CHANGELOG_TOPIC_REPLICATION": "1", "CHANGELOG_TRANSACTION_MAX_EVENTS": "100", "LEDGER_ENTRIES": "true",
+					"WINDOW_CLOSE_AFTER": "30m", "BILLING_FAILPOINTS": fps}
+			}
+			victim := e.start(t, "victim", env(fp+"=kill@3"))
+			if err := victim.Wait(t, 120*time.Second); err == nil || !strings.Contains(err.Error(), "killed") ||
+				!strings.Contains(victim.Output(), "failpoint "+fp+": SIGKILL") {
+				t.Fatalf("ended with %v, want killed at %s:\n%s", err, fp, victim.Output())
+			}
+			next := e.start(t, "successor", env(""))
+			waitCounted(t, e, w, 120*time.Second)
+			waitPublished(t, e.dsn, 60*time.Second)
+			next.Signal(syscall.SIGTERM)
+			if err := next.Wait(t, 30*time.Second); err != nil {
+				t.Fatalf("successor exit: %v", err)
+			}
+			checkChangelog(t, e.brokers, e.dsn, prefix)
+		})
+	}
+}
