@@ -72,20 +72,27 @@ func watchVisibility(cfg config.Config) (*visibility, error) {
 	return v, nil
 }
 
-// result stops the consumer and returns the p50 and p99 in ms and the
-// checkpoints seen.
-func (v *visibility) result() (p50, p99 float64, n int) {
+// take returns the p50 and p99 in ms and the checkpoints seen since the
+// last take, and forgets them.
+func (v *visibility) take() (p50, p99 float64, n int) {
 	if v == nil {
 		return 0, 0, 0
 	}
-	v.stop()
 	v.mu.Lock()
-	defer v.mu.Unlock()
-	s := slices.Clone(v.ms)
+	s := v.ms
+	v.ms = nil
+	v.mu.Unlock()
 	slices.Sort(s)
 	if len(s) == 0 {
 		return 0, 0, 0
 	}
 	at := func(q float64) float64 { return s[min(len(s)-1, int(q*float64(len(s))))] }
 	return at(0.5), at(0.99), len(s)
+}
+
+// close stops the consumer.
+func (v *visibility) close() {
+	if v != nil {
+		v.stop()
+	}
 }

@@ -111,6 +111,10 @@ type childResult struct {
 	ChangelogP50 float64 `json:"changelog_visible_p50_ms,omitempty"`
 	ChangelogP99 float64 `json:"changelog_visible_p99_ms,omitempty"`
 	ChangelogN   int     `json:"changelog_checkpoints_seen,omitempty"`
+	// The same in the live phase (checkpoints of CHECKPOINT_INTERVAL).
+	ChangelogLiveP50 float64 `json:"changelog_live_visible_p50_ms,omitempty"`
+	ChangelogLiveP99 float64 `json:"changelog_live_visible_p99_ms,omitempty"`
+	ChangelogLiveN   int     `json:"changelog_live_checkpoints_seen,omitempty"`
 
 	PeakRSSMiB float64 `json:"peak_rss_mib"`
 	Err        string  `json:"error,omitempty"`
@@ -698,6 +702,7 @@ func streaming(spec childSpec, cfg config.Config, cmds <-chan string) (childResu
 	if err != nil {
 		return res, err
 	}
+	defer vis.close()
 	in, err := start(spec, cfg, spec.Topic, spec.Group, col, mark.take)
 	if err != nil {
 		return res, err
@@ -708,7 +713,7 @@ func streaming(spec childSpec, cfg config.Config, cmds <-chan string) (childResu
 	res.CPU = cpu.cores()
 	if vis != nil {
 		time.Sleep(2 * time.Second) // the last checkpoints' transactions
-		res.ChangelogP50, res.ChangelogP99, res.ChangelogN = vis.result()
+		res.ChangelogP50, res.ChangelogP99, res.ChangelogN = vis.take()
 	}
 	stopPacing()
 	res.Tables = stopSampling()
@@ -764,12 +769,17 @@ func streaming(spec childSpec, cfg config.Config, cmds <-chan string) (childResu
 		switch {
 		case cmd == "live-start":
 			col.startLive()
+			vis.take() // the live phase's checkpoints only
 		case strings.HasPrefix(cmd, "live-end "):
 			n, _ := strconv.ParseInt(strings.TrimPrefix(cmd, "live-end "), 10, 64)
 			res.LiveRecords = n
 			rt0, _ := roundTrips.snapshot()
 			ok := waitOrFail(col, n, spec.Timeout, live.runErr)
 			rt1, _ := roundTrips.snapshot()
+			if vis != nil {
+				time.Sleep(2 * time.Second) // the last checkpoints' transactions
+				res.ChangelogLiveP50, res.ChangelogLiveP99, res.ChangelogLiveN = vis.take()
+			}
 			col.mu.Lock()
 			res.LiveTimeout = !ok
 			res.Live = summarize(col.liveUnits, col.liveStart)

@@ -680,6 +680,9 @@ func oneLine(m measurement) string {
 	if r.ChangelogN > 0 {
 		s += fmt.Sprintf(", changelog visible after the commit p50 %.0f ms p99 %.0f ms (%d checkpoints)", r.ChangelogP50, r.ChangelogP99, r.ChangelogN)
 	}
+	if r.ChangelogLiveN > 0 {
+		s += fmt.Sprintf(", live: p50 %.0f ms p99 %.0f ms (%d checkpoints)", r.ChangelogLiveP50, r.ChangelogLiveP99, r.ChangelogLiveN)
+	}
 	s += fmt.Sprintf(", peak RSS %.0f MiB", r.PeakRSSMiB)
 	if r.SteadyInserted > 0 {
 		s += ", " + steadyLine(r)
