@@ -138,8 +138,12 @@ func (p *Publisher) Run(ctx context.Context) error {
 			p.log.Warn("cannot take the changelog lease", "err", err)
 		case held:
 			p.active.Store(true)
+			before := p.Transactions()
 			err = p.session(ctx)
 			p.active.Store(false)
+			if p.Transactions() > before {
+				backoff = p.cfg.Poll // it published: a new failure starts over
+			}
 			if errors.Is(err, ErrSnapshotNeeded) || errors.Is(err, ErrProgressLost) || errors.Is(err, ErrCommitLogPruned) {
 				p.log.Error("the changelog cannot be published", "err", err)
 				return err
