@@ -53,7 +53,11 @@ import (
 //	                            (its -window, -timezone, -close-after and
 //	                            -ledger-entries), so that the expected ledger
 //	                            follows; with WINDOW_CLOSE_AFTER set, an audit
-//	                            trigger also watches sealed windows (A8)
+//	                            trigger also watches sealed windows (A8); with
+//	                            CHANGELOG_TOPIC_PREFIX=p the instances publish
+//	                            the changelog under p-<topic> and the
+//	                            verification adds its chain check
+//	                            (changelogMatches)
 
 // chaosProfile sizes a run.
 type chaosProfile struct {
@@ -350,6 +354,15 @@ func TestChaos(t *testing.T) {
 		"LOG_LEVEL":               envOr("CHAOS_SERVICE_LOG_LEVEL", "info"),
 	})
 	maps.Copy(base, serviceEnv)
+	// The changelog (CHANGELOG_TOPIC_PREFIX in CHAOS_SERVICE_ENV): a
+	// prefix of this run's own (the progress topic is one ledger's), its
+	// topics deleted after; the chain check joins the verification.
+	clPrefix := base["CHANGELOG_TOPIC_PREFIX"]
+	if clPrefix != "" {
+		clPrefix += "-" + topic
+		base["CHANGELOG_TOPIC_PREFIX"] = clPrefix
+		cleanupChangelogTopics(t, brokers, clPrefix)
+	}
 	envFor := func(tag string) []string {
 		var env []string
 		for k, v := range base {
@@ -520,6 +533,18 @@ func TestChaos(t *testing.T) {
 			t.Errorf("billing-verify: %v", err)
 		}
 	}
+	var clVerdict string
+	if clPrefix != "" && !t.Failed() {
+		err := published(ctx, dsn, 3*time.Minute)
+		if err == nil {
+			clVerdict, _, err = changelogMatches(ctx, brokers, dsn, clPrefix)
+		}
+		if err != nil {
+			clVerdict = "FAILED: " + err.Error()
+			t.Errorf("changelog: %v", err)
+		}
+		r.logf("changelog: %s", clVerdict)
+	}
 	writers := map[string]string{}
 	for _, in := range r.instances {
 		maps.Copy(writers, in.writers())
@@ -561,6 +586,7 @@ func TestChaos(t *testing.T) {
 
 	rep := buildReport(r, mode, faultSeed, genSeed, replay, schedule, d.results, expectedPath, verdict, audit,
 		faultsTook, settleTook, time.Since(r.began), logDir)
+	rep.Changelog = clVerdict
 	rep.Aborted = map[string]int64{"transactions": ab.txns.Load(), "records": ab.records.Load(),
 		"retries": ab.retries.Load(), "client_restarts": ab.restarts.Load()}
 	rep.log(t)
@@ -748,6 +774,7 @@ type chaosReport struct {
 	ExitsExpected   int               `json:"exits_expected"`
 	ExitsOnTheirOwn []exitRecord      `json:"exits_on_their_own"`
 	Verdict         string            `json:"verdict"`
+	Changelog       string            `json:"changelog,omitempty"` // the chain check, with CHANGELOG_TOPIC_PREFIX
 	Lost            int64             `json:"lost"`
 	CountedTwice    int64             `json:"counted_twice"`
 	DeadLetters     map[string]int64  `json:"dead_letters_expected"`
@@ -850,6 +877,9 @@ func (rep *chaosReport) log(t *testing.T) {
 		t.Logf("  billing-%d#%d (%s) exited on its own after %s: %s; last line: %s", e.Slot, e.N, e.Instance, e.Lived.Round(100*time.Millisecond), e.Exit, e.LastLine)
 	}
 	t.Logf("verdict: %s", rep.Verdict)
+	if rep.Changelog != "" {
+		t.Logf("changelog: %s", rep.Changelog)
+	}
 	t.Logf("lost %d, counted twice %d", rep.Lost, rep.CountedTwice)
 	for _, reason := range slices.Sorted(maps.Keys(rep.DeadLetters)) {
 		t.Logf("  dead letters %-26s expected %6d, actual %6d", reason, rep.DeadLetters[reason], rep.DeadLettersGot[reason])

@@ -110,6 +110,16 @@ type childResult struct {
 	LiveRT      float64   `json:"live_round_trips_per_unit"`
 	LiveTimeout bool      `json:"live_timed_out"`
 
+	// The changelog variant: from a checkpoint's commit in MySQL to its
+	// changes visible to a read_committed consumer (changelog.go).
+	ChangelogP50 float64 `json:"changelog_visible_p50_ms,omitempty"`
+	ChangelogP99 float64 `json:"changelog_visible_p99_ms,omitempty"`
+	ChangelogN   int     `json:"changelog_checkpoints_seen,omitempty"`
+	// The same in the live phase (checkpoints of CHECKPOINT_INTERVAL).
+	ChangelogLiveP50 float64 `json:"changelog_live_visible_p50_ms,omitempty"`
+	ChangelogLiveP99 float64 `json:"changelog_live_visible_p99_ms,omitempty"`
+	ChangelogLiveN   int     `json:"changelog_live_checkpoints_seen,omitempty"`
+
 	PeakRSSMiB float64 `json:"peak_rss_mib"`
 	Err        string  `json:"error,omitempty"`
 }
@@ -375,6 +385,10 @@ func (c *topicChunks) chunk(ctx context.Context, n int) ([]pipeline.Record, erro
 // onCheckpoint.
 func openLedger(ctx context.Context, cfg config.Config, onCheckpoint func(pipeline.CheckpointInfo)) (*service.Ledger, pipeline.Config, error) {
 	log := childLogger()
+	if cfg.ChangelogTopicPrefix != "" {
+		// Its checkpoints would fill an outbox nobody publishes.
+		return nil, pipeline.Config{}, fmt.Errorf("sink-only has no publisher: CHANGELOG_TOPIC_PREFIX must be empty (the changelog variant measures the service)")
+	}
 	dsns, err := service.ResolveDSNs(cfg, log)
 	if err != nil {
 		return nil, pipeline.Config{}, err
@@ -688,6 +702,11 @@ func streaming(spec childSpec, cfg config.Config, cmds <-chan string) (childResu
 	cpu := newCPUMeter(spec.Watch)
 	var mark startMark // storing the steady keys is not the catch-up's
 	mark.take()
+	vis, err := watchVisibility(cfg)
+	if err != nil {
+		return res, err
+	}
+	defer vis.close()
 	in, err := start(spec, cfg, spec.Topic, spec.Group, col, mark.take)
 	if err != nil {
 		return res, err
@@ -696,6 +715,10 @@ func streaming(spec childSpec, cfg config.Config, cmds <-chan string) (childResu
 	begin, rt0, kinds0 := mark.get()
 	res.CatchUpS = time.Since(begin).Seconds()
 	res.CPU = cpu.cores()
+	if vis != nil {
+		time.Sleep(2 * time.Second) // the last checkpoints' transactions
+		res.ChangelogP50, res.ChangelogP99, res.ChangelogN = vis.take()
+	}
 	stopPacing()
 	res.Tables = stopSampling()
 	if err := steadyResult(context.Background(), steady, col, &res); err != nil {
@@ -756,6 +779,7 @@ func streaming(spec childSpec, cfg config.Config, cmds <-chan string) (childResu
 				stopLiveSampling = stop
 			}
 			col.startLive()
+			vis.take() // the live phase's checkpoints only
 		case strings.HasPrefix(cmd, "live-end "):
 			n, _ := strconv.ParseInt(strings.TrimPrefix(cmd, "live-end "), 10, 64)
 			res.LiveRecords = n
@@ -763,6 +787,10 @@ func streaming(spec childSpec, cfg config.Config, cmds <-chan string) (childResu
 			ok := waitOrFail(col, n, spec.Timeout, live.runErr)
 			rt1, _ := roundTrips.snapshot()
 			res.LiveTables = stopLiveSampling()
+			if vis != nil {
+				time.Sleep(2 * time.Second) // the last checkpoints' transactions
+				res.ChangelogLiveP50, res.ChangelogLiveP99, res.ChangelogLiveN = vis.take()
+			}
 			col.mu.Lock()
 			res.LiveTimeout = !ok
 			res.Live = summarize(col.liveUnits, col.liveStart)

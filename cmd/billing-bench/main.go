@@ -22,7 +22,9 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/billing/ledger/internal/changelog"
 	"github.com/billing/ledger/internal/config"
+	"github.com/billing/ledger/internal/publisher"
 	"github.com/billing/ledger/internal/service"
 )
 
@@ -81,8 +83,12 @@ type variant struct {
 	// hostile: the workload is records of the maximum size (produceHostile),
 	// measured in service mode only: its peak RSS must stay bounded.
 	hostile bool
-	env     map[string]string // service settings of the variant
-	note    string
+	// changelog: the service publishes the ledger's changelog
+	// (CHANGELOG_TOPIC_PREFIX, a prefix of its own per measurement, its
+	// topics deleted after), measured in service mode only.
+	changelog bool
+	env       map[string]string // service settings of the variant
+	note      string
 }
 
 func envOr(name, def string) string {
@@ -105,7 +111,7 @@ func main() {
 	flag.Float64Var(&o.zipfS, "zipf-s", 1.1, "Zipf skew of account popularity")
 	flag.Float64Var(&o.dupRatio, "dup-ratio", 0.05, "fraction of events sent twice")
 	flag.Uint64Var(&o.seed, "seed", 1, "generator seed")
-	flag.StringVar(&variants, "variants", "default,large-state,many-accounts,steady-state", "workload variants to run: default, large-state, many-accounts, steady-state, steady-state-entries, two-servers, hostile, ledger-entries, closing")
+	flag.StringVar(&variants, "variants", "default,large-state,many-accounts,steady-state", "workload variants to run: default, large-state, many-accounts, steady-state, steady-state-entries, two-servers, hostile, ledger-entries, closing, changelog")
 	flag.StringVar(&modes, "modes", "consume-only,sink-only,naive,service", "what to measure per variant")
 	flag.StringVar(&serviceEnv, "service-env", "", "service settings over its defaults, e.g. MYSQL_BRANCHES=1,CHECKPOINT_MAX_RECORDS=20000")
 	flag.IntVar(&o.naiveBatch, "naive-batch", 0, "naive batch size (default: the service's CHECKPOINT_MAX_RECORDS)")
@@ -325,6 +331,8 @@ func run(ctx context.Context, o *options) error {
 			note: "LEDGER_ENTRIES=true: one ledger_entries row per counted event"},
 		"closing": {name: "closing", accounts: o.accounts, env: map[string]string{"WINDOW_CLOSE_AFTER": "1h"},
 			note: "WINDOW_CLOSE_AFTER=1h: the workload's 24 windows close one after the other during the run"},
+		"changelog": {name: "changelog", accounts: o.accounts, changelog: true,
+			note: "CHANGELOG_TOPIC_PREFIX set: every change published to Kafka exactly once (docs/changelog.md); service mode only"},
 		"hostile": {name: "hostile", accounts: 1000, hostile: true,
 			note: fmt.Sprintf("%d valid events padded to MAX_PAYLOAD_BYTES, one junk record of 1 MiB per %d; service mode only", o.hostileEvents, o.hostileJunkEvery)},
 	}
@@ -414,7 +422,7 @@ func runVariant(ctx context.Context, o *options, v variant, runID string, adm *k
 		env["DEDUP_CACHE_KEYS"] = fmt.Sprint(v.cacheKeys)
 	}
 	modes := o.modes
-	if v.hostile {
+	if v.hostile || v.changelog {
 		modes = []string{modeService}
 	}
 	// sink-only replays the service's checkpoints of the same repetition
@@ -483,6 +491,14 @@ func measure(ctx context.Context, o *options, v variant, mode, runID, topic, exp
 		}
 		if v.tables && (mode == modeSink || mode == modeService) {
 			spec.SampleTables = sampledTables
+		}
+		if v.changelog && mode == modeService {
+			prefix := strings.ReplaceAll(dbName, "_", "-")
+			spec.ServiceEnv = maps.Clone(spec.ServiceEnv)
+			spec.ServiceEnv["CHANGELOG_TOPIC_PREFIX"] = prefix
+			if !o.keep {
+				defer deleteChangelogTopics(adm, prefix)
+			}
 		}
 		if v.shard && (mode == modeSink || mode == modeService) {
 			if err := createDatabase(ctx, o.admin2, dbName); err != nil {
@@ -661,6 +677,12 @@ func oneLine(m measurement) string {
 	if r.LatP99 > 0 {
 		s += fmt.Sprintf(", e2e p50 %.0f ms p99 %.0f ms", r.LatP50, r.LatP99)
 	}
+	if r.ChangelogN > 0 {
+		s += fmt.Sprintf(", changelog visible after the commit p50 %.0f ms p99 %.0f ms (%d checkpoints)", r.ChangelogP50, r.ChangelogP99, r.ChangelogN)
+	}
+	if r.ChangelogLiveN > 0 {
+		s += fmt.Sprintf(", live: p50 %.0f ms p99 %.0f ms (%d checkpoints)", r.ChangelogLiveP50, r.ChangelogLiveP99, r.ChangelogLiveN)
+	}
 	s += fmt.Sprintf(", peak RSS %.0f MiB", r.PeakRSSMiB)
 	if r.SteadyInserted > 0 {
 		s += ", " + steadyLine(r)
@@ -681,4 +703,17 @@ func oneLine(m measurement) string {
 		s += ", error: " + strings.TrimSpace(m.Err+" "+r.Err)
 	}
 	return s + fmt.Sprintf(" [%.0fs]", m.WallS)
+}
+
+// deleteChangelogTopics deletes the topics of the changelog of prefix.
+func deleteChangelogTopics(adm *kadmClient, prefix string) {
+	topics := []string{publisher.ProgressTopic(prefix)}
+	for _, tb := range changelog.Tables() {
+		topics = append(topics, publisher.Topic(prefix, tb.Name))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := adm.DeleteTopics(ctx, topics...); err != nil {
+		fmt.Printf("   (cannot delete the changelog's topics of %s: %v)\n", prefix, err)
+	}
 }

@@ -48,6 +48,10 @@ type Checks struct {
 	// assigned; a member of a group that is rebalancing is not one yet.
 	// An error means Kafka could not be asked.
 	Membership func(ctx context.Context) (member bool, assigned int, err error)
+	// Hold, if set, says why checkpoints are held on purpose ("" when they
+	// are not): the changelog's backlog is full. The instance is then not
+	// ready, saying why, but alive: restarting it would not help.
+	Hold func() string
 }
 
 // Monitor holds the state of both probes. Its methods are safe for
@@ -193,6 +197,9 @@ func (m *Monitor) Live() (bool, string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	stall, pending := m.stallLocked()
+	if why := m.holdLocked(); why != "" {
+		return true, "alive, holding checkpoints: " + why
+	}
 	if stall > m.o.MaxStall {
 		return false, fmt.Sprintf("wedged: %d records have waited %s with no checkpoint committed (LIVENESS_MAX_CHECKPOINT_AGE %s)",
 			pending, stall.Round(time.Second), m.o.MaxStall)
@@ -216,6 +223,9 @@ func (m *Monitor) Ready() (bool, string) {
 		return false, "Kafka: " + errText(m.kafkaErr)
 	case !m.member:
 		return false, "not a member of the group (joining, or the group is rebalancing)"
+	}
+	if why := m.holdLocked(); why != "" {
+		return false, why
 	}
 	parts := m.checks.Stats.AssignedParts.Load()
 	if m.assigned > 0 && parts == 0 {
@@ -248,4 +258,12 @@ func errText(err error) string {
 		s = s[:200] + "…"
 	}
 	return s
+}
+
+// holdLocked is why checkpoints are held ("" when they are not).
+func (m *Monitor) holdLocked() string {
+	if m.checks == nil || m.checks.Hold == nil {
+		return ""
+	}
+	return m.checks.Hold()
 }

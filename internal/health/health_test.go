@@ -31,6 +31,7 @@ func TestProbes(t *testing.T) {
 		live       bool
 		liveWhy    string
 		noCheckYet bool
+		hold       string // why checkpoints are held (the changelog's backlog)
 	}
 	member := func(s state) state { s.member = true; return s }
 	tests := []struct {
@@ -59,6 +60,8 @@ func TestProbes(t *testing.T) {
 		{"wedged", member(state{assigned: 3, claimed: 3, lastCkpt: time.Minute, waitFrom: 2 * time.Minute, now: 8 * time.Minute, pending: 7,
 			readyWhy: "no checkpoint committed for 6m0s", liveWhy: "wedged: 7 records have waited 6m0s"})},
 		{"wedged before any checkpoint", member(state{assigned: 3, claimed: 3, waitFrom: 0, now: 6 * time.Minute, pending: 7, liveWhy: "wedged"})},
+		{"held by the changelog's backlog: not ready, saying why, but alive", member(state{assigned: 3, claimed: 3, lastCkpt: time.Minute, waitFrom: 2 * time.Minute,
+			now: 8 * time.Minute, pending: 7, hold: "the changelog's backlog is full", readyWhy: "the changelog's backlog is full", live: true, liveWhy: "holding checkpoints"})},
 		{"wedged while starting is not judged", state{phase: "checking grants", now: time.Hour, pending: 7, live: true, liveWhy: "alive"}},
 	}
 	for _, tt := range tests {
@@ -70,7 +73,8 @@ func TestProbes(t *testing.T) {
 			if s.phase == "" {
 				m.Start(Checks{Stats: st,
 					MySQL:      func(context.Context) error { return s.mysqlErr },
-					Membership: func(context.Context) (bool, int, error) { return s.member, s.assigned, s.kafkaErr }})
+					Membership: func(context.Context) (bool, int, error) { return s.member, s.assigned, s.kafkaErr },
+					Hold:       func() string { return s.hold }})
 			} else {
 				m.SetPhase(s.phase)
 			}

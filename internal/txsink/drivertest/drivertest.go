@@ -101,6 +101,7 @@ func RunConformanceTests(t *testing.T, h Harness) {
 		{"CommitLogForget", testForgetCommits},
 	}
 	tests = append(tests, storeTests...)
+	tests = append(tests, changelogTests...)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -97,6 +97,7 @@ type Cluster struct {
 	identity   *identity
 	faults     map[string][]driver.Code // by operation, one per call
 	view       viewState                // read only by the read-only view (view.go)
+	changelog  changelogState           // changelog_state and the counter's flag (outbox.go)
 
 	ledger // the ledger's tables (ledger.go)
 }
