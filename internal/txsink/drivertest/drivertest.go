@@ -158,13 +158,30 @@ func listed(t *testing.T, ctx context.Context, s driver.Server, x driver.Xid) bo
 }
 
 // cleanup resolves x (rolls it back) whatever state a failed test left.
+// A prepared branch stays attached to its session until the server has
+// seen the holder's connection close, and until then another session's
+// rollback answers UnknownXid (MariaDB, under load, for a moment): so it
+// retries while the branch is still listed, for up to cleanupWait. A
+// branch left prepared would hold its locks past the test and block the
+// dropping of the test's database.
 func cleanup(t *testing.T, f Fixture, x driver.Xid, holder driver.Conn) {
 	t.Cleanup(func() {
 		ctx := context.Background()
 		holder.Close(false)
-		_ = f.Server.Resolve(ctx, x, false)
+		deadline := time.Now().Add(cleanupWait)
+		for f.Server.Resolve(ctx, x, false) != nil && listed(t, ctx, f.Server, x) {
+			if time.Now().After(deadline) {
+				t.Errorf("branch %v still prepared %v after its connection closed", x, cleanupWait)
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
 	})
 }
+
+// cleanupWait bounds how long cleanup waits for the server to let go of a
+// closed connection's branch.
+const cleanupWait = 10 * time.Second
 
 func testCommit(t *testing.T, ctx context.Context, f Fixture) {
 	c := conn(t, ctx, f.Server)
