@@ -54,7 +54,12 @@ func migrateServer(ctx context.Context, cfg config.Config, dsn string, log *slog
 			return nil
 		}
 	}
-	if err := migrations.Up(ctx, db.DB, log); err != nil {
+	// A migration, once begun, runs to its end even when a shutdown is
+	// asked for: DDL commits statement by statement, so a file cut in the
+	// middle leaves a schema that goose will not apply again (a "partial
+	// migration error" at every later start) and that only hand-written
+	// SQL repairs. A second signal still exits at once (cmd/billing).
+	if err := migrations.Up(context.WithoutCancel(ctx), db.DB, log); err != nil {
 		if mysqldriver.Denied(err) && mysqldriver.DeniedNumber(err) != mysqldriver.ErDBAccessDenied {
 			return fmt.Errorf("%w (applying migrations needs CREATE, ALTER, INDEX, DROP and REFERENCES on the database: run `billing migrate` with such an account first, see docs/operations.md)", err)
 		}

@@ -60,11 +60,25 @@ type Options struct {
 // pipeline. Shutdown is the reverse: the pipeline's final checkpoint, the
 // background work (which uses the pipeline's client and the sink's
 // pools), the sink and the pools, the HTTP server last.
+//
+// A shutdown asked for (ctx cancelled) before the pipeline runs, while
+// the service connects, migrates or reads its state, is a clean stop like
+// one later: nothing was prepared that recovery would not resolve, so Run
+// returns nil, not the context.Canceled of the step it interrupted.
 func Run(ctx context.Context, cfg config.Config, o Options) error {
 	log := o.Logger
 	if log == nil {
 		log = slog.Default()
 	}
+	err := run(ctx, cfg, o, log)
+	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		log.Info("stopped while starting", "interrupted", err.Error())
+		return nil
+	}
+	return err
+}
+
+func run(ctx context.Context, cfg config.Config, o Options, log *slog.Logger) error {
 	fps, err := failpoint.Parse(cfg.Failpoints)
 	if err != nil {
 		return err
