@@ -423,8 +423,9 @@ func tableLines(name string, rows []string, summary func() string, all bool) []s
 // partition and offset, and the expiry journal's rows by expiry and first
 // id, not by their auto-increment ids. A server holds several branches of
 // a checkpoint (MYSQL_BRANCHES), which write concurrently: which of them
-// takes the next id first is the race's, not the pipeline's to say.
-func ledgerLines(tb driver.Tables, tables map[string]bool, all bool) []string {
+// takes the next id first is the race's, not the pipeline's to say. With
+// sums, a dead letter shows the first bytes of its stored SHA-256.
+func ledgerLines(tb driver.Tables, tables map[string]bool, all, sums bool) []string {
 	slices.SortStableFunc(tb.DeadLetters, func(a, b driver.DeadLetterRow) int {
 		return cmp.Or(strings.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition), cmp.Compare(a.Offset, b.Offset))
 	})
@@ -491,7 +492,11 @@ func ledgerLines(tb driver.Tables, tables map[string]bool, all bool) []string {
 			if r.EventID != "" {
 				id = fmt.Sprintf(" (%s)", shorten(r.EventID))
 			}
-			rows = append(rows, fmt.Sprintf("p%d:%d %s%s: %s; payload %d of %d bytes", r.Partition, r.Offset, r.Reason, id, r.Detail, len(r.Payload), r.Size))
+			row := fmt.Sprintf("p%d:%d %s%s: %s; payload %d of %d bytes", r.Partition, r.Offset, r.Reason, id, r.Detail, len(r.Payload), r.Size)
+			if sums {
+				row += fmt.Sprintf(", sha256 %x…", r.SHA256[:8])
+			}
+			rows = append(rows, row)
 			reasons[r.Reason]++
 		}
 		out = append(out, tableLines("dead_letters", rows, func() string {

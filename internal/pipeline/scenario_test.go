@@ -57,7 +57,8 @@ import (
 //	                                    world settles (or the decision is held)
 //	settle                              until the world is at rest (the checkpoints meanwhile)
 //	tick d=DUR                          the ledger's clock moves on
-//	tables [only=(balances,windows,adjustments,entries,deadletters,keys)] [all]
+//	tables [only=(balances,windows,adjustments,entries,deadletters,keys)] [all] [sums]
+//	                                    all: every row, however many; sums: dead letters' SHA-256
 //	positions [group=G]                 the stored partition rows
 //	eventtime                           the closing frontier and the partitions' event time
 //	commits                             the commit log
@@ -443,7 +444,7 @@ func (cm *command) tables() string {
 	}
 	var out []string
 	for i, s := range w.servers {
-		ls := ledgerLines(s.Tables(), only, cm.d.HasArg("all"))
+		ls := ledgerLines(s.Tables(), only, cm.d.HasArg("all"), cm.d.HasArg("sums"))
 		if len(w.servers) > 1 {
 			if len(ls) == 0 {
 				ls = []string{"  empty"}
