@@ -99,7 +99,9 @@ func parseAt(s string) (time.Time, error) {
 //	p<partition> <event_id> <account_id> <amount_minor> <currency> <occurred_at>
 //	                               a valid event, keyed by its account; max and
 //	                               min are the extremes of a signed 64-bit amount;
-//	                               c*N is the character c N times (a long id)
+//	                               c*N is the character c N times (a long id);
+//	                               a last field pad=N adds a field "padding" of
+//	                               N bytes (unknown, ignored: a large event)
 //	p<partition> raw <text>        the value as written
 //	p<partition> junk <bytes>      that many bytes of 'x' (not JSON)
 type recordLine struct {
@@ -114,6 +116,7 @@ type eventLine struct {
 	Amount   int64  `json:"amount_minor"`
 	Currency string `json:"currency"`
 	At       string `json:"occurred_at"`
+	Padding  string `json:"padding,omitempty"`
 }
 
 var braces = regexp.MustCompile(`\{(\d+)\.\.(\d+)\}`)
@@ -182,8 +185,15 @@ func parseRecordLine(line string) (recordLine, error) {
 		r.value = bytes.Repeat([]byte("x"), n)
 		return r, nil
 	}
+	var pad int
+	if len(f) == 7 && strings.HasPrefix(f[6], "pad=") {
+		if pad, err = strconv.Atoi(strings.TrimPrefix(f[6], "pad=")); err != nil {
+			return recordLine{}, fmt.Errorf("record %q: %w", line, err)
+		}
+		f = f[:6]
+	}
 	if len(f) != 6 {
-		return recordLine{}, fmt.Errorf("record %q: want p<partition> id account amount currency occurred_at", line)
+		return recordLine{}, fmt.Errorf("record %q: want p<partition> id account amount currency occurred_at [pad=N]", line)
 	}
 	var amount int64
 	switch f[3] {
@@ -200,7 +210,7 @@ func parseRecordLine(line string) (recordLine, error) {
 	if err != nil {
 		return recordLine{}, err
 	}
-	r.event = &eventLine{ID: repeat(f[1]), Account: repeat(f[2]), Amount: amount, Currency: f[4], At: t.Format(time.RFC3339Nano)}
+	r.event = &eventLine{ID: repeat(f[1]), Account: repeat(f[2]), Amount: amount, Currency: f[4], At: t.Format(time.RFC3339Nano), Padding: strings.Repeat("p", pad)}
 	r.key = []byte(r.event.Account)
 	r.value, _ = json.Marshal(r.event)
 	return r, nil
@@ -423,8 +433,9 @@ func tableLines(name string, rows []string, summary func() string, all bool) []s
 // partition and offset, and the expiry journal's rows by expiry and first
 // id, not by their auto-increment ids. A server holds several branches of
 // a checkpoint (MYSQL_BRANCHES), which write concurrently: which of them
-// takes the next id first is the race's, not the pipeline's to say.
-func ledgerLines(tb driver.Tables, tables map[string]bool, all bool) []string {
+// takes the next id first is the race's, not the pipeline's to say. With
+// sums, a dead letter shows the first bytes of its stored SHA-256.
+func ledgerLines(tb driver.Tables, tables map[string]bool, all, sums bool) []string {
 	slices.SortStableFunc(tb.DeadLetters, func(a, b driver.DeadLetterRow) int {
 		return cmp.Or(strings.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition), cmp.Compare(a.Offset, b.Offset))
 	})
@@ -491,7 +502,11 @@ func ledgerLines(tb driver.Tables, tables map[string]bool, all bool) []string {
 			if r.EventID != "" {
 				id = fmt.Sprintf(" (%s)", shorten(r.EventID))
 			}
-			rows = append(rows, fmt.Sprintf("p%d:%d %s%s: %s; payload %d of %d bytes", r.Partition, r.Offset, r.Reason, id, r.Detail, len(r.Payload), r.Size))
+			row := fmt.Sprintf("p%d:%d %s%s: %s; payload %d of %d bytes", r.Partition, r.Offset, r.Reason, id, r.Detail, len(r.Payload), r.Size)
+			if sums {
+				row += fmt.Sprintf(", sha256 %x…", r.SHA256[:8])
+			}
+			rows = append(rows, row)
 			reasons[r.Reason]++
 		}
 		out = append(out, tableLines("dead_letters", rows, func() string {

@@ -57,10 +57,15 @@ import (
 //	                                    world settles (or the decision is held)
 //	settle                              until the world is at rest (the checkpoints meanwhile)
 //	tick d=DUR                          the ledger's clock moves on
-//	tables [only=(balances,windows,adjustments,entries,deadletters,keys)] [all]
+//	tables [only=(balances,windows,adjustments,entries,deadletters,keys)] [all] [sums]
+//	                                    all: every row, however many; sums: dead letters' SHA-256
 //	positions [group=G]                 the stored partition rows
 //	eventtime                           the closing frontier and the partitions' event time
 //	commits                             the commit log
+//	old-commits n=N                     N applied commit log records decided now by a process
+//	                                    long gone (old-1 …), as an old ledger's log holds
+//	prune-commits name=a                one pass of its commit log retention (COMMIT_LOG_RETENTION);
+//	                                    what it deleted and the commit position after it
 //	branches                            prepared branches on every server
 //	stats name=a                        the instance's totals and dedup cache
 //	group-offsets                       the Kafka group's offsets, once they follow the store's
@@ -117,6 +122,8 @@ var commands = map[string]func(*command) string{
 	"positions":      (*command).positions,
 	"eventtime":      (*command).eventtime,
 	"commits":        (*command).commits,
+	"old-commits":    (*command).oldCommits,
+	"prune-commits":  (*command).pruneCommits,
 	"branches":       (*command).branches,
 	"stats":          (*command).stats,
 	"group-offsets":  (*command).groupOffsets,
@@ -443,7 +450,7 @@ func (cm *command) tables() string {
 	}
 	var out []string
 	for i, s := range w.servers {
-		ls := ledgerLines(s.Tables(), only, cm.d.HasArg("all"))
+		ls := ledgerLines(s.Tables(), only, cm.d.HasArg("all"), cm.d.HasArg("sums"))
 		if len(w.servers) > 1 {
 			if len(ls) == 0 {
 				ls = []string{"  empty"}
@@ -505,6 +512,40 @@ func (cm *command) commits() string {
 		out = append(out, s)
 	}
 	return lines(out, "none")
+}
+
+// oldCommits writes n commit log records through the control server's
+// commit point, with no cut (of a group long gone), applied, dated now.
+func (cm *command) oldCommits() string {
+	ctrl := cm.w.handles()[0]
+	scope := driver.Scope{Group: "gone", Topic: cm.w.topic}
+	none := func([]driver.Stored) error { return nil }
+	n := cm.int("n", 0)
+	var first, last int64
+	for i := range n {
+		seq, err := ctrl.Commit(context.Background(), driver.Decision{Gtrid: fmt.Sprintf("old-%d", i+1), Outcome: driver.Committed, By: "gone", At: cm.w.clock.Now()},
+			scope, nil, none, nil, true)
+		if err != nil {
+			cm.fatalf("%v", err)
+		}
+		if i == 0 {
+			first = seq
+		}
+		last = seq
+	}
+	return fmt.Sprintf("records %d-%d, applied, at %s", first, last, at(cm.w.clock.Now()))
+}
+
+// pruneCommits runs one pass of the instance's commit log retention,
+// as its housekeeping does after each recovery pass.
+func (cm *command) pruneCommits() string {
+	in := cm.instance()
+	n := pipeline.PruneCommitLog(context.Background(), in.sink, in.cfg.CommitLogRetention, cm.w.log)
+	p, err := in.sink.CommitPosition(context.Background())
+	if err != nil {
+		cm.fatalf("%v", err)
+	}
+	return fmt.Sprintf("deleted %d; visible %d, decided %d, retained from %d", n, p.Visible, p.Decided, p.RetainedFrom)
 }
 
 func (cm *command) branches() string {
