@@ -106,35 +106,8 @@ func TestCleanupNeverTakesACheckpointsConnection(t *testing.T) {
 		t.Fatalf("cleanup pool of %d connections, want MYSQL_BRANCHES + 1 = %d", got, branches+1)
 	}
 
-	// The janitor's backlog: 400,000 expired keys in journal rows of 50,
-	// deleted 5 per statement.
-	now := time.Now().UTC()
-	const keys, perRow = 400_000, 50
-	for lo := 0; lo < keys; lo += 2000 {
-		var args []any
-		var rows []any
-		var blob []byte
-		for i := lo; i < lo+2000; i++ {
-			id := fmt.Sprintf("old-%07d", i)
-			args = append(args, id, make([]byte, 16), now.Add(-time.Minute))
-			blob = append(append(blob, byte(len(id))), id...)
-			if (i+1)%perRow == 0 {
-				rows = append(rows, now.Add(-time.Minute), blob)
-				blob = nil
-			}
-		}
-		e.db.MustExec(`INSERT INTO dedup_keys (event_id, fingerprint, expires_at) VALUES `+strings.TrimSuffix(strings.Repeat("(?,?,?),", 2000), ","), args...)
-		e.db.MustExec(`INSERT INTO dedup_expiry (expires_at, event_ids) VALUES `+strings.TrimSuffix(strings.Repeat("(?,?),", len(rows)/2), ","), rows...)
-	}
-	// Keys the checkpoints' records repeat: each claim meets a stored key,
-	// and its ids are looked up on the pool.
-	var stored []any
-	for k := range 200 {
-		fp := seenEvent(k, fmt.Sprintf("seen-%d", k)).Fingerprint()
-		stored = append(stored, fmt.Sprintf("seen-%d", k), fp[:], now.Add(time.Hour))
-	}
-	e.db.MustExec(`INSERT INTO dedup_keys (event_id, fingerprint, expires_at) VALUES `+strings.TrimSuffix(strings.Repeat("(?,?,?),", 200), ","), stored...)
-
+	const keys = 400_000
+	seedJanitorBacklog(t, e, keys)
 	ck, err := NewCheckpointer(testConfig(e), sink, d.Stores())
 	if err != nil {
 		t.Fatal(err)
@@ -208,6 +181,39 @@ func TestCleanupNeverTakesACheckpointsConnection(t *testing.T) {
 	if d := ck.Stats().Duplicates.Load(); d != 11*20 {
 		t.Errorf("%d duplicates dropped, want 220: the lookups did not run", d)
 	}
+}
+
+// seedJanitorBacklog stores keys expired dedup keys in journal rows of 50
+// (the janitor's backlog, deleted 5 per statement in
+// TestCleanupNeverTakesACheckpointsConnection) and 200 live keys that the
+// test's records repeat: each claim meets a stored key, and its ids are
+// looked up on the pool.
+func seedJanitorBacklog(t *testing.T, e *env, keys int) {
+	t.Helper()
+	now := time.Now().UTC()
+	const perRow = 50
+	for lo := 0; lo < keys; lo += 2000 {
+		var args []any
+		var rows []any
+		var blob []byte
+		for i := lo; i < lo+2000; i++ {
+			id := fmt.Sprintf("old-%07d", i)
+			args = append(args, id, make([]byte, 16), now.Add(-time.Minute))
+			blob = append(append(blob, byte(len(id))), id...)
+			if (i+1)%perRow == 0 {
+				rows = append(rows, now.Add(-time.Minute), blob)
+				blob = nil
+			}
+		}
+		e.db.MustExec(`INSERT INTO dedup_keys (event_id, fingerprint, expires_at) VALUES `+strings.TrimSuffix(strings.Repeat("(?,?,?),", 2000), ","), args...)
+		e.db.MustExec(`INSERT INTO dedup_expiry (expires_at, event_ids) VALUES `+strings.TrimSuffix(strings.Repeat("(?,?),", len(rows)/2), ","), rows...)
+	}
+	var stored []any
+	for k := range 200 {
+		fp := seenEvent(k, fmt.Sprintf("seen-%d", k)).Fingerprint()
+		stored = append(stored, fmt.Sprintf("seen-%d", k), fp[:], now.Add(time.Hour))
+	}
+	e.db.MustExec(`INSERT INTO dedup_keys (event_id, fingerprint, expires_at) VALUES `+strings.TrimSuffix(strings.Repeat("(?,?,?),", 200), ","), stored...)
 }
 
 // seenEvent is the event of id that TestCleanupNeverTakesACheckpointsConnection
