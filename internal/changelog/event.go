@@ -191,20 +191,18 @@ func RowOf(t Table, raw []byte) (Row, error) {
 // Canonical is r as the JSON object of t's columns in their order: two rows
 // are equal exactly when their Canonical forms are.
 func Canonical(t Table, r Row) (string, error) {
-	raw, err := EncodeRow(t, r)
-	if err != nil {
-		return "", err
-	}
-	vals, err := DecodeRow(t, raw, nil)
-	if err != nil {
-		return "", err
-	}
-	b, err := appendJSONRow(nil, t, vals)
-	return string(b), err
+	return viaBinary(t, r, appendJSONRow)
 }
 
 // KeyOf is the record key of r, a row of t (its primary key's JSON).
 func KeyOf(t Table, r Row) (string, error) {
+	return viaBinary(t, r, appendJSONKey)
+}
+
+// viaBinary writes r, a row of t, with write after a round trip through
+// the binary form, so that a row read back from JSON is written exactly as
+// the publisher writes one from the outbox.
+func viaBinary(t Table, r Row, write func([]byte, Table, []Value) ([]byte, error)) (string, error) {
 	raw, err := EncodeRow(t, r)
 	if err != nil {
 		return "", err
@@ -213,6 +211,6 @@ func KeyOf(t Table, r Row) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	b, err := appendJSONKey(nil, t, vals)
+	b, err := write(nil, t, vals)
 	return string(b), err
 }

@@ -52,15 +52,8 @@ func newChangelogLedger(t *testing.T, servers, branches, instances int, mod func
 		}
 		t.Cleanup(sink.Close)
 		m := &memLedger{servers: l.servers, sink: sink, epoch: map[int32]int64{}, offsets: map[int32]int64{}}
-		cfg := Config{Topic: "billing", Group: "g", CheckpointInterval: time.Second, CheckpointTimeout: 10 * time.Second, CheckpointMaxRecords: 1000,
-			CheckpointMaxBytes: 1 << 20, MaxPollRecords: 100, DedupTTL: time.Hour, DedupCacheKeys: 100, DedupCleanupInterval: time.Second,
-			DedupCleanupBatch: 10, Window: hourly, MaxEventTimeSkew: time.Hour, MaxPayloadBytes: 4096, DeadLetterPayloadBytes: 1024,
-			RecoveryInterval: time.Second, DecisionRetention: time.Hour, ShutdownTimeout: time.Second, Logger: testenv.Logger(), Changelog: true,
-			OnCheckpoint: func(info CheckpointInfo) {
-				m.mu.Lock()
-				defer m.mu.Unlock()
-				m.infos = append(m.infos, info)
-			}}
+		cfg := memConfig(m)
+		cfg.CheckpointTimeout, cfg.Changelog = 10*time.Second, true
 		if mod != nil {
 			mod(&cfg)
 		}

@@ -50,15 +50,7 @@ func newMemLedger(t *testing.T, servers, branches int, mod func(*Config)) *memLe
 		t.Fatal(err)
 	}
 	t.Cleanup(sink.Close)
-	cfg := Config{Topic: "billing", Group: "g", CheckpointInterval: time.Second, CheckpointTimeout: 5 * time.Second, CheckpointMaxRecords: 1000,
-		CheckpointMaxBytes: 1 << 20, MaxPollRecords: 100, DedupTTL: time.Hour, DedupCacheKeys: 100, DedupCleanupInterval: time.Second, DedupCleanupBatch: 10,
-		Window: hourly, MaxEventTimeSkew: time.Hour, MaxPayloadBytes: 4096, DeadLetterPayloadBytes: 1024, RecoveryInterval: time.Second,
-		DecisionRetention: time.Hour, ShutdownTimeout: time.Second, Logger: testenv.Logger(),
-		OnCheckpoint: func(info CheckpointInfo) {
-			m.mu.Lock()
-			defer m.mu.Unlock()
-			m.infos = append(m.infos, info)
-		}}
+	cfg := memConfig(m)
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -67,6 +59,21 @@ func newMemLedger(t *testing.T, servers, branches int, mod func(*Config)) *memLe
 	}
 	m.sink = sink
 	return m
+}
+
+// memConfig is the checkpointer's configuration of the tests on the
+// in-memory servers: small budgets, hourly windows, every checkpoint's
+// info recorded in m.
+func memConfig(m *memLedger) Config {
+	return Config{Topic: "billing", Group: "g", CheckpointInterval: time.Second, CheckpointTimeout: 5 * time.Second, CheckpointMaxRecords: 1000,
+		CheckpointMaxBytes: 1 << 20, MaxPollRecords: 100, DedupTTL: time.Hour, DedupCacheKeys: 100, DedupCleanupInterval: time.Second, DedupCleanupBatch: 10,
+		Window: hourly, MaxEventTimeSkew: time.Hour, MaxPayloadBytes: 4096, DeadLetterPayloadBytes: 1024, RecoveryInterval: time.Second,
+		DecisionRetention: time.Hour, ShutdownTimeout: time.Second, Logger: testenv.Logger(),
+		OnCheckpoint: func(info CheckpointInfo) {
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			m.infos = append(m.infos, info)
+		}}
 }
 
 // event1 is a record of one event at t0 + minutes.

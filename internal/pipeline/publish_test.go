@@ -123,6 +123,18 @@ func (l *publishLedger) publisher(t *testing.T, name, fps string) (p *publisher.
 	return p, stop
 }
 
+// backlog runs the ledger's backlog watch (max checkpoints not published,
+// polled every interval) until the test ends, and waits for it to stop.
+func (l *publishLedger) backlog(t *testing.T, max int64, interval time.Duration) *publisher.Backlog {
+	t.Helper()
+	b := publisher.NewBacklog(l.control, max, interval, testenv.Logger())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); b.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return b
+}
+
 // The changelog out of the whole pipeline, without a server: two
 // instances count events of shared accounts from kfake into two
 // in-memory servers, checkpoints fail after their branches prepared
@@ -137,10 +149,7 @@ func (l *publishLedger) publisher(t *testing.T, name, fps string) (p *publisher.
 // entry equal to the tables.
 func TestPublishedChangelogIsTheTables(t *testing.T) {
 	l := newPublishLedger(t)
-	backlog := publisher.NewBacklog(l.control, 1000, 20*time.Millisecond, testenv.Logger())
-	bctx, stopBacklog := context.WithCancel(context.Background())
-	defer stopBacklog()
-	go backlog.Run(bctx)
+	backlog := l.backlog(t, 1000, 20*time.Millisecond)
 	stop1 := l.pipeline(t, "i1", "after-prepare=error@3,before-prepare=error@6", backlog)
 	stop2 := l.pipeline(t, "i2", "after-prepare=error@4", backlog)
 	a, stopA := l.publisher(t, "a",
@@ -234,10 +243,7 @@ func TestPublishedChangelogIsTheTables(t *testing.T) {
 // backlog drains in order and counting resumes to the end.
 func TestBacklogHoldsCheckpointsUntilPublished(t *testing.T) {
 	l := newPublishLedger(t)
-	backlog := publisher.NewBacklog(l.control, 3, 10*time.Millisecond, testenv.Logger())
-	bctx, stopBacklog := context.WithCancel(context.Background())
-	defer stopBacklog()
-	go backlog.Run(bctx)
+	backlog := l.backlog(t, 3, 10*time.Millisecond)
 	l.pipeline(t, "i1", "", backlog)
 	prod, err := kgo.NewClient(kgo.SeedBrokers(l.kc.ListenAddrs()...), kgo.DefaultProduceTopic("billing"))
 	if err != nil {
@@ -301,10 +307,7 @@ func (alwaysLeased) LeaseChangelog(context.Context, string, time.Duration) (bool
 // every change once, in order.
 func TestTwoPublishersAtOnceAreFenced(t *testing.T) {
 	l := newPublishLedger(t)
-	backlog := publisher.NewBacklog(l.control, 1000, 20*time.Millisecond, testenv.Logger())
-	bctx, stopBacklog := context.WithCancel(context.Background())
-	defer stopBacklog()
-	go backlog.Run(bctx)
+	backlog := l.backlog(t, 1000, 20*time.Millisecond)
 	stop := l.pipeline(t, "i1", "", backlog)
 	var pubs []*publisher.Publisher
 	for _, name := range []string{"a", "b"} {
@@ -395,10 +398,7 @@ func TestPublisherThroughABrokerOutage(t *testing.T) {
 		}
 		return nil, nil, false
 	})
-	backlog := publisher.NewBacklog(l.control, 1000, 20*time.Millisecond, testenv.Logger())
-	bctx, stopBacklog := context.WithCancel(context.Background())
-	defer stopBacklog()
-	go backlog.Run(bctx)
+	backlog := l.backlog(t, 1000, 20*time.Millisecond)
 	stop := l.pipeline(t, "i1", "", backlog)
 	l.publisher(t, "a", "")
 	prod, err := kgo.NewClient(kgo.SeedBrokers(l.kc.ListenAddrs()...), kgo.DefaultProduceTopic("billing"))
