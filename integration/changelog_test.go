@@ -3,6 +3,7 @@ package integration_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
 	"syscall"
 	"testing"
@@ -279,4 +280,61 @@ func TestChangelogKilledAtEveryStep(t *testing.T) {
 			checkChangelog(t, e.brokers, e.dsn, prefix)
 		})
 	}
+}
+
+// The changelog turned on for a ledger that already holds rows, on real
+// Kafka and MariaDB: an instance without the changelog counts a first
+// workload (balances, windows sealed, entries); then instances with it
+// count a second one over the same accounts and windows while the
+// snapshot is published ten rows a transaction, the first publisher
+// killed after a Kafka commit in the middle of it. A read_committed
+// consumer then finds every chain unbroken from its snapshot event (a
+// pre-existing key whose first event were its next change would break
+// it), nothing twice, and the last images equal to MariaDB's rows.
+func TestChangelogSnapshotOfAnExistingLedger(t *testing.T) {
+	e := newTestEnv(t, 6)
+	prefix := "cl-snap-" + e.topic
+	cleanupChangelogTopics(t, e.brokers, prefix)
+	first, second := newWorkload("s1", 1500), newWorkload("s2", 1500)
+	testenv.Produce(t, e.brokers, e.topic, first.records...)
+	env := func(changelog bool, fps string) map[string]string {
+		m := map[string]string{"LEDGER_ENTRIES": "true", "WINDOW_CLOSE_AFTER": "30m", "BILLING_FAILPOINTS": fps}
+		if changelog {
+			maps.Copy(m, map[string]string{"CHANGELOG_TOPIC_PREFIX": prefix, "CHANGELOG_LEASE": "2s", "CHANGELOG_TOPIC_PARTITIONS": "3",
+				"CHANGELOG_TOPIC_REPLICATION": "1", "CHANGELOG_TRANSACTION_MAX_EVENTS": "20"})
+		}
+		return m
+	}
+	old := e.start(t, "old", env(false, ""))
+	waitCounted(t, e, first, 120*time.Second)
+	old.Signal(syscall.SIGTERM)
+	if err := old.Wait(t, 30*time.Second); err != nil {
+		t.Fatalf("exit: %v", err)
+	}
+
+	p0 := e.start(t, "p0", env(true, "changelog-after-kafka=kill@5"))
+	if !p0.WaitOutput(context.Background(), "publishing the snapshot", 60*time.Second) {
+		t.Fatalf("p0 never published the snapshot:\n%s", p0.Output())
+	}
+	testenv.Produce(t, e.brokers, e.topic, second.records...)
+	if err := p0.Wait(t, 120*time.Second); err == nil || !strings.Contains(p0.Output(), "failpoint changelog-after-kafka: SIGKILL") {
+		t.Fatalf("ended with %v, want killed at changelog-after-kafka:\n%s", err, p0.Output())
+	}
+	p1 := e.start(t, "p1", env(true, ""))
+	all := &workload{want: maps.Clone(first.want), events: first.events + second.events}
+	for k, v := range second.want {
+		s := all.want[k]
+		s.amount, s.count = s.amount+v.amount, s.count+v.count
+		all.want[k] = s
+	}
+	waitCounted(t, e, all, 120*time.Second)
+	waitPublished(t, e.dsn, 60*time.Second)
+	if !strings.Contains(p1.Output(), "the snapshot of the ledger's rows is published") {
+		t.Errorf("the second instance did not finish the snapshot:\n%s", p1.Output())
+	}
+	p1.Signal(syscall.SIGTERM)
+	if err := p1.Wait(t, 30*time.Second); err != nil {
+		t.Errorf("exit: %v", err)
+	}
+	checkChangelog(t, e.brokers, e.dsn, prefix)
 }

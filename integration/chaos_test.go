@@ -57,7 +57,9 @@ import (
 //	                            CHANGELOG_TOPIC_PREFIX=p the instances publish
 //	                            the changelog under p-<topic> and the
 //	                            verification adds its chain check
-//	                            (changelogMatches)
+//	                            (changelogMatches); the changelog is on
+//	                            unless set here (p "chaos-cl"), and
+//	                            CHANGELOG_TOPIC_PREFIX= (empty) turns it off
 
 // chaosProfile sizes a run.
 type chaosProfile struct {
@@ -643,6 +645,9 @@ func chaosServiceEnv(t *testing.T) (map[string]string, chaosPeriod) {
 			}
 			env[k] = val
 		}
+	}
+	if _, set := env["CHANGELOG_TOPIC_PREFIX"]; !set {
+		env["CHANGELOG_TOPIC_PREFIX"] = "chaos-cl"
 	}
 	p := chaosPeriod{window: "1h", zone: "UTC", closeAfter: env["WINDOW_CLOSE_AFTER"], entries: env["LEDGER_ENTRIES"] == "true"}
 	if w := env["BILLING_WINDOW"]; w != "" {

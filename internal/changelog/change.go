@@ -96,8 +96,8 @@ func shape(t Table, op Op, before, after bool) error {
 	default:
 		return bad(fmt.Sprintf("unknown op %q", op))
 	}
-	if t.Append && op != OpCreate {
-		return bad(fmt.Sprintf("append-only topic carries op c only, not %s", op))
+	if t.Append && op != OpCreate && op != OpRead {
+		return bad(fmt.Sprintf("append-only topic carries op c (and r, a snapshot's) only, not %s", op))
 	}
 	return nil
 }

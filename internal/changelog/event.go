@@ -199,6 +199,26 @@ func KeyOf(t Table, r Row) (string, error) {
 	return viaBinary(t, r, appendJSONKey)
 }
 
+// RawKey is the record key (the primary key's JSON) of raw, a binary row
+// of t: the key the publisher gives the row's events.
+func RawKey(t Table, raw []byte) (string, error) {
+	vals, err := DecodeRow(t, raw, nil)
+	if err != nil {
+		return "", err
+	}
+	b, err := appendJSONKey(nil, t, vals)
+	return string(b), err
+}
+
+// Sealed says whether raw, a binary billing_windows row, has closed_at set.
+func Sealed(raw []byte) (bool, error) {
+	vals, err := DecodeRow(tables[TWindows], raw, nil)
+	if err != nil {
+		return false, err
+	}
+	return !vals[colClosedAt].Null, nil
+}
+
 // viaBinary writes r, a row of t, with write after a round trip through
 // the binary form, so that a row read back from JSON is written exactly as
 // the publisher writes one from the outbox.

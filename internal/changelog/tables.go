@@ -30,8 +30,8 @@ type Column struct {
 
 // Table is one of the changelog's topics: the table's columns in their
 // order, the primary key in its order, and whether the topic is
-// append-only (op c only, one event per row) rather than the table's change
-// stream (one chain of events per key).
+// append-only (op c, or r from a snapshot; one event per row) rather than
+// the table's change stream (one chain of events per key).
 type Table struct {
 	ID      TableID
 	Name    string

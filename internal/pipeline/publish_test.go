@@ -31,12 +31,23 @@ type publishLedger struct {
 	kc      *kfake.Cluster
 	servers []*memdriver.Cluster
 	control *memdriver.Server
-	outbox  []publisher.Outbox
+	outbox  []publisher.Server
 	stores  []driver.Store
 	ds      []driver.Server
 }
 
 func newPublishLedger(t *testing.T) *publishLedger {
+	t.Helper()
+	l := newLedgerWithoutChangelog(t)
+	if _, err := l.enable(); err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// newLedgerWithoutChangelog is a publishLedger whose changelog is still
+// off (enable turns it on).
+func newLedgerWithoutChangelog(t *testing.T) *publishLedger {
 	t.Helper()
 	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "billing"))
 	if err != nil {
@@ -50,31 +61,38 @@ func newPublishLedger(t *testing.T) *publishLedger {
 		l.servers, l.ds, l.stores, l.outbox = append(l.servers, c), append(l.ds, s), append(l.stores, s), append(l.outbox, s)
 	}
 	l.control = l.ds[0].(*memdriver.Server)
-	tables := []publisher.Tables{l.ds[0].(*memdriver.Server), l.ds[1].(*memdriver.Server)}
-	if _, err := publisher.Enable(context.Background(), l.control, tables, "cl", time.Now()); err != nil {
-		t.Fatal(err)
-	}
 	return l
 }
 
+// enable turns the ledger's changelog on with prefix "cl", as an
+// instance's start does.
+func (l *publishLedger) enable() (driver.ChangelogState, error) {
+	tables := []publisher.Tables{l.ds[0].(*memdriver.Server), l.ds[1].(*memdriver.Server)}
+	return publisher.Enable(context.Background(), l.control, tables, "cl", time.Now())
+}
+
 // pipeline starts an instance with the changelog on (checkpoints held by
-// the backlog), the sink's failpoints armed with fps; it runs until the
-// test ends.
+// the backlog; nil: the changelog off), the sink's failpoints armed with
+// fps; it runs until the test ends.
 func (l *publishLedger) pipeline(t *testing.T, name, fps string, backlog *publisher.Backlog) (stop func()) {
 	t.Helper()
+	on := backlog != nil
 	set, err := failpoint.Parse(fps)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
 	sink, err := txsink.New(ctx, txsink.Config{Branches: 2, Group: "g", Topic: "billing", StepTimeout: 5 * time.Second,
-		Logger: testenv.Logger(), Changelog: true, Failpoints: set, Instance: name}, l.control, l.ds)
+		Logger: testenv.Logger(), Changelog: on, Failpoints: set, Instance: name}, l.control, l.ds)
 	if err != nil {
 		t.Fatal(err)
 	}
 	e := &env{brokers: l.kc.ListenAddrs(), topic: "billing"}
 	cfg := testConfig(e)
-	cfg.Group, cfg.Changelog, cfg.LedgerEntries, cfg.WindowCloseAfter, cfg.Hold = "g", true, true, 30*time.Minute, backlog.Hold
+	cfg.Group, cfg.Changelog, cfg.LedgerEntries, cfg.WindowCloseAfter = "g", on, true, 30*time.Minute
+	if on {
+		cfg.Hold = backlog.Hold
+	}
 	p, err := New(cfg, sink, l.stores)
 	if err != nil {
 		t.Fatal(err)
@@ -99,12 +117,18 @@ func (l *publishLedger) pipeline(t *testing.T, name, fps string, backlog *publis
 // publisher runs a publisher as instance name with fps armed, until stop.
 func (l *publishLedger) publisher(t *testing.T, name, fps string) (p *publisher.Publisher, stop func()) {
 	t.Helper()
+	return l.publisherOf(t, name, fps, 40)
+}
+
+// publisherOf is publisher with transactions of at most maxEvents.
+func (l *publishLedger) publisherOf(t *testing.T, name, fps string, maxEvents int) (p *publisher.Publisher, stop func()) {
+	t.Helper()
 	set, err := failpoint.Parse(fps)
 	if err != nil {
 		t.Fatal(err)
 	}
 	p = publisher.New(publisher.Config{Prefix: "cl", Ledger: "ledger-1", Instance: name, Version: "test",
-		KafkaOpts: []kgo.Opt{kgo.SeedBrokers(l.kc.ListenAddrs()...)}, Partitions: 3, Replication: 1, MaxEvents: 40,
+		KafkaOpts: []kgo.Opt{kgo.SeedBrokers(l.kc.ListenAddrs()...)}, Partitions: 3, Replication: 1, MaxEvents: maxEvents,
 		TxnTimeout: 10 * time.Second, Lease: 600 * time.Millisecond, Poll: 20 * time.Millisecond, Batch: 16,
 		Failpoints: set, Logger: testenv.Logger()}, l.control, l.outbox)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -450,4 +474,38 @@ func TestPublisherThroughABrokerOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("%d events read; %d publisher requests refused during the outage", c.Events, refused.Load())
+}
+
+// checkChangelog reads the changelog as a read_committed consumer and
+// fails the test unless every chain is unbroken and ends at the tables'
+// rows; it returns the consumer.
+func (l *publishLedger) checkChangelog(t *testing.T) *changelogtest.Checker {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := changelogtest.Consume(ctx, []kgo.Opt{kgo.SeedBrokers(l.kc.ListenAddrs()...)}, "cl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := changelogtest.TableRows(ctx, []changelogtest.Scanner{l.ds[0].(*memdriver.Server), l.ds[1].(*memdriver.Server)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Compare(rows); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// waitPublished waits until every checkpoint decided is applied and
+// published.
+func (l *publishLedger) waitPublished(t *testing.T) {
+	t.Helper()
+	testenv.Eventually(t, 60*time.Second, "every checkpoint published", func() (bool, string) {
+		ctx := context.Background()
+		st, err1 := l.control.Changelog(ctx)
+		pos, err2 := l.control.CommitPosition(ctx)
+		return err1 == nil && err2 == nil && pos.Visible == pos.Decided && st.Published == pos.Decided && !st.Snapshot,
+			fmt.Sprintf("position %+v, published %d, snapshot pending %v (%v %v)", pos, st.Published, st.Snapshot, err1, err2)
+	})
 }

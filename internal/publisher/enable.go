@@ -27,9 +27,9 @@ type Tables interface {
 }
 
 // Enable turns the ledger's changelog on with prefix, or checks that it is
-// on with prefix, at an instance's start. A ledger that holds rows needs
-// the snapshot of existing ledgers, which is not implemented: Enable
-// refuses before turning anything on (ErrSnapshotNeeded). On an empty
+// on with prefix, at an instance's start. A ledger that holds rows is
+// enabled with its snapshot pending (ChangelogState.Snapshot): the
+// publisher publishes it before the changes (snapshot.go). On an empty
 // ledger it records that no snapshot is needed (SkipChangelogSnapshot)
 // when no decision can have written a row between its check and the
 // enabling: every decision up to the check applied and the tables empty,
@@ -54,9 +54,6 @@ func Enable(ctx context.Context, c Enabler, servers []Tables, prefix string, now
 	if err != nil {
 		return st, err
 	}
-	if !empty {
-		return st, fmt.Errorf("%w (CHANGELOG_TOPIC_PREFIX %q on a ledger that holds rows)", ErrSnapshotNeeded, prefix)
-	}
 	if !st.On {
 		if st, err = c.EnableChangelog(ctx, prefix, now); err != nil {
 			return st, err
@@ -64,7 +61,7 @@ func Enable(ctx context.Context, c Enabler, servers []Tables, prefix string, now
 		if st.Prefix != prefix {
 			return st, fmt.Errorf("publisher: the ledger's changelog was turned on with CHANGELOG_TOPIC_PREFIX %q, not %q", st.Prefix, prefix)
 		}
-		if !st.Snapshot {
+		if !st.Snapshot || !empty {
 			return st, nil
 		}
 		if st.From != pos.Decided+1 {
@@ -72,6 +69,9 @@ func Enable(ctx context.Context, c Enabler, servers []Tables, prefix string, now
 			// again once they are applied.
 			return Enable(ctx, c, servers, prefix, now)
 		}
+	}
+	if !empty {
+		return st, nil // the publisher snapshots the rows
 	}
 	if err := c.SkipChangelogSnapshot(ctx, st.From); err != nil {
 		return st, err
@@ -82,7 +82,9 @@ func Enable(ctx context.Context, c Enabler, servers []Tables, prefix string, now
 
 // settled waits until every decision up to at least through is applied
 // (through < 0: every decision so far), and returns the position.
-func settled(ctx context.Context, c Enabler, through int64) (driver.CommitPosition, error) {
+func settled(ctx context.Context, c interface {
+	CommitPosition(ctx context.Context) (driver.CommitPosition, error)
+}, through int64) (driver.CommitPosition, error) {
 	for {
 		pos, err := c.CommitPosition(ctx)
 		if err != nil {

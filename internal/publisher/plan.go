@@ -11,10 +11,16 @@ import (
 
 // Progress is how far the changelog is published: every checkpoint
 // numbered up to Seq, and the first Parts outbox rows (in chunk order) of
-// checkpoint Seq+1 (a checkpoint split across transactions).
+// checkpoint Seq+1 (a checkpoint split across transactions); while
+// Snapshot is set, the snapshot of an existing ledger up to there
+// (snapshot.go), and nothing after Seq.
 type Progress struct {
 	Seq   int64 `json:"seq"`
 	Parts int   `json:"parts"`
+	// From is the enabling the record belongs to (ChangelogState.From): a
+	// record of an earlier enabling is not followed.
+	From     int64        `json:"from,omitempty"`
+	Snapshot *SnapshotPos `json:"snapshot,omitempty"`
 	// Ledger and Prefix name the changelog the record belongs to: a
 	// progress topic shared by mistake is refused, not followed.
 	Ledger string `json:"ledger"`
@@ -38,27 +44,29 @@ var ErrProgressLost = errors.New("publisher: the progress topic holds less than 
 // publisher needs (it must not happen: pruning stops at the hint).
 var ErrCommitLogPruned = errors.New("publisher: the commit log was pruned past the changelog's position")
 
-// ErrSnapshotNeeded: the ledger held rows before its changelog was
-// enabled; publishing only their later changes would break their chains.
-// The snapshot of existing ledgers is not implemented: the publisher
-// refuses (the backlog then fills and holds the checkpoints).
-var ErrSnapshotNeeded = errors.New("publisher: the ledger held rows before the changelog was enabled, and the snapshot of existing ledgers is not implemented")
-
 // resume is where a publisher that found kafka (nil: no progress record)
-// on the progress topic starts, given the ledger's changelog state.
+// on the progress topic starts, given the ledger's changelog state: just
+// before the enabling, with the snapshot first when the ledger held rows
+// then.
 func resume(kafka *Progress, st driver.ChangelogState, ledger string) (Progress, error) {
-	if st.Snapshot {
-		return Progress{}, ErrSnapshotNeeded
+	if kafka != nil && (kafka.Ledger != ledger || kafka.Prefix != st.Prefix) {
+		return Progress{}, fmt.Errorf("publisher: the progress topic belongs to ledger %q prefix %q, not %q %q", kafka.Ledger, kafka.Prefix, ledger, st.Prefix)
+	}
+	if kafka != nil && kafka.From > st.From {
+		return Progress{}, fmt.Errorf("publisher: the progress topic is of an enabling at %d, after the ledger's at %d (its changelog state restored from an older backup?)", kafka.From, st.From)
+	}
+	if kafka != nil && kafka.From != 0 && kafka.From < st.From {
+		kafka = nil // of an earlier enabling (the changelog was turned off and on)
 	}
 	if kafka == nil {
-		p := Progress{Seq: st.From - 1, Ledger: ledger, Prefix: st.Prefix}
+		p := Progress{Seq: st.From - 1, From: st.From, Ledger: ledger, Prefix: st.Prefix}
 		if st.Published > p.Seq {
 			return Progress{}, fmt.Errorf("%w: no progress record, hint %d", ErrProgressLost, st.Published)
 		}
+		if st.Snapshot {
+			p.Snapshot = snapshotStart()
+		}
 		return p, nil
-	}
-	if kafka.Ledger != ledger || kafka.Prefix != st.Prefix {
-		return Progress{}, fmt.Errorf("publisher: the progress topic belongs to ledger %q prefix %q, not %q %q", kafka.Ledger, kafka.Prefix, ledger, st.Prefix)
 	}
 	if st.Published > kafka.Seq {
 		return Progress{}, fmt.Errorf("%w: progress %d, hint %d", ErrProgressLost, kafka.Seq, st.Published)
@@ -130,7 +138,7 @@ func planTxn(pos Progress, cps []pending, maxEvents int) txnPlan {
 		if t.Events+n <= maxEvents || len(t.Parts) == 0 && n == 0 {
 			t.Parts = append(t.Parts, part{cp, from, len(cp.Chunks)})
 			t.Events += n
-			t.Next = Progress{Seq: cp.Seq, Ledger: pos.Ledger, Prefix: pos.Prefix, Checkpoint: cp.Gtrid}
+			t.Next = Progress{Seq: cp.Seq, From: pos.From, Ledger: pos.Ledger, Prefix: pos.Prefix, Checkpoint: cp.Gtrid}
 			continue
 		}
 		if len(t.Parts) > 0 {
@@ -144,9 +152,9 @@ func planTxn(pos Progress, cps []pending, maxEvents int) txnPlan {
 		}
 		t.Parts = append(t.Parts, part{cp, from, to})
 		if to == len(cp.Chunks) {
-			t.Next = Progress{Seq: cp.Seq, Ledger: pos.Ledger, Prefix: pos.Prefix, Checkpoint: cp.Gtrid}
+			t.Next = Progress{Seq: cp.Seq, From: pos.From, Ledger: pos.Ledger, Prefix: pos.Prefix, Checkpoint: cp.Gtrid}
 		} else {
-			t.Next = Progress{Seq: cp.Seq - 1, Parts: to, Ledger: pos.Ledger, Prefix: pos.Prefix, Checkpoint: cp.Gtrid}
+			t.Next = Progress{Seq: cp.Seq - 1, Parts: to, From: pos.From, Ledger: pos.Ledger, Prefix: pos.Prefix, Checkpoint: cp.Gtrid}
 		}
 		break
 	}

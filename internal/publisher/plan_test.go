@@ -3,18 +3,21 @@ package publisher
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"testing"
 
 	"github.com/billing/ledger/internal/txsink/driver"
 )
 
-// Where a publisher resumes: from Kafka's progress when there is one,
-// from the enabling otherwise; never behind MySQL's hint (the rows below
-// it are deleted: a gap), never on another ledger's topic, never without
-// the snapshot an existing ledger needs.
+// Where a publisher resumes: from Kafka's progress when there is one of
+// this enabling, from the enabling otherwise (with the snapshot first on a
+// ledger that held rows); never behind MySQL's hint (the rows below it are
+// deleted: a gap), never on another ledger's topic.
 func TestResume(t *testing.T) {
 	st := driver.ChangelogState{On: true, Prefix: "cl", From: 5, Published: 4}
+	snap := st
+	snap.Snapshot = true
 	for _, c := range []struct {
 		name  string
 		kafka *Progress
@@ -22,20 +25,32 @@ func TestResume(t *testing.T) {
 		want  Progress
 		err   error
 	}{
-		{"nothing published yet: just before the enabling", nil, st, Progress{Seq: 4, Ledger: "L", Prefix: "cl"}, nil},
-		{"Kafka ahead of the hint (a crash before the bookkeeping): Kafka", &Progress{Seq: 9, Parts: 2, Ledger: "L", Prefix: "cl"}, st,
-			Progress{Seq: 9, Parts: 2, Ledger: "L", Prefix: "cl"}, nil},
-		{"the hint ahead of Kafka: the progress was lost", &Progress{Seq: 3, Ledger: "L", Prefix: "cl"}, st, Progress{}, ErrProgressLost},
+		{"nothing published yet: just before the enabling", nil, st, Progress{Seq: 4, From: 5, Ledger: "L", Prefix: "cl"}, nil},
+		{"Kafka ahead of the hint (a crash before the bookkeeping): Kafka", &Progress{Seq: 9, Parts: 2, From: 5, Ledger: "L", Prefix: "cl"}, st,
+			Progress{Seq: 9, Parts: 2, From: 5, Ledger: "L", Prefix: "cl"}, nil},
+		{"the hint ahead of Kafka: the progress was lost", &Progress{Seq: 3, From: 5, Ledger: "L", Prefix: "cl"}, st, Progress{}, ErrProgressLost},
 		{"no progress record but a hint beyond the enabling", nil, driver.ChangelogState{On: true, Prefix: "cl", From: 5, Published: 7}, Progress{}, ErrProgressLost},
-		{"a snapshot is needed", nil, driver.ChangelogState{On: true, Prefix: "cl", From: 5, Published: 4, Snapshot: true}, Progress{}, ErrSnapshotNeeded},
+		{"rows before the enabling: the snapshot first", nil, snap,
+			Progress{Seq: 4, From: 5, Ledger: "L", Prefix: "cl", Snapshot: &SnapshotPos{Table: "account_balances"}}, nil},
+		{"a snapshot under way: where Kafka says", &Progress{Seq: 4, From: 5, Ledger: "L", Prefix: "cl",
+			Snapshot: &SnapshotPos{Server: 1, Table: "billing_windows", After: &RowKey{Account: "a", Currency: "EUR"}}}, snap,
+			Progress{Seq: 4, From: 5, Ledger: "L", Prefix: "cl", Snapshot: &SnapshotPos{Server: 1, Table: "billing_windows",
+				After: &RowKey{Account: "a", Currency: "EUR"}}}, nil},
+		{"the snapshot published: the changes", &Progress{Seq: 4, From: 5, Ledger: "L", Prefix: "cl"}, snap,
+			Progress{Seq: 4, From: 5, Ledger: "L", Prefix: "cl"}, nil},
+		{"a record of an earlier enabling: from this one", &Progress{Seq: 2, From: 1, Ledger: "L", Prefix: "cl"}, snap,
+			Progress{Seq: 4, From: 5, Ledger: "L", Prefix: "cl", Snapshot: &SnapshotPos{Table: "account_balances"}}, nil},
 	} {
 		got, err := resume(c.kafka, c.st, "L")
-		if c.err != nil && !errors.Is(err, c.err) || c.err == nil && (err != nil || got != c.want) {
+		if c.err != nil && !errors.Is(err, c.err) || c.err == nil && (err != nil || !reflect.DeepEqual(got, c.want)) {
 			t.Errorf("%s: %+v, %v; want %+v, %v", c.name, got, err, c.want, c.err)
 		}
 	}
 	if _, err := resume(&Progress{Seq: 9, Ledger: "other", Prefix: "cl"}, st, "L"); err == nil {
 		t.Error("another ledger's progress was followed")
+	}
+	if _, err := resume(&Progress{Seq: 9, From: 7, Ledger: "L", Prefix: "cl"}, st, "L"); err == nil {
+		t.Error("a progress record of a later enabling than the ledger's was followed")
 	}
 }
 

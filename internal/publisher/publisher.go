@@ -30,6 +30,16 @@ type Control interface {
 	ChangelogPublished(ctx context.Context, seq int64) error
 	Commits(ctx context.Context, from int64, unapplied bool, limit int) ([]driver.CommitRecord, error)
 	CommitPosition(ctx context.Context) (driver.CommitPosition, error)
+	// SkipChangelogSnapshot records that the rows decided before from are
+	// published (the snapshot of an existing ledger is).
+	SkipChangelogSnapshot(ctx context.Context, from int64) error
+}
+
+// Server is what the publisher reads and deletes on one server: its
+// outbox, and its tables for the snapshot of an existing ledger.
+type Server interface {
+	Outbox
+	Tables
 }
 
 // Outbox is the outbox of one server.
@@ -65,6 +75,9 @@ type Config struct {
 	Batch      int
 	Failpoints *failpoint.Set
 	Logger     *slog.Logger
+	// Now is the clock of the snapshot's events (ts_ms); time.Now when
+	// nil.
+	Now func() time.Time
 }
 
 // TransactionalID is the one transactional id of every publisher of a
@@ -83,7 +96,7 @@ func ProgressTopic(prefix string) string { return prefix + "._progress" }
 type Publisher struct {
 	cfg     Config
 	control Control
-	servers []Outbox
+	servers []Server
 	log     *slog.Logger
 	topics  bool // created or found
 	// published counts the transactions committed (tests, metrics).
@@ -92,8 +105,8 @@ type Publisher struct {
 }
 
 // New returns a publisher of the ledger's changelog over its control
-// server and its servers' outboxes (the control server first).
-func New(cfg Config, control Control, servers []Outbox) *Publisher {
+// server and its servers (the control server first).
+func New(cfg Config, control Control, servers []Server) *Publisher {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -102,6 +115,9 @@ func New(cfg Config, control Control, servers []Outbox) *Publisher {
 	}
 	if cfg.Batch <= 0 {
 		cfg.Batch = 256
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
 	return &Publisher{cfg: cfg, control: control, servers: servers, log: cfg.Logger.With("component", "changelog-publisher")}
 }
@@ -119,8 +135,8 @@ var errLeaseLost = errors.New("publisher: the lease was lost")
 // Run publishes until ctx ends: it waits for the lease, then publishes
 // (a session) until the lease is lost, the producer is fenced or an error
 // occurs, and starts again. It releases the lease when it returns; it
-// returns only ctx's end, or a refusal it cannot get past (the snapshot
-// needed, the progress lost).
+// returns only ctx's end, or a refusal it cannot get past (the progress
+// lost, the commit log pruned).
 func (p *Publisher) Run(ctx context.Context) error {
 	defer func() {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -144,7 +160,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 			if p.Transactions() > before {
 				backoff = p.cfg.Poll // it published: a new failure starts over
 			}
-			if errors.Is(err, ErrSnapshotNeeded) || errors.Is(err, ErrProgressLost) || errors.Is(err, ErrCommitLogPruned) {
+			if errors.Is(err, ErrProgressLost) || errors.Is(err, ErrCommitLogPruned) {
 				p.log.Error("the changelog cannot be published", "err", err)
 				return err
 			}
@@ -216,22 +232,41 @@ func (p *Publisher) session(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if st.Snapshot && pos.Snapshot == nil {
+		// Kafka holds the whole snapshot; a crash came before this.
+		if err := p.control.SkipChangelogSnapshot(ctx, st.From); err != nil {
+			return err
+		}
+	}
 	if err := p.catchUpBookkeeping(ctx, st.Published, pos); err != nil {
 		return err
 	}
-	p.log.Info("publishing the changelog", "from", pos.Seq, "parts", pos.Parts, "hint", st.Published)
 	renewed := time.Now()
+	renew := func() error {
+		if time.Since(renewed) <= p.cfg.Lease/3 {
+			return nil
+		}
+		held, err := p.control.LeaseChangelog(ctx, p.cfg.Instance, p.cfg.Lease)
+		if err != nil {
+			return err
+		}
+		if !held {
+			return errLeaseLost
+		}
+		renewed = time.Now()
+		return nil
+	}
 	enc := &changelog.Encoder{}
+	if pos.Snapshot != nil {
+		p.log.Info("publishing the snapshot of the ledger's rows", "as_of", pos.Seq, "server", pos.Snapshot.Server, "table", pos.Snapshot.Table)
+		if pos, err = p.snapshot(ctx, cl, enc, pos, renew); err != nil {
+			return err
+		}
+	}
+	p.log.Info("publishing the changelog", "from", pos.Seq, "parts", pos.Parts, "hint", st.Published)
 	for {
-		if time.Since(renewed) > p.cfg.Lease/3 {
-			held, err := p.control.LeaseChangelog(ctx, p.cfg.Instance, p.cfg.Lease)
-			if err != nil {
-				return err
-			}
-			if !held {
-				return errLeaseLost
-			}
-			renewed = time.Now()
+		if err := renew(); err != nil {
+			return err
 		}
 		cps, err := p.pendingCheckpoints(ctx, pos)
 		if err != nil {
@@ -308,10 +343,63 @@ func (p *Publisher) pendingCheckpoints(ctx context.Context, pos Progress) ([]pen
 	return out, nil
 }
 
-// publish runs one Kafka transaction: the plan's events, read one outbox
-// row at a time (the producer's buffer bounds what waits), and the
-// progress record.
+// publish runs one Kafka transaction of the plan's events, read one
+// outbox row at a time (the producer's buffer bounds what waits).
 func (p *Publisher) publish(ctx context.Context, cl *kgo.Client, enc *changelog.Encoder, t txnPlan) error {
+	return p.transaction(ctx, cl, t.Next, func(produce func(*kgo.Record)) error {
+		return p.produceParts(ctx, enc, t, produce)
+	})
+}
+
+func (p *Publisher) produceParts(ctx context.Context, enc *changelog.Encoder, t txnPlan, produce func(*kgo.Record)) error {
+	for _, pt := range t.Parts {
+		cp := pt.Checkpoint
+		src := changelog.Source{Version: p.cfg.Version, Name: p.cfg.Prefix, Ledger: p.cfg.Ledger, Checkpoint: cp.Gtrid,
+			CommitSeq: cp.Seq, TsMs: cp.At.UnixMilli()}
+		for _, c := range cp.Chunks[pt.From:pt.To] {
+			if err := p.eachChange(ctx, c.Server, c.OutboxChunk, func(ch changelog.Change) error {
+				r, err := p.record(enc, ch, src)
+				if err == nil {
+					produce(r)
+				}
+				return err
+			}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// record is the Kafka record of a change.
+func (p *Publisher) record(enc *changelog.Encoder, ch changelog.Change, src changelog.Source) (*kgo.Record, error) {
+	tb, _ := changelog.ByID(ch.Table)
+	k, v, err := enc.Record(ch, src.TsMs, src)
+	if err != nil {
+		return nil, err
+	}
+	return &kgo.Record{Topic: Topic(p.cfg.Prefix, tb.Name), Key: k, Value: v}, nil
+}
+
+// eachChange calls fn with each change of one outbox row, in order.
+func (p *Publisher) eachChange(ctx context.Context, server int, c driver.OutboxChunk, fn func(changelog.Change) error) error {
+	bodies, err := p.servers[server].ReadOutbox(ctx, []driver.OutboxChunk{c})
+	if err != nil {
+		return err
+	}
+	if len(bodies) != 1 {
+		return fmt.Errorf("publisher: outbox row %s/%d/%d not found", c.Checkpoint, c.Participant, c.Chunk)
+	}
+	if err := changelog.Records(bodies[0], fn); err != nil {
+		return fmt.Errorf("publisher: outbox row %s/%d/%d: %w", c.Checkpoint, c.Participant, c.Chunk, err)
+	}
+	return nil
+}
+
+// transaction runs one Kafka transaction: the records events produces,
+// then the progress record of next, committed together (the publishing
+// steps' failpoints between).
+func (p *Publisher) transaction(ctx context.Context, cl *kgo.Client, next Progress, events func(produce func(*kgo.Record)) error) error {
 	if err := p.cfg.Failpoints.Inject(FailBeforeTxn); err != nil {
 		return err
 	}
@@ -330,32 +418,10 @@ func (p *Publisher) publish(ctx context.Context, cl *kgo.Client, enc *changelog.
 			failed.CompareAndSwap(nil, &err)
 		}
 	}
-	for _, pt := range t.Parts {
-		cp := pt.Checkpoint
-		src := changelog.Source{Version: p.cfg.Version, Name: p.cfg.Prefix, Ledger: p.cfg.Ledger, Checkpoint: cp.Gtrid,
-			CommitSeq: cp.Seq, TsMs: cp.At.UnixMilli()}
-		for _, c := range cp.Chunks[pt.From:pt.To] {
-			bodies, err := p.servers[c.Server].ReadOutbox(ctx, []driver.OutboxChunk{c.OutboxChunk})
-			if err != nil {
-				return err
-			}
-			if len(bodies) != 1 {
-				return fmt.Errorf("publisher: outbox row %s/%d/%d not found", c.Checkpoint, c.Participant, c.Chunk)
-			}
-			if err := changelog.Records(bodies[0], func(ch changelog.Change) error {
-				tb, _ := changelog.ByID(ch.Table)
-				k, v, err := enc.Record(ch, src.TsMs, src)
-				if err != nil {
-					return err
-				}
-				cl.Produce(ctx, &kgo.Record{Topic: Topic(p.cfg.Prefix, tb.Name), Key: k, Value: v}, done)
-				return nil
-			}); err != nil {
-				return fmt.Errorf("publisher: outbox row %s/%d/%d: %w", c.Checkpoint, c.Participant, c.Chunk, err)
-			}
-		}
+	if err := events(func(r *kgo.Record) { cl.Produce(ctx, r, done) }); err != nil {
+		return err
 	}
-	cl.Produce(ctx, &kgo.Record{Topic: ProgressTopic(p.cfg.Prefix), Partition: 0, Key: []byte(ProgressKey), Value: encodeProgress(t.Next)}, done)
+	cl.Produce(ctx, &kgo.Record{Topic: ProgressTopic(p.cfg.Prefix), Partition: 0, Key: []byte(ProgressKey), Value: encodeProgress(next)}, done)
 	if err := cl.Flush(ctx); err != nil {
 		return err
 	}

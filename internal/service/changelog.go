@@ -39,9 +39,9 @@ func openChangelog(ctx context.Context, cfg config.Config, c *conns, l *Ledger, 
 		return nil, nil
 	}
 	var tables []publisher.Tables
-	var outbox []publisher.Outbox
+	var servers []publisher.Server
 	for i := range l.Driver.Len() {
-		tables, outbox = append(tables, l.Driver.Server(i)), append(outbox, l.Driver.Server(i))
+		tables, servers = append(tables, l.Driver.Server(i)), append(servers, l.Driver.Server(i))
 	}
 	control := l.Driver.Control()
 	st, err := publisher.Enable(ctx, control, tables, cfg.ChangelogTopicPrefix, l.Clock.Now())
@@ -53,7 +53,7 @@ func openChangelog(ctx context.Context, cfg config.Config, c *conns, l *Ledger, 
 	pcfg.Ledger, pcfg.Instance, pcfg.Failpoints = l.Sink.Ledger(), l.Sink.Instance(), fps
 	return &changelogParts{
 		backlog: publisher.NewBacklog(control, int64(cfg.ChangelogMaxBacklog), time.Second, log),
-		pub:     publisher.New(pcfg, control, outbox),
+		pub:     publisher.New(pcfg, control, servers),
 	}, nil
 }
 
