@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"maps"
 	"os"
 	"path/filepath"
@@ -60,6 +61,26 @@ import (
 //	                            (changelogMatches); the changelog is on
 //	                            unless set here (p "chaos-cl"), and
 //	                            CHANGELOG_TOPIC_PREFIX= (empty) turns it off
+
+// publisherSteps are the changelog publisher's failpoints, in order.
+var publisherSteps = []string{"changelog-before-txn", "changelog-after-produce", "changelog-after-kafka", "changelog-after-bookkeep"}
+
+// publisherKill is the publisher failpoint an incarnation (its writer tag)
+// is started with when the changelog is on: half of them, drawn from the
+// fault seed, die by kill -9 at their Nth Kafka transaction (N from 2 to
+// 11) at one of the publisher's steps, if they hold the lease that long.
+// Which instance publishes is the lease's choice, not the schedule's, so
+// the publisher's kills ride along every incarnation instead of being
+// scheduled faults; the supervisor counts them as failpoint exits.
+func publisherKill(seed uint64, tag string) string {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%d/%s", seed, tag)
+	x := h.Sum64()
+	if x%2 == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s=kill@%d", publisherSteps[(x/2)%uint64(len(publisherSteps))], 2+(x/8)%10)
+}
 
 // chaosProfile sizes a run.
 type chaosProfile struct {
@@ -364,9 +385,17 @@ func TestChaos(t *testing.T) {
 		clPrefix += "-" + topic
 		base["CHANGELOG_TOPIC_PREFIX"] = clPrefix
 		cleanupChangelogTopics(t, brokers, clPrefix)
+		if _, set := serviceEnv["CHANGELOG_LEASE"]; !set {
+			base["CHANGELOG_LEASE"] = "3s" // a killed or paused publisher is replaced within the faults' pace
+		}
 	}
 	envFor := func(tag string) []string {
 		var env []string
+		if clPrefix != "" && tag != "" {
+			if fp := publisherKill(faultSeed, tag); fp != "" {
+				env = append(env, "BILLING_FAILPOINTS="+fp) // a step-kill's own comes after it and wins
+			}
+		}
 		for k, v := range base {
 			if k == "MYSQL_DSN" && tag != "" {
 				// The writer tag of the audit trail: the driver sends
@@ -777,6 +806,7 @@ type chaosReport struct {
 	Faults          []faultResult     `json:"faults"`
 	Incarnations    int               `json:"incarnations"`
 	ExitsExpected   int               `json:"exits_expected"`
+	PublisherKills  map[string]int    `json:"publisher_kills,omitempty"` // by failpoint: incarnations killed while publishing
 	ExitsOnTheirOwn []exitRecord      `json:"exits_on_their_own"`
 	Verdict         string            `json:"verdict"`
 	Changelog       string            `json:"changelog,omitempty"` // the chain check, with CHANGELOG_TOPIC_PREFIX
@@ -807,6 +837,13 @@ func buildReport(r *chaosRun, mode string, faultSeed, genSeed uint64, replay str
 				rep.ExitsOnTheirOwn = append(rep.ExitsOnTheirOwn, e)
 			} else if e.Expected != "final shutdown" {
 				rep.ExitsExpected++
+			}
+			if step, _, ok := strings.Cut(e.Failpoints, "="); ok && strings.HasPrefix(step, "changelog-") && strings.Contains(e.Exit, "killed") &&
+				strings.HasPrefix(e.Expected, "failpoint ") {
+				if rep.PublisherKills == nil {
+					rep.PublisherKills = map[string]int{}
+				}
+				rep.PublisherKills[step]++
 			}
 		}
 		rep.Incarnations += len(in.logs())
@@ -878,6 +915,9 @@ func (rep *chaosReport) log(t *testing.T) {
 	}
 	t.Logf("instances: %d incarnations, %d ended by faults, %d exited on their own (restarted by the supervisor)",
 		rep.Incarnations, rep.ExitsExpected, len(rep.ExitsOnTheirOwn))
+	if rep.PublisherKills != nil {
+		t.Logf("publishers killed at their failpoints (kill -9 while publishing): %v", rep.PublisherKills)
+	}
 	for _, e := range rep.ExitsOnTheirOwn {
 		t.Logf("  billing-%d#%d (%s) exited on its own after %s: %s; last line: %s", e.Slot, e.N, e.Instance, e.Lived.Round(100*time.Millisecond), e.Exit, e.LastLine)
 	}
