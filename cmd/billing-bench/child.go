@@ -46,6 +46,10 @@ const (
 	modeSink    = "sink-only"
 	modeNaive   = "naive"
 	modeService = "service"
+	// modeServicePlain is the service without the changelog, measured by
+	// the parent beside the changelog variant's service (the child runs
+	// it as modeService).
+	modeServicePlain = "service-plain"
 )
 
 type childSpec struct {

@@ -422,8 +422,13 @@ func runVariant(ctx context.Context, o *options, v variant, runID string, adm *k
 		env["DEDUP_CACHE_KEYS"] = fmt.Sprint(v.cacheKeys)
 	}
 	modes := o.modes
-	if v.hostile || v.changelog {
+	if v.hostile {
 		modes = []string{modeService}
+	}
+	if v.changelog {
+		// The service without the changelog, then with it, in every
+		// repetition: the changelog's cost is their paired ratio.
+		modes = []string{modeServicePlain, modeService}
 	}
 	// sink-only replays the service's checkpoints of the same repetition
 	// (replay.go), so it runs after the service.
@@ -450,6 +455,7 @@ func runVariant(ctx context.Context, o *options, v variant, runID string, adm *k
 
 func measure(ctx context.Context, o *options, v variant, mode, runID, topic, expected string, ends map[int32]int64, total int64, env map[string]string, adm *kadmClient, rep int, replay []map[int32]int64) (m measurement) {
 	m = measurement{Variant: v.name, Mode: mode, Rep: rep}
+	svc := mode == modeService || mode == modeServicePlain
 	start := time.Now()
 	defer func() { m.WallS = time.Since(start).Seconds() }()
 	fail := func(err error) measurement {
@@ -457,11 +463,15 @@ func measure(ctx context.Context, o *options, v variant, mode, runID, topic, exp
 		m.WallS = time.Since(start).Seconds()
 		return m
 	}
-	short := map[string]string{modeConsume: "consume", modeSink: "sink", modeNaive: "naive", modeService: "service"}[mode]
+	short := map[string]string{modeConsume: "consume", modeSink: "sink", modeNaive: "naive", modeService: "service", modeServicePlain: "plain"}[mode]
 	if o.repeat > 1 {
 		short += strconv.Itoa(rep)
 	}
-	spec := childSpec{Mode: mode, Brokers: o.brokers, Topic: topic, Group: fmt.Sprintf("bench-%s-%s-%s", runID, v.name, short),
+	childMode := mode
+	if mode == modeServicePlain {
+		childMode = modeService
+	}
+	spec := childSpec{Mode: childMode, Brokers: o.brokers, Topic: topic, Group: fmt.Sprintf("bench-%s-%s-%s", runID, v.name, short),
 		Records: total, Ends: ends, ServiceEnv: env, NaiveBatch: o.naiveBatch, NaiveWait: o.naiveWait,
 		SinkChunk: o.sinkChunk, Timeout: o.timeout, Watch: o.watch, MemLimit: o.memLimit}
 	if mode == modeSink {
@@ -475,7 +485,7 @@ func measure(ctx context.Context, o *options, v variant, mode, runID, topic, exp
 		if !o.keep {
 			defer dropDatabase(o.admin, dbName)
 		}
-		if v.preload > 0 && (mode == modeSink || mode == modeService) {
+		if v.preload > 0 && (mode == modeSink || svc) {
 			t := time.Now()
 			if err := preloadDedupKeys(ctx, o.admin, dbName, v.preload, o.svc.DedupTTL); err != nil {
 				return fail(err)
@@ -486,13 +496,13 @@ func measure(ctx context.Context, o *options, v variant, mode, runID, topic, exp
 		if spec.DSN, err = databaseDSN(o.admin, dbName, true); err != nil {
 			return fail(err)
 		}
-		if v.steady && (mode == modeSink || mode == modeService) {
+		if v.steady && (mode == modeSink || svc) {
 			spec.SteadyKeys = o.events
 		}
-		if v.tables && (mode == modeSink || mode == modeService) {
+		if v.tables && (mode == modeSink || svc) {
 			spec.SampleTables = sampledTables
 		}
-		if v.changelog && mode == modeService {
+		if v.changelog && mode == modeService { // not in service-plain, its reference
 			prefix := strings.ReplaceAll(dbName, "_", "-")
 			spec.ServiceEnv = maps.Clone(spec.ServiceEnv)
 			spec.ServiceEnv["CHANGELOG_TOPIC_PREFIX"] = prefix
@@ -500,7 +510,7 @@ func measure(ctx context.Context, o *options, v variant, mode, runID, topic, exp
 				defer deleteChangelogTopics(adm, prefix)
 			}
 		}
-		if v.shard && (mode == modeSink || mode == modeService) {
+		if v.shard && (mode == modeSink || svc) {
 			if err := createDatabase(ctx, o.admin2, dbName); err != nil {
 				return fail(err)
 			}
@@ -515,7 +525,7 @@ func measure(ctx context.Context, o *options, v variant, mode, runID, topic, exp
 			spec.ServiceEnv["MYSQL_SHARD_DSNS"] = shard
 		}
 	}
-	if mode == modeService || mode == modeNaive {
+	if svc || mode == modeNaive {
 		spec.LiveTopic = topic + "-live-" + short
 		if err := createTopic(ctx, adm, spec.LiveTopic, len(ends)); err != nil {
 			return fail(err)
@@ -524,12 +534,12 @@ func measure(ctx context.Context, o *options, v variant, mode, runID, topic, exp
 			defer deleteTopic(adm, spec.LiveTopic)
 		}
 	}
-	if o.profile && (mode == modeService || mode == modeNaive) {
+	if o.profile && (svc || mode == modeNaive) {
 		spec.CPUProfile = filepath.Join(o.out, fmt.Sprintf("%s-%s.cpu.pprof", v.name, short))
 		spec.HeapProfile = filepath.Join(o.out, fmt.Sprintf("%s-%s.heap.pprof", v.name, short))
 	}
 	servers := []string{o.admin}
-	if v.shard && (mode == modeSink || mode == modeService) {
+	if v.shard && (mode == modeSink || svc) {
 		servers = append(servers, o.admin2)
 	}
 	for _, admin := range servers {

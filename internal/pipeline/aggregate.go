@@ -141,6 +141,19 @@ func (w *walk) risky() bool {
 // need seeding: balances, windows and adjustments; with all set, every key
 // does.
 func (a *aggregate) riskyKeys(recs []*record, all bool) (rb map[balanceKey]bool, rw, ra map[windowKey]bool) {
+	if all { // no walk needed (the changelog seeds every key)
+		rb, rw, ra = map[balanceKey]bool{}, map[windowKey]bool{}, map[windowKey]bool{}
+		for _, r := range recs {
+			bk, wk := a.keys(&r.ev)
+			rb[bk] = true
+			if r.late {
+				ra[wk] = true
+			} else {
+				rw[wk] = true
+			}
+		}
+		return rb, rw, ra
+	}
 	bw := map[balanceKey]*walk{}
 	ww := [2]map[windowKey]*walk{{}, {}} // timely, late
 	for _, r := range recs {
