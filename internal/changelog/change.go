@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"strconv"
+
+	"github.com/klauspost/compress/s2"
 )
 
 // Op is an event's op.
@@ -103,8 +105,17 @@ func shape(t Table, op Op, before, after bool) error {
 }
 
 // An outbox blob is a version byte followed by records, each framed by its
-// length (uvarint).
-const blobVersion = 1
+// length (uvarint); in version 2 the records are compressed with S2
+// (klauspost/compress/s2, Snappy's faster successor): change events repeat
+// their account ids and instants, and every byte of the outbox is
+// written, logged by the binary log, read and deleted again.
+const (
+	blobVersion = 1
+	blobS2      = 2
+	// maxBlobRecords bounds the records' size a version 2 blob may claim
+	// (no statement carries more than max_allowed_packet's 1 GiB).
+	maxBlobRecords = 1 << 30
+)
 
 // NewBlob starts an outbox blob.
 func NewBlob(b []byte) []byte { return append(b[:0], blobVersion) }
@@ -134,10 +145,19 @@ func uvarintLen(x uint64) int {
 // Records calls fn with each change of a blob, in order; the changes alias
 // the blob. It stops at fn's first error.
 func Records(blob []byte, fn func(Change) error) error {
-	if len(blob) == 0 || blob[0] != blobVersion {
+	if len(blob) == 0 || blob[0] != blobVersion && blob[0] != blobS2 {
 		return fmt.Errorf("outbox blob: unknown version")
 	}
 	rest := blob[1:]
+	if blob[0] == blobS2 {
+		n, err := s2.DecodedLen(rest)
+		if err != nil || n > maxBlobRecords {
+			return fmt.Errorf("outbox blob: compressed records of %d bytes: %v", n, err)
+		}
+		if rest, err = s2.Decode(nil, rest); err != nil {
+			return fmt.Errorf("outbox blob: %w", err)
+		}
+	}
 	for len(rest) > 0 {
 		n, k := binary.Uvarint(rest)
 		if k <= 0 || uint64(len(rest)-k) < n {
@@ -164,6 +184,22 @@ type Pack struct {
 	Counts []int
 }
 
+// Compress replaces each blob by its compressed form (version 2) where that
+// is smaller; a blob stays within Max.
+func (p *Pack) Compress() {
+	for i, b := range p.Blobs {
+		if len(b) < 64 {
+			continue
+		}
+		out := make([]byte, 1+s2.MaxEncodedLen(len(b)-1))
+		out[0] = blobS2
+		enc := s2.Encode(out[1:], b[1:])
+		if len(enc)+1 < len(b) {
+			p.Blobs[i] = out[:1+len(enc)]
+		}
+	}
+}
+
 // Add appends c to the last blob, or to a new one when it would not fit.
 func (p *Pack) Add(c Change) {
 	n := len(p.Blobs)
@@ -180,6 +216,9 @@ func (p *Pack) Add(c Change) {
 type Encoder struct {
 	before, after []Value
 	buf           []byte
+	// The sizes of the last record's key and value: each new one is
+	// allocated once at about that size.
+	keyLen, valueLen int
 }
 
 // Record returns the record key and value of c with the envelope's
@@ -223,9 +262,10 @@ func (e *Encoder) encode(t Table, op Op, tsMs int64, src Source) (key, value []b
 	if op == OpDelete {
 		keyRow = before
 	}
-	if key, err = appendJSONKey(nil, t, keyRow); err != nil {
+	if key, err = appendJSONKey(make([]byte, 0, e.keyLen+16), t, keyRow); err != nil {
 		return nil, nil, err
 	}
+	e.keyLen = len(key)
 	if op == OpUpdate {
 		bk, err := appendJSONKey(e.buf[:0], t, before)
 		e.buf = bk
@@ -243,7 +283,7 @@ func (e *Encoder) encode(t Table, op Op, tsMs int64, src Source) (key, value []b
 	if err := snapshotShape(t, op, snapshot); err != nil {
 		return nil, nil, err
 	}
-	b := make([]byte, 0, 64+len(key)*4+len(src.Version)+len(src.Name)+len(src.Ledger)+len(src.Checkpoint)+128)
+	b := make([]byte, 0, max(e.valueLen+64, 64+len(key)*4+len(src.Version)+len(src.Name)+len(src.Ledger)+len(src.Checkpoint)+128))
 	b = append(b, `{"before":`...)
 	if b, err = appendJSONRow(b, t, before); err != nil {
 		return nil, nil, err
@@ -274,6 +314,7 @@ func (e *Encoder) encode(t Table, op Op, tsMs int64, src Source) (key, value []b
 	b = append(b, `,"snapshot":`...)
 	b, ok[4] = appendJSONString(b, snapshot)
 	b = append(b, "}}"...)
+	e.valueLen = len(b)
 	for _, v := range ok {
 		if !v {
 			return nil, nil, &FormatError{Table: t.Name, Reason: "source field is not valid UTF-8"}

@@ -73,16 +73,55 @@ func decodeRune[S ~string | ~[]byte](s S) (rune, int) {
 	return utf8.RuneError, 1
 }
 
-// appendJSONTime appends a DATETIME(6) value of Unix microseconds; it
-// reports false outside DATETIME's range.
+// The DATETIME(6) range in Unix microseconds (DatetimeRange's; a test
+// holds them equal).
+const (
+	datetimeMinMicros = -30610224000000000 // 1000-01-01 00:00:00.000000
+	datetimeMaxMicros = 253402300799999999 // 9999-12-31 23:59:59.999999
+)
+
+// appendJSONTime appends a DATETIME(6) value of Unix microseconds as
+// TimeLayout writes it (digit by digit: time.Time.AppendFormat was the
+// publisher's largest cost); it reports false outside DATETIME's range.
 func appendJSONTime(b []byte, micros int64) ([]byte, bool) {
-	t := time.UnixMicro(micros).UTC()
-	if lo, hi := DatetimeRange(); t.Before(lo) || t.After(hi) {
+	if micros < datetimeMinMicros || micros > datetimeMaxMicros {
 		return b, false
 	}
+	t := time.UnixMicro(micros).UTC()
+	year, month, day := t.Date()
+	hour, minute, sec := t.Clock()
+	frac := int(micros % 1_000_000)
+	if frac < 0 {
+		frac += 1_000_000
+	}
 	b = append(b, '"')
-	b = t.AppendFormat(b, TimeLayout)
-	return append(b, '"'), true
+	b = appendDigits(b, year, 4)
+	b = append(b, '-')
+	b = appendDigits(b, int(month), 2)
+	b = append(b, '-')
+	b = appendDigits(b, day, 2)
+	b = append(b, 'T')
+	b = appendDigits(b, hour, 2)
+	b = append(b, ':')
+	b = appendDigits(b, minute, 2)
+	b = append(b, ':')
+	b = appendDigits(b, sec, 2)
+	b = append(b, '.')
+	b = appendDigits(b, frac, 6)
+	return append(b, 'Z', '"'), true
+}
+
+// appendDigits appends x (0 <= x < 10^width) in width decimal digits.
+func appendDigits(b []byte, x, width int) []byte {
+	n := len(b)
+	for range width {
+		b = append(b, 0)
+	}
+	for i := n + width - 1; i >= n; i-- {
+		b[i] = byte('0' + x%10)
+		x /= 10
+	}
+	return b
 }
 
 // DatetimeRange returns the earliest and latest DATETIME(6) values MySQL
@@ -125,8 +164,7 @@ func appendJSONRow(b []byte, t Table, vals []Value) ([]byte, error) {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b, _ = appendJSONString(b, c.Name)
-		b = append(b, ':')
+		b = append(b, t.names[i]...)
 		var err error
 		if b, err = appendJSONValue(b, t, c, vals[i]); err != nil {
 			return b, err
@@ -143,8 +181,7 @@ func appendJSONKey(b []byte, t Table, vals []Value) ([]byte, error) {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b, _ = appendJSONString(b, t.Columns[idx].Name)
-		b = append(b, ':')
+		b = append(b, t.names[idx]...)
 		var err error
 		if b, err = appendJSONValue(b, t, t.Columns[idx], vals[idx]); err != nil {
 			return b, err

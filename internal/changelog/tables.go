@@ -39,7 +39,8 @@ type Table struct {
 	Key     []string
 	Append  bool
 
-	keyIdx []int // Key's columns, by index
+	keyIdx []int    // Key's columns, by index
+	names  [][]byte // each column's name as JSON, with its colon
 }
 
 // TableID numbers the tables in the binary encoding of the outbox.
@@ -99,6 +100,10 @@ func buildTables() [numTables]Table {
 	}
 	for i := range out {
 		tb := &out[i]
+		for _, c := range tb.Columns {
+			n, _ := appendJSONString(nil, c.Name)
+			tb.names = append(tb.names, append(n, ':'))
+		}
 		for _, k := range tb.Key {
 			tb.keyIdx = append(tb.keyIdx, slices.IndexFunc(tb.Columns, func(c Column) bool { return c.Name == k }))
 		}

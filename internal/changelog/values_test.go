@@ -2,6 +2,7 @@ package changelog
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"math"
 	"math/rand/v2"
@@ -129,7 +130,8 @@ func TestBinaryRowsRoundTrip(t *testing.T) {
 func TestPackAndRecords(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	tb, _ := Lookup(AccountBalances)
-	for _, max := range []int{1, 64, 300, 4096, 1 << 20} {
+	for i, max := range []int{1, 64, 300, 4096, 1 << 20, 1, 64, 300, 4096, 1 << 20} {
+		compress := i >= 5 // the second round compressed, as the pipeline writes them
 		p := Pack{Max: max}
 		var want []Change
 		for range rng.IntN(2000) + 1 {
@@ -141,6 +143,9 @@ func TestPackAndRecords(t *testing.T) {
 			}
 			p.Add(c)
 			want = append(want, c)
+		}
+		if compress {
+			p.Compress()
 		}
 		var got []Change
 		total := 0
@@ -162,7 +167,10 @@ func TestPackAndRecords(t *testing.T) {
 			total += n
 		}
 		if !reflect.DeepEqual(got, want) || total != len(want) {
-			t.Fatalf("max %d: %d changes back, %d packed", max, len(got), len(want))
+			t.Fatalf("max %d (compressed %v): %d changes back, %d packed", max, compress, len(got), len(want))
+		}
+		if compress && max == 1<<20 && p.Blobs[0][0] != blobS2 {
+			t.Fatalf("a blob of %d bytes stayed uncompressed", len(p.Blobs[0]))
 		}
 	}
 }
@@ -179,12 +187,12 @@ func TestDamagedOutboxIsAnError(t *testing.T) {
 		}
 	}
 	for name, c := range map[string]Change{
-		"c with before":       {Table: TWindows, Op: OpCreate, Before: raw, After: raw},
-		"u without before":    {Table: TWindows, Op: OpUpdate, After: raw},
-		"r on append-only":    {Table: TClosedWindows, Op: OpRead, After: raw},
-		"unknown table":       {Table: 9, Op: OpCreate, After: raw},
-		"unknown op":          {Table: TWindows, Op: "x", After: raw},
-		"row of another kind": {Table: TEntries, Op: OpCreate, After: raw},
+		"c with before":        {Table: TWindows, Op: OpCreate, Before: raw, After: raw},
+		"u without before":     {Table: TWindows, Op: OpUpdate, After: raw},
+		"r outside a snapshot": {Table: TClosedWindows, Op: OpRead, After: raw},
+		"unknown table":        {Table: 9, Op: OpCreate, After: raw},
+		"unknown op":           {Table: TWindows, Op: "x", After: raw},
+		"row of another kind":  {Table: TEntries, Op: OpCreate, After: raw},
 	} {
 		blob := AppendRecord(NewBlob(nil), c)
 		err := Records(blob, func(c Change) error {
@@ -195,6 +203,27 @@ func TestDamagedOutboxIsAnError(t *testing.T) {
 		if err == nil {
 			t.Errorf("%s: no error", name)
 		}
+	}
+	// A compressed blob cut anywhere, or claiming more than any statement
+	// holds, is an error, not a crash or an allocation of that size.
+	var pk Pack
+	pk.Max = 1 << 20
+	for range 50 {
+		pk.Add(Change{Table: TWindows, Op: OpCreate, After: raw})
+	}
+	pk.Compress()
+	zb := pk.Blobs[0]
+	if zb[0] != blobS2 {
+		t.Fatal("not compressed")
+	}
+	for cut := 1; cut < len(zb); cut++ {
+		if err := Records(zb[:cut], func(Change) error { return nil }); err == nil {
+			t.Errorf("compressed blob cut at %d of %d: no error", cut, len(zb))
+		}
+	}
+	huge := append([]byte{blobS2}, binary.AppendUvarint(nil, 1<<40)...)
+	if err := Records(append(huge, 0, 0, 0), func(Change) error { return nil }); err == nil {
+		t.Error("a compressed blob claiming 1 TiB: no error")
 	}
 	bad := append([]byte{tagTrue}, raw[1:]...) // a bool where a string is
 	if _, err := DecodeRow(tb, bad, nil); err == nil {
@@ -235,6 +264,33 @@ func TestStoreRowsAsTheTablesColumns(t *testing.T) {
 		}
 		if g, _ := Canonical(tb, got); g != want {
 			t.Errorf("%s: %s, want %s", name, g, want)
+		}
+	}
+}
+
+// The digit-by-digit time writer is TimeLayout's AppendFormat over the
+// whole DATETIME(6) range (random instants, before and after 1970, the
+// range's ends), and refuses just outside it.
+func TestJSONTimeAsAppendFormat(t *testing.T) {
+	lo, hi := DatetimeRange()
+	if lo.UnixMicro() != datetimeMinMicros || hi.UnixMicro() != datetimeMaxMicros {
+		t.Fatalf("range constants %d..%d, DatetimeRange %d..%d", datetimeMinMicros, datetimeMaxMicros, lo.UnixMicro(), hi.UnixMicro())
+	}
+	rng := rand.New(rand.NewPCG(11, 12))
+	samples := []int64{datetimeMinMicros, datetimeMaxMicros, 0, -1, 1, 999_999, -1_000_000, 951_782_400_000_000 /* 2000-02-29 */}
+	for range 100_000 {
+		samples = append(samples, datetimeMinMicros+rng.Int64N(datetimeMaxMicros-datetimeMinMicros+1))
+	}
+	for _, us := range samples {
+		got, ok := appendJSONTime(nil, us)
+		want := `"` + time.UnixMicro(us).UTC().Format(TimeLayout) + `"`
+		if !ok || string(got) != want {
+			t.Fatalf("%d: %s (%v), want %s", us, got, ok, want)
+		}
+	}
+	for _, us := range []int64{datetimeMinMicros - 1, datetimeMaxMicros + 1} {
+		if _, ok := appendJSONTime(nil, us); ok {
+			t.Errorf("%d outside DATETIME's range accepted", us)
 		}
 	}
 }

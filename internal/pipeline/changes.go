@@ -101,5 +101,6 @@ func pack(changes []changelog.Change, budget int) changelog.Pack {
 	for _, c := range changes {
 		p.Add(c)
 	}
+	p.Compress()
 	return p
 }
