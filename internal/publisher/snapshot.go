@@ -1,9 +1,11 @@
 package publisher
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -109,12 +111,17 @@ type scanned struct {
 
 // firsts is what the outbox holds of one table of one server since the
 // enabling: each changed key's first before-image (nil: created since),
-// and the checkpoints it read (through a commit_seq).
+// and the checkpoints it read (through a commit_seq). Keys the scan has
+// passed (up to after) are not kept: their r events are out. So it holds
+// at most the keys ahead of the scan that the checkpoints since the
+// enabling changed, themselves bounded by CHANGELOG_MAX_BACKLOG.
 type firsts struct {
 	table   changelog.Table
 	before  map[string][]byte
 	gtrids  map[string]bool
 	through int64
+	after   *RowKey
+	vals    []changelog.Value
 }
 
 func newFirsts(table string, from int64) *firsts {
@@ -128,6 +135,9 @@ func (f *firsts) add(c changelog.Change) error {
 	if c.Table != f.table.ID || f.table.Append {
 		return nil
 	}
+	if behind, err := f.passed(c.After); err != nil || behind {
+		return err
+	}
 	key, err := changelog.RawKey(f.table, c.After)
 	if err != nil {
 		return err
@@ -140,6 +150,24 @@ func (f *firsts) add(c changelog.Change) error {
 		f.before[key] = b
 	}
 	return nil
+}
+
+// passed says whether the scan has passed the key of raw, a row of the
+// table: in the tables' primary-key order, bytewise (VARBINARY account
+// ids, ascii_bin currencies), then window_start.
+func (f *firsts) passed(raw []byte) (bool, error) {
+	if f.after == nil {
+		return false, nil
+	}
+	var err error
+	if f.vals, err = changelog.DecodeRow(f.table, raw, f.vals); err != nil {
+		return false, err
+	}
+	c := cmp.Or(strings.Compare(string(f.vals[0].S), f.after.Account), strings.Compare(string(f.vals[1].S), f.after.Currency))
+	if c == 0 && f.table.ID != changelog.TBalances {
+		c = cmp.Compare(f.vals[2].I, f.after.Start.UnixMicro())
+	}
+	return c <= 0, nil
 }
 
 // snapshotChanges are the r events of a chunk of rows read, corrected by
@@ -280,6 +308,7 @@ func (p *Publisher) snapshot(ctx context.Context, cl *kgo.Client, enc *changelog
 		if f == nil || f.table.Name != sp.Table || server != sp.Server {
 			f, server = newFirsts(sp.Table, pos.From), sp.Server
 		}
+		f.after = sp.After
 		rows, last, err := scanChunk(ctx, p.servers[sp.Server], sp, limit)
 		if err != nil {
 			return pos, err

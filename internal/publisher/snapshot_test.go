@@ -2,6 +2,8 @@ package publisher
 
 import (
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -89,6 +91,31 @@ func TestSnapshotChanges(t *testing.T) {
 	}
 	if len(f.before) != 0 {
 		t.Errorf("%d keys still held after their rows were read", len(f.before))
+	}
+
+	// Keys the scan has passed are not kept (their r events are out): the
+	// held images are only of keys ahead, in the tables' key order.
+	fa := newFirsts(changelog.BillingWindows, 5)
+	fa.after = &RowKey{Account: "m", Currency: "EUR", Start: at}
+	for _, acct := range []string{"a", "m", "mm", "z", "M"} {
+		if err := fa.add(changelog.Update(changelog.TWindows, win(acct, 1, false), win(acct, 2, false))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	earlier := changelog.WindowRow(nil, driver.WindowRow{WindowKey: driver.WindowKey{Account: "m", Currency: "EUR", Start: at.Add(-time.Hour)}, UpdatedAt: at})
+	later := changelog.WindowRow(nil, driver.WindowRow{WindowKey: driver.WindowKey{Account: "m", Currency: "EUR", Start: at.Add(time.Hour)}, UpdatedAt: at})
+	for _, raw := range [][]byte{earlier, later} {
+		if err := fa.add(changelog.Update(changelog.TWindows, nil, raw)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var held []string
+	for k := range fa.before {
+		held = append(held, k)
+	}
+	slices.Sort(held)
+	if len(held) != 3 || !strings.Contains(held[0], `"m"`) || !strings.Contains(held[1], `"mm"`) || !strings.Contains(held[2], `"z"`) {
+		t.Errorf("held %v, want the keys after m/EUR/%s only: m's later window, mm, z", held, at)
 	}
 
 	te, _ := changelog.Lookup(changelog.LedgerEntries)
