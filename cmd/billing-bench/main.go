@@ -426,8 +426,9 @@ func runVariant(ctx context.Context, o *options, v variant, runID string, adm *k
 		modes = []string{modeService}
 	}
 	if v.changelog {
-		// The service without the changelog, then with it, in every
-		// repetition: the changelog's cost is their paired ratio.
+		// The service without the changelog and with it, in every
+		// repetition (in alternating order): the changelog's cost is their
+		// paired ratio.
 		modes = []string{modeServicePlain, modeService}
 	}
 	// sink-only replays the service's checkpoints of the same repetition
@@ -438,7 +439,11 @@ func runVariant(ctx context.Context, o *options, v variant, runID string, adm *k
 	var out []measurement
 	for rep := 1; rep <= o.repeat; rep++ {
 		var replay []map[int32]int64
-		for _, mode := range modes {
+		order := modes
+		if v.changelog && rep%2 == 0 {
+			order = []string{modeService, modeServicePlain} // alternated: neither always runs first
+		}
+		for _, mode := range order {
 			if ctx.Err() != nil {
 				return info, out, ctx.Err()
 			}
