@@ -332,7 +332,7 @@ func run(ctx context.Context, o *options) error {
 		"closing": {name: "closing", accounts: o.accounts, env: map[string]string{"WINDOW_CLOSE_AFTER": "1h"},
 			note: "WINDOW_CLOSE_AFTER=1h: the workload's 24 windows close one after the other during the run"},
 		"changelog": {name: "changelog", accounts: o.accounts, changelog: true,
-			note: "CHANGELOG_TOPIC_PREFIX set: every change published to Kafka exactly once (docs/changelog.md); service mode only"},
+			note: "CHANGELOG_TOPIC_PREFIX set: every change published to Kafka exactly once (docs/changelog.md); the service only, beside the same service without it (service-plain)"},
 		"hostile": {name: "hostile", accounts: 1000, hostile: true,
 			note: fmt.Sprintf("%d valid events padded to MAX_PAYLOAD_BYTES, one junk record of 1 MiB per %d; service mode only", o.hostileEvents, o.hostileJunkEvery)},
 	}
