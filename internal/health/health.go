@@ -64,6 +64,7 @@ type Monitor struct {
 	checks       *Checks
 	running      time.Time // when the pipeline started
 	waitingSince time.Time // since when records wait (zero: none wait)
+	zeroSince    time.Time // when none was last seen pending (zero: some are)
 	failedSince  bool      // the last checkpoint attempt failed
 	checked      bool      // a round of checks completed
 	mysqlErr     error
@@ -164,8 +165,20 @@ func (m *Monitor) stallLocked() (time.Duration, int64) {
 	now := m.o.Now()
 	pending := st.Pending.Load()
 	if pending == 0 {
-		m.waitingSince = time.Time{}
+		if m.zeroSince.IsZero() {
+			m.zeroSince = now
+		}
 		return 0, 0
+	}
+	if !m.zeroSince.IsZero() {
+		// A failed checkpoint drops its records and reads them again: the
+		// count touches zero for a moment while they still wait. Only a
+		// zero not contradicted for a while (two check intervals) ends the
+		// wait; a committed checkpoint ends it anyway (since, below).
+		if now.Sub(m.zeroSince) >= max(2*m.o.CheckInterval, time.Second) {
+			m.waitingSince = time.Time{}
+		}
+		m.zeroSince = time.Time{}
 	}
 	if m.waitingSince.IsZero() {
 		m.waitingSince = now

@@ -137,3 +137,25 @@ func TestStallResetsWhenCaughtUp(t *testing.T) {
 		t.Fatalf("a new wait counts from when it is seen, got %s", d)
 	}
 }
+
+// TestStallSurvivesAFailedCheckpointsRewind: checkpoints that all fail drop
+// their records and read them again, so the pending count touches zero
+// between attempts; a check landing on that moment must not restart the
+// wait, or a wedged instance never looks wedged (integration's
+// TestHealthDuringStartupAndWedge failed so once).
+func TestStallSurvivesAFailedCheckpointsRewind(t *testing.T) {
+	start := time.Unix(1_700_000_000, 0)
+	now := start
+	m := New(Options{ReadyMaxAge: 2 * time.Second, MaxStall: 5 * time.Second, CheckInterval: 200 * time.Millisecond, Now: func() time.Time { return now }})
+	st := &pipeline.Stats{}
+	m.Start(Checks{Stats: st})
+	for i := range 40 { // 8 s of attempts every 200 ms, each seen between drop and re-read
+		st.Pending.Store(int64(20 * (i % 2)))
+		m.Check(context.Background())
+		now = now.Add(200 * time.Millisecond)
+	}
+	st.Pending.Store(20)
+	if ok, why := m.Live(); ok || !strings.Contains(why, "wedged") {
+		t.Fatalf("Live() = %v, %q after 8 s of failing checkpoints; want wedged", ok, why)
+	}
+}
