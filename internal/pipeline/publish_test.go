@@ -219,26 +219,9 @@ func TestPublishedChangelogIsTheTables(t *testing.T) {
 	})
 	stop1()
 	stop2() // their last checkpoints included
-	testenv.Eventually(t, 60*time.Second, "every checkpoint published", func() (bool, string) {
-		ctx := context.Background()
-		st, err1 := l.control.Changelog(ctx)
-		pos, err2 := l.control.CommitPosition(ctx)
-		return err1 == nil && err2 == nil && pos.Visible == pos.Decided && st.Published == pos.Decided,
-			fmt.Sprintf("position %+v, published %d (%v %v)", pos, st.Published, err1, err2)
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, err := changelogtest.Consume(ctx, []kgo.Opt{kgo.SeedBrokers(l.kc.ListenAddrs()...)}, "cl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rows, err := changelogtest.TableRows(ctx, []changelogtest.Scanner{l.ds[0].(*memdriver.Server), l.ds[1].(*memdriver.Server)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Compare(rows); err != nil {
-		t.Fatal(err)
-	}
+	l.waitPublished(t)
+	c, rows := l.checkChangelog(t)
+	ctx := context.Background()
 	for _, table := range []string{changelog.AccountBalances, changelog.BillingWindows, changelog.WindowAdjustments, changelog.ClosedWindows, changelog.LedgerEntries} {
 		if len(rows[table]) == 0 {
 			t.Errorf("%s: no row: the generation exercised nothing", table)
@@ -370,27 +353,11 @@ func TestTwoPublishersAtOnceAreFenced(t *testing.T) {
 		return l.counted() == events, fmt.Sprintf("%d counted", l.counted())
 	})
 	stop()
-	testenv.Eventually(t, 60*time.Second, "every checkpoint published", func() (bool, string) {
-		st, _ := l.control.Changelog(context.Background())
-		pos, _ := l.control.CommitPosition(context.Background())
-		return pos.Visible == pos.Decided && st.Published == pos.Decided, fmt.Sprintf("position %+v, published %d", pos, st.Published)
-	})
+	l.waitPublished(t)
 	if pubs[0].Transactions() == 0 || pubs[1].Transactions() == 0 {
 		t.Logf("transactions committed: a %d, b %d (one publisher won every race)", pubs[0].Transactions(), pubs[1].Transactions())
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, err := changelogtest.Consume(ctx, []kgo.Opt{kgo.SeedBrokers(l.kc.ListenAddrs()...)}, "cl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rows, err := changelogtest.TableRows(ctx, []changelogtest.Scanner{l.ds[0].(*memdriver.Server), l.ds[1].(*memdriver.Server)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Compare(rows); err != nil {
-		t.Fatal(err)
-	}
+	c, _ := l.checkChangelog(t)
 	t.Logf("%d events read; transactions committed: a %d, b %d", c.Events, pubs[0].Transactions(), pubs[1].Transactions())
 }
 
@@ -460,26 +427,14 @@ func TestPublisherThroughABrokerOutage(t *testing.T) {
 	down.Store(false)
 	stop()
 	settled("the backlog drained")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, err := changelogtest.Consume(ctx, []kgo.Opt{kgo.SeedBrokers(l.kc.ListenAddrs()...)}, "cl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rows, err := changelogtest.TableRows(ctx, []changelogtest.Scanner{l.ds[0].(*memdriver.Server), l.ds[1].(*memdriver.Server)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Compare(rows); err != nil {
-		t.Fatal(err)
-	}
+	c, _ := l.checkChangelog(t)
 	t.Logf("%d events read; %d publisher requests refused during the outage", c.Events, refused.Load())
 }
 
 // checkChangelog reads the changelog as a read_committed consumer and
 // fails the test unless every chain is unbroken and ends at the tables'
 // rows; it returns the consumer.
-func (l *publishLedger) checkChangelog(t *testing.T) *changelogtest.Checker {
+func (l *publishLedger) checkChangelog(t *testing.T) (*changelogtest.Checker, map[string][]string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -494,7 +449,7 @@ func (l *publishLedger) checkChangelog(t *testing.T) *changelogtest.Checker {
 	if err := c.Compare(rows); err != nil {
 		t.Fatal(err)
 	}
-	return c
+	return c, rows
 }
 
 // waitPublished waits until every checkpoint decided is applied and

@@ -105,7 +105,7 @@ func TestSnapshotOfAnExistingLedger(t *testing.T) {
 	stop1()
 	stop2()
 	l.waitPublished(t)
-	c := l.checkChangelog(t)
+	c, _ := l.checkChangelog(t)
 	reads := snapshotReads(t, l)
 	for _, table := range []string{changelog.AccountBalances, changelog.BillingWindows, changelog.WindowAdjustments,
 		changelog.ClosedWindows, changelog.LedgerEntries} {
