@@ -228,6 +228,8 @@ func child(spec childSpec) error {
 		res, err = sinkOnly(spec, cfg)
 	case modeNaive, modeService:
 		res, err = streaming(spec, cfg, cmds)
+	case modeInstance:
+		res, err = instanceChild(spec, cfg, cmds)
 	default:
 		return fmt.Errorf("unknown mode %q", spec.Mode)
 	}

@@ -63,8 +63,9 @@ type options struct {
 	load             int    // busy cores of background load during measurements
 	decisions        []int  // coordinator counts of the decision-rate measurement
 	decisionsD       time.Duration
-	hostileEvents    int // padded valid events of the hostile variant
-	hostileJunkEvery int // one junk record of 1 MiB per this many of them
+	hostileEvents    int   // padded valid events of the hostile variant
+	hostileJunkEvery int   // one junk record of 1 MiB per this many of them
+	maxPacket        int64 // the server's max_allowed_packet for the run; 0: as it is
 }
 
 type variant struct {
@@ -87,6 +88,9 @@ type variant struct {
 	// (CHANGELOG_TOPIC_PREFIX, a prefix of its own per measurement, its
 	// topics deleted after), measured in service mode only.
 	changelog bool
+	// instances: the service mode runs this many service processes in
+	// one consumer group (instances.go).
+	instances int
 	env       map[string]string // service settings of the variant
 	note      string
 }
@@ -111,7 +115,7 @@ func main() {
 	flag.Float64Var(&o.zipfS, "zipf-s", 1.1, "Zipf skew of account popularity")
 	flag.Float64Var(&o.dupRatio, "dup-ratio", 0.05, "fraction of events sent twice")
 	flag.Uint64Var(&o.seed, "seed", 1, "generator seed")
-	flag.StringVar(&variants, "variants", "default,large-state,many-accounts,steady-state,changelog", "workload variants to run: default, large-state, many-accounts, steady-state, steady-state-entries, two-servers, hostile, ledger-entries, closing, changelog")
+	flag.StringVar(&variants, "variants", "default,large-state,many-accounts,steady-state,changelog,three-instances", "workload variants to run: default, large-state, many-accounts, steady-state, steady-state-entries, two-servers, hostile, ledger-entries, closing, changelog, three-instances")
 	flag.StringVar(&modes, "modes", "consume-only,sink-only,naive,service", "what to measure per variant")
 	flag.StringVar(&serviceEnv, "service-env", "", "service settings over its defaults, e.g. MYSQL_BRANCHES=1,CHECKPOINT_MAX_RECORDS=20000")
 	flag.IntVar(&o.naiveBatch, "naive-batch", 0, "naive batch size (default: the service's CHECKPOINT_MAX_RECORDS)")
@@ -137,6 +141,7 @@ func main() {
 	flag.DurationVar(&o.decisionsD, "decisions-duration", 5*time.Second, "length of each decision-rate measurement")
 	flag.IntVar(&o.hostileEvents, "hostile-events", 20_000, "hostile variant: valid events padded to just under MAX_PAYLOAD_BYTES")
 	flag.IntVar(&o.hostileJunkEvery, "hostile-junk-every", 40, "hostile variant: one junk record of 1 MiB per this many events")
+	flag.Int64Var(&o.maxPacket, "max-allowed-packet", 0, "set the server's GLOBAL max_allowed_packet to this many bytes for the run and restore it after (0: leave it)")
 	flag.Parse()
 	for _, d := range splitList(decisions) {
 		n, err := strconv.Atoi(d)
@@ -273,6 +278,8 @@ type measurement struct {
 	Ledger  string      `json:"ledger,omitempty"` // check after the catch-up
 	Err     string      `json:"error,omitempty"`
 	WallS   float64     `json:"wall_s"`
+	// Instances: the service as several processes (instances.go).
+	Instances *instancesResult `json:"instances,omitempty"`
 }
 
 type variantInfo struct {
@@ -308,6 +315,13 @@ func run(ctx context.Context, o *options) error {
 	if len(o.decisions) > 0 {
 		return decisionRates(ctx, o)
 	}
+	if o.maxPacket > 0 {
+		restore, err := setMaxPacket(ctx, o.admin, o.maxPacket)
+		if err != nil {
+			return err
+		}
+		defer restore()
+	}
 	if o.load > 0 {
 		stopLoad, err := backgroundLoad(o.load)
 		if err != nil {
@@ -333,6 +347,8 @@ func run(ctx context.Context, o *options) error {
 			note: "WINDOW_CLOSE_AFTER=1h: the workload's 24 windows close one after the other during the run"},
 		"changelog": {name: "changelog", accounts: o.accounts, changelog: true,
 			note: "CHANGELOG_TOPIC_PREFIX set: every change published to Kafka exactly once (docs/changelog.md); the service only, beside the same service without it (service-plain)"},
+		"three-instances": {name: "three-instances", accounts: o.accounts, instances: 3,
+			note: "the service as three processes in one consumer group on one backlog and one ledger (repeats of an event on two partitions: two instances claim one key); aborted checkpoints by cause"},
 		"hostile": {name: "hostile", accounts: 1000, hostile: true,
 			note: fmt.Sprintf("%d valid events padded to MAX_PAYLOAD_BYTES, one junk record of 1 MiB per %d; service mode only", o.hostileEvents, o.hostileJunkEvery)},
 	}
@@ -447,12 +463,20 @@ func runVariant(ctx context.Context, o *options, v variant, runID string, adm *k
 			if ctx.Err() != nil {
 				return info, out, ctx.Err()
 			}
-			m := measure(ctx, o, v, mode, runID, topic, expected, ends, total, env, adm, rep, replay)
+			var m measurement
+			if v.instances > 1 && mode == modeService {
+				m = measureInstances(ctx, o, v, runID, topic, expected, ends, total, env, adm, rep)
+			} else {
+				m = measure(ctx, o, v, mode, runID, topic, expected, ends, total, env, adm, rep, replay)
+			}
 			if mode == modeService && m.Err == "" && !m.Result.TimedOut {
 				replay = m.Result.Cuts
 			}
 			out = append(out, m)
 			fmt.Println("   " + oneLine(m))
+			if m.Instances != nil {
+				fmt.Print("   " + instancesLines([]measurement{m}))
+			}
 		}
 	}
 	return info, out, nil

@@ -339,6 +339,7 @@ func renderTable(o *options, infos []variantInfo, ms []measurement) string {
 				in.Name, median(rs), slices.Min(rs), slices.Max(rs), len(rs))
 		}
 	}
+	b.WriteString(instancesLines(ms))
 	b.WriteString(`
 events/s: sustained catch-up rate (records after the first checkpoint/batch/poll, over the time
   from its end to the last one's end); with -repeat, the median run (the row's other figures are

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/billing/ledger/internal/txsink"
+)
+
+// TestAbortCause: each failure a checkpoint of several instances can meet
+// is named by its cause, however deeply it is wrapped.
+func TestAbortCause(t *testing.T) {
+	wrap := func(err error) error {
+		return fmt.Errorf("checkpoint: %w", &txsink.PhaseError{Phase: "prepare", Err: &txsink.StatementError{Participant: 1, Err: fmt.Errorf("dedup claim: %w", err)}})
+	}
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{nil, ""},
+		{wrap(&mysql.MySQLError{Number: 1205, Message: "Lock wait timeout exceeded; try restarting transaction"}), "lock_wait_timeout"},
+		{wrap(&mysql.MySQLError{Number: 1213, Message: "Deadlock found when trying to get lock"}), "deadlock"},
+		{wrap(&txsink.FencedError{Partition: 3, HeldEpoch: 1, StoredEpoch: 2}), "fenced"},
+		{wrap(txsink.ErrAborted), "aborted by recovery"},
+		{wrap(&txsink.FrontierMovedError{}), "frontier moved"},
+		{wrap(txsink.ErrOutcomeUnknown), "outcome unknown"},
+		{wrap(context.Canceled), "canceled"},
+		{wrap(mysql.ErrInvalidConn), "connection"},
+		{wrap(errors.New("something else")), "other"},
+	} {
+		if got := abortCause(c.err); got != c.want {
+			t.Errorf("abortCause(%v) = %q, want %q", c.err, got, c.want)
+		}
+	}
+}
+
+// TestGroupCauses: failed attempts only, counted by cause, the most
+// frequent first, ties by name.
+func TestGroupCauses(t *testing.T) {
+	cs := []instCkpt{
+		{Failed: true, Cause: "lock_wait_timeout in dedup"},
+		{Decided: true, Records: 100},
+		{Failed: true, Cause: "fenced in decide"},
+		{Failed: true, Cause: "lock_wait_timeout in dedup"},
+		{Failed: true, Cause: "deadlock in write"},
+		{Decided: true, Err: "commit: connection lost", Cause: ""}, // decided: committed by recovery, not aborted
+	}
+	got := groupCauses(cs)
+	want := []causeCount{{"lock_wait_timeout in dedup", 2}, {"deadlock in write", 1}, {"fenced in decide", 1}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("groupCauses = %v, want %v", got, want)
+	}
+	if s := causesLine(got); s != "lock_wait_timeout in dedup 2, deadlock in write 1, fenced in decide 1" {
+		t.Errorf("causesLine = %q", s)
+	}
+	if s := causesLine(groupCauses(nil)); s != "none" {
+		t.Errorf("causesLine of none = %q", s)
+	}
+}
