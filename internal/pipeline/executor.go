@@ -149,16 +149,31 @@ func (x *execution) fail(ctx context.Context, phase string, err error) Checkpoin
 	return x.info
 }
 
-// claim claims each participant's keys in its branch, in parallel.
+// claim claims each participant's keys in its branch, one participant
+// after the other in participant order, and each participant's keys in
+// key order (the store sorts them): one lock order over the dedup keys for
+// every instance of the ledger. Claimed in parallel, two instances with
+// two contested keys on two participants could each take one and wait for
+// the other's: the branches are separate transactions, so no server sees
+// the cycle, and it ends only at innodb_lock_wait_timeout with an aborted
+// checkpoint on both sides (issue 21: three instances on one backlog,
+// every wait a timeout). In order, an instance waits only for a key after
+// every key it holds, so the checkpoint holding that key is claiming later
+// keys or past its claims: the wait ends with its commit.
 func (x *execution) claim(ctx context.Context, claims [][]driver.DedupKey) ([][]string, error) {
 	contested := make([][]string, len(claims))
-	err := x.tx.Each(ctx, nonEmpty(claims), func(ctx context.Context, b *txsink.Branch) error {
-		return b.Write(func(st driver.StoreTx) (err error) {
-			contested[b.Participant], err = st.ClaimKeys(ctx, claims[b.Participant])
-			return err
+	for _, p := range nonEmpty(claims) {
+		err := x.tx.Each(ctx, []int{p}, func(ctx context.Context, b *txsink.Branch) error {
+			return b.Write(func(st driver.StoreTx) (err error) {
+				contested[b.Participant], err = st.ClaimKeys(ctx, claims[b.Participant])
+				return err
+			})
 		})
-	})
-	return contested, err
+		if err != nil {
+			return contested, err
+		}
+	}
+	return contested, nil
 }
 
 // lookup reads the contested keys on their servers' pools, one participant

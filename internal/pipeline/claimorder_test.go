@@ -1,0 +1,153 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/billing/ledger/internal/testenv"
+	"github.com/billing/ledger/internal/txsink"
+	"github.com/billing/ledger/internal/txsink/driver"
+	"github.com/billing/ledger/internal/txsink/memdriver"
+)
+
+// claimGate orders the claims of two instances' checkpoints key by key:
+// for each key one instance claims first, and the other one's claim of it
+// waits (at most hold) until that claim returned.
+type claimGate struct {
+	hold    time.Duration
+	mu      sync.Mutex
+	first   map[string]string        // event id → the instance that claims it first
+	claimed map[string]chan struct{} // instance/id → closed once its claim returned
+}
+
+func (g *claimGate) ch(inst, id string) chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	k := inst + "/" + id
+	if g.claimed[k] == nil {
+		g.claimed[k] = make(chan struct{})
+	}
+	return g.claimed[k]
+}
+
+func (g *claimGate) before(inst string, keys []driver.DedupKey) {
+	for _, k := range keys {
+		if f := g.first[k.ID]; f != "" && f != inst {
+			select {
+			case <-g.ch(f, k.ID):
+			case <-time.After(g.hold):
+			}
+		}
+	}
+}
+
+func (g *claimGate) after(inst string, keys []driver.DedupKey) {
+	for _, k := range keys {
+		close(g.ch(inst, k.ID))
+	}
+}
+
+// gatedServer, gatedConn and gatedStore pass one instance's claims through
+// the gate.
+type gatedServer struct {
+	driver.Server
+	gate *claimGate
+	inst string
+}
+
+func (s gatedServer) Conn(ctx context.Context) (driver.Conn, error) {
+	c, err := s.Server.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return gatedConn{c, s.gate, s.inst}, nil
+}
+
+type gatedConn struct {
+	driver.Conn
+	gate *claimGate
+	inst string
+}
+
+func (c gatedConn) Store() driver.StoreTx { return gatedStore{c.Conn.Store(), c.gate, c.inst} }
+
+type gatedStore struct {
+	driver.StoreTx
+	gate *claimGate
+	inst string
+}
+
+func (s gatedStore) ClaimKeys(ctx context.Context, keys []driver.DedupKey) ([]string, error) {
+	s.gate.before(s.inst, keys)
+	defer s.gate.after(s.inst, keys)
+	return s.StoreTx.ClaimKeys(ctx, keys)
+}
+
+// Two instances of one ledger (one server, two branches per checkpoint)
+// each checkpoint the same two events, repeats on their two partitions,
+// whose keys route to different participants: k0 to participant 0, k1 to
+// participant 1. Instance A claims k0 first, B claims k1 first, and each
+// claims the other key only after the other instance holds it. Were the
+// participants' claims run in parallel, A would hold k0 and wait for k1
+// while B holds k1 and waits for k0: four branches, four transactions, a
+// cycle no server sees, ended only by the lock wait timeout, each
+// checkpoint aborted. Claimed in participant order, B waits for k0 holding
+// nothing, A's checkpoint commits, then B's, which finds both events
+// counted: no attempt fails, each event counts once.
+func TestClaimsOfTwoInstancesCannotDeadlockAcrossBranches(t *testing.T) {
+	const lockWait = time.Second
+	cl := memdriver.New(memdriver.Options{AttachPrepared: true, LockWait: lockWait})
+	gate := &claimGate{hold: lockWait / 2, first: map[string]string{}, claimed: map[string]chan struct{}{}}
+	ctx := context.Background()
+	open := func(inst string) *memLedger {
+		m := &memLedger{servers: []*memdriver.Cluster{cl}, epoch: map[int32]int64{}, offsets: map[int32]int64{}}
+		s := cl.As("billing")
+		sink, err := txsink.New(ctx, txsink.Config{Branches: 2, Group: "g", Topic: "billing", StepTimeout: 5 * time.Second, Logger: testenv.Logger()},
+			s, []driver.Server{gatedServer{s, gate, inst}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(sink.Close)
+		if m.ck, err = NewCheckpointer(memConfig(m), sink, []driver.Store{s}); err != nil {
+			t.Fatal(err)
+		}
+		m.sink = sink
+		return m
+	}
+	a, b := open("A"), open("B")
+	var ids [2]string
+	for i := 0; ids[0] == "" || ids[1] == ""; i++ {
+		id := fmt.Sprintf("ev-%d", i)
+		if p := a.sink.Route(id); ids[p] == "" {
+			ids[p] = id
+		}
+	}
+	gate.first[ids[0]], gate.first[ids[1]] = "A", "B"
+
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	decided := make([]bool, 2)
+	for i, m := range []*memLedger{a, b} {
+		p := int32(i)
+		wg.Go(func() {
+			decided[i], errs[i] = m.checkpoint(t, event1(ids[0], "acct-1", 5, p, 0), event1(ids[1], "acct-2", 7, p, 0))
+		})
+	}
+	wg.Wait()
+	for i, m := range []*memLedger{a, b} {
+		if !decided[i] || errs[i] != nil {
+			t.Errorf("instance %c: decided %v, %v", 'A'+i, decided[i], errs[i])
+		}
+		for _, info := range m.attempts() {
+			if info.Err != nil {
+				t.Errorf("instance %c: an attempt failed in %s: %v", 'A'+i, info.FailedPhase, info.Err)
+			}
+		}
+	}
+	if b1, b2 := a.balance("acct-1"), a.balance("acct-2"); b1.Amount != 5 || b1.Count != 1 || b2.Amount != 7 || b2.Count != 1 {
+		t.Errorf("balances %+v and %+v, want 5 and 7, each counted once", b1, b2)
+	}
+}
