@@ -67,6 +67,23 @@ type instancesResult struct {
 	LiveAbort  []causeCount       `json:"live_aborted_by_cause,omitempty"`
 	FirstErrs  []string           `json:"first_errors,omitempty"`
 	Cores      map[string]float64 `json:"cores"` // catch-up: every instance, mysql, kafka
+	// AllInS: seconds from the processes' start until every one of them
+	// held partitions (0: never); WholeRate: the catch-up's rate including
+	// the time before, as summarize takes it over every checkpoint.
+	AllInS    float64 `json:"all_in_s"`
+	WholeRate float64 `json:"whole_rate"`
+}
+
+// sharedUnits is the checkpoints of units (in commit order) that ended
+// after every instance held partitions (at allIn), with the last one
+// before it first, as summarize's starting point; all of them when allIn
+// is zero (never) or before the first.
+func sharedUnits(units []unit, allIn time.Time) []unit {
+	if allIn.IsZero() {
+		return units
+	}
+	i, _ := slices.BinarySearchFunc(units, allIn, func(u unit, t time.Time) int { return u.end.Compare(t) })
+	return units[max(i-1, 0):]
 }
 
 // abortCause names why a checkpoint attempt failed, for grouping: the
@@ -364,6 +381,12 @@ func measureInstances(ctx context.Context, o *options, v variant, runID, topic, 
 	var units []unit
 	var liveUnits []unit
 	assigned := map[int]int64{} // live phase: partitions per instance
+	// The first member of the group holds every partition until the others
+	// have joined (seconds: the group's join and rebalance): the rate is
+	// taken from the first checkpoint after every instance held
+	// partitions, summarize's rule for start-up.
+	var joined []int
+	var allIn time.Time
 	var committed, liveCommitted int64
 	exited := map[int]bool{}
 	// handle takes one event; an error when a child ended before its time.
@@ -402,6 +425,11 @@ func measureInstances(ctx context.Context, o *options, v variant, runID, topic, 
 			}
 			if a.Live {
 				assigned[ev.idx] = a.N
+			} else if a.N > 0 && !slices.Contains(joined, ev.idx) {
+				joined = append(joined, ev.idx)
+				if len(joined) == len(kids) {
+					allIn = time.Now()
+				}
 			}
 		case "result":
 			var r childResult
@@ -466,7 +494,11 @@ func measureInstances(ctx context.Context, o *options, v variant, runID, topic, 
 	}
 	slices.SortFunc(units, func(a, b unit) int { return a.end.Compare(b.end) })
 	m.Result.Mode, m.Result.Records, m.Result.TimedOut = modeService, committed, !caughtUp
-	m.Result.CatchUp = summarize(units, began)
+	m.Result.CatchUp = summarize(sharedUnits(units, allIn), began)
+	ir.WholeRate = summarize(units, began).Rate
+	if !allIn.IsZero() {
+		ir.AllInS = allIn.Sub(began).Seconds()
+	}
 	if err != nil || !caughtUp {
 		if err != nil {
 			m.Err = err.Error()
@@ -541,8 +573,8 @@ func instancesLines(ms []measurement) string {
 		for i := range ir.N {
 			cores = append(cores, fmt.Sprintf("%.2f", ir.Cores[fmt.Sprintf("instance %d", i+1)]))
 		}
-		fmt.Fprintf(&b, "%s %s #%d: %d instances, %s events/s = %s; aborted attempts in the catch-up: %s; in the live phase: %s; e2e p99 %s; peak RSS %s MiB; catch-up records per instance %s; cores per instance %s, mysql %.2f, kafka %.2f\n",
-			m.Variant, m.Mode, m.Rep, ir.N, fmtRate(m.Result.CatchUp.Rate), ratio, causesLine(ir.Aborted), causesLine(ir.LiveAbort), fmtMs(m.Result.LatP99),
+		fmt.Fprintf(&b, "%s %s #%d: %d instances, all holding partitions %.1fs after start (%s events/s including the time before), from then %s events/s = %s; aborted attempts in the catch-up: %s; in the live phase: %s; e2e p99 %s; peak RSS %s MiB; catch-up records per instance %s; cores per instance %s, mysql %.2f, kafka %.2f\n",
+			m.Variant, m.Mode, m.Rep, ir.N, ir.AllInS, fmtRate(ir.WholeRate), fmtRate(m.Result.CatchUp.Rate), ratio, causesLine(ir.Aborted), causesLine(ir.LiveAbort), fmtMs(m.Result.LatP99),
 			strings.Join(rss, "/"), strings.Join(recs, "/"), strings.Join(cores, "/"), ir.Cores["mysql"], ir.Cores["kafka"])
 		for _, e := range ir.FirstErrs {
 			fmt.Fprintf(&b, "   first errors: %s\n", e)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 
@@ -59,5 +60,25 @@ func TestGroupCauses(t *testing.T) {
 	}
 	if s := causesLine(groupCauses(nil)); s != "none" {
 		t.Errorf("causesLine of none = %q", s)
+	}
+}
+
+// TestSharedUnits: the rate of several instances starts at the last
+// checkpoint before all of them held partitions.
+func TestSharedUnits(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	us := []unit{{end: at(1), records: 50}, {end: at(3), records: 50}, {end: at(5), records: 10}, {end: at(6), records: 10}}
+	for _, c := range []struct {
+		allIn time.Time
+		first int
+	}{{time.Time{}, 0}, {at(0), 0}, {at(1), 0}, {at(4), 1}, {at(5), 1}, {at(7), 3}} {
+		got := sharedUnits(us, c.allIn)
+		if len(got) != len(us)-c.first || !got[0].end.Equal(us[c.first].end) {
+			t.Errorf("allIn %v: %d units from %v, want from unit %d", c.allIn, len(got), got[0].end, c.first)
+		}
+	}
+	if r := summarize(sharedUnits(us, at(4)), t0).Rate; r != 20.0/3 {
+		t.Errorf("rate %v, want 20 records over 3 s", r)
 	}
 }
