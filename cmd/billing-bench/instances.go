@@ -573,8 +573,12 @@ func instancesLines(ms []measurement) string {
 		for i := range ir.N {
 			cores = append(cores, fmt.Sprintf("%.2f", ir.Cores[fmt.Sprintf("instance %d", i+1)]))
 		}
-		fmt.Fprintf(&b, "%s %s #%d: %d instances, all holding partitions %.1fs after start (%s events/s including the time before), from then %s events/s = %s; aborted attempts in the catch-up: %s; in the live phase: %s; e2e p99 %s; peak RSS %s MiB; catch-up records per instance %s; cores per instance %s, mysql %.2f, kafka %.2f\n",
-			m.Variant, m.Mode, m.Rep, ir.N, ir.AllInS, fmtRate(ir.WholeRate), fmtRate(m.Result.CatchUp.Rate), ratio, causesLine(ir.Aborted), causesLine(ir.LiveAbort), fmtMs(m.Result.LatP99),
+		joined := fmt.Sprintf("all holding partitions %.1fs after start (%s events/s including the time before), from then", ir.AllInS, fmtRate(ir.WholeRate))
+		if ir.AllInS == 0 {
+			joined = "NOT ALL holding partitions during the catch-up (see records per instance):"
+		}
+		fmt.Fprintf(&b, "%s %s #%d: %d instances, %s %s events/s = %s; aborted attempts in the catch-up: %s; in the live phase: %s; e2e p99 %s; peak RSS %s MiB; catch-up records per instance %s; cores per instance %s, mysql %.2f, kafka %.2f\n",
+			m.Variant, m.Mode, m.Rep, ir.N, joined, fmtRate(m.Result.CatchUp.Rate), ratio, causesLine(ir.Aborted), causesLine(ir.LiveAbort), fmtMs(m.Result.LatP99),
 			strings.Join(rss, "/"), strings.Join(recs, "/"), strings.Join(cores, "/"), ir.Cores["mysql"], ir.Cores["kafka"])
 		for _, e := range ir.FirstErrs {
 			fmt.Fprintf(&b, "   first errors: %s\n", e)
