@@ -124,6 +124,9 @@ type childResult struct {
 	ChangelogLiveP99 float64 `json:"changelog_live_visible_p99_ms,omitempty"`
 	ChangelogLiveN   int     `json:"changelog_live_checkpoints_seen,omitempty"`
 
+	// IO: InnoDB's IO counters over the catch-up (iostats.go).
+	IO *innodbIO `json:"innodb,omitempty"`
+
 	PeakRSSMiB float64 `json:"peak_rss_mib"`
 	Err        string  `json:"error,omitempty"`
 }
@@ -473,6 +476,7 @@ func sinkOnly(spec childSpec, cfg config.Config) (childResult, error) {
 	}
 	rt0, kinds0 := roundTrips.snapshot()
 	cpu := newCPUMeter(spec.Watch)
+	iom := newIOMeter(spec.DSN)
 	stopPacing := func() {}
 	if steady != nil {
 		stopPacing = steady.pace(col)
@@ -525,6 +529,7 @@ func sinkOnly(spec childSpec, cfg config.Config) (childResult, error) {
 	res.Invalid = invalid()
 	res.CatchUpS = busy.Seconds()
 	res.CPU = cpu.cores()
+	res.IO = iom.done()
 	rt1, kinds1 := roundTrips.snapshot()
 	res.Records = col.total()
 	res.Failed = col.failed
@@ -704,6 +709,7 @@ func streaming(spec childSpec, cfg config.Config, cmds <-chan string) (childResu
 	}
 	stopProfile := startCPUProfile(spec.CPUProfile)
 	cpu := newCPUMeter(spec.Watch)
+	iom := newIOMeter(spec.DSN)
 	var mark startMark // storing the steady keys is not the catch-up's
 	mark.take()
 	vis, err := watchVisibility(cfg)
@@ -719,6 +725,7 @@ func streaming(spec childSpec, cfg config.Config, cmds <-chan string) (childResu
 	begin, rt0, kinds0 := mark.get()
 	res.CatchUpS = time.Since(begin).Seconds()
 	res.CPU = cpu.cores()
+	res.IO = iom.done()
 	if vis != nil {
 		time.Sleep(2 * time.Second) // the last checkpoints' transactions
 		res.ChangelogP50, res.ChangelogP99, res.ChangelogN = vis.take()

@@ -47,6 +47,8 @@ type options struct {
 	sinkChunk        int
 	lsCache          int
 	lsKeys           int64
+	ltmPool          int64 // the larger-than-memory variant's buffer pool, bytes
+	ltmKeys          int64 // and its stored keys
 	liveRate         float64
 	liveSeconds      time.Duration
 	timeout          time.Duration
@@ -87,6 +89,11 @@ type variant struct {
 	// (CHANGELOG_TOPIC_PREFIX, a prefix of its own per measurement, its
 	// topics deleted after), measured in service mode only.
 	changelog bool
+	// randomIDs: the workload's, the live phase's and the preloaded ids
+	// are random-looking UUIDs (billing-gen -random-ids); pool: the
+	// buffer pool of the variant's measurements (bigstate.go).
+	randomIDs bool
+	pool      poolSetting
 	env       map[string]string // service settings of the variant
 	note      string
 }
@@ -111,7 +118,7 @@ func main() {
 	flag.Float64Var(&o.zipfS, "zipf-s", 1.1, "Zipf skew of account popularity")
 	flag.Float64Var(&o.dupRatio, "dup-ratio", 0.05, "fraction of events sent twice")
 	flag.Uint64Var(&o.seed, "seed", 1, "generator seed")
-	flag.StringVar(&variants, "variants", "default,large-state,many-accounts,steady-state,changelog", "workload variants to run: default, large-state, many-accounts, steady-state, steady-state-entries, two-servers, hostile, ledger-entries, closing, changelog")
+	flag.StringVar(&variants, "variants", "default,large-state,many-accounts,steady-state,changelog,larger-than-memory", "workload variants to run: default, large-state, many-accounts, steady-state, larger-than-memory, steady-state-entries, two-servers, hostile, ledger-entries, closing, changelog")
 	flag.StringVar(&modes, "modes", "consume-only,sink-only,naive,service", "what to measure per variant")
 	flag.StringVar(&serviceEnv, "service-env", "", "service settings over its defaults, e.g. MYSQL_BRANCHES=1,CHECKPOINT_MAX_RECORDS=20000")
 	flag.IntVar(&o.naiveBatch, "naive-batch", 0, "naive batch size (default: the service's CHECKPOINT_MAX_RECORDS)")
@@ -119,6 +126,8 @@ func main() {
 	flag.IntVar(&o.sinkChunk, "sink-chunk", 0, "records per checkpoint in sink-only (default: twice CHECKPOINT_MAX_RECORDS, the size the service's checkpoints reach in a backlog)")
 	flag.IntVar(&o.lsCache, "large-state-cache", 10_000, "DEDUP_CACHE_KEYS of the large-state variant")
 	flag.Int64Var(&o.lsKeys, "large-state-keys", 2_000_000, "dedup keys already stored when the large-state variant starts")
+	flag.Int64Var(&o.ltmPool, "ltm-pool", 32<<20, "innodb_buffer_pool_size (bytes) of the larger-than-memory variant's measurements; the server's own is restored after it")
+	flag.Int64Var(&o.ltmKeys, "ltm-keys", 4_000_000, "dedup keys (random UUIDs) stored before each measurement of the larger-than-memory variant: at least 10 × -ltm-pool of table")
 	flag.Float64Var(&o.liveRate, "live-rate", 5000, "records/s produced during the live (latency) phase")
 	flag.DurationVar(&o.liveSeconds, "live-duration", 15*time.Second, "length of the live phase")
 	flag.DurationVar(&o.timeout, "timeout", 5*time.Minute, "bound on each phase of each measurement")
@@ -270,7 +279,8 @@ type measurement struct {
 	Mode    string      `json:"mode"`
 	Rep     int         `json:"repetition"`
 	Result  childResult `json:"result"`
-	Ledger  string      `json:"ledger,omitempty"` // check after the catch-up
+	Ledger  string      `json:"ledger,omitempty"`      // check after the catch-up
+	State   *stateInfo  `json:"dedup_state,omitempty"` // the larger-than-memory variant's (bigstate.go)
 	Err     string      `json:"error,omitempty"`
 	WallS   float64     `json:"wall_s"`
 }
@@ -333,6 +343,9 @@ func run(ctx context.Context, o *options) error {
 			note: "WINDOW_CLOSE_AFTER=1h: the workload's 24 windows close one after the other during the run"},
 		"changelog": {name: "changelog", accounts: o.accounts, changelog: true,
 			note: "CHANGELOG_TOPIC_PREFIX set: every change published to Kafka exactly once (docs/changelog.md); the service only, beside the same service without it (service-plain)"},
+		"larger-than-memory": {name: "larger-than-memory", accounts: o.accounts, preload: o.ltmKeys, randomIDs: true,
+			pool: poolSetting{measure: o.ltmPool, preload: 1 << 30},
+			note: fmt.Sprintf("innodb_buffer_pool_size %d MiB, %d dedup keys stored beforehand; random UUID event ids (billing-gen -random-ids), the stored keys' of the same shape", o.ltmPool>>20, o.ltmKeys)},
 		"hostile": {name: "hostile", accounts: 1000, hostile: true,
 			note: fmt.Sprintf("%d valid events padded to MAX_PAYLOAD_BYTES, one junk record of 1 MiB per %d; service mode only", o.hostileEvents, o.hostileJunkEvery)},
 	}
@@ -411,6 +424,15 @@ func runVariant(ctx context.Context, o *options, v variant, runID string, adm *k
 		fmt.Printf("   %d records in %s (%.0f records/s)\n", total, d.Round(time.Millisecond), float64(total)/d.Seconds())
 	}
 
+	if v.pool.measure > 0 {
+		orig, restore, err := shrinkPool(ctx, o.admin, v.pool.measure)
+		if err != nil {
+			return info, nil, err
+		}
+		defer restore()
+		v.pool.preload = max(v.pool.preload, orig)
+		fmt.Printf("   innodb_buffer_pool_size %d MiB for the variant (the server's %d MiB restored after it; %d MiB while keys are preloaded)\n", v.pool.measure>>20, orig>>20, v.pool.preload>>20)
+	}
 	env := map[string]string{}
 	for k, val := range v.env {
 		env[k] = val
@@ -492,10 +514,41 @@ func measure(ctx context.Context, o *options, v variant, mode, runID, topic, exp
 		}
 		if v.preload > 0 && (mode == modeSink || svc) {
 			t := time.Now()
-			if err := preloadDedupKeys(ctx, o.admin, dbName, v.preload, o.svc.DedupTTL); err != nil {
+			if v.pool.preload > 0 {
+				if _, err := setBufferPool(ctx, o.admin, v.pool.preload); err != nil {
+					return fail(err)
+				}
+			}
+			if err := preloadDedupKeys(ctx, o.admin, dbName, v.preload, o.svc.DedupTTL, v.randomIDs); err != nil {
 				return fail(err)
 			}
 			fmt.Printf("   (%s: %d dedup keys stored beforehand in %s)\n", mode, v.preload, time.Since(t).Round(time.Millisecond))
+		}
+		if v.pool.measure > 0 {
+			// Measured while the preload's pool still holds the table
+			// (counting it through the small pool would take long).
+			var st *stateInfo
+			if mode == modeSink || svc {
+				st = &stateInfo{}
+				var err error
+				if st.Before, err = measureState(ctx, o.admin, dbName); err != nil {
+					return fail(err)
+				}
+			}
+			pool, err := setBufferPool(ctx, o.admin, v.pool.measure)
+			if err != nil {
+				return fail(err)
+			}
+			if st != nil {
+				st.Pool = pool
+				m.State = st
+				defer func() { // after the child, before the database is dropped
+					var err error
+					if st.After, err = measureState(context.Background(), o.admin, dbName); err != nil {
+						fmt.Printf("   (%s: dedup state after the run: %v)\n", mode, err)
+					}
+				}()
+			}
 		}
 		var err error
 		if spec.DSN, err = databaseDSN(o.admin, dbName, true); err != nil {
@@ -638,7 +691,7 @@ func measure(ctx context.Context, o *options, v variant, mode, runID, topic, exp
 	if !r.TimedOut && r.Err == "" && spec.LiveTopic != "" {
 		m.Ledger = check(ctx, o, dbName, expected, topic)
 		fmt.Fprintln(stdin, "live-start")
-		n, err := liveProducer(ctx, o.brokers, spec.LiveTopic, fmt.Sprintf("live-%s-%s", runID, short), o.liveRate, o.liveSeconds, v.accounts, o.dupRatio, o.seed)
+		n, err := liveProducer(ctx, o.brokers, spec.LiveTopic, fmt.Sprintf("live-%s-%s", runID, short), o.liveRate, o.liveSeconds, v.accounts, o.dupRatio, o.seed, v.randomIDs)
 		if err != nil {
 			m.Err = "live producer: " + err.Error()
 		}
@@ -699,6 +752,9 @@ func oneLine(m measurement) string {
 		s += fmt.Sprintf(", live: p50 %.0f ms p99 %.0f ms (%d checkpoints)", r.ChangelogLiveP50, r.ChangelogLiveP99, r.ChangelogLiveN)
 	}
 	s += fmt.Sprintf(", peak RSS %.0f MiB", r.PeakRSSMiB)
+	if r.IO != nil {
+		s += fmt.Sprintf(", InnoDB %.3f pool reads/event", perEvent(r.IO.PoolReads, r.Records))
+	}
 	if r.SteadyInserted > 0 {
 		s += ", " + steadyLine(r)
 	}

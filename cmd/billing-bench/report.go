@@ -324,6 +324,20 @@ func renderTable(o *options, infos []variantInfo, ms []measurement) string {
 			fmt.Fprintf(&b, "%s %s: during the live phase, %s\n", m.Variant, m.Mode, liveTablesLine(m.Result))
 		}
 	}
+	// InnoDB's IO per event, and the larger-than-memory variant's dedup
+	// state with its service over the default variant's (bigstate.go).
+	for _, m := range rows {
+		if m.Result.IO != nil {
+			fmt.Fprintf(&b, "%s %s: InnoDB during the catch-up, %s\n", m.Variant, m.Mode, ioLine(*m.Result.IO, m.Result.Records))
+		}
+		if m.State != nil {
+			vsDefault := 0.0
+			if m.Mode == modeService {
+				vsDefault, _ = pairedRatio(m.Variant, m.Mode, func(rep int) float64 { return repRate[fmt.Sprintf("default/%s/%d", modeService, rep)] })
+			}
+			fmt.Fprintf(&b, "%s %s: %s\n", m.Variant, m.Mode, stateLine(*m.State, vsDefault))
+		}
+	}
 	// The changelog's cost: its service over the same service without it,
 	// paired per repetition (they ran back to back).
 	for _, in := range infos {
@@ -356,6 +370,11 @@ e2e: record timestamp → commit that makes it visible, in the live phase. unit:
   of contention and so of noise. CPU s/M ev: CPU seconds per million events of the child and of the
   MySQL server over the catch-up (sink-only: over its checkpoints only). ledger: the catch-up
   result against billing-gen's expected ledger ("N twice": events counted twice).
+InnoDB: the server's counters over the catch-up (server-wide) per event committed: pool reads
+  (Innodb_buffer_pool_reads, pages read from disk on a miss), read requests (logical page reads),
+  data reads and writes (IO requests to the data files), pages written. dedup tables: their
+  data+index pages over the measurement's innodb_buffer_pool_size, their files' allocated size
+  per stored key.
 `)
 	return b.String()
 }

@@ -70,7 +70,7 @@ func generate(ctx context.Context, o *options, v variant, topic, expected string
 		"-events", strconv.FormatInt(o.events, 10), "-accounts", strconv.Itoa(v.accounts), "-zipf-s", fmt.Sprint(o.zipfS),
 		"-dup-ratio", fmt.Sprint(o.dupRatio), "-conflict-ratio", "0", "-malformed-ratio", "0", "-aborted-ratio", "0",
 		"-overflow-cases", "0", "-window", setting("BILLING_WINDOW", o.svc.BillingWindow), "-timezone", setting("BILLING_TIMEZONE", o.svc.BillingTimezone),
-		"-seed", strconv.FormatUint(o.seed, 10),
+		"-seed", strconv.FormatUint(o.seed, 10), "-random-ids=" + strconv.FormatBool(v.randomIDs),
 		"-max-in-flight", "100000", "-progress", "none", "-expected", expected, "-timeout", o.timeout.String(),
 	}
 	if c := setting("WINDOW_CLOSE_AFTER", o.svc.WindowCloseAfter.String()); c != "" {
@@ -234,8 +234,10 @@ func dropDatabase(admin, name string) {
 
 // preloadDedupKeys inserts n unexpired dedup keys (random-looking ids, so
 // that they spread over the whole index) before the run: a dedup state far
-// larger than the cache.
-func preloadDedupKeys(ctx context.Context, admin, name string, n int64, ttl time.Duration) error {
+// larger than the cache. The ids are old-<32 hex digits>, which sort after
+// the workload's e-<seed>-<n>, or, with uuid, UUID-shaped, as the ids of
+// billing-gen -random-ids: then the run's keys land among the stored ones.
+func preloadDedupKeys(ctx context.Context, admin, name string, n int64, ttl time.Duration, uuid bool) error {
 	dsn, err := databaseDSN(admin, name, false)
 	if err != nil {
 		return err
@@ -254,6 +256,9 @@ func preloadDedupKeys(ctx context.Context, admin, name string, n int64, ttl time
 		for lo := int64(0); lo < n; lo += step {
 			hi := min(lo+step, n)
 			q := fmt.Sprintf("INSERT INTO dedup_keys (event_id, fingerprint, expires_at) SELECT CONCAT('old-', MD5(seq)), UNHEX(MD5(seq)), ? FROM seq_%d_to_%d", lo+1, hi)
+			if uuid {
+				q = fmt.Sprintf("INSERT INTO dedup_keys (event_id, fingerprint, expires_at) SELECT CONCAT_WS('-', SUBSTR(h, 1, 8), SUBSTR(h, 9, 4), SUBSTR(h, 13, 4), SUBSTR(h, 17, 4), SUBSTR(h, 21, 12)), UNHEX(h), ? FROM (SELECT MD5(seq) AS h FROM seq_%d_to_%d) AS k", lo+1, hi)
+			}
 			if _, err := db.ExecContext(ctx, q, expires); err != nil {
 				return fmt.Errorf("preload dedup keys: %w", err)
 			}
@@ -273,13 +278,24 @@ func preloadDedupKeys(ctx context.Context, admin, name string, n int64, ttl time
 			}
 			b.WriteString("(?,?,?)")
 			sum := md5.Sum([]byte(strconv.FormatInt(i, 10)))
-			args = append(args, "old-"+hex.EncodeToString(sum[:]), sum[:], expires)
+			id := "old-" + hex.EncodeToString(sum[:])
+			if uuid {
+				id = uuidShaped(sum)
+			}
+			args = append(args, id, sum[:], expires)
 		}
 		if _, err := db.ExecContext(ctx, b.String(), args...); err != nil {
 			return fmt.Errorf("preload dedup keys: %w", err)
 		}
 	}
 	return nil
+}
+
+// uuidShaped formats 16 bytes as a UUID (8-4-4-4-12 hex digits), as
+// preloadDedupKeys's SQL formats MD5(seq).
+func uuidShaped(b [16]byte) string {
+	x := hex.EncodeToString(b[:])
+	return x[0:8] + "-" + x[8:12] + "-" + x[12:16] + "-" + x[16:20] + "-" + x[20:32]
 }
 
 // verify compares a database's ledger with the generator's expectation.
@@ -316,8 +332,10 @@ func verify(ctx context.Context, admin, name, expectedPath, topic string) (strin
 
 // liveProducer produces events at a fixed rate for a while, with fresh
 // ids, billing-gen's account names, and repeats at the workload's
-// duplicate ratio. Each record's timestamp is its creation time.
-func liveProducer(ctx context.Context, brokers []string, topic, prefix string, rate float64, d time.Duration, accounts int, dupRatio float64, seed uint64) (int64, error) {
+// duplicate ratio. Each record's timestamp is its creation time. With
+// randomIDs the ids are UUID-shaped digests of <prefix>-<n>, as
+// billing-gen -random-ids makes them.
+func liveProducer(ctx context.Context, brokers []string, topic, prefix string, rate float64, d time.Duration, accounts int, dupRatio float64, seed uint64, randomIDs bool) (int64, error) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(0))
 	if err != nil {
 		return 0, err
@@ -359,8 +377,12 @@ func liveProducer(ctx context.Context, brokers []string, topic, prefix string, r
 			n++
 			acct := fmt.Sprintf("acct-%06d", zipf.Uint64())
 			at := time.Now().UTC().Truncate(time.Millisecond).Format(time.RFC3339Nano)
-			value := fmt.Appendf(nil, `{"event_id":"%s-%d","account_id":"%s","amount_minor":%d,"currency":"%s","occurred_at":"%s"}`,
-				prefix, n, acct, 1+rng.IntN(100000), currencies[rng.IntN(len(currencies))], at)
+			id := fmt.Sprintf("%s-%d", prefix, n)
+			if randomIDs {
+				id = uuidShaped(md5.Sum([]byte(id)))
+			}
+			value := fmt.Appendf(nil, `{"event_id":"%s","account_id":"%s","amount_minor":%d,"currency":"%s","occurred_at":"%s"}`,
+				id, acct, 1+rng.IntN(100000), currencies[rng.IntN(len(currencies))], at)
 			key := []byte(acct)
 			produce(key, value)
 			if len(recent) < 1000 {
