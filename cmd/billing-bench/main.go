@@ -543,8 +543,10 @@ func measure(ctx context.Context, o *options, v variant, mode, runID, topic, exp
 				st.Pool = pool
 				m.State = st
 				defer func() { // after the child, before the database is dropped
+					actx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+					defer cancel()
 					var err error
-					if st.After, err = measureState(context.Background(), o.admin, dbName); err != nil {
+					if st.After, err = measureState(actx, o.admin, dbName); err != nil {
 						fmt.Printf("   (%s: dedup state after the run: %v)\n", mode, err)
 					}
 				}()

@@ -70,8 +70,11 @@ func generate(ctx context.Context, o *options, v variant, topic, expected string
 		"-events", strconv.FormatInt(o.events, 10), "-accounts", strconv.Itoa(v.accounts), "-zipf-s", fmt.Sprint(o.zipfS),
 		"-dup-ratio", fmt.Sprint(o.dupRatio), "-conflict-ratio", "0", "-malformed-ratio", "0", "-aborted-ratio", "0",
 		"-overflow-cases", "0", "-window", setting("BILLING_WINDOW", o.svc.BillingWindow), "-timezone", setting("BILLING_TIMEZONE", o.svc.BillingTimezone),
-		"-seed", strconv.FormatUint(o.seed, 10), "-random-ids=" + strconv.FormatBool(v.randomIDs),
+		"-seed", strconv.FormatUint(o.seed, 10),
 		"-max-in-flight", "100000", "-progress", "none", "-expected", expected, "-timeout", o.timeout.String(),
+	}
+	if v.randomIDs {
+		args = append(args, "-random-ids")
 	}
 	if c := setting("WINDOW_CLOSE_AFTER", o.svc.WindowCloseAfter.String()); c != "" {
 		args = append(args, "-close-after", c)
