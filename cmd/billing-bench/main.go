@@ -49,6 +49,7 @@ type options struct {
 	lsKeys           int64
 	ltmPool          int64 // the larger-than-memory variant's buffer pool, bytes
 	ltmKeys          int64 // and its stored keys
+	ltmOrdered       bool  // and its ids in production order instead of random
 	liveRate         float64
 	liveSeconds      time.Duration
 	timeout          time.Duration
@@ -128,6 +129,7 @@ func main() {
 	flag.Int64Var(&o.lsKeys, "large-state-keys", 2_000_000, "dedup keys already stored when the large-state variant starts")
 	flag.Int64Var(&o.ltmPool, "ltm-pool", 32<<20, "innodb_buffer_pool_size (bytes) of the larger-than-memory variant's measurements; the server's own is restored after it")
 	flag.Int64Var(&o.ltmKeys, "ltm-keys", 4_000_000, "dedup keys (random UUIDs) stored before each measurement of the larger-than-memory variant: at least 10 × -ltm-pool of table")
+	flag.BoolVar(&o.ltmOrdered, "ltm-ordered", false, "larger-than-memory variant with billing-gen's ordered ids (e-<seed>-<n>) and the stored keys in a region of their own, as ids in time order are: the A/B of the key layout")
 	flag.Float64Var(&o.liveRate, "live-rate", 5000, "records/s produced during the live (latency) phase")
 	flag.DurationVar(&o.liveSeconds, "live-duration", 15*time.Second, "length of the live phase")
 	flag.DurationVar(&o.timeout, "timeout", 5*time.Minute, "bound on each phase of each measurement")
@@ -343,9 +345,9 @@ func run(ctx context.Context, o *options) error {
 			note: "WINDOW_CLOSE_AFTER=1h: the workload's 24 windows close one after the other during the run"},
 		"changelog": {name: "changelog", accounts: o.accounts, changelog: true,
 			note: "CHANGELOG_TOPIC_PREFIX set: every change published to Kafka exactly once (docs/changelog.md); the service only, beside the same service without it (service-plain)"},
-		"larger-than-memory": {name: "larger-than-memory", accounts: o.accounts, preload: o.ltmKeys, randomIDs: true,
+		"larger-than-memory": {name: "larger-than-memory", accounts: o.accounts, preload: o.ltmKeys, randomIDs: !o.ltmOrdered,
 			pool: poolSetting{measure: o.ltmPool, preload: 1 << 30},
-			note: fmt.Sprintf("innodb_buffer_pool_size %d MiB, %d dedup keys stored beforehand; random UUID event ids (billing-gen -random-ids), the stored keys' of the same shape", o.ltmPool>>20, o.ltmKeys)},
+			note: fmt.Sprintf("innodb_buffer_pool_size %d MiB, %d dedup keys stored beforehand; %s", o.ltmPool>>20, o.ltmKeys, map[bool]string{false: "random UUID event ids (billing-gen -random-ids), the stored keys' of the same shape", true: "-ltm-ordered: billing-gen's ordered ids, the stored keys in a region of their own"}[o.ltmOrdered])},
 		"hostile": {name: "hostile", accounts: 1000, hostile: true,
 			note: fmt.Sprintf("%d valid events padded to MAX_PAYLOAD_BYTES, one junk record of 1 MiB per %d; service mode only", o.hostileEvents, o.hostileJunkEvery)},
 	}
