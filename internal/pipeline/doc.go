@@ -83,10 +83,12 @@
 //
 // # Cleanup
 //
-// Expired dedup keys (the janitor) and, with LedgerEntriesRetention, old
-// ledger entries are deleted in the background (housekeeping.go), pass
-// after pass while rows are due, on each server's cleanup pool: connections
-// of their own, so that cleanup never takes one a checkpoint needs.
+// The dedup keys' generations are kept (Keeper: a table whose keys have
+// all expired is emptied whole, the next generation made current; package
+// dedup has the rules) and, with LedgerEntriesRetention, old ledger
+// entries deleted in the background (housekeeping.go), pass after pass
+// while work is due, on each server's cleanup pool: connections of their
+// own, so that cleanup never takes one a checkpoint needs.
 //
 // # What it reads and writes
 //

@@ -48,9 +48,9 @@ type Config struct {
 	// DedupCacheKeys bounds the event ids remembered in memory; 0 disables
 	// the cache (every id is checked in MySQL).
 	DedupCacheKeys int
-	// DedupCleanupInterval is how often the janitor looks for expired
-	// keys; it then deletes them until none is due (Janitor),
-	// DedupCleanupBatch per statement.
+	// DedupCleanupInterval is how often the upkeep of the dedup keys'
+	// generations (Keeper) and the retention of ledger entries look for
+	// work; the retention deletes DedupCleanupBatch entries per statement.
 	DedupCleanupInterval time.Duration
 	DedupCleanupBatch    int
 	// Window is the billing window over occurred_at: fixed windows aligned

@@ -27,9 +27,13 @@ func (h harness) New(ctx context.Context, t *testing.T) drivertest.Fixture {
 			v, ok := c.Get(key)
 			return v, ok, nil
 		},
-		Store:       s,
-		Tables:      func(context.Context) (driver.Tables, error) { return c.Tables(), nil },
-		LockWait:    opts.LockWait,
+		Store:    s,
+		Tables:   func(context.Context) (driver.Tables, error) { return c.Tables(), nil },
+		LockWait: opts.LockWait,
+		Legacy: func(_ context.Context, expires time.Time, ids []string) error {
+			c.SeedJournal(expires, ids)
+			return nil
+		},
 	}
 	f.LowerPacket = func(_ *testing.T, n int) drivertest.Fixture { c.SetMaxAllowedPacket(n); return f }
 	f.Packet = func(t *testing.T, n int) drivertest.Fixture {
