@@ -27,11 +27,16 @@ import (
 // will insert in the previous generation's table (dedup_keys_g1: every
 // claim's locking read meets a table of that size) and as many again in
 // the table of the generation before (dedup_keys), whose keys have all
-// expired: the state (dedup_generations) says generation 2 became current
-// just now and generation 1 a lifetime ago, so the service's upkeep
-// empties dedup_keys with one TRUNCATE at its first pass, within the run
-// (DEDUP_CLEANUP_INTERVAL is short). A generation lasts a TTL, so the run
-// pays for more emptying per event than the service in production does.
+// expired: the state (dedup_generations) says generation 5 (table 2)
+// became current just now and generation 4 (table 1) a lifetime ago, so
+// that claims read generation 4 only and the service's upkeep empties
+// generation 3's table, dedup_keys, with one TRUNCATE at its first pass,
+// within the run (DEDUP_CLEANUP_INTERVAL is short). Generations 0 to 2 are
+// over: generation 0 is special (its table may hold keys of the version
+// before generations, so claims read it until it is emptied), which is the
+// upgrade's first cycle, not the steady state. A generation lasts a TTL,
+// so the run pays for more emptying per event than the service in
+// production does.
 
 // steadyPrefix starts the stored keys' ids, which have the workload's
 // shape (billing-gen's "e-<16 hex digits>-<n>", n counting up: ids that
@@ -66,8 +71,8 @@ func storeSteadyKeys(ctx context.Context, dsn string, n int64, ttl time.Duration
 		}
 	}
 	lifetime := ttl + ledgerclock.Margin
-	_, err = db.ExecContext(ctx, `UPDATE dedup_generations SET current_gen = 2, current_since = UTC_TIMESTAMP(6),
-		previous_since = UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND, emptied_gen = -1, lifetime_us = GREATEST(lifetime_us, ?) WHERE singleton = 1`,
+	_, err = db.ExecContext(ctx, `UPDATE dedup_generations SET current_gen = 5, current_since = UTC_TIMESTAMP(6),
+		previous_since = UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND, emptied_gen = 2, lifetime_us = GREATEST(lifetime_us, ?) WHERE singleton = 1`,
 		(lifetime + ledgerclock.Margin + time.Second).Microseconds(), lifetime.Microseconds()+1)
 	if err != nil {
 		s.close()
