@@ -110,7 +110,10 @@
 // what can hold it is a straggler (a checkpoint that claimed under the
 // generation before and whose decision is refused) or a branch in doubt;
 // the TRUNCATE then gives up after a second, changes nothing, and is
-// tried again at the next pass. While a table is emptied, the upkeep holds
+// tried again at the next pass. The exception is generation 0's table,
+// read by every claim until it is emptied: in the upgrade's first cycle
+// its TRUNCATE competes with the claims, may hold them up to a second per
+// attempt, and succeeds when it falls between checkpoints. While a table is emptied, the upkeep holds
 // the state row shared, so that no rotation can hand the table to a newer
 // generation meanwhile; decisions go on (they take the row shared too).
 //

@@ -271,9 +271,11 @@ func splitKeys(ex stmt.Execer, table string, keys []driver.DedupKey, suffix stri
 // the metadata lock: every transaction that touched the table holds it
 // until it ends (a prepared XA branch until it is resolved), and while
 // TRUNCATE waits, new statements on that table queue behind it. One
-// second is the least MySQL's lock_wait_timeout takes. The table emptied
-// is one no claim reads any more (dedup.ClaimAt), so what it waits for is
-// a straggler: a checkpoint that claimed under the generation before, and
+// second is the least MySQL's lock_wait_timeout takes (MariaDB also has
+// TRUNCATE ... WAIT n / NOWAIT; MySQL does not). The table emptied is one
+// no claim reads any more (dedup.ClaimAt; but generation 0's, read until
+// emptied, in the upgrade's first cycle), so what it waits for is a
+// straggler: a checkpoint that claimed under the generation before, and
 // whose decision will be refused (ErrKeysMoved), or one decided and
 // committing; the upkeep tries again at its next pass.
 const emptyLockWait = 1
