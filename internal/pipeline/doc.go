@@ -131,8 +131,8 @@
 //
 // # Clocks
 //
-// Every instant one instance writes and another judges (dedup expiries and
-// the janitor, a gtrid's creation time at recovery, processing time) is on
+// Every instant one instance writes and another judges (dedup expiries, a
+// gtrid's creation time at recovery, processing time) is on
 // the ledger's clock, the control server's as each instance measures it
 // (Config.Clock, package ledgerclock); the margin between two instances'
 // estimates is added where it matters (Config.dedupTTL,

@@ -220,7 +220,7 @@ var errMoved = errors.New("dedup generations moved")
 
 // Retention deletes the ledger entries created more than retention ago on
 // every server until ctx ends, passes back to back while entries are due
-// (workOff), like the janitor: the table stays bounded however fast
+// (workOff): the table stays bounded however fast
 // checkpoints insert entries, as long as one connection per server deletes
 // them faster. Entries are aged by now, the ledger's clock.
 func Retention(ctx context.Context, pools []driver.Store, now func() time.Time, interval, retention time.Duration, batch int, log *slog.Logger) {

@@ -103,7 +103,7 @@ type Config struct {
 
 	// Clock is the ledger's clock (ledgerclock.Clock.Now): every instant
 	// another instance judges, or this one judges against another's, is
-	// read from it: dedup expiries and the janitor, the retention of
+	// read from it: dedup expiries, the retention of
 	// ledger entries, the processing time events are bounded by, the
 	// timestamps written. Run the sink on the same clock (txsink.Config's
 	// Now). time.Now when nil.
