@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/billing/ledger/internal/changelog"
 	"github.com/billing/ledger/internal/changelogtest"
 	"github.com/billing/ledger/internal/testenv"
 )
@@ -46,7 +47,7 @@ func TestFlinkReadsDebeziumJSON(t *testing.T) {
 	t.Logf("generation seed %d (replay with CHANGELOG_SEED=%d)", seed, seed)
 
 	topics := map[string]string{}
-	for _, tb := range changelogtest.Tables() {
+	for _, tb := range changelog.Tables() {
 		cfg := map[string]string{"cleanup.policy": "compact"}
 		if tb.Append {
 			cfg["cleanup.policy"] = "delete"
@@ -65,7 +66,7 @@ func TestFlinkReadsDebeziumJSON(t *testing.T) {
 	var written, leaked int
 	for i := 0; i <= checkpoints; i++ {
 		work := model.Clone()
-		var evs []changelogtest.Event
+		var evs []changelog.Event
 		if i == 0 {
 			evs = gen.snapshot(t, work)
 		} else {
@@ -85,7 +86,7 @@ func TestFlinkReadsDebeziumJSON(t *testing.T) {
 	t.Logf("%d events committed in %d transactions, %d in one aborted transaction", written, checkpoints, leaked)
 
 	want := map[string][]string{}
-	for _, tb := range changelogtest.Tables() {
+	for _, tb := range changelog.Tables() {
 		if want[tb.Name] = model.Canonical(tb.Name); len(want[tb.Name]) == 0 {
 			t.Fatalf("%s: the generation wrote no committed row (seed %d)", tb.Name, seed)
 		}
@@ -104,7 +105,7 @@ func flinkReads(ctx context.Context, t *testing.T, jvm *testenv.JVMHarness, brok
 	want map[string][]string) {
 	t.Helper()
 	args := []string{"--brokers", strings.Join(brokers, ",")}
-	for _, tb := range changelogtest.Tables() {
+	for _, tb := range changelog.Tables() {
 		if topic, ok := topics[tb.Name]; ok {
 			args = append(args, tb.Name+"="+topic)
 		}
@@ -132,7 +133,7 @@ func flinkReads(ctx context.Context, t *testing.T, jvm *testenv.JVMHarness, brok
 	if run.ExitCode == 3 && len(got.Violations) == 0 {
 		t.Errorf("flink-read exit status 3 without a violation line")
 	}
-	for _, tb := range changelogtest.Tables() {
+	for _, tb := range changelog.Tables() {
 		if _, ok := topics[tb.Name]; !ok {
 			continue
 		}
@@ -160,7 +161,7 @@ func flinkReads(ctx context.Context, t *testing.T, jvm *testenv.JVMHarness, brok
 type changelogGen struct {
 	rng      *rand.Rand
 	accounts [][2]string // account_id, currency
-	windows  []changelogtest.Row
+	windows  []changelog.Row
 	sealed   map[int]bool // index into windows
 	offset   int64        // next ledger_entries kafka_offset
 	seq      int64        // next commit_seq
@@ -187,7 +188,7 @@ func newChangelogGen(rng *rand.Rand, accounts int) *changelogGen {
 		ws := g.timestamp()
 		if k := a[0] + "\x00" + a[1] + "\x00" + ws.String(); !seen[k] {
 			seen[k] = true
-			g.windows = append(g.windows, changelogtest.Row{"account_id": a[0], "currency": a[1], "window_start": ws})
+			g.windows = append(g.windows, changelog.Row{"account_id": a[0], "currency": a[1], "window_start": ws})
 		}
 	}
 	return g
@@ -211,7 +212,7 @@ func (g *changelogGen) amount() int64 {
 
 // timestamp: any microsecond of DATETIME's range, its ends included.
 func (g *changelogGen) timestamp() time.Time {
-	lo, hi := changelogtest.DatetimeRange()
+	lo, hi := changelog.DatetimeRange()
 	switch g.rng.IntN(10) {
 	case 0:
 		return lo
@@ -225,18 +226,18 @@ func (g *changelogGen) timestamp() time.Time {
 	}
 }
 
-func (g *changelogGen) source(snapshot string) (changelogtest.Source, int64) {
+func (g *changelogGen) source(snapshot string) (changelog.Source, int64) {
 	g.seq++
 	g.now = g.now.Add(time.Duration(g.rng.Int64N(5_000_000)+1) * time.Microsecond)
 	ts := g.now.UnixMilli()
-	return changelogtest.Source{Version: "test", Name: "t", Ledger: "ledger-1",
+	return changelog.Source{Version: "test", Name: "t", Ledger: "ledger-1",
 		Checkpoint: fmt.Sprintf("blg1-%012x-%d", g.rng.Uint64()>>16, g.seq), CommitSeq: g.seq, TsMs: ts,
 		Snapshot: snapshot}, ts
 }
 
 // apply adds ev to the checkpoint being built, through the working state
 // (which checks the chain).
-func apply(t *testing.T, work *changelogtest.Model, evs *[]changelogtest.Event, ev changelogtest.Event) {
+func apply(t *testing.T, work *changelogtest.Model, evs *[]changelog.Event, ev changelog.Event) {
 	t.Helper()
 	if err := work.Apply(ev); err != nil {
 		t.Fatalf("generator: %v", err)
@@ -246,10 +247,10 @@ func apply(t *testing.T, work *changelogtest.Model, evs *[]changelogtest.Event, 
 
 // snapshot: the rows a ledger held when its changelog was turned on, as op
 // r events (the last of each table marked "last").
-func (g *changelogGen) snapshot(t *testing.T, work *changelogtest.Model) []changelogtest.Event {
-	var evs []changelogtest.Event
+func (g *changelogGen) snapshot(t *testing.T, work *changelogtest.Model) []changelog.Event {
+	var evs []changelog.Event
 	src, ts := g.source("true")
-	var balances, windows []changelogtest.Row
+	var balances, windows []changelog.Row
 	for i, a := range g.accounts {
 		if i%3 == 0 {
 			balances = append(balances, g.balance(a, work))
@@ -262,32 +263,32 @@ func (g *changelogGen) snapshot(t *testing.T, work *changelogtest.Model) []chang
 	}
 	for _, tr := range []struct {
 		table string
-		rows  []changelogtest.Row
-	}{{changelogtest.AccountBalances, balances}, {changelogtest.BillingWindows, windows}} {
+		rows  []changelog.Row
+	}{{changelog.AccountBalances, balances}, {changelog.BillingWindows, windows}} {
 		table, rows := tr.table, tr.rows
 		for j, r := range rows {
 			s := src
 			if j == len(rows)-1 {
 				s.Snapshot = "last"
 			}
-			apply(t, work, &evs, changelogtest.Event{Table: table, Op: changelogtest.OpRead, After: r, TsMs: ts, Source: s})
+			apply(t, work, &evs, changelog.Event{Table: table, Op: changelog.OpRead, After: r, TsMs: ts, Source: s})
 		}
 	}
 	return evs
 }
 
 // balance: the next row of an account's balance.
-func (g *changelogGen) balance(a [2]string, work *changelogtest.Model) changelogtest.Row {
-	r := changelogtest.Row{"account_id": a[0], "currency": a[1], "balance_minor": g.amount(),
+func (g *changelogGen) balance(a [2]string, work *changelogtest.Model) changelog.Row {
+	r := changelog.Row{"account_id": a[0], "currency": a[1], "balance_minor": g.amount(),
 		"event_count": int64(1), "updated_at": g.timestamp()}
-	if prev, ok := work.Get(changelogtest.AccountBalances, r); ok {
+	if prev, ok := work.Get(changelog.AccountBalances, r); ok {
 		r["event_count"] = prev["event_count"].(int64) + g.rng.Int64N(100) + 1
 	}
 	return r
 }
 
-func (g *changelogGen) window(i int, key changelogtest.Row, work *changelogtest.Model, seal bool) changelogtest.Row {
-	r := changelogtest.Row{"account_id": key["account_id"], "currency": key["currency"],
+func (g *changelogGen) window(i int, key changelog.Row, work *changelogtest.Model, seal bool) changelog.Row {
+	r := changelog.Row{"account_id": key["account_id"], "currency": key["currency"],
 		"window_start": key["window_start"], "amount_minor": g.amount(), "event_count": g.rng.Int64N(1000) + 1,
 		"updated_at": g.timestamp(), "closed_at": nil}
 	if seal {
@@ -298,27 +299,27 @@ func (g *changelogGen) window(i int, key changelogtest.Row, work *changelogtest.
 }
 
 // event is a c or u event of table for row r, against the working state.
-func event(work *changelogtest.Model, table string, r changelogtest.Row, src changelogtest.Source, ts int64) changelogtest.Event {
-	ev := changelogtest.Event{Table: table, Op: changelogtest.OpCreate, After: r, TsMs: ts, Source: src}
+func event(work *changelogtest.Model, table string, r changelog.Row, src changelog.Source, ts int64) changelog.Event {
+	ev := changelog.Event{Table: table, Op: changelog.OpCreate, After: r, TsMs: ts, Source: src}
 	if prev, ok := work.Get(table, r); ok {
-		ev.Op, ev.Before = changelogtest.OpUpdate, prev
+		ev.Op, ev.Before = changelog.OpUpdate, prev
 	}
 	return ev
 }
 
 // checkpoint: the events of one checkpoint, at most one per key and table.
 // An aborted one also creates a key that no committed checkpoint has.
-func (g *changelogGen) checkpoint(t *testing.T, work *changelogtest.Model, aborted bool) []changelogtest.Event {
-	var evs []changelogtest.Event
+func (g *changelogGen) checkpoint(t *testing.T, work *changelogtest.Model, aborted bool) []changelog.Event {
+	var evs []changelog.Event
 	src, ts := g.source("false")
 	for _, a := range g.accounts {
 		if g.rng.IntN(3) == 0 {
-			apply(t, work, &evs, event(work, changelogtest.AccountBalances, g.balance(a, work), src, ts))
+			apply(t, work, &evs, event(work, changelog.AccountBalances, g.balance(a, work), src, ts))
 		}
 	}
 	if aborted {
 		ghost := [2]string{"aborted-only-ĝhost", "EUR"}
-		apply(t, work, &evs, event(work, changelogtest.AccountBalances, g.balance(ghost, work), src, ts))
+		apply(t, work, &evs, event(work, changelog.AccountBalances, g.balance(ghost, work), src, ts))
 	}
 	// A sealed window never changes again: later events of its key go to
 	// window_adjustments.
@@ -334,15 +335,15 @@ func (g *changelogGen) checkpoint(t *testing.T, work *changelogtest.Model, abort
 			if g.rng.IntN(4) == 0 {
 				adj["checkpoint_id"] = nil // rows from before migration 00006
 			}
-			apply(t, work, &evs, event(work, changelogtest.WindowAdjustments, adj, src, ts))
+			apply(t, work, &evs, event(work, changelog.WindowAdjustments, adj, src, ts))
 			continue
 		}
 		seal := g.rng.IntN(4) == 0
 		r := g.window(i, w, work, seal)
-		apply(t, work, &evs, event(work, changelogtest.BillingWindows, r, src, ts))
+		apply(t, work, &evs, event(work, changelog.BillingWindows, r, src, ts))
 		if seal {
 			sealing[i] = true
-			apply(t, work, &evs, changelogtest.Event{Table: changelogtest.ClosedWindows, Op: changelogtest.OpCreate,
+			apply(t, work, &evs, changelog.Event{Table: changelog.ClosedWindows, Op: changelog.OpCreate,
 				After: r, TsMs: ts, Source: src})
 		}
 	}
@@ -354,8 +355,8 @@ func (g *changelogGen) checkpoint(t *testing.T, work *changelogtest.Model, abort
 	}
 	for range g.rng.IntN(12) + 1 {
 		a := g.accounts[g.rng.IntN(len(g.accounts))]
-		apply(t, work, &evs, changelogtest.Event{Table: changelogtest.LedgerEntries, Op: changelogtest.OpCreate,
-			After: changelogtest.Row{"kafka_topic": "billing-events", "kafka_partition": g.rng.Int64N(12),
+		apply(t, work, &evs, changelog.Event{Table: changelog.LedgerEntries, Op: changelog.OpCreate,
+			After: changelog.Row{"kafka_topic": "billing-events", "kafka_partition": g.rng.Int64N(12),
 				"kafka_offset": g.offset, "event_id": fmt.Sprintf("évt-%d-\"%x\"", g.offset, g.rng.Uint32()),
 				"account_id": a[0], "currency": a[1], "amount_minor": g.amount(), "occurred_at": g.timestamp(),
 				"window_start": g.timestamp(), "late": g.rng.IntN(2) == 0, "checkpoint_id": src.Checkpoint,

@@ -194,13 +194,13 @@ func (in *instance) startLocked(extra []string) (*incarnation, error) {
 	in.n++
 	tag := fmt.Sprintf("s%d.%d", in.slot, in.n)
 	env := in.env(tag)
-	fps := ""
-	for _, e := range extra {
+	env = append(env, extra...)
+	fps := "" // the last one set, as the process sees it
+	for _, e := range env {
 		if v, ok := strings.CutPrefix(e, "BILLING_FAILPOINTS="); ok {
 			fps = v
 		}
 	}
-	env = append(env, extra...)
 	p, err := startProc(fmt.Sprintf("%s#%d", in.name, in.n), in.logPath(in.n), in.bin, env)
 	if err != nil {
 		return nil, err

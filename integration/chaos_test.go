@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"maps"
 	"os"
 	"path/filepath"
@@ -53,7 +54,33 @@ import (
 //	                            (its -window, -timezone, -close-after and
 //	                            -ledger-entries), so that the expected ledger
 //	                            follows; with WINDOW_CLOSE_AFTER set, an audit
-//	                            trigger also watches sealed windows (A8)
+//	                            trigger also watches sealed windows (A8); with
+//	                            CHANGELOG_TOPIC_PREFIX=p the instances publish
+//	                            the changelog under p-<topic> and the
+//	                            verification adds its chain check
+//	                            (changelogMatches); the changelog is on
+//	                            unless set here (p "chaos-cl"), and
+//	                            CHANGELOG_TOPIC_PREFIX= (empty) turns it off
+
+// publisherSteps are the changelog publisher's failpoints, in order.
+var publisherSteps = []string{"changelog-before-txn", "changelog-after-produce", "changelog-after-kafka", "changelog-after-bookkeep"}
+
+// publisherKill is the publisher failpoint an incarnation (its writer tag)
+// is started with when the changelog is on: half of them, drawn from the
+// fault seed, die by kill -9 at their Nth Kafka transaction (N from 2 to
+// 11) at one of the publisher's steps, if they hold the lease that long.
+// Which instance publishes is the lease's choice, not the schedule's, so
+// the publisher's kills ride along every incarnation instead of being
+// scheduled faults; the supervisor counts them as failpoint exits.
+func publisherKill(seed uint64, tag string) string {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%d/%s", seed, tag)
+	x := h.Sum64()
+	if x%2 == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s=kill@%d", publisherSteps[(x/2)%uint64(len(publisherSteps))], 2+(x/8)%10)
+}
 
 // chaosProfile sizes a run.
 type chaosProfile struct {
@@ -350,8 +377,25 @@ func TestChaos(t *testing.T) {
 		"LOG_LEVEL":               envOr("CHAOS_SERVICE_LOG_LEVEL", "info"),
 	})
 	maps.Copy(base, serviceEnv)
+	// The changelog (CHANGELOG_TOPIC_PREFIX in CHAOS_SERVICE_ENV): a
+	// prefix of this run's own (the progress topic is one ledger's), its
+	// topics deleted after; the chain check joins the verification.
+	clPrefix := base["CHANGELOG_TOPIC_PREFIX"]
+	if clPrefix != "" {
+		clPrefix += "-" + topic
+		base["CHANGELOG_TOPIC_PREFIX"] = clPrefix
+		cleanupChangelogTopics(t, brokers, clPrefix)
+		if _, set := serviceEnv["CHANGELOG_LEASE"]; !set {
+			base["CHANGELOG_LEASE"] = "3s" // a killed or paused publisher is replaced within the faults' pace
+		}
+	}
 	envFor := func(tag string) []string {
 		var env []string
+		if clPrefix != "" && tag != "" {
+			if fp := publisherKill(faultSeed, tag); fp != "" {
+				env = append(env, "BILLING_FAILPOINTS="+fp) // a step-kill's own comes after it and wins
+			}
+		}
 		for k, v := range base {
 			if k == "MYSQL_DSN" && tag != "" {
 				// The writer tag of the audit trail: the driver sends
@@ -520,6 +564,18 @@ func TestChaos(t *testing.T) {
 			t.Errorf("billing-verify: %v", err)
 		}
 	}
+	var clVerdict string
+	if clPrefix != "" && !t.Failed() {
+		err := published(ctx, dsn, 3*time.Minute)
+		if err == nil {
+			clVerdict, _, err = changelogMatches(ctx, brokers, dsn, clPrefix)
+		}
+		if err != nil {
+			clVerdict = "FAILED: " + err.Error()
+			t.Errorf("changelog: %v", err)
+		}
+		r.logf("changelog: %s", clVerdict)
+	}
 	writers := map[string]string{}
 	for _, in := range r.instances {
 		maps.Copy(writers, in.writers())
@@ -561,6 +617,7 @@ func TestChaos(t *testing.T) {
 
 	rep := buildReport(r, mode, faultSeed, genSeed, replay, schedule, d.results, expectedPath, verdict, audit,
 		faultsTook, settleTook, time.Since(r.began), logDir)
+	rep.Changelog = clVerdict
 	rep.Aborted = map[string]int64{"transactions": ab.txns.Load(), "records": ab.records.Load(),
 		"retries": ab.retries.Load(), "client_restarts": ab.restarts.Load()}
 	rep.log(t)
@@ -617,6 +674,9 @@ func chaosServiceEnv(t *testing.T) (map[string]string, chaosPeriod) {
 			}
 			env[k] = val
 		}
+	}
+	if _, set := env["CHANGELOG_TOPIC_PREFIX"]; !set {
+		env["CHANGELOG_TOPIC_PREFIX"] = "chaos-cl"
 	}
 	p := chaosPeriod{window: "1h", zone: "UTC", closeAfter: env["WINDOW_CLOSE_AFTER"], entries: env["LEDGER_ENTRIES"] == "true"}
 	if w := env["BILLING_WINDOW"]; w != "" {
@@ -746,8 +806,10 @@ type chaosReport struct {
 	Faults          []faultResult     `json:"faults"`
 	Incarnations    int               `json:"incarnations"`
 	ExitsExpected   int               `json:"exits_expected"`
+	PublisherKills  map[string]int    `json:"publisher_kills,omitempty"` // by failpoint: incarnations killed while publishing
 	ExitsOnTheirOwn []exitRecord      `json:"exits_on_their_own"`
 	Verdict         string            `json:"verdict"`
+	Changelog       string            `json:"changelog,omitempty"` // the chain check, with CHANGELOG_TOPIC_PREFIX
 	Lost            int64             `json:"lost"`
 	CountedTwice    int64             `json:"counted_twice"`
 	DeadLetters     map[string]int64  `json:"dead_letters_expected"`
@@ -775,6 +837,13 @@ func buildReport(r *chaosRun, mode string, faultSeed, genSeed uint64, replay str
 				rep.ExitsOnTheirOwn = append(rep.ExitsOnTheirOwn, e)
 			} else if e.Expected != "final shutdown" {
 				rep.ExitsExpected++
+			}
+			if step, _, ok := strings.Cut(e.Failpoints, "="); ok && strings.HasPrefix(step, "changelog-") && strings.Contains(e.Exit, "killed") &&
+				strings.HasPrefix(e.Expected, "failpoint ") {
+				if rep.PublisherKills == nil {
+					rep.PublisherKills = map[string]int{}
+				}
+				rep.PublisherKills[step]++
 			}
 		}
 		rep.Incarnations += len(in.logs())
@@ -846,10 +915,16 @@ func (rep *chaosReport) log(t *testing.T) {
 	}
 	t.Logf("instances: %d incarnations, %d ended by faults, %d exited on their own (restarted by the supervisor)",
 		rep.Incarnations, rep.ExitsExpected, len(rep.ExitsOnTheirOwn))
+	if rep.PublisherKills != nil {
+		t.Logf("publishers killed at their failpoints (kill -9 while publishing): %v", rep.PublisherKills)
+	}
 	for _, e := range rep.ExitsOnTheirOwn {
 		t.Logf("  billing-%d#%d (%s) exited on its own after %s: %s; last line: %s", e.Slot, e.N, e.Instance, e.Lived.Round(100*time.Millisecond), e.Exit, e.LastLine)
 	}
 	t.Logf("verdict: %s", rep.Verdict)
+	if rep.Changelog != "" {
+		t.Logf("changelog: %s", rep.Changelog)
+	}
 	t.Logf("lost %d, counted twice %d", rep.Lost, rep.CountedTwice)
 	for _, reason := range slices.Sorted(maps.Keys(rep.DeadLetters)) {
 		t.Logf("  dead letters %-26s expected %6d, actual %6d", reason, rep.DeadLetters[reason], rep.DeadLettersGot[reason])

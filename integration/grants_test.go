@@ -47,12 +47,16 @@ func opsCreateTableUser(t *testing.T, admin *sql.DB, adminCfg *mysql.Config, per
 	return cfg.FormatDSN()
 }
 
-// everyFeature turns on every feature that needs privileges of its own.
-var everyFeature = map[string]string{"WINDOW_CLOSE_AFTER": "30m", "LEDGER_ENTRIES": "true", "LEDGER_ENTRIES_RETENTION": "2s", "DEDUP_CLEANUP_INTERVAL": "200ms"}
+// everyFeature turns on every feature that needs privileges of its own,
+// the changelog included (its topics named after the test's topic).
+func everyFeature(e *opsEnv) map[string]string {
+	return map[string]string{"WINDOW_CLOSE_AFTER": "30m", "LEDGER_ENTRIES": "true", "LEDGER_ENTRIES_RETENTION": "2s", "DEDUP_CLEANUP_INTERVAL": "200ms",
+		"CHANGELOG_TOPIC_PREFIX": "cl-" + e.topic}
+}
 
 // Preflight from the schema (issue 18), against MariaDB, with every
 // feature on (windows that close, ledger entries and their retention, the
-// metrics sampler):
+// metrics sampler, the changelog):
 //
 //   - an account granted exactly what internal/txsink/mysqldriver/privileges.go
 //     declares, table by table, runs the service: it counts events, seals
@@ -78,7 +82,7 @@ func TestPreflightChecksEveryTableOfTheSchema(t *testing.T) {
 
 	t.Run("the declaration is enough", func(t *testing.T) {
 		dsn := opsCreateTableUser(t, admin, adminCfg, declared)
-		svc := testenv.Start(t, "billing with the declared grants", e.bin, e.env(mergeEnv(everyFeature, map[string]string{"MYSQL_DSN": dsn, "HTTP_ADDR": opsFreeAddr(t)})))
+		svc := testenv.Start(t, "billing with the declared grants", e.bin, e.env(mergeEnv(everyFeature(e), map[string]string{"MYSQL_DSN": dsn, "HTTP_ADDR": opsFreeAddr(t)})))
 		var recs []*kgo.Record
 		add := func(id string, amount int64, at string) {
 			b, _ := json.Marshal(opsEvent{ID: id, Account: "acct-g", Amount: amount, Currency: "EUR", At: at})
@@ -127,7 +131,7 @@ func TestPreflightChecksEveryTableOfTheSchema(t *testing.T) {
 			}
 			grants[table] = []string{mysqldriver.Select}
 			dsn := opsCreateTableUser(t, admin, adminCfg, grants)
-			p := testenv.Start(t, "billing that may only read "+table, e.bin, e.env(mergeEnv(everyFeature, map[string]string{"MYSQL_DSN": dsn})))
+			p := testenv.Start(t, "billing that may only read "+table, e.bin, e.env(mergeEnv(everyFeature(e), map[string]string{"MYSQL_DSN": dsn})))
 			if err := p.Wait(t, time.Minute); err == nil {
 				t.Fatalf("the service ran or exited 0 without a write privilege on %s:\n%s", table, p.Output())
 			}
@@ -152,12 +156,12 @@ func TestPreflightChecksEveryTableOfTheSchema(t *testing.T) {
 			grants[tb] = slices.DeleteFunc(slices.Clone(privs), func(p string) bool { return tb == "ledger_entries" && p == mysqldriver.Delete })
 		}
 		dsn := opsCreateTableUser(t, admin, adminCfg, grants)
-		p := testenv.Start(t, "billing that may not delete entries", e.bin, e.env(mergeEnv(everyFeature, map[string]string{"MYSQL_DSN": dsn})))
+		p := testenv.Start(t, "billing that may not delete entries", e.bin, e.env(mergeEnv(everyFeature(e), map[string]string{"MYSQL_DSN": dsn})))
 		if err := p.Wait(t, time.Minute); err == nil || !strings.Contains(p.Output(), "lacks DELETE on ledger_entries (needed with LEDGER_ENTRIES_RETENTION)") {
 			t.Fatalf("want a refusal naming DELETE on ledger_entries and the retention (%v):\n%s", err, p.Output())
 		}
 		svc := testenv.Start(t, "billing that may not delete entries, without retention", e.bin,
-			e.env(mergeEnv(everyFeature, map[string]string{"MYSQL_DSN": dsn, "LEDGER_ENTRIES_RETENTION": ""})))
+			e.env(mergeEnv(everyFeature(e), map[string]string{"MYSQL_DSN": dsn, "LEDGER_ENTRIES_RETENTION": ""})))
 		testenv.Eventually(t, time.Minute, "the service past its checks", func() (bool, string) {
 			if svc.Exited() {
 				t.Fatalf("the service stopped without the retention:\n%s", svc.Output())

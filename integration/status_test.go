@@ -224,7 +224,7 @@ func TestStandbyReadyAndStatus(t *testing.T) {
 		t.Errorf("dead letters waiting = %+v; want invalid_json: 1", r.DeadLetters)
 	}
 	out, code := e.cli(t, nil, "status")
-	for _, want := range []string{"PARTITION", "STORED", "total lag: 0 records", "last committed checkpoint: blg1-", "commit log: visible ", "branches in doubt: none", "invalid_json  1"} {
+	for _, want := range []string{"PARTITION", "STORED", "total lag: 0 records", "last committed checkpoint: blg1-", "commit log: visible ", "changelog: off", "branches in doubt: none", "invalid_json  1"} {
 		if code != 0 || !strings.Contains(out, want) {
 			t.Errorf("billing status (exit %d) lacks %q:\n%s", code, want, out)
 		}

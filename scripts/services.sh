@@ -512,10 +512,23 @@ mariadb_start() {
 
 mariadb_sql() { mariadb --defaults-file="$MARIADB_CNF" --protocol=socket -uroot; }
 
+# mariadb_alive: the server runs. mariadbd rewrites the pid file as it
+# comes up (truncated, then written): a read in between finds it empty, so
+# an empty or unreadable file is read again before the server counts as
+# gone (a chaos run's MariaDB restart once failed on that instant).
+mariadb_alive() {
+	local j
+	for ((j = 0; j < 5; j++)); do
+		mariadb_pid >/dev/null && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
 mariadb_wait() {
 	local i
 	for ((i = 0; i < START_TIMEOUT * 5; i++)); do
-		mariadb_pid >/dev/null || {
+		mariadb_alive || {
 			tail -n 30 "$MARIADB_LOGS/error.log" >&2 || true
 			die "$MARIADB_NAME: server exited during start, see $MARIADB_LOGS/error.log"
 		}

@@ -46,6 +46,10 @@ const (
 	modeSink    = "sink-only"
 	modeNaive   = "naive"
 	modeService = "service"
+	// modeServicePlain is the service without the changelog, measured by
+	// the parent beside the changelog variant's service (the child runs
+	// it as modeService).
+	modeServicePlain = "service-plain"
 )
 
 type childSpec struct {
@@ -95,8 +99,12 @@ type childResult struct {
 	// the end of the catch-up.
 	SteadyInserted int64 `json:"steady_inserted,omitempty"`
 	SteadyDeleted  int64 `json:"steady_deleted,omitempty"`
-	// Tables: the row counts of SampleTables during the catch-up.
-	Tables map[string]rowStats `json:"tables,omitempty"`
+	// Tables: the row counts of SampleTables during the catch-up;
+	// LiveTables during the live phase, where the input comes at the
+	// steady -live-rate the ledger keeps up with (what the cleanup must
+	// keep bounded in production, beside a catch-up at full speed).
+	Tables     map[string]rowStats `json:"tables,omitempty"`
+	LiveTables map[string]rowStats `json:"live_tables,omitempty"`
 
 	LiveRecords int64     `json:"live_records"`
 	Live        unitStats `json:"live"`
@@ -105,6 +113,16 @@ type childResult struct {
 	LatMax      float64   `json:"latency_max_ms"`
 	LiveRT      float64   `json:"live_round_trips_per_unit"`
 	LiveTimeout bool      `json:"live_timed_out"`
+
+	// The changelog variant: from a checkpoint's commit in MySQL to its
+	// changes visible to a read_committed consumer (changelog.go).
+	ChangelogP50 float64 `json:"changelog_visible_p50_ms,omitempty"`
+	ChangelogP99 float64 `json:"changelog_visible_p99_ms,omitempty"`
+	ChangelogN   int     `json:"changelog_checkpoints_seen,omitempty"`
+	// The same in the live phase (checkpoints of CHECKPOINT_INTERVAL).
+	ChangelogLiveP50 float64 `json:"changelog_live_visible_p50_ms,omitempty"`
+	ChangelogLiveP99 float64 `json:"changelog_live_visible_p99_ms,omitempty"`
+	ChangelogLiveN   int     `json:"changelog_live_checkpoints_seen,omitempty"`
 
 	PeakRSSMiB float64 `json:"peak_rss_mib"`
 	Err        string  `json:"error,omitempty"`
@@ -371,6 +389,10 @@ func (c *topicChunks) chunk(ctx context.Context, n int) ([]pipeline.Record, erro
 // onCheckpoint.
 func openLedger(ctx context.Context, cfg config.Config, onCheckpoint func(pipeline.CheckpointInfo)) (*service.Ledger, pipeline.Config, error) {
 	log := childLogger()
+	if cfg.ChangelogTopicPrefix != "" {
+		// Its checkpoints would fill an outbox nobody publishes.
+		return nil, pipeline.Config{}, fmt.Errorf("sink-only has no publisher: CHANGELOG_TOPIC_PREFIX must be empty (the changelog variant measures the service)")
+	}
 	dsns, err := service.ResolveDSNs(cfg, log)
 	if err != nil {
 		return nil, pipeline.Config{}, err
@@ -678,6 +700,11 @@ func streaming(spec childSpec, cfg config.Config, cmds <-chan string) (childResu
 	cpu := newCPUMeter(spec.Watch)
 	var mark startMark // storing the steady keys is not the catch-up's
 	mark.take()
+	vis, err := watchVisibility(cfg)
+	if err != nil {
+		return res, err
+	}
+	defer vis.close()
 	in, err := start(spec, cfg, spec.Topic, spec.Group, col, mark.take)
 	if err != nil {
 		return res, err
@@ -686,6 +713,10 @@ func streaming(spec childSpec, cfg config.Config, cmds <-chan string) (childResu
 	begin, rt0, kinds0 := mark.get()
 	res.CatchUpS = time.Since(begin).Seconds()
 	res.CPU = cpu.cores()
+	if vis != nil {
+		time.Sleep(2 * time.Second) // the last checkpoints' transactions
+		res.ChangelogP50, res.ChangelogP99, res.ChangelogN = vis.take()
+	}
 	res.Tables = stopSampling()
 	if err := steadyResult(context.Background(), steady, col, &res); err != nil {
 		return res, err
@@ -735,16 +766,28 @@ func streaming(spec childSpec, cfg config.Config, cmds <-chan string) (childResu
 			res.Err = err.Error()
 		}
 	}()
+	stopLiveSampling := func() map[string]rowStats { return nil }
 	for cmd := range cmds {
 		switch {
 		case cmd == "live-start":
+			if stop, err := startSampling(spec); err != nil {
+				childLogger().Warn("counting rows in the live phase", "err", err)
+			} else {
+				stopLiveSampling = stop
+			}
 			col.startLive()
+			vis.take() // the live phase's checkpoints only
 		case strings.HasPrefix(cmd, "live-end "):
 			n, _ := strconv.ParseInt(strings.TrimPrefix(cmd, "live-end "), 10, 64)
 			res.LiveRecords = n
 			rt0, _ := roundTrips.snapshot()
 			ok := waitOrFail(col, n, spec.Timeout, live.runErr)
 			rt1, _ := roundTrips.snapshot()
+			res.LiveTables = stopLiveSampling()
+			if vis != nil {
+				time.Sleep(2 * time.Second) // the last checkpoints' transactions
+				res.ChangelogLiveP50, res.ChangelogLiveP99, res.ChangelogLiveN = vis.take()
+			}
 			col.mu.Lock()
 			res.LiveTimeout = !ok
 			res.Live = summarize(col.liveUnits, col.liveStart)

@@ -22,7 +22,9 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/billing/ledger/internal/changelog"
 	"github.com/billing/ledger/internal/config"
+	"github.com/billing/ledger/internal/publisher"
 	"github.com/billing/ledger/internal/service"
 )
 
@@ -82,8 +84,12 @@ type variant struct {
 	// hostile: the workload is records of the maximum size (produceHostile),
 	// measured in service mode only: its peak RSS must stay bounded.
 	hostile bool
-	env     map[string]string // service settings of the variant
-	note    string
+	// changelog: the service publishes the ledger's changelog
+	// (CHANGELOG_TOPIC_PREFIX, a prefix of its own per measurement, its
+	// topics deleted after), measured in service mode only.
+	changelog bool
+	env       map[string]string // service settings of the variant
+	note      string
 }
 
 func envOr(name, def string) string {
@@ -106,7 +112,7 @@ func main() {
 	flag.Float64Var(&o.zipfS, "zipf-s", 1.1, "Zipf skew of account popularity")
 	flag.Float64Var(&o.dupRatio, "dup-ratio", 0.05, "fraction of events sent twice")
 	flag.Uint64Var(&o.seed, "seed", 1, "generator seed")
-	flag.StringVar(&variants, "variants", "default,large-state,many-accounts,steady-state", "workload variants to run: default, large-state, many-accounts, steady-state, steady-state-entries, two-servers, hostile, ledger-entries, closing")
+	flag.StringVar(&variants, "variants", "default,large-state,many-accounts,steady-state,changelog", "workload variants to run: default, large-state, many-accounts, steady-state, steady-state-entries, two-servers, hostile, ledger-entries, closing, changelog")
 	flag.StringVar(&modes, "modes", "consume-only,sink-only,naive,service", "what to measure per variant")
 	flag.StringVar(&serviceEnv, "service-env", "", "service settings over its defaults, e.g. MYSQL_BRANCHES=1,CHECKPOINT_MAX_RECORDS=20000")
 	flag.IntVar(&o.naiveBatch, "naive-batch", 0, "naive batch size (default: the service's CHECKPOINT_MAX_RECORDS)")
@@ -326,6 +332,8 @@ func run(ctx context.Context, o *options) error {
 			note: "LEDGER_ENTRIES=true: one ledger_entries row per counted event"},
 		"closing": {name: "closing", accounts: o.accounts, env: map[string]string{"WINDOW_CLOSE_AFTER": "1h"},
 			note: "WINDOW_CLOSE_AFTER=1h: the workload's 24 windows close one after the other during the run"},
+		"changelog": {name: "changelog", accounts: o.accounts, changelog: true,
+			note: "CHANGELOG_TOPIC_PREFIX set: every change published to Kafka exactly once (docs/changelog.md); the service only, beside the same service without it (service-plain)"},
 		"hostile": {name: "hostile", accounts: 1000, hostile: true,
 			note: fmt.Sprintf("%d valid events padded to MAX_PAYLOAD_BYTES, one junk record of 1 MiB per %d; service mode only", o.hostileEvents, o.hostileJunkEvery)},
 	}
@@ -418,6 +426,12 @@ func runVariant(ctx context.Context, o *options, v variant, runID string, adm *k
 	if v.hostile {
 		modes = []string{modeService}
 	}
+	if v.changelog {
+		// The service without the changelog and with it, in every
+		// repetition (in alternating order): the changelog's cost is their
+		// paired ratio.
+		modes = []string{modeServicePlain, modeService}
+	}
 	// sink-only replays the service's checkpoints of the same repetition
 	// (replay.go), so it runs after the service.
 	if i := slices.Index(modes, modeSink); i >= 0 && slices.Contains(modes, modeService) {
@@ -426,7 +440,11 @@ func runVariant(ctx context.Context, o *options, v variant, runID string, adm *k
 	var out []measurement
 	for rep := 1; rep <= o.repeat; rep++ {
 		var replay []map[int32]int64
-		for _, mode := range modes {
+		order := modes
+		if v.changelog && rep%2 == 0 {
+			order = []string{modeService, modeServicePlain} // alternated: neither always runs first
+		}
+		for _, mode := range order {
 			if ctx.Err() != nil {
 				return info, out, ctx.Err()
 			}
@@ -443,6 +461,7 @@ func runVariant(ctx context.Context, o *options, v variant, runID string, adm *k
 
 func measure(ctx context.Context, o *options, v variant, mode, runID, topic, expected string, ends map[int32]int64, total int64, env map[string]string, adm *kadmClient, rep int, replay []map[int32]int64) (m measurement) {
 	m = measurement{Variant: v.name, Mode: mode, Rep: rep}
+	svc := mode == modeService || mode == modeServicePlain
 	start := time.Now()
 	defer func() { m.WallS = time.Since(start).Seconds() }()
 	fail := func(err error) measurement {
@@ -450,11 +469,15 @@ func measure(ctx context.Context, o *options, v variant, mode, runID, topic, exp
 		m.WallS = time.Since(start).Seconds()
 		return m
 	}
-	short := map[string]string{modeConsume: "consume", modeSink: "sink", modeNaive: "naive", modeService: "service"}[mode]
+	short := map[string]string{modeConsume: "consume", modeSink: "sink", modeNaive: "naive", modeService: "service", modeServicePlain: "plain"}[mode]
 	if o.repeat > 1 {
 		short += strconv.Itoa(rep)
 	}
-	spec := childSpec{Mode: mode, Brokers: o.brokers, Topic: topic, Group: fmt.Sprintf("bench-%s-%s-%s", runID, v.name, short),
+	childMode := mode
+	if mode == modeServicePlain {
+		childMode = modeService
+	}
+	spec := childSpec{Mode: childMode, Brokers: o.brokers, Topic: topic, Group: fmt.Sprintf("bench-%s-%s-%s", runID, v.name, short),
 		Records: total, Ends: ends, ServiceEnv: env, NaiveBatch: o.naiveBatch, NaiveWait: o.naiveWait,
 		SinkChunk: o.sinkChunk, Timeout: o.timeout, Watch: o.watch, MemLimit: o.memLimit}
 	if mode == modeSink {
@@ -468,7 +491,7 @@ func measure(ctx context.Context, o *options, v variant, mode, runID, topic, exp
 		if !o.keep {
 			defer dropDatabase(o.admin, dbName)
 		}
-		if v.preload > 0 && (mode == modeSink || mode == modeService) {
+		if v.preload > 0 && (mode == modeSink || svc) {
 			t := time.Now()
 			if err := preloadDedupKeys(ctx, o.admin, dbName, v.preload, o.svc.DedupTTL); err != nil {
 				return fail(err)
@@ -479,13 +502,21 @@ func measure(ctx context.Context, o *options, v variant, mode, runID, topic, exp
 		if spec.DSN, err = databaseDSN(o.admin, dbName, true); err != nil {
 			return fail(err)
 		}
-		if v.steady && (mode == modeSink || mode == modeService) {
+		if v.steady && (mode == modeSink || svc) {
 			spec.SteadyKeys = o.events
 		}
-		if v.tables && (mode == modeSink || mode == modeService) {
+		if v.tables && (mode == modeSink || svc) {
 			spec.SampleTables = sampledTables
 		}
-		if v.shard && (mode == modeSink || mode == modeService) {
+		if v.changelog && mode == modeService { // not in service-plain, its reference
+			prefix := strings.ReplaceAll(dbName, "_", "-")
+			spec.ServiceEnv = maps.Clone(spec.ServiceEnv)
+			spec.ServiceEnv["CHANGELOG_TOPIC_PREFIX"] = prefix
+			if !o.keep {
+				defer deleteChangelogTopics(adm, prefix)
+			}
+		}
+		if v.shard && (mode == modeSink || svc) {
 			if err := createDatabase(ctx, o.admin2, dbName); err != nil {
 				return fail(err)
 			}
@@ -500,7 +531,7 @@ func measure(ctx context.Context, o *options, v variant, mode, runID, topic, exp
 			spec.ServiceEnv["MYSQL_SHARD_DSNS"] = shard
 		}
 	}
-	if mode == modeService || mode == modeNaive {
+	if svc || mode == modeNaive {
 		spec.LiveTopic = topic + "-live-" + short
 		if err := createTopic(ctx, adm, spec.LiveTopic, len(ends)); err != nil {
 			return fail(err)
@@ -509,12 +540,12 @@ func measure(ctx context.Context, o *options, v variant, mode, runID, topic, exp
 			defer deleteTopic(adm, spec.LiveTopic)
 		}
 	}
-	if o.profile && (mode == modeService || mode == modeNaive) {
+	if o.profile && (svc || mode == modeNaive) {
 		spec.CPUProfile = filepath.Join(o.out, fmt.Sprintf("%s-%s.cpu.pprof", v.name, short))
 		spec.HeapProfile = filepath.Join(o.out, fmt.Sprintf("%s-%s.heap.pprof", v.name, short))
 	}
 	servers := []string{o.admin}
-	if v.shard && (mode == modeSink || mode == modeService) {
+	if v.shard && (mode == modeSink || svc) {
 		servers = append(servers, o.admin2)
 	}
 	for _, admin := range servers {
@@ -662,12 +693,21 @@ func oneLine(m measurement) string {
 	if r.LatP99 > 0 {
 		s += fmt.Sprintf(", e2e p50 %.0f ms p99 %.0f ms", r.LatP50, r.LatP99)
 	}
+	if r.ChangelogN > 0 {
+		s += fmt.Sprintf(", changelog visible after the commit p50 %.0f ms p99 %.0f ms (%d checkpoints)", r.ChangelogP50, r.ChangelogP99, r.ChangelogN)
+	}
+	if r.ChangelogLiveN > 0 {
+		s += fmt.Sprintf(", live: p50 %.0f ms p99 %.0f ms (%d checkpoints)", r.ChangelogLiveP50, r.ChangelogLiveP99, r.ChangelogLiveN)
+	}
 	s += fmt.Sprintf(", peak RSS %.0f MiB", r.PeakRSSMiB)
 	if r.SteadyInserted > 0 {
 		s += ", " + steadyLine(r)
 	}
 	if len(r.Tables) > 0 {
 		s += "; " + tablesLine(r)
+	}
+	if len(r.LiveTables) > 0 {
+		s += "; live: " + liveTablesLine(r)
 	}
 	if m.Ledger != "" {
 		s += ", ledger " + m.Ledger
@@ -679,4 +719,17 @@ func oneLine(m measurement) string {
 		s += ", error: " + strings.TrimSpace(m.Err+" "+r.Err)
 	}
 	return s + fmt.Sprintf(" [%.0fs]", m.WallS)
+}
+
+// deleteChangelogTopics deletes the topics of the changelog of prefix.
+func deleteChangelogTopics(adm *kadmClient, prefix string) {
+	topics := []string{publisher.ProgressTopic(prefix)}
+	for _, tb := range changelog.Tables() {
+		topics = append(topics, publisher.Topic(prefix, tb.Name))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := adm.DeleteTopics(ctx, topics...); err != nil {
+		fmt.Printf("   (cannot delete the changelog's topics of %s: %v)\n", prefix, err)
+	}
 }

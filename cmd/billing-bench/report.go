@@ -187,7 +187,7 @@ func renderTable(o *options, infos []variantInfo, ms []measurement) string {
 	// in (sink-only runs after the service it replays).
 	rank := func(k string) int {
 		_, mode, _ := strings.Cut(k, "/")
-		return slices.Index([]string{modeConsume, modeSink, modeNaive, modeService}, mode)
+		return slices.Index([]string{modeConsume, modeSink, modeNaive, modeServicePlain, modeService}, mode)
 	}
 	firstOf := map[string]int{} // variant → its first position
 	for i, k := range order {
@@ -320,13 +320,32 @@ func renderTable(o *options, infos []variantInfo, ms []measurement) string {
 		if len(m.Result.Tables) > 0 {
 			fmt.Fprintf(&b, "%s %s: during the catch-up, %s\n", m.Variant, m.Mode, tablesLine(m.Result))
 		}
+		if len(m.Result.LiveTables) > 0 {
+			fmt.Fprintf(&b, "%s %s: during the live phase, %s\n", m.Variant, m.Mode, liveTablesLine(m.Result))
+		}
+	}
+	// The changelog's cost: its service over the same service without it,
+	// paired per repetition (they ran back to back).
+	for _, in := range infos {
+		var rs []float64
+		for rep := 1; rep <= maxRep(ms); rep++ {
+			with, plain := repRate[fmt.Sprintf("%s/%s/%d", in.Name, modeService, rep)], repRate[fmt.Sprintf("%s/%s/%d", in.Name, modeServicePlain, rep)]
+			if with > 0 && plain > 0 {
+				rs = append(rs, with/plain)
+			}
+		}
+		if len(rs) > 0 {
+			fmt.Fprintf(&b, "%s: service ÷ service-plain (without the changelog), paired per repetition: median %.2f, range %.2f–%.2f over %d\n",
+				in.Name, median(rs), slices.Min(rs), slices.Max(rs), len(rs))
+		}
 	}
 	b.WriteString(`
 events/s: sustained catch-up rate (records after the first checkpoint/batch/poll, over the time
   from its end to the last one's end); with -repeat, the median run (the row's other figures are
   that run's) and the range. ÷limit: over min(consume-only, sink-only); sink-only replays the
   service's checkpoints of the same repetition when the service ran. ÷naive: over naive. Ratios
-  are taken per repetition, then their median.
+  are taken per repetition, then their median. service-plain: the service without the changelog,
+  beside the changelog variant's service.
 e2e: record timestamp → commit that makes it visible, in the live phase. unit: checkpoint (service,
   sink-only), batch (naive), poll (consume-only), catch-up phase. SQL RT/unit: client commands sent
   per unit in the catch-up (the pipeline's start and background work included; the service's

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -103,16 +104,19 @@ var sampledTables = []string{"dedup_keys", "dedup_keys_g1", "dedup_keys_g2", "le
 
 // tablesLine reports the tables' row counts of a catch-up.
 func tablesLine(r childResult) string {
+	return fmt.Sprintf("%s; %d events inserted", rowsLine(r.Tables), r.SteadyInserted)
+}
+
+// liveTablesLine reports the tables' row counts of the live phase.
+func liveTablesLine(r childResult) string {
+	return fmt.Sprintf("%s; %d records produced", rowsLine(r.LiveTables), r.LiveRecords)
+}
+
+func rowsLine(tables map[string]rowStats) string {
 	var parts []string
-	for _, t := range slices.Sorted(func(yield func(string) bool) {
-		for t := range r.Tables {
-			if !yield(t) {
-				return
-			}
-		}
-	}) {
-		s := r.Tables[t]
+	for _, t := range slices.Sorted(maps.Keys(tables)) {
+		s := tables[t]
 		parts = append(parts, fmt.Sprintf("%s %d rows at the start, at most %d, %d at the end (%d counts)", t, s.Start, s.Max, s.End, s.Samples))
 	}
-	return fmt.Sprintf("%s; %d events inserted", strings.Join(parts, "; "), r.SteadyInserted)
+	return strings.Join(parts, "; ")
 }

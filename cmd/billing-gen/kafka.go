@@ -26,6 +26,11 @@ func baseOpts(brokers []string) []kgo.Opt {
 		kgo.ClientID("billing-gen"),
 		kgo.DialTimeout(10 * time.Second),
 		kgo.RetryTimeout(time.Minute),
+		// A broker restarting closes a new connection at its first read;
+		// franz-go takes that for missing TLS or SASL and fails the
+		// records at once (a chaos run's generator failed so in a Kafka
+		// restart). billing-gen connects without either: retry.
+		kgo.AlwaysRetryEOF(),
 	}
 }
 

@@ -101,24 +101,7 @@ func TestHelpDescribesAndListsExitCodes(t *testing.T) {
 func TestDocsListEveryFlag(t *testing.T) {
 	var out, errb bytes.Buffer
 	run(t.Context(), []string{"-help"}, &out, &errb)
-	docs, err := os.ReadFile("../../docs/operations.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, line := range strings.Split(out.String()+errb.String(), "\n") {
-		if !strings.HasPrefix(line, "  -") {
-			continue
-		}
-		flag := strings.Fields(line)[0]
-		n++
-		if !strings.Contains(string(docs), "`"+flag+"`") {
-			t.Errorf("docs/operations.md does not document %s", flag)
-		}
-	}
-	if n < 5 {
-		t.Fatalf("-help listed %d flags", n)
-	}
+	testenv.DocumentsEveryFlag(t, out.String()+errb.String(), "../../docs/operations.md")
 }
 
 // The period settings are the ledger's: a ledger whose stored settings are

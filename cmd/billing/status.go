@@ -227,6 +227,7 @@ func printStatus(w io.Writer, r *ledgerstatus.Report) error {
 		fmt.Fprintf(w, "commit log: visible %d of %d decided (%d not applied), retained from %d; sealed and visible before %s\n\n",
 			c.VisibleSeq, c.DecidedSeq, c.Unapplied, c.RetainedFrom, sealed)
 	}
+	writeChangelog(w, r)
 
 	switch {
 	case r.InDoubtError != "":
@@ -300,4 +301,32 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// writeChangelog writes the changelog's line: off, or its prefix, how far
+// it is published, a snapshot pending, and who publishes.
+func writeChangelog(w io.Writer, r *ledgerstatus.Report) {
+	c := r.Changelog
+	switch {
+	case r.ChangelogError != "":
+		fmt.Fprintf(w, "changelog: unknown (%s)\n\n", safetext.Text(r.ChangelogError, 1024))
+		return
+	case c == nil || !c.On:
+		fmt.Fprint(w, "changelog: off\n\n")
+		return
+	}
+	behind := "unknown"
+	if c.Behind != nil {
+		behind = fmt.Sprint(*c.Behind)
+	}
+	fmt.Fprintf(w, "changelog: on, prefix %s, published through %d (%s checkpoints behind)", safetext.Text(c.Prefix, 256), c.PublishedSeq, behind)
+	if c.SnapshotPending {
+		fmt.Fprintf(w, "; the snapshot of the rows before %d is pending", c.From)
+	}
+	if c.Publisher != "" && c.LeaseLeftSeconds > 0 {
+		fmt.Fprintf(w, "; publisher %s (lease %.1fs left)", safetext.Text(c.Publisher, 64), c.LeaseLeftSeconds)
+	} else {
+		fmt.Fprint(w, "; no publisher holds the lease")
+	}
+	fmt.Fprint(w, "\n\n")
 }

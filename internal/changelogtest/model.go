@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+
+	"github.com/billing/ledger/internal/changelog"
 )
 
 // Model is what a read_committed consumer of the changelog holds once it
@@ -11,8 +13,8 @@ import (
 // key, for an append-only topic every row. Apply checks each event against
 // the spec's chain rule as it goes, so a Model also is the consumer check.
 type Model struct {
-	rows    map[string]map[string]Row // table -> encoded key -> row
-	appends map[string][]Row
+	rows    map[string]map[string]changelog.Row // table -> encoded key -> row
+	appends map[string][]changelog.Row
 }
 
 // ChainError is an event that breaks its key's chain: a first event that is
@@ -30,7 +32,7 @@ func (e *ChainError) Error() string {
 
 // NewModel returns an empty model: a consumer that has read nothing.
 func NewModel() *Model {
-	return &Model{rows: map[string]map[string]Row{}, appends: map[string][]Row{}}
+	return &Model{rows: map[string]map[string]changelog.Row{}, appends: map[string][]changelog.Row{}}
 }
 
 // Clone returns an independent copy (rows are shared: Apply never changes
@@ -48,42 +50,41 @@ func (m *Model) Clone() *Model {
 
 // Apply applies one committed event, or returns why the event cannot follow
 // the ones applied before (Encode's errors, or a *ChainError).
-func (m *Model) Apply(ev Event) error {
-	if _, _, err := Encode(ev); err != nil {
+func (m *Model) Apply(ev changelog.Event) error {
+	if _, _, err := changelog.Encode(ev); err != nil {
 		return err
 	}
-	t, _ := Lookup(ev.Table)
+	t, _ := changelog.Lookup(ev.Table)
 	if t.Append {
 		m.appends[t.Name] = append(m.appends[t.Name], ev.After)
 		return nil
 	}
 	keyRow := ev.After
-	if ev.Op == OpDelete {
+	if ev.Op == changelog.OpDelete {
 		keyRow = ev.Before
 	}
-	k, _ := encodeKey(t, keyRow)
-	key := string(k)
+	key, _ := changelog.KeyOf(t, keyRow)
 	held, ok := m.rows[t.Name][key]
 	chain := func(reason string) error { return &ChainError{Table: t.Name, Key: key, Reason: reason} }
 	switch ev.Op {
-	case OpCreate, OpRead:
+	case changelog.OpCreate, changelog.OpRead:
 		if ok {
 			return chain(fmt.Sprintf("op %s for a key that holds a row", ev.Op))
 		}
-	case OpUpdate, OpDelete:
+	case changelog.OpUpdate, changelog.OpDelete:
 		if !ok {
 			return chain(fmt.Sprintf("op %s for a key without a row", ev.Op))
 		}
-		hb, _ := Canonical(t, held)
-		bb, _ := Canonical(t, ev.Before)
+		hb, _ := changelog.Canonical(t, held)
+		bb, _ := changelog.Canonical(t, ev.Before)
 		if hb != bb {
 			return chain(fmt.Sprintf("before %s is not the previous after %s", bb, hb))
 		}
 	}
 	if m.rows[t.Name] == nil {
-		m.rows[t.Name] = map[string]Row{}
+		m.rows[t.Name] = map[string]changelog.Row{}
 	}
-	if ev.Op == OpDelete {
+	if ev.Op == changelog.OpDelete {
 		delete(m.rows[t.Name], key)
 	} else {
 		m.rows[t.Name][key] = ev.After
@@ -92,24 +93,24 @@ func (m *Model) Apply(ev Event) error {
 }
 
 // Get returns the row the key columns of key name, if the table holds one.
-func (m *Model) Get(table string, key Row) (Row, bool) {
-	t, ok := Lookup(table)
+func (m *Model) Get(table string, key changelog.Row) (changelog.Row, bool) {
+	t, ok := changelog.Lookup(table)
 	if !ok {
 		return nil, false
 	}
-	k, err := encodeKey(t, key)
+	k, err := changelog.KeyOf(t, key)
 	if err != nil {
 		return nil, false
 	}
-	r, ok := m.rows[table][string(k)]
+	r, ok := m.rows[table][k]
 	return r, ok
 }
 
 // Canonical returns the table's rows (Canonical forms) in sorted order: the
 // final rows of a table topic, every row of an append-only one.
 func (m *Model) Canonical(table string) []string {
-	t, _ := Lookup(table)
-	var rows []Row
+	t, _ := changelog.Lookup(table)
+	var rows []changelog.Row
 	if t.Append {
 		rows = m.appends[table]
 	} else {
@@ -117,7 +118,7 @@ func (m *Model) Canonical(table string) []string {
 	}
 	out := make([]string, 0, len(rows))
 	for _, r := range rows {
-		c, _ := Canonical(t, r) // every row was encoded by Apply
+		c, _ := changelog.Canonical(t, r) // every row was encoded by Apply
 		out = append(out, c)
 	}
 	slices.Sort(out)

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/billing/ledger/internal/changelog"
 )
 
 // The readings of the JVM harness's flink-read (integration/jvm).
@@ -54,7 +56,7 @@ func (r *Readings) parseLine(line []byte) error {
 	}
 	reading, _ := obj["reading"].(string)
 	tableName, _ := obj["table"].(string)
-	t, ok := Lookup(tableName)
+	t, ok := changelog.Lookup(tableName)
 	if reading == "" || !ok {
 		return fmt.Errorf("no reading or unknown table")
 	}
@@ -64,7 +66,7 @@ func (r *Readings) parseLine(line []byte) error {
 		r.Violations = append(r.Violations, fmt.Sprintf("%s %s: %v", reading, tableName, v))
 		return nil
 	}
-	row := Row{}
+	row := changelog.Row{}
 	for _, c := range t.Columns {
 		v, ok := obj[c.Name]
 		if !ok {
@@ -80,7 +82,7 @@ func (r *Readings) parseLine(line []byte) error {
 	if len(obj) > 0 {
 		return fmt.Errorf("unknown fields %v", obj)
 	}
-	canon, err := Canonical(t, row)
+	canon, err := changelog.Canonical(t, row)
 	if err != nil {
 		return err
 	}
@@ -91,26 +93,26 @@ func (r *Readings) parseLine(line []byte) error {
 	return nil
 }
 
-func parseValue(c Column, v any) (any, error) {
+func parseValue(c changelog.Column, v any) (any, error) {
 	if v == nil {
 		return nil, nil
 	}
 	switch c.Kind {
-	case String:
+	case changelog.String:
 		if s, ok := v.(string); ok {
 			return s, nil
 		}
-	case Int:
+	case changelog.Int:
 		if n, ok := v.(json.Number); ok {
 			return strconv.ParseInt(n.String(), 10, 64)
 		}
-	case Bool:
+	case changelog.Bool:
 		if b, ok := v.(bool); ok {
 			return b, nil
 		}
-	case Time:
+	case changelog.Time:
 		if s, ok := v.(string); ok {
-			return time.Parse(TimeLayout, s)
+			return time.Parse(changelog.TimeLayout, s)
 		}
 	}
 	return nil, fmt.Errorf("unexpected value %v (%T)", v, v)

@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/billing/ledger/internal/changelog"
 )
 
 // Writer writes events to the changelog's topics in Kafka transactions, as
@@ -23,7 +25,7 @@ type Writer struct {
 // (Tables) to its topic.
 func NewWriter(brokers []string, transactionalID string, topics map[string]string) (*Writer, error) {
 	for table := range topics {
-		if _, ok := Lookup(table); !ok {
+		if _, ok := changelog.Lookup(table); !ok {
 			return nil, fmt.Errorf("changelog writer: no table %q", table)
 		}
 	}
@@ -47,14 +49,14 @@ func (w *Writer) Close() { w.cl.Close() }
 // Transaction writes events in one Kafka transaction and commits it, or
 // aborts it when commit is false (the events were written, and a
 // read_committed consumer must never see them).
-func (w *Writer) Transaction(ctx context.Context, events []Event, commit bool) error {
+func (w *Writer) Transaction(ctx context.Context, events []changelog.Event, commit bool) error {
 	recs := make([]*kgo.Record, 0, len(events))
 	for _, ev := range events {
 		topic, ok := w.topics[ev.Table]
 		if !ok {
 			return fmt.Errorf("changelog writer: no topic for table %s", ev.Table)
 		}
-		k, v, err := Encode(ev)
+		k, v, err := changelog.Encode(ev)
 		if err != nil {
 			return err
 		}

@@ -74,6 +74,14 @@ type Config struct {
 
 	CommitLogRetention time.Duration `envconfig:"COMMIT_LOG_RETENTION" default:"840h" desc:"commit log records (checkpoint_commits, what invoicing reads follow) older than this are deleted, oldest first and only below the visible position; at least DECISION_RETENTION; a reader that falls further behind reads in full (docs/periods.md)"`
 
+	ChangelogTopicPrefix      string        `envconfig:"CHANGELOG_TOPIC_PREFIX" desc:"empty: no changelog; else every change the ledger commits is published to Kafka exactly once, in Kafka transactions, to the topics <prefix>.account_balances, .billing_windows, .window_adjustments, .closed_windows and (with LEDGER_ENTRIES) .ledger_entries (docs/changelog.md); the first instance started with it turns the ledger's changelog on (on a ledger that already holds rows its snapshot, op r, is published first, while counting goes on), and an instance without it can then no longer commit"`
+	ChangelogMaxBacklog       int           `envconfig:"CHANGELOG_MAX_BACKLOG" default:"10000" desc:"checkpoints committed and not yet published (Kafka unavailable, the publisher behind) at which every instance stops taking checkpoints (fetching pauses; /readyz fails saying why, /healthz does not) until the publisher catches up; the outbox holds them durably meanwhile"`
+	ChangelogTxnMaxEvents     int           `envconfig:"CHANGELOG_TRANSACTION_MAX_EVENTS" default:"100000" desc:"change events in one Kafka transaction of the changelog: whole checkpoints in commit order up to this; a larger checkpoint alone is split across transactions at its outbox rows (its changes then become visible in parts)"`
+	ChangelogTxnTimeout       time.Duration `envconfig:"CHANGELOG_TRANSACTION_TIMEOUT" default:"60s" desc:"the changelog producer's transaction timeout; at most the brokers' transaction.max.timeout.ms (default 15m)"`
+	ChangelogTopicPartitions  int           `envconfig:"CHANGELOG_TOPIC_PARTITIONS" default:"-1" desc:"partitions of the changelog topics created when missing (-1: the brokers' num.partitions); the progress topic has one"`
+	ChangelogTopicReplication int           `envconfig:"CHANGELOG_TOPIC_REPLICATION" default:"-1" desc:"replication factor of the changelog topics created when missing (-1: the brokers' default.replication.factor)"`
+	ChangelogLease            time.Duration `envconfig:"CHANGELOG_LEASE" default:"10s" desc:"term of the changelog publisher's lease (one instance publishes, renewing it every third of this); another instance takes over once it ran out; Kafka's transactional id fences the one it replaced"`
+
 	HTTPAddr        string        `envconfig:"HTTP_ADDR" default:":8080" desc:"address of /metrics, /healthz and /readyz; empty disables"`
 	ReadyMaxAge     time.Duration `envconfig:"READY_MAX_CHECKPOINT_AGE" default:"60s" desc:"/readyz fails when the last checkpoint is older than this while records wait to be checkpointed"`
 	LiveMaxAge      time.Duration `envconfig:"LIVENESS_MAX_CHECKPOINT_AGE" default:"5m" desc:"/healthz fails (the pipeline is wedged; the orchestrator restarts the instance) when records have waited this long with no checkpoint committed; must exceed READY_MAX_CHECKPOINT_AGE and CHECKPOINT_TIMEOUT"`
@@ -316,6 +324,7 @@ func (c *Config) validate() []string {
 	if c.LedgerEntriesRetention > 0 && !c.LedgerEntries {
 		bad("LEDGER_ENTRIES_RETENTION is set but LEDGER_ENTRIES is false")
 	}
+	p = append(p, c.changelogProblems()...)
 	ints := []struct {
 		name     string
 		v, lo, h int
@@ -349,6 +358,40 @@ func (c *Config) validate() []string {
 	case "debug", "info", "warn", "error":
 	default:
 		bad("LOG_LEVEL must be debug, info, warn or error, got %q", c.LogLevel)
+	}
+	return p
+}
+
+// changelogProblems checks the changelog's settings (only when it is on).
+func (c *Config) changelogProblems() []string {
+	var p []string
+	bad := func(format string, args ...any) { p = append(p, fmt.Sprintf(format, args...)) }
+	if c.ChangelogTopicPrefix == "" {
+		return nil
+	}
+	// The longest topic is <prefix>.window_adjustments; Kafka's names are
+	// at most 249 characters of [a-zA-Z0-9._-].
+	if n := len(c.ChangelogTopicPrefix); n > 249-len(".window_adjustments") ||
+		strings.Trim(c.ChangelogTopicPrefix, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != "" {
+		bad("CHANGELOG_TOPIC_PREFIX must be at most %d characters of a-z, A-Z, 0-9, '.', '_' and '-', got %q", 249-len(".window_adjustments"), c.ChangelogTopicPrefix)
+	}
+	if c.ChangelogMaxBacklog < 1 {
+		bad("CHANGELOG_MAX_BACKLOG must be at least 1, got %d", c.ChangelogMaxBacklog)
+	}
+	if c.ChangelogTxnMaxEvents < 1 || c.ChangelogTxnMaxEvents > 10_000_000 {
+		bad("CHANGELOG_TRANSACTION_MAX_EVENTS must be between 1 and 10000000, got %d", c.ChangelogTxnMaxEvents)
+	}
+	if c.ChangelogTxnTimeout < time.Second || c.ChangelogTxnTimeout > 15*time.Minute {
+		bad("CHANGELOG_TRANSACTION_TIMEOUT must be between 1s and 15m (the brokers' default transaction.max.timeout.ms), got %s", c.ChangelogTxnTimeout)
+	}
+	if v := c.ChangelogTopicPartitions; v != -1 && (v < 1 || v > 10000) {
+		bad("CHANGELOG_TOPIC_PARTITIONS must be -1 or between 1 and 10000, got %d", v)
+	}
+	if v := c.ChangelogTopicReplication; v != -1 && (v < 1 || v > 32767) {
+		bad("CHANGELOG_TOPIC_REPLICATION must be -1 or between 1 and 32767, got %d", v)
+	}
+	if c.ChangelogLease < time.Second {
+		bad("CHANGELOG_LEASE must be at least 1s, got %s", c.ChangelogLease)
 	}
 	return p
 }
@@ -435,6 +478,7 @@ func ResultSettings() []string {
 		"KAFKA_TOPIC", "KAFKA_GROUP", "ALLOW_GROUP_CHANGE", "MYSQL_SHARD_DSNS",
 		"DEDUP_TTL", "BILLING_WINDOW", "BILLING_TIMEZONE", "WINDOW_CLOSE_AFTER",
 		"LEDGER_ENTRIES", "LEDGER_ENTRIES_RETENTION", "MAX_PAYLOAD_BYTES", "DEAD_LETTER_PAYLOAD_BYTES",
+		"CHANGELOG_TOPIC_PREFIX",
 	}
 }
 

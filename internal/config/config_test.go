@@ -173,6 +173,14 @@ func TestValidate(t *testing.T) {
 		{"bad DSN", map[string]string{"MYSQL_DSN": "u:p@tcp(h/d"}, "MYSQL_DSN is not a valid DSN"},
 		{"bad shard DSN", map[string]string{"MYSQL_SHARD_DSNS": "u:p@tcp(h:1)/d,nonsense"}, "MYSQL_SHARD_DSNS[1] is not a valid DSN"},
 		{"sample interval", map[string]string{"METRICS_SAMPLE_INTERVAL": "0s"}, "METRICS_SAMPLE_INTERVAL must be positive"},
+		{"changelog prefix not a topic name", map[string]string{"CHANGELOG_TOPIC_PREFIX": "bill ing"}, "CHANGELOG_TOPIC_PREFIX must be at most 230 characters"},
+		{"changelog prefix too long", map[string]string{"CHANGELOG_TOPIC_PREFIX": strings.Repeat("p", 231)}, "CHANGELOG_TOPIC_PREFIX must be at most 230 characters"},
+		{"changelog backlog", map[string]string{"CHANGELOG_TOPIC_PREFIX": "cl", "CHANGELOG_MAX_BACKLOG": "0"}, "CHANGELOG_MAX_BACKLOG must be at least 1"},
+		{"changelog transaction", map[string]string{"CHANGELOG_TOPIC_PREFIX": "cl", "CHANGELOG_TRANSACTION_MAX_EVENTS": "0"}, "CHANGELOG_TRANSACTION_MAX_EVENTS must be between"},
+		{"changelog timeout", map[string]string{"CHANGELOG_TOPIC_PREFIX": "cl", "CHANGELOG_TRANSACTION_TIMEOUT": "1h"}, "CHANGELOG_TRANSACTION_TIMEOUT must be between 1s and 15m"},
+		{"changelog partitions", map[string]string{"CHANGELOG_TOPIC_PREFIX": "cl", "CHANGELOG_TOPIC_PARTITIONS": "0"}, "CHANGELOG_TOPIC_PARTITIONS must be -1 or"},
+		{"changelog replication", map[string]string{"CHANGELOG_TOPIC_PREFIX": "cl", "CHANGELOG_TOPIC_REPLICATION": "-2"}, "CHANGELOG_TOPIC_REPLICATION must be -1 or"},
+		{"changelog lease", map[string]string{"CHANGELOG_TOPIC_PREFIX": "cl", "CHANGELOG_LEASE": "100ms"}, "CHANGELOG_LEASE must be at least 1s"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

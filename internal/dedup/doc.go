@@ -54,7 +54,7 @@
 // current generation, and a whole table is emptied (TRUNCATE TABLE) once
 // every key in it has expired: generation g writes table g mod 3
 // (driver.KeyTables: dedup_keys, dedup_keys_g1, dedup_keys_g2; migration
-// 00010), and a table is written again only once it was emptied. The state
+// 00008), and a table is written again only once it was emptied. The state
 // is one row on the control server (driver.KeyGenerations: the current
 // generation and when it and the one before became current, the last
 // generation emptied, the longest key lifetime any instance registered).

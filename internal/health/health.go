@@ -48,6 +48,10 @@ type Checks struct {
 	// assigned; a member of a group that is rebalancing is not one yet.
 	// An error means Kafka could not be asked.
 	Membership func(ctx context.Context) (member bool, assigned int, err error)
+	// Hold, if set, says why checkpoints are held on purpose ("" when they
+	// are not): the changelog's backlog is full. The instance is then not
+	// ready, saying why, but alive: restarting it would not help.
+	Hold func() string
 }
 
 // Monitor holds the state of both probes. Its methods are safe for
@@ -60,6 +64,7 @@ type Monitor struct {
 	checks       *Checks
 	running      time.Time // when the pipeline started
 	waitingSince time.Time // since when records wait (zero: none wait)
+	zeroSince    time.Time // when none was last seen pending (zero: some are)
 	failedSince  bool      // the last checkpoint attempt failed
 	checked      bool      // a round of checks completed
 	mysqlErr     error
@@ -160,8 +165,20 @@ func (m *Monitor) stallLocked() (time.Duration, int64) {
 	now := m.o.Now()
 	pending := st.Pending.Load()
 	if pending == 0 {
-		m.waitingSince = time.Time{}
+		if m.zeroSince.IsZero() {
+			m.zeroSince = now
+		}
 		return 0, 0
+	}
+	if !m.zeroSince.IsZero() {
+		// A failed checkpoint drops its records and reads them again: the
+		// count touches zero for a moment while they still wait. Only a
+		// zero not contradicted for a while (two check intervals) ends the
+		// wait; a committed checkpoint ends it anyway (since, below).
+		if now.Sub(m.zeroSince) >= max(2*m.o.CheckInterval, time.Second) {
+			m.waitingSince = time.Time{}
+		}
+		m.zeroSince = time.Time{}
 	}
 	if m.waitingSince.IsZero() {
 		m.waitingSince = now
@@ -193,6 +210,9 @@ func (m *Monitor) Live() (bool, string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	stall, pending := m.stallLocked()
+	if why := m.holdLocked(); why != "" {
+		return true, "alive, holding checkpoints: " + why
+	}
 	if stall > m.o.MaxStall {
 		return false, fmt.Sprintf("wedged: %d records have waited %s with no checkpoint committed (LIVENESS_MAX_CHECKPOINT_AGE %s)",
 			pending, stall.Round(time.Second), m.o.MaxStall)
@@ -216,6 +236,9 @@ func (m *Monitor) Ready() (bool, string) {
 		return false, "Kafka: " + errText(m.kafkaErr)
 	case !m.member:
 		return false, "not a member of the group (joining, or the group is rebalancing)"
+	}
+	if why := m.holdLocked(); why != "" {
+		return false, why
 	}
 	parts := m.checks.Stats.AssignedParts.Load()
 	if m.assigned > 0 && parts == 0 {
@@ -248,4 +271,12 @@ func errText(err error) string {
 		s = s[:200] + "…"
 	}
 	return s
+}
+
+// holdLocked is why checkpoints are held ("" when they are not).
+func (m *Monitor) holdLocked() string {
+	if m.checks == nil || m.checks.Hold == nil {
+		return ""
+	}
+	return m.checks.Hold()
 }

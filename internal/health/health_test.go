@@ -31,6 +31,7 @@ func TestProbes(t *testing.T) {
 		live       bool
 		liveWhy    string
 		noCheckYet bool
+		hold       string // why checkpoints are held (the changelog's backlog)
 	}
 	member := func(s state) state { s.member = true; return s }
 	tests := []struct {
@@ -59,6 +60,8 @@ func TestProbes(t *testing.T) {
 		{"wedged", member(state{assigned: 3, claimed: 3, lastCkpt: time.Minute, waitFrom: 2 * time.Minute, now: 8 * time.Minute, pending: 7,
 			readyWhy: "no checkpoint committed for 6m0s", liveWhy: "wedged: 7 records have waited 6m0s"})},
 		{"wedged before any checkpoint", member(state{assigned: 3, claimed: 3, waitFrom: 0, now: 6 * time.Minute, pending: 7, liveWhy: "wedged"})},
+		{"held by the changelog's backlog: not ready, saying why, but alive", member(state{assigned: 3, claimed: 3, lastCkpt: time.Minute, waitFrom: 2 * time.Minute,
+			now: 8 * time.Minute, pending: 7, hold: "the changelog's backlog is full", readyWhy: "the changelog's backlog is full", live: true, liveWhy: "holding checkpoints"})},
 		{"wedged while starting is not judged", state{phase: "checking grants", now: time.Hour, pending: 7, live: true, liveWhy: "alive"}},
 	}
 	for _, tt := range tests {
@@ -70,7 +73,8 @@ func TestProbes(t *testing.T) {
 			if s.phase == "" {
 				m.Start(Checks{Stats: st,
 					MySQL:      func(context.Context) error { return s.mysqlErr },
-					Membership: func(context.Context) (bool, int, error) { return s.member, s.assigned, s.kafkaErr }})
+					Membership: func(context.Context) (bool, int, error) { return s.member, s.assigned, s.kafkaErr },
+					Hold:       func() string { return s.hold }})
 			} else {
 				m.SetPhase(s.phase)
 			}
@@ -131,5 +135,27 @@ func TestStallResetsWhenCaughtUp(t *testing.T) {
 	now = now.Add(time.Hour)
 	if d := m.Stall(); d != 0 {
 		t.Fatalf("a new wait counts from when it is seen, got %s", d)
+	}
+}
+
+// TestStallSurvivesAFailedCheckpointsRewind: checkpoints that all fail drop
+// their records and read them again, so the pending count touches zero
+// between attempts; a check landing on that moment must not restart the
+// wait, or a wedged instance never looks wedged (integration's
+// TestHealthDuringStartupAndWedge failed so once).
+func TestStallSurvivesAFailedCheckpointsRewind(t *testing.T) {
+	start := time.Unix(1_700_000_000, 0)
+	now := start
+	m := New(Options{ReadyMaxAge: 2 * time.Second, MaxStall: 5 * time.Second, CheckInterval: 200 * time.Millisecond, Now: func() time.Time { return now }})
+	st := &pipeline.Stats{}
+	m.Start(Checks{Stats: st})
+	for i := range 40 { // 8 s of attempts every 200 ms, each seen between drop and re-read
+		st.Pending.Store(int64(20 * (i % 2)))
+		m.Check(context.Background())
+		now = now.Add(200 * time.Millisecond)
+	}
+	st.Pending.Store(20)
+	if ok, why := m.Live(); ok || !strings.Contains(why, "wedged") {
+		t.Fatalf("Live() = %v, %q after 8 s of failing checkpoints; want wedged", ok, why)
 	}
 }

@@ -125,6 +125,26 @@ func TestCollectReadsTheLedgerThroughTheView(t *testing.T) {
 	if c := r.CommitLog; c == nil || c.VisibleSeq != 1 || c.DecidedSeq != 1 || c.RetainedFrom != 1 || c.Unapplied != 0 {
 		t.Errorf("commit log %+v", c)
 	}
+	if c := r.Changelog; c == nil || c.On {
+		t.Errorf("changelog %+v, want off", c)
+	}
+	// The changelog turned on for this ledger, which holds rows: its
+	// snapshot pending, nothing published, one publisher leased.
+	if _, err := control.EnableChangelog(ctx, "cl", now); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := control.LeaseChangelog(ctx, "inst-a", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := control.Commit(ctx, driver.Decision{Gtrid: "blg1-insta-6-19000000000", Outcome: driver.Committed, By: "inst-a", At: now, Changelog: true},
+		scope, []driver.Cut{{Partition: 0, NextOffset: 61}}, func([]driver.Stored) error { return nil }, nil, nil, true); err != nil {
+		t.Fatal(err)
+	}
+	r = Collect(ctx, Sources{View: memdriver.NewView(l.servers...), Letters: dead, Kafka: k, Topic: "events", Group: "billing-ledger", Now: clock})
+	if c := r.Changelog; c == nil || !c.On || c.Prefix != "cl" || c.From != 2 || !c.SnapshotPending || c.PublishedSeq != 1 ||
+		c.Behind == nil || *c.Behind != 1 || c.Publisher != "inst-a" || c.LeaseLeftSeconds <= 0 {
+		t.Errorf("changelog on: %+v", c)
+	}
 	if len(r.InDoubt) != 1 || r.OtherLedgersInDoubt == nil || *r.OtherLedgersInDoubt != 2 {
 		t.Fatalf("in doubt %+v, of other ledgers %v; want this ledger's one, and the forged and the other ledger's as others'", r.InDoubt, r.OtherLedgersInDoubt)
 	}

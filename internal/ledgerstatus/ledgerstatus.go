@@ -184,6 +184,47 @@ func CommitLogOf(ctx context.Context, v driver.View) (*CommitLog, error) {
 	return c, nil
 }
 
+// Changelog is where the ledger's changelog stands (docs/changelog.md).
+type Changelog struct {
+	On     bool   `json:"on"`
+	Prefix string `json:"prefix,omitempty"`
+	// From is the first commit_seq the changelog carries as changes;
+	// SnapshotPending: the rows decided before it are not yet all
+	// published (as op r events).
+	From            int64 `json:"from,omitempty"`
+	SnapshotPending bool  `json:"snapshot_pending,omitempty"`
+	// PublishedSeq is MySQL's hint of what Kafka holds (never ahead of it);
+	// Behind the commit decisions after it (null when the commit log is
+	// unknown), as the changelog_backlog_checkpoints metric counts them.
+	PublishedSeq int64      `json:"published_seq"`
+	PublishedAt  *time.Time `json:"published_at,omitempty"`
+	Behind       *int64     `json:"behind,omitempty"`
+	// Publisher holds the publisher's lease for LeaseLeftSeconds more
+	// (not above 0: expired, the next instance to try takes it).
+	Publisher        string  `json:"publisher,omitempty"`
+	LeaseLeftSeconds float64 `json:"lease_left_seconds,omitempty"`
+}
+
+// ChangelogOf reads the changelog's state; cl (nil: unknown) gives how
+// far behind it is.
+func ChangelogOf(ctx context.Context, v driver.View, cl *CommitLog) (*Changelog, error) {
+	st, err := v.Changelog(ctx)
+	if err != nil || !st.On {
+		return &Changelog{}, err
+	}
+	c := &Changelog{On: true, Prefix: st.Prefix, From: st.From, SnapshotPending: st.Snapshot, PublishedSeq: st.Published,
+		Publisher: st.Publisher, LeaseLeftSeconds: st.LeaseLeft.Seconds()}
+	if !st.PublishedAt.IsZero() {
+		at := st.PublishedAt.UTC()
+		c.PublishedAt = &at
+	}
+	if cl != nil {
+		behind := max(cl.DecidedSeq-st.Published, 0)
+		c.Behind = &behind
+	}
+	return c, nil
+}
+
 // Letters counts the dead letters not re-injected on each of the ledger's
 // servers, by reason (a nil partitions counts every partition).
 type Letters interface {

@@ -129,10 +129,10 @@ func TestCollectNeverInventsWhatItCannotRead(t *testing.T) {
 	v, letters := unreachable(t)
 	r := Collect(t.Context(), Sources{View: v, Letters: letters, Kafka: k, Topic: topic, Group: "g",
 		ServerError: func(i int, err error) error { wrapped++; return fmt.Errorf("server %d said: %w", i, err) }})
-	if r.Complete() || len(r.Problems) != 6 {
-		t.Fatalf("problems = %q; want the six MySQL parts", r.Problems)
+	if r.Complete() || len(r.Problems) != 7 {
+		t.Fatalf("problems = %q; want the seven MySQL parts", r.Problems)
 	}
-	if r.PositionsError == "" || r.LastCheckpointError == "" || r.CommitLogError == "" || r.InDoubtError == "" || r.DeadLettersError == "" || r.PeriodsError == "" || r.LogError != "" {
+	if r.PositionsError == "" || r.LastCheckpointError == "" || r.CommitLogError == "" || r.InDoubtError == "" || r.DeadLettersError == "" || r.PeriodsError == "" || r.ChangelogError == "" || r.LogError != "" {
 		t.Errorf("errors: positions %q, checkpoint %q, commit log %q, in doubt %q, dead letters %q, periods %q, log %q", r.PositionsError, r.LastCheckpointError, r.CommitLogError, r.InDoubtError, r.DeadLettersError, r.PeriodsError, r.LogError)
 	}
 	if r.Periods != nil {
@@ -141,7 +141,10 @@ func TestCollectNeverInventsWhatItCannotRead(t *testing.T) {
 	if r.CommitLog != nil {
 		t.Errorf("commit log = %+v; want null when it could not be read", r.CommitLog)
 	}
-	if wrapped < 6 || !strings.Contains(r.PositionsError, "server 0 said") {
+	if r.Changelog != nil {
+		t.Errorf("changelog = %+v; want null when it could not be read (not off)", r.Changelog)
+	}
+	if wrapped < 7 || !strings.Contains(r.PositionsError, "server 0 said") {
 		t.Errorf("ServerError not applied to the MySQL errors (%d times): %q", wrapped, r.PositionsError)
 	}
 	if len(r.Partitions) != 2 || r.TotalLag != nil || r.LastCheckpoint != nil || r.InDoubt != nil || r.OtherLedgersInDoubt != nil || r.DeadLetters != nil {

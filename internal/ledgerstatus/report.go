@@ -90,6 +90,10 @@ type Report struct {
 	// CommitLogError says why it is unknown).
 	CommitLog      *CommitLog `json:"commit_log"`
 	CommitLogError string     `json:"commit_log_error,omitempty"`
+	// Changelog is where the changelog stands (null when ChangelogError
+	// says why it is unknown; On false when it is off).
+	Changelog      *Changelog `json:"changelog"`
+	ChangelogError string     `json:"changelog_error,omitempty"`
 	// InDoubt are this ledger's branches in doubt (all of the service's
 	// when the ledger's id is unknown); OtherLedgersInDoubt counts those of
 	// other ledgers sharing the servers (theirs to resolve). Both are null
@@ -313,6 +317,11 @@ func Collect(ctx context.Context, s Sources) *Report {
 		r.CommitLogError = problem("commit log", serverErr(0, err))
 	} else {
 		r.CommitLog = cl
+	}
+	if c, err := ChangelogOf(ctx, control, r.CommitLog); err != nil {
+		r.ChangelogError = problem("changelog", serverErr(0, err))
+	} else {
+		r.Changelog = c
 	}
 
 	r.InDoubt, r.OtherLedgersInDoubt, err = inDoubt(ctx, s.View, r.At, serverErr)

@@ -24,6 +24,7 @@ type total struct {
 	amount, count int64
 	exists        bool // MySQL had a row when it was seeded
 	absolute      bool
+	insert        bool // seeded without a row, with images: a plain insert
 }
 
 // aggregate is the keyed aggregation operator of one checkpoint: balances
@@ -43,7 +44,13 @@ type total struct {
 // its stored value is read under a row lock first (seed), and each event is
 // checked against it exactly.
 type aggregate struct {
-	period   event.Windows
+	period event.Windows
+	// images: every key is seeded (the changelog's before images), and a
+	// key seeded without a row is inserted, not added to: its row cannot
+	// have appeared since the locking read without the insert failing
+	// (a duplicate: the checkpoint is retried, and its seeding then finds
+	// the row). A row no event changed is not written.
+	images   bool
 	balances map[balanceKey]*total
 	windows  map[windowKey]*total
 	adjusts  map[windowKey]*total // window_adjustments
@@ -73,12 +80,12 @@ func (a *aggregate) sums(late bool) map[windowKey]*total {
 // transaction may create it meanwhile, and only an adding upsert keeps its
 // contribution.
 func (a *aggregate) seedBalance(k balanceKey, t total) {
-	t.absolute = t.exists
+	t.absolute, t.insert = t.exists, a.images && !t.exists
 	a.balances[k] = &t
 }
 
 func (a *aggregate) seedWindow(k windowKey, t total, late bool) {
-	t.absolute = t.exists
+	t.absolute, t.insert = t.exists, a.images && !t.exists
 	a.sums(late)[k] = &t
 }
 
@@ -134,6 +141,19 @@ func (w *walk) risky() bool {
 // need seeding: balances, windows and adjustments; with all set, every key
 // does.
 func (a *aggregate) riskyKeys(recs []*record, all bool) (rb map[balanceKey]bool, rw, ra map[windowKey]bool) {
+	if all { // no walk needed (the changelog seeds every key)
+		rb, rw, ra = map[balanceKey]bool{}, map[windowKey]bool{}, map[windowKey]bool{}
+		for _, r := range recs {
+			bk, wk := a.keys(&r.ev)
+			rb[bk] = true
+			if r.late {
+				ra[wk] = true
+			} else {
+				rw[wk] = true
+			}
+		}
+		return rb, rw, ra
+	}
 	bw := map[balanceKey]*walk{}
 	ww := [2]map[windowKey]*walk{{}, {}} // timely, late
 	for _, r := range recs {
@@ -193,7 +213,7 @@ type windowRow struct {
 func (a *aggregate) balanceRows() []balanceRow {
 	rows := make([]balanceRow, 0, len(a.balances))
 	for k, t := range a.balances {
-		if t.count == 0 && !t.exists {
+		if t.count == 0 && (!t.exists || a.images) {
 			continue
 		}
 		rows = append(rows, balanceRow{k, *t})
@@ -206,14 +226,14 @@ func (a *aggregate) balanceRows() []balanceRow {
 
 // windowRows are the billing_windows rows to write, adjustRows the
 // window_adjustments rows, in key order.
-func (a *aggregate) windowRows() []windowRow { return sortedWindowRows(a.windows) }
+func (a *aggregate) windowRows() []windowRow { return sortedWindowRows(a.windows, a.images) }
 
-func (a *aggregate) adjustRows() []windowRow { return sortedWindowRows(a.adjusts) }
+func (a *aggregate) adjustRows() []windowRow { return sortedWindowRows(a.adjusts, a.images) }
 
-func sortedWindowRows(m map[windowKey]*total) []windowRow {
+func sortedWindowRows(m map[windowKey]*total, images bool) []windowRow {
 	rows := make([]windowRow, 0, len(m))
 	for k, t := range m {
-		if t.count == 0 && !t.exists {
+		if t.count == 0 && (!t.exists || images) {
 			continue
 		}
 		rows = append(rows, windowRow{k, *t})

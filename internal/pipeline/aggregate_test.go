@@ -152,6 +152,9 @@ func TestRiskyKeys(t *testing.T) {
 			if got := len(rb) == 1 && len(ra) == 1; got != tt.risky || len(rw) != 0 {
 				t.Fatalf("late: risky = %v/%v/%v, want %v", rb, rw, ra, tt.risky)
 			}
+			if rb, rw, ra = a.riskyKeys(late, true); len(rb) != 1 || len(ra) != 1 || len(rw) != 0 {
+				t.Fatalf("late, all: %v/%v/%v, want the balance and the adjustment seeded", rb, rw, ra)
+			}
 		})
 	}
 }

@@ -64,7 +64,7 @@ func (p *Pipeline) bufferedLocked() (records, bytes int) {
 
 // maybeSealLocked takes a checkpoint when one is due and none is in flight.
 func (p *Pipeline) maybeSealLocked(ctx context.Context) {
-	if p.inflight != nil || p.failure.Load() != nil {
+	if p.inflight != nil || p.failure.Load() != nil || p.cfg.Hold != nil && p.cfg.Hold() != "" {
 		return
 	}
 	if n, b := p.bufferedLocked(); time.Since(p.lastSeal) < p.cfg.CheckpointInterval && n < p.cfg.CheckpointMaxRecords && b < p.cfg.CheckpointMaxBytes {

@@ -36,6 +36,10 @@ type Checkpointer struct {
 	// eventTimeDue: the last committed checkpoint closed windows that are
 	// not sealed yet (see EventTimeDue).
 	eventTimeDue atomic.Bool
+	// beforeWrite, set by tests only, runs before each attempt's write
+	// step: another instance's checkpoint can commit between this one's
+	// reads and its writes.
+	beforeWrite func()
 }
 
 // NewCheckpointer builds a checkpoint coordinator over sink and the ledger

@@ -2,6 +2,20 @@
 // TTL dedup → aggregation → two-phase-commit sink into MySQL, checkpointed
 // the way Flink checkpoints a streaming job, in one Go process.
 //
+// # Its specification
+//
+// The scenario files of testdata/ state the pipeline's rules by example,
+// one rule per file (assignment, rebalances and zombies, rewind and
+// re-claim, isolation, event time, closing and sealing, dedup, overflow,
+// the group-change gate, cleanup, the period settings): each gives the
+// records produced, the faults, the clock's moves and the settings, and
+// what follows (the ledger's rows, dead letters, positions and epochs,
+// the commit log). TestScenarios (scenario_test.go; the harness is
+// harness_test.go) runs them as cmd/billing runs the service, on kfake
+// and the in-memory drivers (txsink/memdriver), with no server, in
+// seconds; the integration tests against Kafka and MariaDB remain the
+// proof that the in-memory world is faithful.
+//
 // # Stream and table
 //
 // The result tables (account_balances, billing_windows, window_adjustments,

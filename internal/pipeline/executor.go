@@ -36,8 +36,14 @@ type execution struct {
 func (c *Checkpointer) attempt(ctx context.Context, s *snapshot, careful, trial bool) CheckpointInfo {
 	// now is the checkpoint's processing time, on the ledger's clock:
 	// dedup expiries, and every timestamp written. Durations are measured
-	// on the host's monotonic clock (started).
+	// on the host's monotonic clock (started). With the changelog it is
+	// truncated to the microsecond as DATETIME(6) keeps it (MySQL 8.4
+	// rounds what MariaDB truncates; the after images are the rows as
+	// stored).
 	started, now := time.Now(), c.cfg.Clock()
+	if c.cfg.Changelog {
+		now = now.Truncate(time.Microsecond)
+	}
 	p := newPlanner(c.planConfig(careful, trial), s, now, c.cache)
 	c.seq++
 	x := &execution{c: c, p: p, tx: c.sink.Begin(c.seq), mark: started, done: map[string]bool{}}
@@ -49,7 +55,8 @@ func (c *Checkpointer) attempt(ctx context.Context, s *snapshot, careful, trial 
 
 func (c *Checkpointer) planConfig(careful, trial bool) planConfig {
 	return planConfig{window: c.cfg.Window, closeAfter: c.cfg.WindowCloseAfter, skew: c.cfg.MaxEventTimeSkew, ttl: c.cfg.dedupTTL(),
-		prefix: c.cfg.DeadLetterPayloadBytes, entries: c.cfg.LedgerEntries, route: c.sink, servers: len(c.pools), careful: careful, trial: trial}
+		prefix: c.cfg.DeadLetterPayloadBytes, entries: c.cfg.LedgerEntries, route: c.sink, servers: len(c.pools), careful: careful, trial: trial,
+		changelog: c.cfg.Changelog}
 }
 
 // run executes the steps until the decision, a failure, or the plan's end.
@@ -84,6 +91,9 @@ func (x *execution) run(ctx context.Context, now time.Time) CheckpointInfo {
 		case stepSeed:
 			r.seeded, err = x.seed(ctx, st.seeds)
 		case stepWrite:
+			if x.c.beforeWrite != nil {
+				x.c.beforeWrite()
+			}
 			r.sealed, err = x.write(ctx, st, now)
 		}
 		if err != nil {
@@ -224,10 +234,13 @@ func (x *execution) seed(ctx context.Context, seeds []seedKeys) ([]seededSums, e
 
 // write runs every participant's share in its branch, in parallel; the
 // sealing comes after the branch's own writes (they are all in windows
-// the frontier keeps open, never in the ones sealed here).
+// the frontier keeps open, never in the ones sealed here), and with the
+// changelog the branch's changes go to the outbox last, in the same
+// branch.
 func (x *execution) write(ctx context.Context, st step, now time.Time) ([]sealResult, error) {
 	sealed := make([]sealResult, len(st.works))
 	took := make([]time.Duration, len(st.works))
+	changes := make([]int, len(st.works))
 	var writers []int
 	for i := range st.works {
 		if !st.works[i].empty() {
@@ -239,21 +252,31 @@ func (x *execution) write(ctx context.Context, st step, now time.Time) ([]sealRe
 		if err := x.writeRows(ctx, b, w, now); err != nil {
 			return err
 		}
-		if !w.seal {
+		s := &sealed[b.Participant]
+		if w.seal {
+			t := time.Now()
+			err := b.Read(func(tx driver.StoreTx) (err error) {
+				s.rows, s.done, err = tx.SealWindows(ctx, st.seal.from, st.seal.to, st.seal.max, now)
+				return err
+			})
+			if len(s.rows) > 0 {
+				b.Wrote()
+			}
+			took[b.Participant] = time.Since(t)
+			if err != nil {
+				return err
+			}
+		}
+		if !x.p.cfg.changelog {
 			return nil
 		}
-		t := time.Now()
-		s := &sealed[b.Participant]
-		err := b.Read(func(tx driver.StoreTx) (err error) {
-			s.n, s.done, err = tx.SealWindows(ctx, st.seal.from, st.seal.to, st.seal.max, now)
-			return err
-		})
-		if s.n > 0 {
-			b.Wrote()
-		}
-		took[b.Participant] = time.Since(t)
+		var err error
+		changes[b.Participant], err = x.writeOutbox(ctx, b, w, s.rows, now)
 		return err
 	})
+	for _, n := range changes {
+		x.info.Changes += n
+	}
 	x.seal = slices.Max(took)
 	return sealed, err
 }
@@ -284,6 +307,20 @@ func (x *execution) writeRows(ctx context.Context, b *txsink.Branch, w *work, no
 		}
 	}
 	return nil
+}
+
+// writeOutbox writes the participant's changes (its rows', and its
+// sealing's) to the outbox, packed into rows within its server's budget.
+// It returns how many changes it wrote.
+func (x *execution) writeOutbox(ctx context.Context, b *txsink.Branch, w *work, sealed []driver.WindowRow, now time.Time) (int, error) {
+	changes := append(rowChanges(w, &x.p.images, x.info.Gtrid, x.c.cfg.Topic, now), sealChanges(sealed, now)...)
+	if len(changes) == 0 {
+		return 0, nil
+	}
+	pk := pack(changes, b.MaxStatementBytes())
+	return len(changes), b.Write(func(st driver.StoreTx) error {
+		return st.WriteOutbox(ctx, x.info.Gtrid, b.Participant, pk.Blobs, pk.Counts, now)
+	})
 }
 
 // decide runs the two-phase commit of the planned decision, then updates

@@ -58,15 +58,8 @@ func newMemLedgerOn(t *testing.T, servers, branches int, opts memdriver.Options,
 		t.Fatal(err)
 	}
 	t.Cleanup(sink.Close)
-	cfg := Config{Topic: "billing", Group: "g", CheckpointInterval: time.Second, CheckpointTimeout: 5 * time.Second, CheckpointMaxRecords: 1000,
-		CheckpointMaxBytes: 1 << 20, MaxPollRecords: 100, DedupTTL: time.Hour, DedupCacheKeys: 100, DedupCleanupInterval: time.Second, DedupCleanupBatch: 10,
-		Window: hourly, MaxEventTimeSkew: time.Hour, MaxPayloadBytes: 4096, DeadLetterPayloadBytes: 1024, RecoveryInterval: time.Second,
-		DecisionRetention: time.Hour, ShutdownTimeout: time.Second, Logger: testenv.Logger(), Clock: opts.Now,
-		OnCheckpoint: func(info CheckpointInfo) {
-			m.mu.Lock()
-			defer m.mu.Unlock()
-			m.infos = append(m.infos, info)
-		}}
+	cfg := memConfig(m)
+	cfg.Clock = opts.Now // the servers' clock, as the sink's
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -75,6 +68,21 @@ func newMemLedgerOn(t *testing.T, servers, branches int, opts memdriver.Options,
 	}
 	m.sink = sink
 	return m
+}
+
+// memConfig is the checkpointer's configuration of the tests on the
+// in-memory servers: small budgets, hourly windows, every checkpoint's
+// info recorded in m.
+func memConfig(m *memLedger) Config {
+	return Config{Topic: "billing", Group: "g", CheckpointInterval: time.Second, CheckpointTimeout: 5 * time.Second, CheckpointMaxRecords: 1000,
+		CheckpointMaxBytes: 1 << 20, MaxPollRecords: 100, DedupTTL: time.Hour, DedupCacheKeys: 100, DedupCleanupInterval: time.Second, DedupCleanupBatch: 10,
+		Window: hourly, MaxEventTimeSkew: time.Hour, MaxPayloadBytes: 4096, DeadLetterPayloadBytes: 1024, RecoveryInterval: time.Second,
+		DecisionRetention: time.Hour, ShutdownTimeout: time.Second, Logger: testenv.Logger(),
+		OnCheckpoint: func(info CheckpointInfo) {
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			m.infos = append(m.infos, info)
+		}}
 }
 
 // event1 is a record of one event at t0 + minutes.
@@ -148,8 +156,8 @@ func reasons(tb driver.Tables) map[string]int {
 // snapshot and a repeat of a committed key (looked up on its server, or
 // known to the cache) are dropped, a conflicting repeat and an overflow
 // are dead letters, every counted event has a ledger entry, the keys it
-// kept are journaled for the janitor, and the positions move with the
-// decision.
+// kept are stored (nothing journaled: expiry is by generations), and the
+// positions move with the decision.
 func TestExecutorCountsEachEventOnce(t *testing.T) {
 	m := newMemLedger(t, 2, 2, func(c *Config) { c.LedgerEntries, c.DedupCacheKeys = true, 0 })
 	decided, err := m.checkpoint(t, event1("a", "acct-1", 5, 0, 0), event1("b", "acct-2", math.MaxInt64, 1, 0), event1("a", "acct-1", 5, 1, 0))

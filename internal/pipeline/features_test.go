@@ -13,7 +13,8 @@ import (
 // on, every feature.
 func TestFeaturesFollowTheSettings(t *testing.T) {
 	on := func(fs ...driver.Feature) map[driver.Feature]bool {
-		out := map[driver.Feature]bool{driver.FeatureAlways: true, driver.FeatureClosing: false, driver.FeatureEntries: false, driver.FeatureRetention: false}
+		out := map[driver.Feature]bool{driver.FeatureAlways: true, driver.FeatureClosing: false, driver.FeatureEntries: false, driver.FeatureRetention: false,
+			driver.FeatureChangelog: false}
 		for _, f := range fs {
 			out[f] = true
 		}
@@ -28,8 +29,9 @@ func TestFeaturesFollowTheSettings(t *testing.T) {
 		{"closing", Config{WindowCloseAfter: time.Minute}, on(driver.FeatureClosing)},
 		{"entries", Config{LedgerEntries: true}, on(driver.FeatureEntries)},
 		{"retention without entries", Config{LedgerEntriesRetention: time.Hour}, on()},
-		{"everything", Config{WindowCloseAfter: time.Minute, LedgerEntries: true, LedgerEntriesRetention: time.Hour},
-			on(driver.FeatureClosing, driver.FeatureEntries, driver.FeatureRetention)},
+		{"changelog", Config{Changelog: true}, on(driver.FeatureChangelog)},
+		{"everything", Config{WindowCloseAfter: time.Minute, LedgerEntries: true, LedgerEntriesRetention: time.Hour, Changelog: true},
+			on(driver.FeatureClosing, driver.FeatureEntries, driver.FeatureRetention, driver.FeatureChangelog)},
 	} {
 		if got := c.cfg.Features(); !maps.Equal(got, c.want) {
 			t.Errorf("%s: %v, want %v", c.name, got, c.want)

@@ -35,7 +35,7 @@ func insertEntries(t *testing.T, db *sqlx.DB, p, first, n int, created time.Time
 	}
 }
 
-// Retention keeps up like the janitor (issue 18): a backlog of old entries
+// Retention keeps up (issue 18): a backlog of old entries
 // far larger than one pass (100 statements of DedupCleanupBatch rows per
 // server) is deleted at once on every server, each on its own deadline,
 // and no entry younger than the retention is touched. With one pass per

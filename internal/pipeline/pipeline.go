@@ -128,6 +128,18 @@ type Config struct {
 	// change cannot commit (the change raised the epochs), and one built
 	// on a newer claim passed the check first.
 	CheckSettings func(context.Context) error
+	// Changelog: the instance writes the ledger's changelog (issue 20,
+	// docs/changelog.md): every key a checkpoint changes is read under a
+	// row lock first, written absolute or inserted, and the checkpoint's
+	// changes go to the outbox in its branches (changes.go). Run the sink
+	// with txsink.Config.Changelog set alike.
+	Changelog bool
+	// Hold, if set, says why checkpoints must wait ("" when they need
+	// not): the changelog's backlog is full. No checkpoint is taken while
+	// it holds (fetching then pauses by the usual backpressure); revokes
+	// and the shutdown still checkpoint what they hold.
+	Hold func() string
+
 	// OnCheckpoint, if set, is called after every checkpoint attempt, from
 	// the goroutine that ran it. It must not block.
 	OnCheckpoint func(CheckpointInfo)
@@ -204,6 +216,7 @@ type CheckpointInfo struct {
 	Counted     int            // events added to the ledger
 	Late        int            // of Counted: in window_adjustments, their window closed
 	Sealed      int            // billing_windows rows sealed (closed_at set)
+	Changes     int            // changes written to the changelog's outbox
 	Duplicates  int            // repeats dropped
 	DeadLetters map[string]int // by reason
 	Partitions  int
@@ -509,5 +522,6 @@ func (c Config) Features() map[driver.Feature]bool {
 		driver.FeatureClosing:   c.WindowCloseAfter > 0,
 		driver.FeatureEntries:   c.LedgerEntries,
 		driver.FeatureRetention: c.LedgerEntries && c.LedgerEntriesRetention > 0,
+		driver.FeatureChangelog: c.Changelog,
 	}
 }

@@ -132,15 +132,17 @@ type result struct {
 	sealed      []sealResult          // write: by participant
 }
 
-// seededSums are the stored rows a seed read found.
+// seededSums are the stored rows a seed read found, whole.
 type seededSums struct {
-	balances         []driver.Balance
-	windows, adjusts []driver.WindowSum
+	balances []driver.BalanceRow
+	windows  []driver.WindowRow
+	adjusts  []driver.AdjustmentRow
 }
 
-// sealResult is what one participant's sealing did.
+// sealResult is what one participant's sealing did: the rows it sealed,
+// as they were.
 type sealResult struct {
-	n    int
+	rows []driver.WindowRow
 	done bool
 }
 
@@ -156,6 +158,10 @@ type planConfig struct {
 	servers    int
 	careful    bool // every key seeded (the retry after an overflow)
 	trial      bool // stop after the writes (isolation)
+	// changelog: every key is seeded (its row before is the change's
+	// before image), written absolute or inserted, and the changes go to
+	// the outbox (changes.go).
+	changelog bool
 }
 
 // placement places keys on participants (txsink.Sink).
@@ -191,6 +197,7 @@ type planner struct {
 	agg       *aggregate
 	risky     riskySet
 	seeded    []seededSums
+	images    images // changelog: the rows before
 	openFrom  time.Time
 	allSealed bool
 	tally     tally
@@ -243,6 +250,9 @@ func (p *planner) advance(r result) {
 		p.classify()
 	case stepSeed:
 		p.seeded, p.next = r.seeded, step{kind: stepAggregate}
+		if p.cfg.changelog {
+			p.images = newImages(r.seeded)
+		}
 	case stepAggregate:
 		p.aggregate()
 	case stepWrite:
@@ -328,12 +338,18 @@ func (p *planner) classify() {
 	p.o = classify(p.snap.records, p.snap.dead, p.cp, p.now, p.cfg.ttl, p.cfg.prefix)
 	p.tally.duplicates = p.o.duplicates
 	p.agg = newAggregate(p.cfg.window)
+	p.agg.images = p.cfg.changelog
 	rb, rw, ra := p.agg.riskyKeys(p.o.fresh, p.cfg.careful)
+	if len(rb)+len(rw)+len(ra) > 0 {
+		p.tally.careful = true
+	}
+	if p.cfg.changelog {
+		rb, rw, ra = p.agg.riskyKeys(p.o.fresh, true)
+	}
 	if len(rb)+len(rw)+len(ra) == 0 {
 		p.next = step{kind: stepAggregate}
 		return
 	}
-	p.tally.careful = true
 	p.risky = riskySet{rb, rw, ra}
 	p.next = step{kind: stepSeed, seeds: p.seedKeys()}
 }
@@ -384,10 +400,11 @@ func (p *planner) aggregate() {
 		for _, b := range s.balances {
 			p.agg.seedBalance(balanceKey{b.Account, b.Currency}, total{amount: b.Amount, count: b.Count, exists: true})
 		}
-		for j, ws := range [][]driver.WindowSum{s.windows, s.adjusts} {
-			for _, w := range ws {
-				p.agg.seedWindow(windowKey{w.Account, w.Currency, w.Start.Unix()}, total{amount: w.Amount, count: w.Count, exists: true}, j == 1)
-			}
+		for _, w := range s.windows {
+			p.agg.seedWindow(windowKey{w.Account, w.Currency, w.Start.Unix()}, total{amount: w.Amount, count: w.Count, exists: true}, false)
+		}
+		for _, w := range s.adjusts {
+			p.agg.seedWindow(windowKey{w.Account, w.Currency, w.Start.Unix()}, total{amount: w.Amount, count: w.Count, exists: true}, true)
 		}
 	}
 	p.o.count(p.agg, p.cfg.prefix, p.cfg.entries)
@@ -426,7 +443,7 @@ func (p *planner) afterWrites(sealed []sealResult) {
 	p.allSealed = !p.et.sealTo.IsZero()
 	for i := range works {
 		if i < len(sealed) {
-			p.tally.sealed += sealed[i].n
+			p.tally.sealed += len(sealed[i].rows)
 		}
 		if works[i].seal && (i >= len(sealed) || !sealed[i].done) {
 			p.allSealed = false

@@ -153,8 +153,8 @@ func TestPlannerFeedsOnResults(t *testing.T) {
 			return seedResult(t, s, st)
 		case stepWrite:
 			sealed := make([]sealResult, s.Participants())
-			sealed[0] = sealResult{n: 3, done: true}
-			sealed[2] = sealResult{n: 1, done: false}
+			sealed[0] = sealResult{rows: make([]driver.WindowRow, 3), done: true}
+			sealed[2] = sealResult{rows: make([]driver.WindowRow, 1), done: false}
 			return result{sealed: sealed}
 		}
 		return result{}
@@ -190,8 +190,8 @@ func seedResult(t *testing.T, s shards, st step) result {
 	if len(k.balances) != 1 || k.balances[0].Account != "acct-3" || len(k.windows) != 1 {
 		t.Fatalf("seeds %+v, want acct-3's balance and window", k)
 	}
-	out[at].balances = []driver.Balance{{BalanceKey: k.balances[0], Amount: 10, Count: 1}}
-	out[at].windows = []driver.WindowSum{{WindowKey: k.windows[0], Amount: 10, Count: 1}}
+	out[at].balances = []driver.BalanceRow{{BalanceKey: k.balances[0], Amount: 10, Count: 1}}
+	out[at].windows = []driver.WindowRow{{WindowKey: k.windows[0], Amount: 10, Count: 1}}
 	return result{seeded: out}
 }
 

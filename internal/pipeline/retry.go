@@ -15,6 +15,13 @@ import (
 // decision found windows closed under it; beyond, it is replayed.
 const maxFrontierRetries = 3
 
+// maxRaceRetries bounds the immediate retries, with the changelog, of a
+// checkpoint whose write met a row created since it read (a duplicate key:
+// the changelog's insert of a row a locking read found absent); beyond, it
+// is replayed. Without the changelog such a failure takes the ladder's
+// other rungs, as before.
+const maxRaceRetries = 3
+
 // errNeedCareful asks for the checkpoint to be retried in careful mode: the
 // server refused a sum as out of range, and only per-event checks against
 // the stored values can tell which events to refuse.
@@ -43,18 +50,22 @@ type attemptOutcome struct {
 	// error 1153 (drivertest's TooLargeOnceTheLimitFell): a lost
 	// connection there may be a limit that fell.
 	lostInWrite bool
+	// raced: a Duplicate failure of the write step with the changelog: a
+	// row was created since this attempt read it absent.
+	raced bool
 }
 
 func (c *Checkpointer) outcomeOf(info CheckpointInfo, stopped bool) attemptOutcome {
 	return attemptOutcome{failed: info.Err != nil && !info.Decided, stopped: stopped, code: c.sink.Code(info.Err),
 		moved: errors.Is(info.Err, txsink.ErrFrontierMoved) || errors.Is(info.Err, driver.ErrKeysMoved), refused: c.refusedForData(info.Err), oversized: oversized(info.Err),
-		lostInWrite: c.sink.Code(info.Err) == driver.Transient && info.FailedPhase == stepWrite.phase()}
+		lostInWrite: c.sink.Code(info.Err) == driver.Transient && info.FailedPhase == stepWrite.phase(),
+		raced:       c.cfg.Changelog && c.sink.Code(info.Err) == driver.Duplicate && info.FailedPhase == stepWrite.phase()}
 }
 
 // ladder is what the attempts of one snapshot have tried so far.
 type ladder struct {
 	careful, refreshed, dataRetried, isolated bool
-	moved                                     int
+	moved, raced                              int
 }
 
 // move is what run does next.
@@ -79,6 +90,9 @@ func (m move) String() string { return moveNames[m] }
 //     between the claims and the decision (driver.ErrKeysMoved, a
 //     rotation: at most once a DEDUP_TTL): retried at once, on the new
 //     frontier or generation, up to maxFrontierRetries times;
+//   - a write met a row created since the attempt read it absent
+//     (Duplicate in the write step): retried at once, whose reads then
+//     find it, up to maxRaceRetries times;
 //   - the server refused a sum (Overflow): retried once in careful mode,
 //     every key seeded, each event checked against the stored values;
 //   - a statement exceeded the server's packet limit (TooLarge), or the
@@ -99,6 +113,9 @@ func (l ladder) next(o attemptOutcome) (move, ladder) {
 	switch {
 	case o.moved && l.moved < maxFrontierRetries:
 		l.moved++
+		return moveRetry, l
+	case o.raced && l.raced < maxRaceRetries:
+		l.raced++
 		return moveRetry, l
 	case o.code == driver.Overflow && !l.careful:
 		l.careful = true

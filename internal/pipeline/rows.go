@@ -1,7 +1,6 @@
 package pipeline
 
 import (
-	"context"
 	"time"
 
 	"github.com/billing/ledger/internal/dedup"
@@ -24,7 +23,7 @@ func (k windowKey) row() driver.WindowKey {
 func toBalances(rows []balanceRow) []driver.Balance {
 	out := make([]driver.Balance, len(rows))
 	for i, r := range rows {
-		out[i] = driver.Balance{BalanceKey: r.balanceKey.row(), Amount: r.amount, Count: r.count, Absolute: r.absolute}
+		out[i] = driver.Balance{BalanceKey: r.balanceKey.row(), Amount: r.amount, Count: r.count, Absolute: r.absolute, New: r.insert}
 	}
 	return out
 }
@@ -32,7 +31,7 @@ func toBalances(rows []balanceRow) []driver.Balance {
 func toWindows(rows []windowRow) []driver.WindowSum {
 	out := make([]driver.WindowSum, len(rows))
 	for i, r := range rows {
-		out[i] = driver.WindowSum{WindowKey: r.windowKey.row(), Amount: r.amount, Count: r.count, Absolute: r.absolute}
+		out[i] = driver.WindowSum{WindowKey: r.windowKey.row(), Amount: r.amount, Count: r.count, Absolute: r.absolute, New: r.insert}
 	}
 	return out
 }
@@ -53,40 +52,4 @@ func toEntries(period event.Windows, recs []*record) []driver.Entry {
 			Amount: r.ev.AmountMinor, OccurredAt: r.ev.OccurredAt, WindowStart: period.Start(r.ev.OccurredAt), Late: r.late}
 	}
 	return out
-}
-
-// lockBalances reads the stored balances of keys under row locks
-// (seeding), as totals.
-func lockBalances(ctx context.Context, st driver.StoreTx, keys []balanceKey) (map[balanceKey]total, error) {
-	out := make(map[balanceKey]total, len(keys))
-	if len(keys) == 0 {
-		return out, nil
-	}
-	ks := make([]driver.BalanceKey, len(keys))
-	for i, k := range keys {
-		ks[i] = k.row()
-	}
-	rows, err := st.LockBalances(ctx, ks)
-	for _, r := range rows {
-		out[balanceKey{r.Account, r.Currency}] = total{amount: r.Amount, count: r.Count, exists: true}
-	}
-	return out, err
-}
-
-// lockWindows reads the stored sums of window keys under row locks with
-// lock (LockWindows or LockAdjustments).
-func lockWindows(ctx context.Context, lock func(context.Context, []driver.WindowKey) ([]driver.WindowSum, error), keys []windowKey) (map[windowKey]total, error) {
-	out := make(map[windowKey]total, len(keys))
-	if len(keys) == 0 {
-		return out, nil
-	}
-	ks := make([]driver.WindowKey, len(keys))
-	for i, k := range keys {
-		ks[i] = k.row()
-	}
-	rows, err := lock(ctx, ks)
-	for _, r := range rows {
-		out[windowKey{r.Account, r.Currency, r.Start.Unix()}] = total{amount: r.Amount, count: r.Count, exists: true}
-	}
-	return out, err
 }

@@ -60,11 +60,25 @@ type Options struct {
 // pipeline. Shutdown is the reverse: the pipeline's final checkpoint, the
 // background work (which uses the pipeline's client and the sink's
 // pools), the sink and the pools, the HTTP server last.
+//
+// A shutdown asked for (ctx cancelled) before the pipeline runs, while
+// the service connects, migrates or reads its state, is a clean stop like
+// one later: nothing was prepared that recovery would not resolve, so Run
+// returns nil, not the context.Canceled of the step it interrupted.
 func Run(ctx context.Context, cfg config.Config, o Options) error {
 	log := o.Logger
 	if log == nil {
 		log = slog.Default()
 	}
+	err := run(ctx, cfg, o, log)
+	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		log.Info("stopped while starting", "interrupted", err.Error())
+		return nil
+	}
+	return err
+}
+
+func run(ctx context.Context, cfg config.Config, o Options, log *slog.Logger) error {
 	fps, err := failpoint.Parse(cfg.Failpoints)
 	if err != nil {
 		return err
@@ -111,10 +125,15 @@ func Run(ctx context.Context, cfg config.Config, o Options) error {
 	if err != nil {
 		return err
 	}
+	mon.SetPhase("turning the changelog on")
+	cl, err := openChangelog(ctx, cfg, c, l, fps, log)
+	if err != nil {
+		return err
+	}
 	log.Info("starting", "instance", l.Sink.Instance(), "topic", cfg.KafkaTopic, "group", cfg.KafkaGroup,
 		"servers", len(c.dsns), "participants", l.Sink.Participants())
 
-	p, err := newPipeline(cfg, c, l, stored, schedule, fps, m, mon, o, log)
+	p, err := newPipeline(cfg, c, l, stored, schedule, fps, m, mon, o, cl, log)
 	if err != nil {
 		return err
 	}
@@ -126,11 +145,16 @@ func Run(ctx context.Context, cfg config.Config, o Options) error {
 	}
 	m.Attach(p.Stats(), p.DedupCacheKeys, mon.Stall)
 	adm := kadm.NewClient(p.Client())
-	mon.Start(health.Checks{
+	checks := health.Checks{
 		Stats:      p.Stats(),
 		MySQL:      pingAll(servers),
 		Membership: membership(p.Client(), adm, cfg.KafkaGroup, cfg.KafkaTopic),
-	})
+	}
+	if cl != nil {
+		checks.Hold = cl.backlog.Hold
+	}
+	cl.register(m)
+	mon.Start(checks)
 
 	// Health checks and sampling go on during the graceful shutdown (lag
 	// while draining); they use the pipeline's client and the sink's pools:
@@ -138,6 +162,14 @@ func Run(ctx context.Context, cfg config.Config, o Options) error {
 	bgctx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
 	var bg sync.WaitGroup
 	bg.Go(func() { l.Clock.Run(bgctx, l.Driver.Server(0), ledgerclock.Interval, log) })
+	if cl != nil {
+		bg.Go(func() { cl.backlog.Run(bgctx) })
+		bg.Go(func() {
+			if err := cl.pub.Run(bgctx); err != nil && bgctx.Err() == nil {
+				log.Error("the changelog publisher stopped: the backlog grows until CHANGELOG_MAX_BACKLOG holds the checkpoints", "err", err)
+			}
+		})
+	}
 	if cfg.HTTPAddr != "" { // nobody asks otherwise
 		bg.Go(func() { mon.Run(bgctx) })
 		sampler := &metrics.Sampler{
@@ -169,7 +201,7 @@ func Run(ctx context.Context, cfg config.Config, o Options) error {
 // partition_offsets), the ledger's clock and period schedule, the check
 // that the settings stay the ledger's, and the checkpoint hooks.
 func newPipeline(cfg config.Config, c *conns, l *Ledger, stored periods.Stored, schedule event.Schedule,
-	fps *failpoint.Set, m *metrics.Metrics, mon *health.Monitor, o Options, log *slog.Logger) (*pipeline.Pipeline, error) {
+	fps *failpoint.Set, m *metrics.Metrics, mon *health.Monitor, o Options, cl *changelogParts, log *slog.Logger) (*pipeline.Pipeline, error) {
 	kopts := append(slices.Clip(c.kopts), m.KafkaHooks(), kgo.ClientID("billing-"+l.Sink.Instance()))
 	pcfg := PipelineConfig(cfg, kopts, log, func(info pipeline.CheckpointInfo) {
 		m.OnCheckpoint(info)
@@ -181,6 +213,9 @@ func newPipeline(cfg config.Config, c *conns, l *Ledger, stored periods.Stored, 
 	pcfg.Failpoints = fps
 	pcfg.Clock = l.Clock.Now
 	pcfg.Window = schedule
+	if cl != nil {
+		pcfg.Hold = cl.backlog.Hold
+	}
 	view := l.Driver.View()
 	pcfg.CheckSettings = func(ctx context.Context) error {
 		err := periods.Verify(ctx, view, stored)

@@ -23,13 +23,13 @@ import (
 func SinkConfig(cfg config.Config, log *slog.Logger) txsink.Config {
 	return txsink.Config{
 		Branches: cfg.MySQLBranches, Group: cfg.KafkaGroup, Topic: cfg.KafkaTopic,
-		StepTimeout: cfg.CheckpointTimeout, Logger: log,
+		StepTimeout: cfg.CheckpointTimeout, Logger: log, Changelog: cfg.ChangelogTopicPrefix != "",
 	}
 }
 
 // MySQLOptions are the options of the ledger's servers.
 func MySQLOptions(cfg config.Config) mysqldriver.Options {
-	return mysqldriver.Options{LockWaitTimeout: cfg.MySQLLockWaitTimeout}
+	return mysqldriver.Options{LockWaitTimeout: cfg.MySQLLockWaitTimeout, Images: cfg.ChangelogTopicPrefix != ""}
 }
 
 // PipelineConfig is the pipeline's configuration. kopts are the Kafka
@@ -53,6 +53,7 @@ func PipelineConfig(cfg config.Config, kopts []kgo.Opt, log *slog.Logger, onChec
 		Logger:           log,
 		OnCheckpoint:     onCheckpoint,
 		ProgressInterval: cfg.LogProgress,
+		Changelog:        cfg.ChangelogTopicPrefix != "",
 	}
 }
 

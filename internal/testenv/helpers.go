@@ -117,8 +117,10 @@ func InDoubt(t testing.TB, db *sqlx.DB, prefix string) int {
 // session reads the global value when it connects), so a test that needs
 // a server configured otherwise changes the global and opens its
 // connections afterwards. The change reaches every connection opened on
-// that server meanwhile, other tests' too: keep it to values the service
-// adapts to, and the test short. Tests that change the same variable take
+// that server meanwhile, other tests' too (packages run in parallel): a
+// test that needs a limit other tests would trip over (a lowered
+// max_allowed_packet) runs on a server of its own (OwnMariaDB) and sets it
+// there; on a shared server keep it to values every test copes with. Tests that change the same variable take
 // turns (a named lock on the server, held until the value is restored).
 func SetGlobal(t testing.TB, admin, name string, value any) {
 	t.Helper()
@@ -167,4 +169,29 @@ func SetGlobal(t testing.TB, admin, name string, value any) {
 			t.Errorf("SetGlobal: restoring %s to %v: %v", name, old, err)
 		}
 	})
+}
+
+// DocumentsEveryFlag fails t unless the document at path (relative to the
+// test's package) names, in backquotes, every flag a command's -help
+// output lists (lines "  -name ..." of the flag package's usage).
+func DocumentsEveryFlag(t testing.TB, help, path string) {
+	t.Helper()
+	docs, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(help, "\n") {
+		if !strings.HasPrefix(line, "  -") {
+			continue
+		}
+		flag := strings.Fields(line)[0]
+		n++
+		if !strings.Contains(string(docs), "`"+flag+"`") {
+			t.Errorf("%s does not document %s", path, flag)
+		}
+	}
+	if n < 5 {
+		t.Fatalf("-help listed %d flags", n)
+	}
 }

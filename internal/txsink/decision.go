@@ -49,9 +49,9 @@ type FrontierChange struct {
 // CommitSeq), applied at once if no branch was prepared.
 //
 // Decide returns nil only once the decision is durable. It returns an error
-// wrapping ErrFenced, ErrFrontierMoved, driver.ErrKeysMoved or ErrAborted
-// when the checkpoint
-// must abort, and one wrapping ErrOutcomeUnknown when the commit of the
+// wrapping ErrFenced, ErrFrontierMoved, driver.ErrKeysMoved, ErrChangelogOn
+// or ErrAborted when the checkpoint must abort, and one wrapping
+// ErrOutcomeUnknown when the commit of the
 // local transaction was ambiguous and the outcome could not be settled in
 // time.
 func (t *Txn) Decide(ctx context.Context, cuts []PartitionCut, f *FrontierChange, keys *driver.Generation) error {
@@ -74,7 +74,7 @@ func (t *Txn) Decide(ctx context.Context, cuts []PartitionCut, f *FrontierChange
 	for _, b := range t.started() {
 		applied = applied && b.state != branchPrepared
 	}
-	d := driver.Decision{Gtrid: t.gtrid, Outcome: driver.Committed, By: t.s.instance, At: t.s.now().UTC()}
+	d := driver.Decision{Gtrid: t.gtrid, Outcome: driver.Committed, By: t.s.instance, At: t.s.now().UTC(), Changelog: t.s.cfg.Changelog}
 	seq, err := t.s.control.Commit(ctx, d, t.s.scope(), dc, func(stored []driver.Stored) error {
 		return fence(t.s.instance, cuts, stored)
 	}, fc, keys, applied)

@@ -22,7 +22,11 @@
 //   - frontier.txt: watermarks written with the offsets, and the closing
 //     frontier checked and raised by the decision;
 //   - commit_log.txt: the commit log in commit order, applied marking
-//     after a crash at each step, the visible position, pruning.
+//     after a crash at each step, the visible position, pruning;
+//   - changelog.txt: with the ledger's changelog on (issue 20), decisions
+//     of checkpoints built without it refused at the commit point, and the
+//     commit log pruned only at or below what the changelog's publisher
+//     recorded Kafka holds.
 //
 // # Servers
 //
@@ -113,8 +117,18 @@
 // sees them all, and one that stores it and reads from there next time
 // misses none and sees none twice. Records are pruned oldest first, only
 // below the visible position and once older than a retention
-// (PruneCommitLog, commitLogPruneBound); the lowest retained number tells
-// a reader whether it fell behind.
+// (PruneCommitLog, commitLogPruneBound), never above the changelog's
+// published hint while the ledger's changelog is on; the lowest retained
+// number tells a reader whether it fell behind.
+//
+// # The changelog's guard
+//
+// With the ledger's changelog on (issue 20), every checkpoint's branches
+// write its changes to an outbox, and the decision's UPDATE of the commit
+// log's counter refuses a checkpoint of a sink built without the changelog
+// (Config.Changelog, ErrChangelogOn): the enabling set the flag under that
+// very lock, so every decision numbered from the enabling's "from" on
+// wrote its changes.
 //
 // # Xids
 //

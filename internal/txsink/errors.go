@@ -28,6 +28,11 @@ var (
 	// unreachable). The caller must neither assume commit nor abort: it
 	// rereads its positions, which waits for the outcome.
 	ErrOutcomeUnknown = errors.New("txsink: checkpoint outcome unknown")
+
+	// ErrChangelogOn means the ledger's changelog is on and this sink's
+	// checkpoints do not write it (Config.Changelog): nothing of the
+	// checkpoint commits, and the instance must stop (docs/changelog.md).
+	ErrChangelogOn = driver.ErrChangelogOn
 )
 
 // FencedError names the partition that failed the fence check. It wraps

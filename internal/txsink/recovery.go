@@ -291,9 +291,20 @@ func (s *Sink) CommitPosition(ctx context.Context) (CommitPosition, error) {
 
 // PruneCommitLog deletes, from the lowest sequence number up, at most
 // limit records of the commit log that are older than retention (by the
-// control server's clock) and below the visible position (see
-// commitLogPruneBound), and returns how many it deleted.
+// control server's clock), below the visible position, and, while the
+// ledger's changelog is on, at or below what its publisher recorded Kafka
+// holds (see commitLogPruneBound), and returns how many it deleted.
 func (s *Sink) PruneCommitLog(ctx context.Context, retention time.Duration, limit int) (int64, error) {
+	// The changelog's hint is read first: it only grows, so a bound read
+	// before the position is never above what it is when records go.
+	cl, err := s.control.Changelog(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("prune the commit log: %w", err)
+	}
+	var needed int64
+	if cl.On {
+		needed = cl.Published + 1
+	}
 	pos, err := s.control.CommitPosition(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("prune the commit log: %w", err)
@@ -302,7 +313,7 @@ func (s *Sink) PruneCommitLog(ctx context.Context, retention time.Duration, limi
 	if err != nil {
 		return 0, fmt.Errorf("prune the commit log: %w", err)
 	}
-	through := commitLogPruneBound(recs, pos.Visible, retention)
+	through := commitLogPruneBound(recs, pos.Visible, needed, retention)
 	if through == 0 {
 		return 0, nil
 	}

@@ -176,16 +176,19 @@ func appliedAfter(unapplied []string, remaining map[string]bool) []string {
 
 // commitLogPruneBound is the rule for pruning the commit log: the highest
 // sequence number through which it may be deleted (0: none), given the
-// oldest records, in order, and the visible position. Only a prefix goes,
-// so that the retained records stay one range and a reader can tell from
-// the lowest retained number whether it missed any; only applied records
-// below the visible position (the record at it keeps the sealed frontier
-// the position reports), and only those older than retention by the
-// control server's clock.
-func commitLogPruneBound(oldest []driver.CommitRecord, visible int64, retention time.Duration) int64 {
+// oldest records, in order, the visible position, and the first number a
+// reader of the ledger still needs (0: none; the changelog's publisher
+// needs every record above what Kafka holds, to find the checkpoints to
+// publish and the outbox rows to delete). Only a prefix goes, so that the
+// retained records stay one range and a reader can tell from the lowest
+// retained number whether it missed any; only applied records below the
+// visible position (the record at it keeps the sealed frontier the
+// position reports), below what a reader needs, and only those older than
+// retention by the control server's clock.
+func commitLogPruneBound(oldest []driver.CommitRecord, visible, needed int64, retention time.Duration) int64 {
 	var through int64
 	for i, r := range oldest {
-		if r.Seq >= visible || !r.Applied || r.Age < retention || i > 0 && r.Seq != oldest[i-1].Seq+1 {
+		if r.Seq >= visible || needed > 0 && r.Seq >= needed || !r.Applied || r.Age < retention || i > 0 && r.Seq != oldest[i-1].Seq+1 {
 			break
 		}
 		through = r.Seq

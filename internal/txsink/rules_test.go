@@ -166,18 +166,21 @@ func TestCommitLogPruneBound(t *testing.T) {
 		recs    []driver.CommitRecord
 		visible int64
 		want    int64
+		needed  int64
 	}{
-		{"all old, applied, below visible", []driver.CommitRecord{old(3), old(4), old(5)}, 9, 5},
-		{"the record at the visible position stays", []driver.CommitRecord{old(3), old(4), old(5)}, 5, 4},
-		{"nothing visible", []driver.CommitRecord{old(1)}, 0, 0},
-		{"a young record stops it", []driver.CommitRecord{old(3), edit(old(4), func(r *driver.CommitRecord) { r.Age = keep - time.Second }), old(5)}, 9, 3},
-		{"an unapplied record stops it", []driver.CommitRecord{old(3), edit(old(4), func(r *driver.CommitRecord) { r.Applied = false }), old(5)}, 9, 3},
-		{"a gap stops it", []driver.CommitRecord{old(3), old(5)}, 9, 3},
-		{"the first is young", []driver.CommitRecord{edit(old(3), func(r *driver.CommitRecord) { r.Age = 0 }), old(4)}, 9, 0},
-		{"empty log", nil, 9, 0},
+		{"all old, applied, below visible", []driver.CommitRecord{old(3), old(4), old(5)}, 9, 5, 0},
+		{"the record at the visible position stays", []driver.CommitRecord{old(3), old(4), old(5)}, 5, 4, 0},
+		{"nothing visible", []driver.CommitRecord{old(1)}, 0, 0, 0},
+		{"a young record stops it", []driver.CommitRecord{old(3), edit(old(4), func(r *driver.CommitRecord) { r.Age = keep - time.Second }), old(5)}, 9, 3, 0},
+		{"an unapplied record stops it", []driver.CommitRecord{old(3), edit(old(4), func(r *driver.CommitRecord) { r.Applied = false }), old(5)}, 9, 3, 0},
+		{"a gap stops it", []driver.CommitRecord{old(3), old(5)}, 9, 3, 0},
+		{"the first is young", []driver.CommitRecord{edit(old(3), func(r *driver.CommitRecord) { r.Age = 0 }), old(4)}, 9, 0, 0},
+		{"empty log", nil, 9, 0, 0},
+		{"the changelog's publisher needs 5 on", []driver.CommitRecord{old(3), old(4), old(5), old(6)}, 9, 4, 5},
+		{"the changelog's publisher needs everything", []driver.CommitRecord{old(3), old(4)}, 9, 0, 3},
 	}
 	for _, tt := range tests {
-		if got := commitLogPruneBound(tt.recs, tt.visible, keep); got != tt.want {
+		if got := commitLogPruneBound(tt.recs, tt.visible, tt.needed, keep); got != tt.want {
 			t.Errorf("%s: through %d, want %d", tt.name, got, tt.want)
 		}
 	}

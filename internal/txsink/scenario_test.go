@@ -29,7 +29,12 @@ import (
 //
 //	server name=S [attach] [txvisible]        a server (MariaDB-like with attach)
 //	ledger name=L control=S [shards=S2,S3]    a ledger: identity on its control server
-//	instance name=i ledger=L [branches=n]     a process of the ledger (txsink.Sink)
+//	instance name=i ledger=L [branches=n] [changelog]
+//	                                          a process of the ledger (txsink.Sink), whose
+//	                                          checkpoints write the changelog or not
+//	changelog ledger=L [enable=PREFIX] [published=N] [off]
+//	                                          the ledger's changelog state: enabled,
+//	                                          its publisher's hint raised, turned off
 //	tick d=DUR                                advance the clock
 //	claim instance=i partitions=0,1           Claim
 //	positions instance=i partitions=0,1       Positions
@@ -142,6 +147,7 @@ var commands = map[string]func(*command) string{
 	"replay":    (*command).forge,
 	"restart":   (*command).restart,
 	"fail":      (*command).fail,
+	"changelog": (*command).changelog,
 }
 
 func (w *world) run(t *testing.T, d *datadriven.TestData) string {
@@ -191,7 +197,7 @@ func (cm *command) instance() string {
 	fp, _ := failpoint.Parse("")
 	w.failpts[name] = fp
 	s, err := New(ctx, Config{Branches: branches, Group: "g", Topic: "t", StepTimeout: time.Second, Now: w.clock,
-		Instance: name, Logger: testenv.Logger()}, w.server(t, d, spec.control).As("billing"), servers)
+		Instance: name, Logger: testenv.Logger(), Changelog: d.HasArg("changelog")}, w.server(t, d, spec.control).As("billing"), servers)
 	if err != nil {
 		return "error: " + err.Error()
 	}
@@ -589,4 +595,31 @@ func result(err error) string {
 		return "stopped: " + err.Error()
 	}
 	return "error: " + err.Error()
+}
+
+func (cm *command) changelog() string {
+	w := cm.w
+	ctx := cm.ctx
+	control := w.server(cm.t, cm.d, w.ledgers[cm.arg("ledger")].control).As("billing")
+	var err error
+	switch {
+	case cm.opt("enable") != "":
+		_, err = control.EnableChangelog(ctx, cm.opt("enable"), w.now)
+	case cm.opt("published") != "":
+		n, _ := strconv.ParseInt(cm.opt("published"), 10, 64)
+		err = control.ChangelogPublished(ctx, n)
+	case cm.d.HasArg("off"):
+		err = control.DisableChangelog(ctx)
+	}
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	st, err := control.Changelog(ctx)
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	if !st.On {
+		return "off"
+	}
+	return fmt.Sprintf("on, prefix %s, from %d, published %d, snapshot %v", st.Prefix, st.From, st.Published, st.Snapshot)
 }

@@ -51,6 +51,10 @@ type Config struct {
 	// Instance is this process's owner id; random (12 hex digits) when
 	// empty. Scenario tests name their instances.
 	Instance string
+	// Changelog: the checkpoints write the ledger's changelog (their
+	// branches write the outbox). While the ledger's changelog is on, a
+	// decision of a sink without it is refused (ErrChangelogOn).
+	Changelog bool
 }
 
 func (c *Config) validate() error {

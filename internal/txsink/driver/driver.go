@@ -121,6 +121,11 @@ type Decision struct {
 	Outcome Outcome
 	By      string // the instance that decided
 	At      time.Time
+	// Changelog: a commit decision of a checkpoint built with the
+	// changelog on (its branches wrote their changes to the outbox).
+	// Commit refuses one without it while the ledger's changelog is on
+	// (ErrChangelogOn).
+	Changelog bool
 }
 
 // Scope names whose positions are stored: a consumer group on a topic.
@@ -228,8 +233,9 @@ type Control interface {
 	// it until it commits, so sequence numbers are in commit order: once
 	// a reader sees number s, every smaller one has committed. It returns
 	// fence's or Check's error, ErrKeysMoved, ErrDecided when a decision
-	// for d.Gtrid exists, or an error wrapping ErrAmbiguous when the outcome
-	// of the transaction's COMMIT is unknown.
+	// for d.Gtrid exists, ErrChangelogOn when the ledger's changelog is on
+	// and d.Changelog is not, or an error wrapping ErrAmbiguous when the
+	// outcome of the transaction's COMMIT is unknown.
 	Commit(ctx context.Context, d Decision, s Scope, cuts []Cut, fence func([]Stored) error, f *FrontierChange, keys *Generation, applied bool) (int64, error)
 	// MarkApplied records that every branch of the checkpoints of gtrids
 	// has committed (those already applied, or not in the log, are left).
@@ -280,6 +286,26 @@ type Control interface {
 	// follows Emptied; like RotateKeys it never waits for a lock and
 	// reports false when it changed nothing.
 	MarkKeysEmptied(ctx context.Context, g Generation) (bool, error)
+
+	// Changelog reads the ledger's changelog state (off: the zero value).
+	Changelog(ctx context.Context) (ChangelogState, error)
+	// EnableChangelog turns the ledger's changelog on with prefix unless
+	// it is on, and returns the state that holds (whose prefix may be
+	// another). Enabling takes the commit log's counter: From is the next
+	// number, and every later commit decision must carry Changelog.
+	EnableChangelog(ctx context.Context, prefix string, at time.Time) (ChangelogState, error)
+	// SkipChangelogSnapshot records that the ledger held no row decided
+	// before from (the enabling of that From): no snapshot is needed.
+	SkipChangelogSnapshot(ctx context.Context, from int64) error
+	// DisableChangelog turns the ledger's changelog off.
+	DisableChangelog(ctx context.Context) error
+	// LeaseChangelog takes or renews the publisher's lease for owner, for
+	// ttl by the control server's clock, unless another owner holds an
+	// unexpired one; it reports whether owner holds it. ttl 0 releases
+	// owner's lease.
+	LeaseChangelog(ctx context.Context, owner string, ttl time.Duration) (bool, error)
+	// ChangelogPublished raises the published hint to seq (never lowers it).
+	ChangelogPublished(ctx context.Context, seq int64) error
 }
 
 // StartOffset is the next offset of a partition never checkpointed: its

@@ -13,4 +13,5 @@ const (
 	FeatureClosing   Feature = "WINDOW_CLOSE_AFTER"       // windows that close: adjustments, the frontier, sealing
 	FeatureEntries   Feature = "LEDGER_ENTRIES"           // ledger entries
 	FeatureRetention Feature = "LEDGER_ENTRIES_RETENTION" // their retention (DeleteEntries)
+	FeatureChangelog Feature = "CHANGELOG_TOPIC_PREFIX"   // the changelog: the outbox, its publisher, the snapshot
 )

@@ -72,16 +72,18 @@ type StoreTx interface {
 	ReplaceKeys(ctx context.Context, g Generation, keys []DedupKey, now time.Time) error
 
 	// LockBalances, LockWindows and LockAdjustments read the stored rows of
-	// keys under row locks, by primary key and in key order (keys without
-	// a row are left out, and not locked).
-	LockBalances(ctx context.Context, keys []BalanceKey) ([]Balance, error)
-	LockWindows(ctx context.Context, keys []WindowKey) ([]WindowSum, error)
-	LockAdjustments(ctx context.Context, keys []WindowKey) ([]WindowSum, error)
+	// keys, whole, under row locks, by primary key and in key order (keys
+	// without a row are left out, and not locked).
+	LockBalances(ctx context.Context, keys []BalanceKey) ([]BalanceRow, error)
+	LockWindows(ctx context.Context, keys []WindowKey) ([]WindowRow, error)
+	LockAdjustments(ctx context.Context, keys []WindowKey) ([]AdjustmentRow, error)
 
 	// WriteBalances upserts rows (in the order given, which callers keep in
 	// key order: one lock order for every writer): a row's amount and
-	// count are added to the stored ones, or set when Absolute; updated_at
-	// is now. A sum beyond a signed 64-bit integer fails as Overflow.
+	// count are added to the stored ones, or set when Absolute, or
+	// inserted when New (a stored row, created since a locking read found
+	// none, fails the call as Duplicate); updated_at is now. A sum beyond
+	// a signed 64-bit integer fails as Overflow.
 	WriteBalances(ctx context.Context, rows []Balance, now time.Time) error
 	// WriteWindows is WriteBalances for billing_windows.
 	WriteWindows(ctx context.Context, rows []WindowSum, now time.Time) error
@@ -100,12 +102,17 @@ type StoreTx interface {
 	// SealWindows sets closed_at (and updated_at) to now on the open rows
 	// of billing_windows whose window starts in [from, to) (from zero:
 	// every window before to), the latest window first, up to about max
-	// rows; it returns how many it sealed and whether no open row is left
-	// there. The rows are found by locking reads on the index of
+	// rows; it returns the rows it sealed, as they were before, and
+	// whether no open row is left there. The rows are found by locking reads on the index of
 	// (window_start, closed_at), which wait for every row another open
 	// branch is writing there, so that a row is sealed only once every
 	// write to it that can still commit has committed.
-	SealWindows(ctx context.Context, from, to time.Time, max int, now time.Time) (sealed int, done bool, err error)
+	SealWindows(ctx context.Context, from, to time.Time, max int, now time.Time) (sealed []WindowRow, done bool, err error)
+	// WriteOutbox writes the branch's changes to the changelog's outbox:
+	// one row per blob (each at most MaxOutboxBlob of the budget), chunks
+	// numbered from 0 under the checkpoint and the participant, counts
+	// giving each blob's changes.
+	WriteOutbox(ctx context.Context, checkpoint string, participant int, blobs [][]byte, counts []int, now time.Time) error
 }
 
 // Store is the ledger's tables on one server outside branches: statements
@@ -136,6 +143,22 @@ type Store interface {
 	RefreshLimits(ctx context.Context) error
 	// MaxStatementBytes is the statement budget (package stmt).
 	MaxStatementBytes() int
+
+	// OutboxIndex lists the outbox rows of checkpoints, without bodies, in
+	// primary key order (checkpoint, participant, chunk).
+	OutboxIndex(ctx context.Context, checkpoints []string) ([]OutboxChunk, error)
+	// ReadOutbox reads the bodies of chunks, in the order given.
+	ReadOutbox(ctx context.Context, chunks []OutboxChunk) ([][]byte, error)
+	// DeleteOutbox deletes every outbox row of checkpoints.
+	DeleteOutbox(ctx context.Context, checkpoints []string) (int64, error)
+	// ScanBalances, ScanWindows, ScanAdjustments and ScanEntries read up to
+	// limit committed rows whose primary key is after after (nil: from the
+	// first), in primary key order (bytes, then instants and numbers), as
+	// committed, without locks: the changelog's snapshot.
+	ScanBalances(ctx context.Context, after *BalanceKey, limit int) ([]BalanceRow, error)
+	ScanWindows(ctx context.Context, after *WindowKey, limit int) ([]WindowRow, error)
+	ScanAdjustments(ctx context.Context, after *WindowKey, limit int) ([]AdjustmentRow, error)
+	ScanEntries(ctx context.Context, after *EntryKey, limit int) ([]EntryRow, error)
 }
 
 // DedupKey is a row of a dedup key table (dedup_keys, dedup_keys_g1,
@@ -154,11 +177,12 @@ type BalanceKey struct {
 
 // Balance is a row of account_balances, or what a checkpoint writes to it:
 // its amount and event count are added to the stored row (created at zero)
-// unless Absolute, when they replace it (a value read under a row lock).
+// unless Absolute, when they replace it (a value read under a row lock),
+// or New, when the row is inserted (a locking read found none).
 type Balance struct {
 	BalanceKey
 	Amount, Count int64
-	Absolute      bool
+	Absolute, New bool
 }
 
 // WindowKey is the primary key of billing_windows and window_adjustments:
@@ -173,7 +197,7 @@ type WindowKey struct {
 type WindowSum struct {
 	WindowKey
 	Amount, Count int64
-	Absolute      bool
+	Absolute, New bool
 }
 
 // Entry is a ledger_entries row: one counted event, at its Kafka position.

@@ -47,6 +47,9 @@ type View interface {
 	// Periods reads the ledger's period definitions, in order (none: none
 	// stored yet).
 	Periods(ctx context.Context) ([]PeriodRow, error)
+	// Changelog reads the ledger's changelog state (off, the zero value,
+	// also for a ledger from before the changelog's migration).
+	Changelog(ctx context.Context) (ChangelogState, error)
 }
 
 // Position is a partition's stored row and when a claim or a commit

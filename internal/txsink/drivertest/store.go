@@ -29,6 +29,7 @@ var storeTests = []struct {
 	{"Store/IdentifiersOfAnyBytesRoundTrip", testCharsets},
 	{"Store/StatementSizesFromMaxAllowedPacket", testPacketSizes},
 	{"Store/DeadLettersOfAnySize", testDeadLetterSizes},
+	{"Store/DeadLetterIDsInTheOrderWritten", testDeadLetterOrder},
 	{"Store/TooLargeOnceTheLimitFell", testTooLarge},
 	{"Store/SealingOrderAndResult", testSealing},
 	{"Store/SealingWaitsForOpenWrites", testSealingWaits},

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -196,6 +197,31 @@ func testDeadLetterSizes(t *testing.T, ctx context.Context, f Fixture) {
 	}
 }
 
+// Property (numbering): the ids of the dead letters one write stores
+// ascend in the order of its rows, as InnoDB numbers the rows of a
+// multi-row INSERT; a statement later in the write, higher ids.
+func testDeadLetterOrder(t *testing.T, ctx context.Context, f Fixture) {
+	var letters []driver.DeadLetter
+	for i := range 64 {
+		v := []byte(fmt.Sprint("letter ", i))
+		letters = append(letters, driver.DeadLetter{Partition: 11, Offset: int64(1000 - i), Reason: "invalid_json", Payload: v, Size: len(v), SHA256: sha256.Sum256(v)})
+	}
+	commit(t, ctx, f, func(tx driver.StoreTx) error { return tx.WriteDeadLetters(ctx, "t", "c", letters, clock()) })
+	var got []int64
+	for _, d := range tables(t, ctx, f).DeadLetters { // in id order
+		if d.Partition == 11 {
+			got = append(got, d.Offset)
+		}
+	}
+	want := make([]int64, len(letters))
+	for i, d := range letters {
+		want[i] = d.Offset
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("offsets in id order %v, want the order written %v", got, want)
+	}
+}
+
 // Property (a limit that fell): a statement larger than the server's
 // max_allowed_packet (an operator lowered it to 1 MiB since the budget was
 // read) is refused: as TooLarge (error 1153; memdriver), or, as MariaDB
@@ -245,10 +271,19 @@ func testSealing(t *testing.T, ctx context.Context, f Fixture) {
 	// Windows h0+1h .. h0+3h: 9 rows; 4 per call, the latest first.
 	var n int
 	var done bool
-	commit(t, ctx, f, func(tx driver.StoreTx) (err error) {
-		n, done, err = tx.SealWindows(ctx, h0.Add(time.Hour), h0.Add(4*time.Hour), 4, first)
+	seal := func(tx driver.StoreTx, from, to time.Time, max int, now time.Time) error {
+		rows, d, err := tx.SealWindows(ctx, from, to, max, now)
+		n, done = len(rows), d
+		// The rows as they were: the changelog's before images.
+		for _, r := range rows {
+			if want := (driver.WindowRow{WindowKey: r.WindowKey, Amount: 1, Count: 1, UpdatedAt: h0}); !sameWindow(r, want) ||
+				r.Start.Before(from) || !r.Start.Before(to) {
+				t.Errorf("sealing [%s, %s) returned %+v, want the open row %+v", from, to, r, want)
+			}
+		}
 		return err
-	})
+	}
+	commit(t, ctx, f, func(tx driver.StoreTx) error { return seal(tx, h0.Add(time.Hour), h0.Add(4*time.Hour), 4, first) })
 	sealedAt := func() map[time.Time]int {
 		out := map[time.Time]int{}
 		for _, w := range tables(t, ctx, f).Windows {
@@ -264,10 +299,7 @@ func testSealing(t *testing.T, ctx context.Context, f Fixture) {
 	if got := sealedAt(); n != 4 || done || got[h0.Add(3*time.Hour)] != 3 || got[h0.Add(2*time.Hour)] != 1 || len(got) != 2 {
 		t.Fatalf("first call sealed %d (done %v): %v; want the 3 rows of the latest window and 1 of the one before", n, done, got)
 	}
-	commit(t, ctx, f, func(tx driver.StoreTx) (err error) {
-		n, done, err = tx.SealWindows(ctx, h0.Add(time.Hour), h0.Add(4*time.Hour), 100, second)
-		return err
-	})
+	commit(t, ctx, f, func(tx driver.StoreTx) error { return seal(tx, h0.Add(time.Hour), h0.Add(4*time.Hour), 100, second) })
 	got := sealedAt()
 	if n != 5 || !done || got[h0.Add(time.Hour)] != 3 || got[h0.Add(2*time.Hour)] != 3 || got[h0] != 0 || got[h0.Add(4*time.Hour)] != 0 {
 		t.Fatalf("second call sealed %d (done %v): %v; want the 5 left, nothing outside the range", n, done, got)
@@ -278,10 +310,7 @@ func testSealing(t *testing.T, ctx context.Context, f Fixture) {
 		}
 	}
 	// From zero: everything before the bound.
-	commit(t, ctx, f, func(tx driver.StoreTx) (err error) {
-		n, done, err = tx.SealWindows(ctx, time.Time{}, h0.Add(5*time.Hour), 100, second)
-		return err
-	})
+	commit(t, ctx, f, func(tx driver.StoreTx) error { return seal(tx, time.Time{}, h0.Add(5*time.Hour), 100, second) })
 	if n != 6 || !done {
 		t.Fatalf("sealing from zero sealed %d (done %v), want the 6 rows of the first and last windows", n, done)
 	}
@@ -300,9 +329,9 @@ func testSealingWaits(t *testing.T, ctx context.Context, f Fixture) {
 	late := open(t, ctx, f.Server) // prepared before the frontier closed h0
 	must(t, late.tx().WriteWindows(ctx, []driver.WindowSum{window("b", h0), window("a", h0)}, h0))
 	sealer := open(t, ctx, f.Server)
-	var n int
+	var rows []driver.WindowRow
 	done := async(func() (err error) {
-		n, _, err = sealer.tx().SealWindows(ctx, time.Time{}, h0.Add(time.Hour), 100, h0.Add(2*time.Hour))
+		rows, _, err = sealer.tx().SealWindows(ctx, time.Time{}, h0.Add(time.Hour), 100, h0.Add(2*time.Hour))
 		return err
 	})
 	blocked(t, done, f.LockWait/4, "sealing a window another branch writes to")
@@ -310,8 +339,13 @@ func testSealingWaits(t *testing.T, ctx context.Context, f Fixture) {
 	must(t, <-done)
 	must(t, sealer.end(true))
 	must(t, open1.end(true))
-	if n != 2 {
+	if n := len(rows); n != 2 {
 		t.Fatalf("sealed %d rows, want both of h0, the late branch's new row included", n)
+	}
+	for _, r := range rows {
+		if r.Account == "a" && r.Amount != 2 {
+			t.Errorf("sealed row %+v returned as it was before the late branch committed", r)
+		}
 	}
 	for _, w := range tables(t, ctx, f).Windows {
 		if sealed := !w.ClosedAt.IsZero(); sealed != w.Start.Equal(h0) {

@@ -48,14 +48,22 @@ func testLockingReads(t *testing.T, ctx context.Context, f Fixture) {
 			writer := open(t, ctx, f.Server)
 			must(t, writer.tx().WriteBalances(ctx, []driver.Balance{balance(c.account, 5, 1, false)}, now))
 			reader := open(t, ctx, f.Server)
-			var got []driver.Balance
+			var rows []driver.BalanceRow
 			done := async(func() (err error) {
-				got, err = reader.tx().LockBalances(ctx, []driver.BalanceKey{{Account: c.account, Currency: "EUR"}})
+				rows, err = reader.tx().LockBalances(ctx, []driver.BalanceKey{{Account: c.account, Currency: "EUR"}})
 				return err
 			})
 			blocked(t, done, f.LockWait/4, "a locking read of a row another branch wrote")
 			must(t, writer.end(c.commit))
 			must(t, <-done)
+			var got []driver.Balance
+			for _, r := range rows {
+				// The whole row: the changelog's before image.
+				if !r.UpdatedAt.Equal(now) {
+					t.Errorf("locking read of %+v: updated_at %s, want %s", r, r.UpdatedAt, now)
+				}
+				got = append(got, driver.Balance{BalanceKey: r.BalanceKey, Amount: r.Amount, Count: r.Count})
+			}
 			if fmt.Sprint(got) != fmt.Sprint(c.want) {
 				t.Fatalf("read %+v, want %+v", got, c.want)
 			}
@@ -67,7 +75,8 @@ func testLockingReads(t *testing.T, ctx context.Context, f Fixture) {
 	writer := open(t, ctx, f.Server)
 	must(t, errors.Join(writer.tx().WriteWindows(ctx, []driver.WindowSum{w}, now), writer.tx().WriteAdjustments(ctx, []driver.WindowSum{w}, "c-1", now)))
 	reader := open(t, ctx, f.Server)
-	var wins, adjs []driver.WindowSum
+	var wins []driver.WindowRow
+	var adjs []driver.AdjustmentRow
 	done := async(func() (err error) {
 		if wins, err = reader.tx().LockWindows(ctx, []driver.WindowKey{w.WindowKey}); err == nil {
 			adjs, err = reader.tx().LockAdjustments(ctx, []driver.WindowKey{w.WindowKey})
@@ -77,8 +86,10 @@ func testLockingReads(t *testing.T, ctx context.Context, f Fixture) {
 	blocked(t, done, f.LockWait/4, "a locking read of a window another branch wrote")
 	must(t, writer.end(true))
 	must(t, <-done)
-	if len(wins) != 1 || len(adjs) != 1 || wins[0] != w || adjs[0] != w {
-		t.Fatalf("read windows %+v and adjustments %+v, want %+v each", wins, adjs, w)
+	wantWin := driver.WindowRow{WindowKey: w.WindowKey, Amount: 3, Count: 1, UpdatedAt: now}
+	wantAdj := driver.AdjustmentRow{WindowKey: w.WindowKey, Amount: 3, Count: 1, UpdatedAt: now, Checkpoint: "c-1"}
+	if len(wins) != 1 || len(adjs) != 1 || !sameWindow(wins[0], wantWin) || !sameAdjustment(adjs[0], wantAdj) {
+		t.Fatalf("read windows %+v and adjustments %+v, want %+v and %+v", wins, adjs, wantWin, wantAdj)
 	}
 }
 
@@ -217,4 +228,15 @@ func testKeepStored(t *testing.T, ctx context.Context, f Fixture) {
 	if len(tb.DeadLetters) != 1 || tb.DeadLetters[0].Detail != "first" || tb.DeadLetters[0].Checkpoint != "c1" {
 		t.Fatalf("dead letters %+v, want the first one kept", tb.DeadLetters)
 	}
+}
+
+// sameWindow and sameAdjustment compare rows as the columns hold them.
+func sameWindow(a, b driver.WindowRow) bool {
+	return a.Account == b.Account && a.Currency == b.Currency && a.Start.Equal(b.Start) && a.Amount == b.Amount && a.Count == b.Count &&
+		a.UpdatedAt.Equal(b.UpdatedAt) && a.ClosedAt.Equal(b.ClosedAt)
+}
+
+func sameAdjustment(a, b driver.AdjustmentRow) bool {
+	return a.Account == b.Account && a.Currency == b.Currency && a.Start.Equal(b.Start) && a.Amount == b.Amount && a.Count == b.Count &&
+		a.UpdatedAt.Equal(b.UpdatedAt) && a.Checkpoint == b.Checkpoint
 }

@@ -82,6 +82,9 @@ func (s *Server) Commit(ctx context.Context, d driver.Decision, scope driver.Sco
 	if _, ok := c.decisions[d.Gtrid]; ok {
 		return 0, driver.ErrDecided
 	}
+	if c.changelog.on && !d.Changelog {
+		return 0, driver.ErrChangelogOn
+	}
 	for _, cut := range cuts {
 		r := rows[cut.Partition]
 		r.NextOffset = cut.NextOffset

@@ -28,10 +28,12 @@ const (
 	tAdjustments
 	tEntries
 	tDeadLetters
+	tOutbox
 	numTables
 )
 
-var tableNames = [numTables]string{"dedup_keys", "dedup_keys_g1", "dedup_keys_g2", "dedup_expiry", "account_balances", "billing_windows", "window_adjustments", "ledger_entries", "dead_letters"}
+var tableNames = [numTables]string{"dedup_keys", "dedup_keys_g1", "dedup_keys_g2", "dedup_expiry", "account_balances", "billing_windows", "window_adjustments",
+	"ledger_entries", "dead_letters", "changelog_outbox"}
 
 // rowID names a row by its table and primary key (encoded by key).
 type rowID struct {

@@ -101,6 +101,7 @@ type Cluster struct {
 	genHolders int                      // HoldKeyGenerations running: rotations and records refused
 	faults     map[string][]driver.Code // by operation, one per call
 	view       viewState                // read only by the read-only view (view.go)
+	changelog  changelogState           // changelog_state and the counter's flag (outbox.go)
 
 	ledger // the ledger's tables (ledger.go)
 }

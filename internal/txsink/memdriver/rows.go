@@ -55,27 +55,36 @@ func (c *Cluster) insertNewLocked(ctx context.Context, tx *txn, tb table, n int,
 			return err
 		}
 	}
-	next := map[rowID]any{}
+	// The new rows in the order given: auto-increment ids are numbered in
+	// the order of a multi-row INSERT's rows, as InnoDB numbers them.
+	type newRow struct {
+		id  rowID
+		row any
+	}
+	var next []newRow
+	seen := map[rowID]bool{}
 	for i := range n {
 		if _, ok := c.getLocked(tx, id(i)); ok {
 			continue
 		}
-		if _, ok := next[id(i)]; ok {
+		if seen[id(i)] {
 			continue
 		}
 		r := row(i)
 		if err := c.fireLocked(tb, r); err != nil {
 			return err
 		}
-		next[id(i)] = r
+		seen[id(i)] = true
+		next = append(next, newRow{id(i), r})
 	}
-	for rid, r := range next {
+	for _, nr := range next {
+		r := nr.row
 		if l, ok := r.(driver.DeadLetterRow); ok {
 			c.autoInc[tDeadLetters]++
 			l.ID = c.autoInc[tDeadLetters]
 			r = l
 		}
-		c.putLocked(tx, rid, r)
+		c.putLocked(tx, nr.id, r)
 	}
 	return nil
 }
@@ -120,14 +129,15 @@ func (t storeTx) WriteDeadLetters(ctx context.Context, topic, checkpoint string,
 // window below the bound with an open row, then that window's open rows,
 // each a locking read on the index of (window_start, closed_at), then an
 // UPDATE by primary key.
-func (t storeTx) SealWindows(ctx context.Context, from, to time.Time, max int, now time.Time) (int, bool, error) {
+func (t storeTx) SealWindows(ctx context.Context, from, to time.Time, max int, now time.Time) ([]driver.WindowRow, bool, error) {
 	c, tx, err := t.begin()
 	if err != nil {
-		return 0, false, err
+		return nil, false, err
 	}
 	defer c.mu.Unlock()
-	sealed, upper := 0, to
-	for sealed < max {
+	var sealed []driver.WindowRow
+	upper := to
+	for len(sealed) < max {
 		w, ok, err := c.probeLocked(ctx, tx, from, upper)
 		if err != nil {
 			return sealed, false, err
@@ -135,19 +145,20 @@ func (t storeTx) SealWindows(ctx context.Context, from, to time.Time, max int, n
 		if !ok {
 			return sealed, true, nil
 		}
-		for sealed < max {
-			limit := min(stmt.MaxRows, max-sealed)
+		for len(sealed) < max {
+			limit := min(stmt.MaxRows, max-len(sealed))
 			ids, err := c.openRowsLocked(ctx, tx, w, limit)
 			if err != nil {
 				return sealed, false, err
 			}
 			err = c.statementsLocked(len(ids), lockText, func(i int) int { return len(ids[i].key)*2 + 80 }, func(start, end int) error {
-				return c.sealRowsLocked(tx, ids[start:end], now)
+				old, err := c.sealRowsLocked(tx, ids[start:end], now)
+				sealed = append(sealed, old...)
+				return err
 			})
 			if err != nil {
 				return sealed, false, err
 			}
-			sealed += len(ids)
 			if len(ids) < limit {
 				break
 			}
@@ -157,21 +168,24 @@ func (t storeTx) SealWindows(ctx context.Context, from, to time.Time, max int, n
 	return sealed, false, nil
 }
 
-func (c *Cluster) sealRowsLocked(tx *txn, ids []rowID, now time.Time) error {
+// sealRowsLocked seals the rows ids and returns them as they were.
+func (c *Cluster) sealRowsLocked(tx *txn, ids []rowID, now time.Time) ([]driver.WindowRow, error) {
+	old := make([]driver.WindowRow, len(ids))
 	next := make([]driver.WindowRow, len(ids))
 	for i, id := range ids {
 		r, _ := c.getLocked(tx, id)
 		w := r.(driver.WindowRow)
+		old[i] = w
 		w.ClosedAt, w.UpdatedAt = datetime(now), datetime(now)
 		if err := c.fireLocked(tWindows, w); err != nil {
-			return err
+			return nil, err
 		}
 		next[i] = w
 	}
 	for i, id := range ids {
 		c.putLocked(tx, id, next[i])
 	}
-	return nil
+	return old, nil
 }
 
 // indexed is a row of billing_windows as the index of (window_start,

@@ -250,7 +250,7 @@ func (c *Cluster) lockReadLocked(ctx context.Context, tx *txn, id rowID) (any, b
 	return r, ok, nil
 }
 
-func (t storeTx) LockBalances(ctx context.Context, keys []driver.BalanceKey) ([]driver.Balance, error) {
+func (t storeTx) LockBalances(ctx context.Context, keys []driver.BalanceKey) ([]driver.BalanceRow, error) {
 	c, tx, err := t.begin()
 	if err != nil {
 		return nil, err
@@ -259,7 +259,7 @@ func (t storeTx) LockBalances(ctx context.Context, keys []driver.BalanceKey) ([]
 	keys = slices.SortedFunc(slices.Values(keys), func(a, b driver.BalanceKey) int {
 		return cmp.Or(strings.Compare(a.Account, b.Account), strings.Compare(a.Currency, b.Currency))
 	})
-	var out []driver.Balance
+	var out []driver.BalanceRow
 	err = c.statementsLocked(len(keys), lockText, func(i int) int { return stmt.ArgBytes(keys[i].Account) + 32 }, func(start, end int) error {
 		for _, k := range keys[start:end] {
 			r, ok, err := c.lockReadLocked(ctx, tx, balanceID(k))
@@ -267,8 +267,7 @@ func (t storeTx) LockBalances(ctx context.Context, keys []driver.BalanceKey) ([]
 				return err
 			}
 			if ok {
-				b := r.(driver.BalanceRow)
-				out = append(out, driver.Balance{BalanceKey: b.BalanceKey, Amount: b.Amount, Count: b.Count})
+				out = append(out, r.(driver.BalanceRow))
 			}
 		}
 		return nil
@@ -276,40 +275,44 @@ func (t storeTx) LockBalances(ctx context.Context, keys []driver.BalanceKey) ([]
 	return out, err
 }
 
-func (t storeTx) LockWindows(ctx context.Context, keys []driver.WindowKey) ([]driver.WindowSum, error) {
-	return t.lockWindows(ctx, tWindows, keys)
+func (t storeTx) LockWindows(ctx context.Context, keys []driver.WindowKey) ([]driver.WindowRow, error) {
+	rows, err := t.lockWindows(ctx, tWindows, keys)
+	out := make([]driver.WindowRow, len(rows))
+	for i, r := range rows {
+		out[i] = r.(driver.WindowRow)
+	}
+	return out, err
 }
 
-func (t storeTx) LockAdjustments(ctx context.Context, keys []driver.WindowKey) ([]driver.WindowSum, error) {
-	return t.lockWindows(ctx, tAdjustments, keys)
+func (t storeTx) LockAdjustments(ctx context.Context, keys []driver.WindowKey) ([]driver.AdjustmentRow, error) {
+	rows, err := t.lockWindows(ctx, tAdjustments, keys)
+	out := make([]driver.AdjustmentRow, len(rows))
+	for i, r := range rows {
+		out[i] = r.(driver.AdjustmentRow)
+	}
+	return out, err
 }
 
 func compareWindowKeys(a, b driver.WindowKey) int {
 	return cmp.Or(strings.Compare(a.Account, b.Account), strings.Compare(a.Currency, b.Currency), a.Start.Compare(b.Start))
 }
 
-func (t storeTx) lockWindows(ctx context.Context, tb table, keys []driver.WindowKey) ([]driver.WindowSum, error) {
+func (t storeTx) lockWindows(ctx context.Context, tb table, keys []driver.WindowKey) ([]any, error) {
 	c, tx, err := t.begin()
 	if err != nil {
 		return nil, err
 	}
 	defer c.mu.Unlock()
 	keys = slices.SortedFunc(slices.Values(keys), compareWindowKeys)
-	var out []driver.WindowSum
+	var out []any
 	err = c.statementsLocked(len(keys), lockText, func(i int) int { return stmt.ArgBytes(keys[i].Account) + 80 }, func(start, end int) error {
 		for _, k := range keys[start:end] {
 			r, ok, err := c.lockReadLocked(ctx, tx, windowID(tb, k))
 			if err != nil {
 				return err
 			}
-			if !ok {
-				continue
-			}
-			switch w := r.(type) {
-			case driver.WindowRow:
-				out = append(out, driver.WindowSum{WindowKey: w.WindowKey, Amount: w.Amount, Count: w.Count})
-			case driver.AdjustmentRow:
-				out = append(out, driver.WindowSum{WindowKey: w.WindowKey, Amount: w.Amount, Count: w.Count})
+			if ok {
+				out = append(out, r)
 			}
 		}
 		return nil
@@ -326,16 +329,27 @@ type sums struct {
 	account, cur  string
 	amount, count int64
 	absolute      bool
+	isNew         bool // a plain INSERT: a stored row is a duplicate
 }
 
 // upsertSumsLocked writes rows of sums as mysqldriver's upserts do: the
 // adding rows in statements of their own, then the setting ones; build
 // makes the stored row from the old one (nil when none) and the new sums.
 func (c *Cluster) upsertSumsLocked(ctx context.Context, tx *txn, tb table, rows []sums, rowText int, build func(s sums, old any, amount, count int64) any) error {
-	for _, abs := range []bool{false, true} {
+	// The statements of mysqldriver's three modes: adding, setting, new.
+	mode := func(r sums) int {
+		switch {
+		case r.isNew:
+			return 2
+		case r.absolute:
+			return 1
+		}
+		return 0
+	}
+	for m := range 3 {
 		var part []sums
 		for _, r := range rows {
-			if r.absolute == abs {
+			if mode(r) == m {
 				part = append(part, r)
 			}
 		}
@@ -365,6 +379,9 @@ func (c *Cluster) upsertStatementLocked(ctx context.Context, tx *txn, tb table, 
 		old, ok := next[r.id]
 		if !ok {
 			old, ok = c.getLocked(tx, r.id)
+		}
+		if ok && r.isNew {
+			return coded(driver.Duplicate, "Duplicate entry '%s-%s' for key 'PRIMARY' in %s", r.account, r.cur, tableNames[tb])
 		}
 		amount, count := r.amount, r.count
 		if ok && !r.absolute {
@@ -419,7 +436,7 @@ func (t storeTx) WriteBalances(ctx context.Context, rows []driver.Balance, now t
 	defer c.mu.Unlock()
 	ss := make([]sums, len(rows))
 	for i, r := range rows {
-		ss[i] = sums{balanceID(r.BalanceKey), r.BalanceKey, r.Account, r.Currency, r.Amount, r.Count, r.Absolute}
+		ss[i] = sums{balanceID(r.BalanceKey), r.BalanceKey, r.Account, r.Currency, r.Amount, r.Count, r.Absolute, r.New}
 	}
 	return c.upsertSumsLocked(ctx, tx, tBalances, ss, resultBytes, func(s sums, old any, amount, count int64) any {
 		b := driver.BalanceRow{BalanceKey: s.key.(driver.BalanceKey)}
@@ -436,7 +453,7 @@ func windowSums(tb table, rows []driver.WindowSum) []sums {
 	for i, r := range rows {
 		k := r.WindowKey
 		k.Start = datetime(k.Start)
-		ss[i] = sums{windowID(tb, k), k, r.Account, r.Currency, r.Amount, r.Count, r.Absolute}
+		ss[i] = sums{windowID(tb, k), k, r.Account, r.Currency, r.Amount, r.Count, r.Absolute, r.New}
 	}
 	return ss
 }

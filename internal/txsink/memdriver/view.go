@@ -123,6 +123,11 @@ func (v *View) Lookup(ctx context.Context, gtrid string) (driver.Outcome, bool, 
 	return v.servers[0].Lookup(ctx, gtrid)
 }
 
+// Changelog reads the changelog state (Server.Changelog).
+func (v *View) Changelog(ctx context.Context) (driver.ChangelogState, error) {
+	return v.servers[0].Changelog(ctx)
+}
+
 // CommitLog reads the commit position and the unapplied decisions.
 func (v *View) CommitLog(ctx context.Context) (driver.CommitLogState, bool, error) {
 	p, err := v.servers[0].CommitPosition(ctx)

@@ -154,7 +154,7 @@ func (c *Control) Commit(ctx context.Context, d driver.Decision, s driver.Scope,
 	if err != nil {
 		return 0, err
 	}
-	if seq, err = appendCommit(ctx, tx, d.Gtrid, applied, sealed); err != nil {
+	if seq, err = appendCommit(ctx, tx, d.Gtrid, applied, sealed, d.Changelog); err != nil {
 		return 0, err
 	}
 	if err := tx.Commit(); err != nil {
@@ -170,14 +170,19 @@ func (c *Control) Commit(ctx context.Context, d driver.Decision, s driver.Scope,
 // allocated in the order in which the decisions commit, and a decision
 // that rolls back gives its number back. LAST_INSERT_ID(expr) returns the
 // new value with the UPDATE's answer (one round trip under the lock
-// instead of two), on MySQL and MariaDB alike.
-func appendCommit(ctx context.Context, tx *sqlx.Tx, gtrid string, applied bool, sealed time.Time) (int64, error) {
-	r, err := tx.ExecContext(ctx, `UPDATE commit_sequence SET last_seq = LAST_INSERT_ID(last_seq + 1) WHERE singleton = 1`)
+// instead of two), on MySQL and MariaDB alike. The same UPDATE refuses a
+// checkpoint built without the changelog while the ledger's is on (the
+// flag the enabling set under this lock, migration 00007): no round trip
+// of its own.
+func appendCommit(ctx context.Context, tx *sqlx.Tx, gtrid string, applied bool, sealed time.Time, changelog bool) (int64, error) {
+	r, err := tx.ExecContext(ctx, `UPDATE commit_sequence SET last_seq = LAST_INSERT_ID(last_seq + 1) WHERE singleton = 1 AND (changelog = FALSE OR ?)`, changelog)
 	if err != nil {
 		return 0, err
 	}
-	if n, err := r.RowsAffected(); err != nil || n != 1 {
-		return 0, fmt.Errorf("commit_sequence: %d rows updated, want its one row (migration 00006): %v", n, err)
+	if n, err := r.RowsAffected(); err != nil {
+		return 0, err
+	} else if n != 1 {
+		return 0, counterRefusal(ctx, tx)
 	}
 	seq, err := r.LastInsertId()
 	if err != nil {

@@ -12,7 +12,7 @@ import (
 	"github.com/billing/ledger/internal/txsink/driver"
 )
 
-// The SQL of dedup_generations (migration 00010), the state of the dedup
+// The SQL of dedup_generations (migration 00008), the state of the dedup
 // keys' generations on the control server (driver.KeyGenerations): one
 // row, read by every checkpoint that claims keys, read under a shared lock
 // by their commit decisions (Commit) and by the upkeep while it empties a
@@ -42,13 +42,6 @@ func (r generationRow) state() driver.KeyGenerations {
 		Emptied: driver.Generation(r.Emptied), Lifetime: time.Duration(r.Lifetime) * time.Microsecond, Now: r.Now.UTC()}
 }
 
-func utcOrZero(t sql.NullTime) time.Time {
-	if !t.Valid {
-		return time.Time{}
-	}
-	return t.Time.UTC()
-}
-
 type getter interface {
 	GetContext(ctx context.Context, dest any, query string, args ...any) error
 }
@@ -59,7 +52,7 @@ func readGenerations(ctx context.Context, q getter, suffix string) (driver.KeyGe
 	var r generationRow
 	err := q.GetContext(ctx, &r, `SELECT `+generationColumns+`, UTC_TIMESTAMP(6) AS now FROM dedup_generations WHERE singleton = 1`+suffix)
 	if errors.Is(err, sql.ErrNoRows) {
-		return driver.KeyGenerations{}, errors.New("dedup_generations has no row (migration 00010)")
+		return driver.KeyGenerations{}, errors.New("dedup_generations has no row (migration 00008)")
 	}
 	if err != nil {
 		return driver.KeyGenerations{}, fmt.Errorf("read dedup_generations: %w", err)

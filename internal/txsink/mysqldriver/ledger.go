@@ -2,6 +2,7 @@ package mysqldriver
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"slices"
 	"strings"
@@ -49,19 +50,51 @@ func upsertSQL(absolute bool, cols ...string) string {
 // two BIGINTs, one or two DATETIMEs and the tuple's text.
 const resultRowBytes = 6*32 + 16
 
-// writeBalances writes delta rows with an adding upsert and absolute rows
-// (seeded under a row lock) with a setting one.
+// The three ways a checkpoint writes a sums row (driver.Balance): adding
+// its delta (an upsert), setting the absolute value read under a row lock
+// (an upsert that sets), or inserting a row a locking read found absent (a
+// plain INSERT, which fails as a duplicate if the row was created since).
+type writeMode int
+
+const (
+	modeDelta writeMode = iota
+	modeAbsolute
+	modeNew
+)
+
+func (m writeMode) tail(cols ...string) string {
+	if m == modeNew {
+		return ""
+	}
+	return upsertSQL(m == modeAbsolute, cols...)
+}
+
+func modeOf(absolute, isNew bool) writeMode {
+	switch {
+	case isNew:
+		return modeNew
+	case absolute:
+		return modeAbsolute
+	}
+	return modeDelta
+}
+
+var writeModes = []writeMode{modeDelta, modeAbsolute, modeNew}
+
+// writeBalances writes delta rows with an adding upsert, absolute rows
+// (seeded under a row lock) with a setting one, and new rows with a plain
+// insert.
 func writeBalances(ctx context.Context, ex stmt.Execer, rows []driver.Balance, now time.Time) error {
-	for _, abs := range []bool{false, true} {
+	for _, mode := range writeModes {
 		var part []driver.Balance
 		for _, r := range rows {
-			if r.Absolute == abs {
+			if modeOf(r.Absolute, r.New) == mode {
 				part = append(part, r)
 			}
 		}
 		err := stmt.Insert(ctx, ex, len(part),
 			`INSERT INTO account_balances (account_id, currency, balance_minor, event_count, updated_at) VALUES `,
-			"(?,?,?,?,?)", upsertSQL(abs, "balance_minor", "event_count"),
+			"(?,?,?,?,?)", mode.tail("balance_minor", "event_count"),
 			func(i int) int { return stmt.ArgBytes(part[i].Account) + resultRowBytes },
 			func(i int) []any {
 				r := part[i]
@@ -81,23 +114,27 @@ func writeBalances(ctx context.Context, ex stmt.Execer, rows []driver.Balance, n
 // adjustments changed since a position; window rows do not (see migration
 // 00006).
 func writeWindows(ctx context.Context, ex stmt.Execer, table string, rows []driver.WindowSum, checkpoint string, now time.Time) error {
-	cols, tuple, onDup := "", "(?,?,?,?,?,?)", upsertSQL
+	cols, tuple := "", "(?,?,?,?,?,?)"
+	onDup := func(m writeMode, c ...string) string { return m.tail(c...) }
 	if table == tableAdjustments {
 		cols, tuple = ", checkpoint_id", "(?,?,?,?,?,?,?)"
-		onDup = func(abs bool, c ...string) string {
-			return upsertSQL(abs, c...) + ", checkpoint_id = VALUES(checkpoint_id)"
+		onDup = func(m writeMode, c ...string) string {
+			if m == modeNew {
+				return ""
+			}
+			return m.tail(c...) + ", checkpoint_id = VALUES(checkpoint_id)"
 		}
 	}
-	for _, abs := range []bool{false, true} {
+	for _, mode := range writeModes {
 		var part []driver.WindowSum
 		for _, r := range rows {
-			if r.Absolute == abs {
+			if modeOf(r.Absolute, r.New) == mode {
 				part = append(part, r)
 			}
 		}
 		err := stmt.Insert(ctx, ex, len(part),
 			`INSERT INTO `+table+` (account_id, currency, window_start, amount_minor, event_count, updated_at`+cols+`) VALUES `,
-			tuple, onDup(abs, "amount_minor", "event_count"),
+			tuple, onDup(mode, "amount_minor", "event_count"),
 			func(i int) int {
 				if cols != "" {
 					return stmt.ArgBytes(part[i].Account) + stmt.ArgBytes(checkpoint) + resultRowBytes
@@ -150,7 +187,7 @@ func writeEntries(ctx context.Context, ex stmt.Execer, topic, checkpoint string,
 
 // sealWindows sets closed_at on the open rows of the windows starting in
 // [from, to) (from zero: every window before to), at most about max rows;
-// it returns how many it sealed and whether none is left.
+// it returns the rows it sealed, as they were, and whether none is left.
 //
 // The rows are found with locking reads by the index on (window_start,
 // closed_at), never by an UPDATE with that condition: under READ
@@ -169,14 +206,18 @@ func writeEntries(ctx context.Context, ex stmt.Execer, topic, checkpoint string,
 // latest window below the bound with an open row; its open rows are then
 // exactly the index range (window_start, NULL), read backwards, which skips
 // the rows already sealed and ends on a row of an earlier window.
-func sealWindows(ctx context.Context, q branchQuerier, from, to time.Time, max int, now time.Time) (int, bool, error) {
-	sealed := 0
+func sealWindows(ctx context.Context, q branchQuerier, from, to time.Time, max int, now time.Time, images bool) ([]driver.WindowRow, bool, error) {
+	cols := windowColumns
+	if !images {
+		cols = windowKeyColumns
+	}
+	var sealed []driver.WindowRow
 	upper := to
 	lower, args := "", []any{}
 	if !from.IsZero() {
 		lower, args = "window_start >= ? AND ", []any{from}
 	}
-	for sealed < max {
+	for len(sealed) < max {
 		var w []time.Time
 		err := q.Select(ctx, &w, `SELECT window_start FROM billing_windows FORCE INDEX (billing_windows_period)
 			WHERE `+lower+`window_start < ? AND closed_at IS NULL ORDER BY window_start DESC LIMIT 1 FOR UPDATE`, append(slices.Clip(args), upper)...)
@@ -186,14 +227,10 @@ func sealWindows(ctx context.Context, q branchQuerier, from, to time.Time, max i
 		if len(w) == 0 {
 			return sealed, true, nil
 		}
-		for sealed < max {
-			limit := min(stmt.MaxRows, max-sealed)
-			var keys []struct {
-				Account  []byte    `db:"account_id"`
-				Currency string    `db:"currency"`
-				Start    time.Time `db:"window_start"`
-			}
-			err := q.Select(ctx, &keys, `SELECT account_id, currency, window_start FROM billing_windows FORCE INDEX (billing_windows_period)
+		for len(sealed) < max {
+			limit := min(stmt.MaxRows, max-len(sealed))
+			var keys []windowRowSQL
+			err := q.Select(ctx, &keys, `SELECT `+cols+` FROM billing_windows FORCE INDEX (billing_windows_period)
 				WHERE window_start = ? AND closed_at IS NULL ORDER BY window_start DESC, closed_at DESC LIMIT `+fmt.Sprint(limit)+` FOR UPDATE`, w[0])
 			if err != nil {
 				return sealed, false, err
@@ -211,7 +248,9 @@ func sealWindows(ctx context.Context, q branchQuerier, from, to time.Time, max i
 			if err != nil {
 				return sealed, false, err
 			}
-			sealed += len(keys)
+			for _, k := range keys {
+				sealed = append(sealed, k.row())
+			}
 			if len(keys) < limit {
 				break
 			}
@@ -240,73 +279,160 @@ func deleteOldEntries(ctx context.Context, db *sqlx.DB, before time.Time, batch,
 	return total, nil
 }
 
-// lockBalances locks and reads the stored balances of keys (seeding).
+// lockBalances locks and reads the stored balances of keys, whole
+// (seeding, and the changelog's before images).
 //
 // Every locking statement here names the primary key: when the list covers
 // much of a small table the optimizer prefers a full scan, and a locking
 // scan waits on every row another branch of the same checkpoint has locked,
 // a wait InnoDB cannot see as a deadlock (the branches are separate
 // transactions): the checkpoint then hangs until the lock wait times out.
-func lockBalances(ctx context.Context, q querier, keys []driver.BalanceKey) ([]driver.Balance, error) {
+func lockBalances(ctx context.Context, q querier, keys []driver.BalanceKey, images bool) ([]driver.BalanceRow, error) {
+	cols := balanceColumns
+	if !images {
+		cols = balanceSumColumns
+	}
 	if len(keys) == 0 {
 		return nil, nil
 	}
-	var out []driver.Balance
+	var out []driver.BalanceRow
 	err := stmt.Split(len(keys), 256, q.MaxStatementBytes(), func(i int) int { return stmt.ArgBytes(keys[i].Account) + 32 }, func(start, end int) error {
 		part := keys[start:end]
 		args := make([]any, 0, 2*len(part))
 		for _, k := range part {
 			args = append(args, k.Account, k.Currency)
 		}
-		var rows []struct {
-			Account  []byte `db:"account_id"`
-			Currency string `db:"currency"`
-			Amount   int64  `db:"balance_minor"`
-			Count    int64  `db:"event_count"`
-		}
-		q2 := `SELECT account_id, currency, balance_minor, event_count FROM account_balances FORCE INDEX (PRIMARY) WHERE (account_id, currency) IN (` +
+		var rows []balanceRowSQL
+		q2 := `SELECT ` + cols + ` FROM account_balances FORCE INDEX (PRIMARY) WHERE (account_id, currency) IN (` +
 			strings.Repeat("(?,?),", len(part)-1) + `(?,?)) FOR UPDATE`
 		if err := q.Select(ctx, &rows, q2, args...); err != nil {
 			return err
 		}
 		for _, r := range rows {
-			out = append(out, driver.Balance{BalanceKey: driver.BalanceKey{Account: string(r.Account), Currency: r.Currency}, Amount: r.Amount, Count: r.Count})
+			out = append(out, r.row())
 		}
 		return nil
 	})
 	return out, err
 }
 
-// lockWindows locks and reads the stored window sums of keys (seeding), in
-// billing_windows or window_adjustments.
-func lockWindows(ctx context.Context, q querier, table string, keys []driver.WindowKey) ([]driver.WindowSum, error) {
-	if len(keys) == 0 {
-		return nil, nil
+// lockWindows locks and reads the stored rows of window keys, whole, in
+// billing_windows; lockAdjustments in window_adjustments.
+func lockWindows(ctx context.Context, q querier, keys []driver.WindowKey, images bool) ([]driver.WindowRow, error) {
+	var out []driver.WindowRow
+	cols := windowColumns
+	if !images {
+		cols = windowSumColumns
 	}
-	var out []driver.WindowSum
-	err := stmt.Split(len(keys), 256, q.MaxStatementBytes(), func(i int) int { return stmt.ArgBytes(keys[i].Account) + 80 }, func(start, end int) error {
+	err := lockWindowKeys(ctx, q, tableWindows, cols, keys, func(sel func(dest any) error) error {
+		var rows []windowRowSQL
+		if err := sel(&rows); err != nil {
+			return err
+		}
+		for _, r := range rows {
+			out = append(out, r.row())
+		}
+		return nil
+	})
+	return out, err
+}
+
+func lockAdjustments(ctx context.Context, q querier, keys []driver.WindowKey, images bool) ([]driver.AdjustmentRow, error) {
+	var out []driver.AdjustmentRow
+	cols := adjustmentColumns
+	if !images {
+		cols = windowSumColumns
+	}
+	err := lockWindowKeys(ctx, q, tableAdjustments, cols, keys, func(sel func(dest any) error) error {
+		var rows []adjustmentRowSQL
+		if err := sel(&rows); err != nil {
+			return err
+		}
+		for _, r := range rows {
+			out = append(out, r.row())
+		}
+		return nil
+	})
+	return out, err
+}
+
+// lockWindowKeys runs the locking reads of window keys in table, as many
+// statements as the budget needs, each read by scan.
+func lockWindowKeys(ctx context.Context, q querier, table, columns string, keys []driver.WindowKey, scan func(sel func(dest any) error) error) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	return stmt.Split(len(keys), 256, q.MaxStatementBytes(), func(i int) int { return stmt.ArgBytes(keys[i].Account) + 80 }, func(start, end int) error {
 		part := keys[start:end]
 		args := make([]any, 0, 3*len(part))
 		for _, k := range part {
 			args = append(args, k.Account, k.Currency, k.Start.UTC())
 		}
-		var rows []struct {
-			Account  []byte    `db:"account_id"`
-			Currency string    `db:"currency"`
-			Start    time.Time `db:"window_start"`
-			Amount   int64     `db:"amount_minor"`
-			Count    int64     `db:"event_count"`
-		}
-		q2 := `SELECT account_id, currency, window_start, amount_minor, event_count FROM ` + table + ` FORCE INDEX (PRIMARY) WHERE (account_id, currency, window_start) IN (` +
+		q2 := `SELECT ` + columns + ` FROM ` + table + ` FORCE INDEX (PRIMARY) WHERE (account_id, currency, window_start) IN (` +
 			strings.Repeat("(?,?,?),", len(part)-1) + `(?,?,?)) FOR UPDATE`
-		if err := q.Select(ctx, &rows, q2, args...); err != nil {
-			return err
-		}
-		for _, r := range rows {
-			out = append(out, driver.WindowSum{WindowKey: driver.WindowKey{Account: string(r.Account), Currency: r.Currency, Start: r.Start.UTC()},
-				Amount: r.Amount, Count: r.Count})
-		}
-		return nil
+		return scan(func(dest any) error { return q.Select(ctx, dest, q2, args...) })
 	})
-	return out, err
+}
+
+// The columns of each sums table, as read whole, and their rows as the
+// driver scans them.
+const (
+	balanceColumns    = `account_id, currency, balance_minor, event_count, updated_at`
+	windowColumns     = `account_id, currency, window_start, amount_minor, event_count, updated_at, closed_at`
+	adjustmentColumns = `account_id, currency, window_start, amount_minor, event_count, updated_at, checkpoint_id`
+	// Without images (Options.Images), what the checkpoint needs: the
+	// sums, and the keys of the rows sealed.
+	balanceSumColumns = `account_id, currency, balance_minor, event_count`
+	windowSumColumns  = `account_id, currency, window_start, amount_minor, event_count`
+	windowKeyColumns  = `account_id, currency, window_start`
+)
+
+type balanceRowSQL struct {
+	Account   []byte    `db:"account_id"`
+	Currency  string    `db:"currency"`
+	Amount    int64     `db:"balance_minor"`
+	Count     int64     `db:"event_count"`
+	UpdatedAt time.Time `db:"updated_at"`
+}
+
+func (r balanceRowSQL) row() driver.BalanceRow {
+	return driver.BalanceRow{BalanceKey: driver.BalanceKey{Account: string(r.Account), Currency: r.Currency}, Amount: r.Amount, Count: r.Count,
+		UpdatedAt: r.UpdatedAt.UTC()}
+}
+
+type windowRowSQL struct {
+	Account   []byte       `db:"account_id"`
+	Currency  string       `db:"currency"`
+	Start     time.Time    `db:"window_start"`
+	Amount    int64        `db:"amount_minor"`
+	Count     int64        `db:"event_count"`
+	UpdatedAt time.Time    `db:"updated_at"`
+	ClosedAt  sql.NullTime `db:"closed_at"`
+}
+
+func (r windowRowSQL) row() driver.WindowRow {
+	return driver.WindowRow{WindowKey: driver.WindowKey{Account: string(r.Account), Currency: r.Currency, Start: r.Start.UTC()},
+		Amount: r.Amount, Count: r.Count, UpdatedAt: r.UpdatedAt.UTC(), ClosedAt: utcOrZero(r.ClosedAt)}
+}
+
+type adjustmentRowSQL struct {
+	Account    []byte    `db:"account_id"`
+	Currency   string    `db:"currency"`
+	Start      time.Time `db:"window_start"`
+	Amount     int64     `db:"amount_minor"`
+	Count      int64     `db:"event_count"`
+	UpdatedAt  time.Time `db:"updated_at"`
+	Checkpoint []byte    `db:"checkpoint_id"`
+}
+
+func (r adjustmentRowSQL) row() driver.AdjustmentRow {
+	return driver.AdjustmentRow{WindowKey: driver.WindowKey{Account: string(r.Account), Currency: r.Currency, Start: r.Start.UTC()},
+		Amount: r.Amount, Count: r.Count, UpdatedAt: r.UpdatedAt.UTC(), Checkpoint: string(r.Checkpoint)}
+}
+
+func utcOrZero(t sql.NullTime) time.Time {
+	if !t.Valid {
+		return time.Time{}
+	}
+	return t.Time.UTC()
 }

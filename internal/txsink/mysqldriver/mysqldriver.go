@@ -54,6 +54,10 @@ type Options struct {
 	// ledger entries), apart from the other so that cleanup never takes
 	// a connection a checkpoint needs; DefaultCleanupConns when 0.
 	CleanupConns int
+	// Images: the locking reads and the sealing read whole rows (the
+	// changelog's before images, CHANGELOG_TOPIC_PREFIX); without it they
+	// read only the columns the checkpoint needs, as before the changelog.
+	Images bool
 }
 
 // Driver is the servers of one ledger, the control server first.
@@ -137,6 +141,7 @@ type Server struct {
 	// budget bounds one statement (package stmt): half the smaller of the
 	// server's and the client's max_allowed_packet.
 	budget atomic.Int64
+	images bool // Options.Images
 }
 
 var _ driver.Server = (*Server)(nil)
@@ -155,7 +160,7 @@ func openServer(ctx context.Context, i int, dsn string, opts Options) (*Server, 
 		_ = db.Close()
 		return nil, err
 	}
-	s := &Server{index: i, db: db, cleanup: cleanup, clientMax: mc.MaxAllowedPacket}
+	s := &Server{index: i, db: db, cleanup: cleanup, clientMax: mc.MaxAllowedPacket, images: opts.Images}
 	fail := func(err error) (*Server, error) {
 		_ = db.Close()
 		_ = cleanup.Close()

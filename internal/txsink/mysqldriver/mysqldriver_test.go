@@ -94,7 +94,7 @@ const lockWait = time.Second
 
 func open(ctx context.Context, t *testing.T, dsn string) *mysqldriver.Driver {
 	t.Helper()
-	d, err := mysqldriver.Open(ctx, []string{dsn}, mysqldriver.Options{LockWaitTimeout: lockWait})
+	d, err := mysqldriver.Open(ctx, []string{dsn}, mysqldriver.Options{LockWaitTimeout: lockWait, Images: true})
 	if err != nil {
 		t.Fatal(err)
 	}

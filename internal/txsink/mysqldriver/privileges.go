@@ -27,6 +27,7 @@ const (
 	FeatureClosing   = driver.FeatureClosing
 	FeatureEntries   = driver.FeatureEntries
 	FeatureRetention = driver.FeatureRetention
+	FeatureChangelog = driver.FeatureChangelog
 )
 
 // Privileges.
@@ -62,7 +63,7 @@ var access = []TableAccess{
 	// Dead letters: an upsert (a replay keeps the stored row); the
 	// sampler counts those waiting.
 	{"dead_letters", Select, FeatureAlways}, {"dead_letters", Insert, FeatureAlways}, {"dead_letters", Update, FeatureAlways},
-	// Dedup keys, a table per generation in rotation (migration 00010;
+	// Dedup keys, a table per generation in rotation (migration 00008;
 	// dedup_keys is generation 0's): lookups, the claim's upsert and its
 	// locking reads of earlier generations, unclaims, replacement of
 	// expired keys, and the upkeep's TRUNCATE of a table whose keys have
@@ -98,6 +99,16 @@ var access = []TableAccess{
 	{"commit_sequence", Select, FeatureAlways}, {"commit_sequence", Update, FeatureAlways},
 	{"checkpoint_commits", Select, FeatureAlways}, {"checkpoint_commits", Insert, FeatureAlways}, {"checkpoint_commits", Update, FeatureAlways},
 	{"checkpoint_commits", Delete, FeatureAlways},
+	// The changelog (migration 00007): every checkpoint writes its changes
+	// to the outbox in its branches; the publisher reads and deletes them
+	// and scans the result tables for the snapshot (SELECT, declared
+	// above); the changelog's state is enabled (an insert), leased,
+	// raised, disabled (a delete, by billing changelog off), and read by
+	// every instance. Every decision reads commit_sequence's flag (its
+	// UPDATE, declared above).
+	{"changelog_outbox", Select, FeatureChangelog}, {"changelog_outbox", Insert, FeatureChangelog}, {"changelog_outbox", Delete, FeatureChangelog},
+	{"changelog_state", Select, FeatureAlways}, {"changelog_state", Insert, FeatureChangelog}, {"changelog_state", Update, FeatureChangelog},
+	{"changelog_state", Delete, FeatureChangelog},
 	// The ledger's period settings (migration 00005, package periods):
 	// read at start and after every claim, stored by the first instance.
 	{"ledger_periods", Select, FeatureAlways}, {"ledger_periods", Insert, FeatureAlways},

@@ -176,7 +176,7 @@ func TestAccessFollowsTheFeatures(t *testing.T) {
 	if !has(entries, "ledger_entries", Insert) || has(entries, "ledger_entries", Delete) {
 		t.Errorf("LEDGER_ENTRIES alone: %v", entries)
 	}
-	all := Access(map[Feature]bool{FeatureEntries: true, FeatureRetention: true, FeatureClosing: true})
+	all := Access(map[Feature]bool{FeatureEntries: true, FeatureRetention: true, FeatureClosing: true, FeatureChangelog: true})
 	if !slices.Equal(all, AllAccess()) {
 		t.Errorf("every feature on: %v, want the whole declaration", all)
 	}

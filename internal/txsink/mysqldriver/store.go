@@ -70,16 +70,16 @@ func (t tables) ReplaceKeys(ctx context.Context, g driver.Generation, keys []dri
 	return replaceKeys(ctx, t.c, g, keys, now)
 }
 
-func (t tables) LockBalances(ctx context.Context, keys []driver.BalanceKey) ([]driver.Balance, error) {
-	return lockBalances(ctx, t.c, keys)
+func (t tables) LockBalances(ctx context.Context, keys []driver.BalanceKey) ([]driver.BalanceRow, error) {
+	return lockBalances(ctx, t.c, keys, t.c.sv.images)
 }
 
-func (t tables) LockWindows(ctx context.Context, keys []driver.WindowKey) ([]driver.WindowSum, error) {
-	return lockWindows(ctx, t.c, tableWindows, keys)
+func (t tables) LockWindows(ctx context.Context, keys []driver.WindowKey) ([]driver.WindowRow, error) {
+	return lockWindows(ctx, t.c, keys, t.c.sv.images)
 }
 
-func (t tables) LockAdjustments(ctx context.Context, keys []driver.WindowKey) ([]driver.WindowSum, error) {
-	return lockWindows(ctx, t.c, tableAdjustments, keys)
+func (t tables) LockAdjustments(ctx context.Context, keys []driver.WindowKey) ([]driver.AdjustmentRow, error) {
+	return lockAdjustments(ctx, t.c, keys, t.c.sv.images)
 }
 
 func (t tables) WriteBalances(ctx context.Context, rows []driver.Balance, now time.Time) error {
@@ -102,8 +102,12 @@ func (t tables) WriteDeadLetters(ctx context.Context, topic, checkpoint string, 
 	return writeDeadLetters(ctx, t.c, topic, checkpoint, letters, now)
 }
 
-func (t tables) SealWindows(ctx context.Context, from, to time.Time, max int, now time.Time) (int, bool, error) {
-	return sealWindows(ctx, t.c, from, to, max, now)
+func (t tables) SealWindows(ctx context.Context, from, to time.Time, max int, now time.Time) ([]driver.WindowRow, bool, error) {
+	return sealWindows(ctx, t.c, from, to, max, now, t.c.sv.images)
+}
+
+func (t tables) WriteOutbox(ctx context.Context, checkpoint string, participant int, blobs [][]byte, counts []int, now time.Time) error {
+	return writeOutbox(ctx, t.c, checkpoint, participant, blobs, counts, now)
 }
 
 // LookupKeys reads the stored dedup keys of ids on db, a pool of one of a

@@ -156,6 +156,16 @@ func (v *View) CommitLog(ctx context.Context) (driver.CommitLogState, bool, erro
 	return c, true, nil
 }
 
+// Changelog reads the changelog state (Control.Changelog); off on a
+// ledger without the changelog's tables.
+func (v *View) Changelog(ctx context.Context) (driver.ChangelogState, error) {
+	st, err := readChangelog(ctx, v.db())
+	if NoSuchTable(err) { // before migration 00007
+		return driver.ChangelogState{}, nil
+	}
+	return st, err
+}
+
 // EventTime reads the frontier and the scope's rows (Control.EventTime).
 func (v *View) EventTime(ctx context.Context, s driver.Scope) (driver.Frontier, []driver.Stored, error) {
 	return v.control.EventTime(ctx, s)

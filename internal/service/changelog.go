@@ -1,0 +1,88 @@
+package service
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/billing/ledger/internal/buildinfo"
+	"github.com/billing/ledger/internal/config"
+	"github.com/billing/ledger/internal/failpoint"
+	"github.com/billing/ledger/internal/metrics"
+	"github.com/billing/ledger/internal/publisher"
+)
+
+// changelogParts are the changelog's parts of one instance (issue 20,
+// docs/changelog.md): every instance watches the backlog (it holds the
+// checkpoints when full) and runs a publisher, which publishes while it
+// holds the ledger's lease.
+type changelogParts struct {
+	backlog *publisher.Backlog
+	pub     *publisher.Publisher
+}
+
+// PublisherConfig is the changelog publisher's configuration (the caller
+// sets the ledger, the instance and the failpoints).
+func PublisherConfig(cfg config.Config, c *conns, log *slog.Logger) publisher.Config {
+	return publisher.Config{Prefix: cfg.ChangelogTopicPrefix, Version: buildinfo.Get().Version, KafkaOpts: c.kopts,
+		Partitions: int32(cfg.ChangelogTopicPartitions), Replication: int16(cfg.ChangelogTopicReplication),
+		MaxEvents: cfg.ChangelogTxnMaxEvents, TxnTimeout: cfg.ChangelogTxnTimeout, Lease: cfg.ChangelogLease, Logger: log}
+}
+
+// openChangelog turns the ledger's changelog on, or checks it is on with
+// this prefix (publisher.Enable), before the pipeline starts; nil without
+// CHANGELOG_TOPIC_PREFIX.
+func openChangelog(ctx context.Context, cfg config.Config, c *conns, l *Ledger, fps *failpoint.Set, log *slog.Logger) (*changelogParts, error) {
+	if cfg.ChangelogTopicPrefix == "" {
+		return nil, nil
+	}
+	var tables []publisher.Tables
+	var servers []publisher.Server
+	for i := range l.Driver.Len() {
+		tables, servers = append(tables, l.Driver.Server(i)), append(servers, l.Driver.Server(i))
+	}
+	control := l.Driver.Control()
+	st, err := publisher.Enable(ctx, control, tables, cfg.ChangelogTopicPrefix, l.Clock.Now())
+	if err != nil {
+		return nil, err
+	}
+	log.Info("changelog on", "prefix", st.Prefix, "from", st.From, "published", st.Published, "enabled_at", st.EnabledAt)
+	pcfg := PublisherConfig(cfg, c, log)
+	pcfg.Ledger, pcfg.Instance, pcfg.Failpoints = l.Sink.Ledger(), l.Sink.Instance(), fps
+	return &changelogParts{
+		backlog: publisher.NewBacklog(control, int64(cfg.ChangelogMaxBacklog), time.Second, log),
+		pub:     publisher.New(pcfg, control, servers),
+	}, nil
+}
+
+// register adds the changelog's gauges to the instance's metrics; they
+// stay 0 without the changelog (cp nil), so that rules and dashboards
+// find them on every instance.
+func (cp *changelogParts) register(m *metrics.Metrics) {
+	if cp == nil {
+		cp = &changelogParts{backlog: publisher.NewBacklog(nil, 1, 0, nil)}
+	}
+	gauge := func(name, help string, v func() float64) {
+		m.Registry().MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "billing", Name: name, Help: help}, v))
+	}
+	gauge("changelog_backlog_checkpoints", "Checkpoints committed and not yet published to the changelog (by MySQL's published hint).",
+		func() float64 { return float64(cp.backlog.Behind()) })
+	gauge("changelog_lag_seconds", "Age of the oldest committed checkpoint not yet published to the changelog (0: none).",
+		func() float64 { return cp.backlog.Lag().Seconds() })
+	gauge("changelog_backlog_full", "1 while the changelog's backlog is at CHANGELOG_MAX_BACKLOG and checkpoints are held.",
+		func() float64 {
+			if cp.backlog.Hold() != "" {
+				return 1
+			}
+			return 0
+		})
+	gauge("changelog_publishing", "1 while this instance holds the changelog's lease and publishes.",
+		func() float64 {
+			if cp.pub != nil && cp.pub.Active() {
+				return 1
+			}
+			return 0
+		})
+}
