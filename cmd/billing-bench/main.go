@@ -546,7 +546,9 @@ func measure(ctx context.Context, o *options, v variant, mode, runID, topic, exp
 		}
 	}
 	if svc || mode == modeNaive {
-		spec.LiveTopic = topic + "-live-" + short
+		// Named by run and repetition: with -keep, or an existing -topic
+		// measured again, a live topic from before must not be reused.
+		spec.LiveTopic = fmt.Sprintf("%s-live-%s-%s-%d", topic, short, runID, rep)
 		if err := createTopic(ctx, adm, spec.LiveTopic, len(ends)); err != nil {
 			return fail(err)
 		}
