@@ -58,6 +58,7 @@ type options struct {
 	topic            string
 	expected         string
 	repeat           int
+	packet           int64 // -max-allowed-packet: the server's global for the run, 0 to leave it
 	memLimit         int64
 	admin2           string // a second server, for the two-servers variant
 	load             int    // busy cores of background load during measurements
@@ -128,7 +129,8 @@ func main() {
 	flag.BoolVar(&o.profile, "profile", false, "write CPU and heap profiles of the naive and service catch-up")
 	flag.BoolVar(&o.keep, "keep", false, "keep topics and databases")
 	flag.Int64Var(&o.memLimit, "service-memlimit", service.DefaultMemoryLimit, "Go soft memory limit of the service mode in bytes unless GOMEMLIMIT is set, as cmd/billing sets it (0: none)")
-	flag.IntVar(&o.repeat, "repeat", 1, "measure every mode this many times, interleaved; the table shows the median run and the range")
+	flag.IntVar(&o.repeat, "repeat", 2, "measure every mode this many times, interleaved; the table shows the median run and the range, and every ratio's range over the repetitions")
+	packet := flag.String("max-allowed-packet", "", "set the MySQL server's global max_allowed_packet for the run and restore it at the end, e.g. 1M or 64M (the service sizes its statements from it; default: leave it)")
 	flag.StringVar(&o.topic, "topic", "", "measure an existing topic (kept) instead of producing one, e.g. from an earlier -keep run; needs -expected and one variant")
 	flag.StringVar(&o.expected, "expected", "", "billing-gen's expected ledger of -topic")
 	flag.StringVar(&o.admin2, "mysql2-dsn", envOr("MYSQL2_DSN", "root:root@tcp(127.0.0.1:3307)/"), "admin DSN of a second server, for the two-servers variant (env MYSQL2_DSN)")
@@ -188,6 +190,12 @@ func main() {
 	}
 	if o.repeat < 1 || o.repeat > 20 {
 		fatalf("-repeat must be 1..20")
+	}
+	if *packet != "" {
+		var err error
+		if o.packet, err = parsePacket(*packet); err != nil {
+			fatalf("-max-allowed-packet: %v", err)
+		}
 	}
 	if o.topic != "" && (o.expected == "" || len(o.variants) != 1) {
 		fatalf("-topic needs -expected and exactly one variant")
@@ -296,6 +304,13 @@ func run(ctx context.Context, o *options) error {
 	defer os.RemoveAll(tmp)
 	if o.gen, err = findGenerator(o.gen, tmp); err != nil {
 		return err
+	}
+	if o.packet > 0 {
+		restore, err := setServerPacket(ctx, o.admin, o.packet)
+		if err != nil {
+			return err
+		}
+		defer restore()
 	}
 	adm, kcl, err := kafkaAdmin(o.brokers)
 	if err != nil {
@@ -532,7 +547,9 @@ func measure(ctx context.Context, o *options, v variant, mode, runID, topic, exp
 		}
 	}
 	if svc || mode == modeNaive {
-		spec.LiveTopic = topic + "-live-" + short
+		// Named by run and repetition: with -keep, or an existing -topic
+		// measured again, a live topic from before must not be reused.
+		spec.LiveTopic = fmt.Sprintf("%s-live-%s-%s-%d", topic, short, runID, rep)
 		if err := createTopic(ctx, adm, spec.LiveTopic, len(ends)); err != nil {
 			return fail(err)
 		}
