@@ -61,6 +61,7 @@ type options struct {
 	topic            string
 	expected         string
 	repeat           int
+	packet           int64 // -max-allowed-packet: the server's global for the run, 0 to leave it
 	memLimit         int64
 	admin2           string // a second server, for the two-servers variant
 	load             int    // busy cores of background load during measurements
@@ -75,8 +76,9 @@ type variant struct {
 	accounts  int
 	cacheKeys int   // DEDUP_CACHE_KEYS override, 0 = the service's
 	preload   int64 // dedup keys inserted before the run
-	// steady: the child stores as many keys as the run inserts and makes
-	// them expire as fast as the run inserts keys (steady.go).
+	// steady: the child stores as many keys as the run inserts in the
+	// previous generation's table, and as many expired ones in the table
+	// the upkeep empties during the run (steady.go).
 	steady bool
 	// shard: the ledger spans two servers (MYSQL_SHARD_DSNS on -mysql2-dsn).
 	shard bool
@@ -138,7 +140,8 @@ func main() {
 	flag.BoolVar(&o.profile, "profile", false, "write CPU and heap profiles of the naive and service catch-up")
 	flag.BoolVar(&o.keep, "keep", false, "keep topics and databases")
 	flag.Int64Var(&o.memLimit, "service-memlimit", service.DefaultMemoryLimit, "Go soft memory limit of the service mode in bytes unless GOMEMLIMIT is set, as cmd/billing sets it (0: none)")
-	flag.IntVar(&o.repeat, "repeat", 1, "measure every mode this many times, interleaved; the table shows the median run and the range")
+	flag.IntVar(&o.repeat, "repeat", 2, "measure every mode this many times, interleaved; the table shows the median run and the range, and every ratio's range over the repetitions")
+	packet := flag.String("max-allowed-packet", "", "set the MySQL server's global max_allowed_packet for the run and restore it at the end, e.g. 1M or 64M (the service sizes its statements from it; default: leave it)")
 	flag.StringVar(&o.topic, "topic", "", "measure an existing topic (kept) instead of producing one, e.g. from an earlier -keep run; needs -expected and one variant")
 	flag.StringVar(&o.expected, "expected", "", "billing-gen's expected ledger of -topic")
 	flag.StringVar(&o.admin2, "mysql2-dsn", envOr("MYSQL2_DSN", "root:root@tcp(127.0.0.1:3307)/"), "admin DSN of a second server, for the two-servers variant (env MYSQL2_DSN)")
@@ -198,6 +201,12 @@ func main() {
 	}
 	if o.repeat < 1 || o.repeat > 20 {
 		fatalf("-repeat must be 1..20")
+	}
+	if *packet != "" {
+		var err error
+		if o.packet, err = parsePacket(*packet); err != nil {
+			fatalf("-max-allowed-packet: %v", err)
+		}
 	}
 	if o.topic != "" && (o.expected == "" || len(o.variants) != 1) {
 		fatalf("-topic needs -expected and exactly one variant")
@@ -308,6 +317,13 @@ func run(ctx context.Context, o *options) error {
 	if o.gen, err = findGenerator(o.gen, tmp); err != nil {
 		return err
 	}
+	if o.packet > 0 {
+		restore, err := setServerPacket(ctx, o.admin, o.packet)
+		if err != nil {
+			return err
+		}
+		defer restore()
+	}
 	adm, kcl, err := kafkaAdmin(o.brokers)
 	if err != nil {
 		return err
@@ -334,7 +350,7 @@ func run(ctx context.Context, o *options) error {
 		"many-accounts": {name: "many-accounts", accounts: o.manyAcc, note: fmt.Sprintf("%d accounts", o.manyAcc)},
 		"steady-state": {name: "steady-state", accounts: o.accounts, steady: true,
 			env:  map[string]string{"DEDUP_CLEANUP_INTERVAL": "250ms"},
-			note: fmt.Sprintf("%d keys stored beforehand and made to expire as the catch-up inserts keys; DEDUP_CLEANUP_INTERVAL=250ms: keys are deleted as fast as they are inserted", o.events)},
+			note: fmt.Sprintf("%d live keys stored beforehand in the previous generation's table (every claim lock-reads it) and %d expired ones in the table the upkeep empties with one TRUNCATE during the run; DEDUP_CLEANUP_INTERVAL=250ms", o.events, o.events)},
 		"steady-state-entries": {name: "steady-state-entries", accounts: o.accounts, steady: true, tables: true,
 			env:  map[string]string{"DEDUP_CLEANUP_INTERVAL": "250ms", "LEDGER_ENTRIES": "true", "LEDGER_ENTRIES_RETENTION": "2s"},
 			note: "steady-state with LEDGER_ENTRIES=true and LEDGER_ENTRIES_RETENTION=2s: the rows of dedup_keys and ledger_entries are counted during the catch-up; both must stay bounded"},
@@ -588,7 +604,9 @@ func measure(ctx context.Context, o *options, v variant, mode, runID, topic, exp
 		}
 	}
 	if svc || mode == modeNaive {
-		spec.LiveTopic = topic + "-live-" + short
+		// Named by run and repetition: with -keep, or an existing -topic
+		// measured again, a live topic from before must not be reused.
+		spec.LiveTopic = fmt.Sprintf("%s-live-%s-%s-%d", topic, short, runID, rep)
 		if err := createTopic(ctx, adm, spec.LiveTopic, len(ends)); err != nil {
 			return fail(err)
 		}
@@ -731,7 +749,7 @@ func check(ctx context.Context, o *options, dbName, expected, topic string) stri
 }
 
 func steadyLine(r childResult) string {
-	return fmt.Sprintf("%d keys deleted while %d were inserted (%.2f per insert)", r.SteadyDeleted, r.SteadyInserted, float64(r.SteadyDeleted)/float64(r.SteadyInserted))
+	return fmt.Sprintf("%d expired keys emptied while %d were inserted (%.2f per insert)", r.SteadyDeleted, r.SteadyInserted, float64(r.SteadyDeleted)/float64(r.SteadyInserted))
 }
 
 func oneLine(m measurement) string {

@@ -445,3 +445,56 @@ func settle(ctx context.Context, admin string, maxWait time.Duration) (waited ti
 	}
 	return time.Since(start), history, prepared, rows.Err()
 }
+
+// parsePacket reads a max_allowed_packet size: bytes, or a number with K,
+// M or G (binary units). The server accepts 1 KiB to 1 GiB in multiples of
+// 1 KiB; anything else is refused here rather than rounded there.
+func parsePacket(s string) (int64, error) {
+	mult := int64(1)
+	switch {
+	case strings.HasSuffix(s, "K"):
+		mult, s = 1<<10, strings.TrimSuffix(s, "K")
+	case strings.HasSuffix(s, "M"):
+		mult, s = 1<<20, strings.TrimSuffix(s, "M")
+	case strings.HasSuffix(s, "G"):
+		mult, s = 1<<30, strings.TrimSuffix(s, "G")
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n <= 0 || n > (1<<30)/mult {
+		return 0, fmt.Errorf("want a size from 1K to 1G, e.g. 1M")
+	}
+	if n *= mult; n%1024 != 0 {
+		return 0, fmt.Errorf("%d bytes is not a multiple of 1 KiB", n)
+	}
+	return n, nil
+}
+
+// setServerPacket sets the server's global max_allowed_packet for the run:
+// every connection opened after it (each measurement's service, naive job
+// and checks) sees it. restore sets the value found before, whatever
+// happens to the run.
+func setServerPacket(ctx context.Context, admin string, n int64) (restore func(), err error) {
+	db, err := adminDB(admin)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	var was int64
+	if err := db.QueryRowContext(ctx, "SELECT @@GLOBAL.max_allowed_packet").Scan(&was); err != nil {
+		return nil, fmt.Errorf("read max_allowed_packet: %w", err)
+	}
+	if _, err := db.ExecContext(ctx, fmt.Sprintf("SET GLOBAL max_allowed_packet = %d", n)); err != nil {
+		return nil, fmt.Errorf("set max_allowed_packet: %w", err)
+	}
+	fmt.Printf("max_allowed_packet: %d KiB for the run (was %d KiB)\n", n>>10, was>>10)
+	return func() {
+		db, err := adminDB(admin)
+		if err == nil {
+			_, err = db.Exec(fmt.Sprintf("SET GLOBAL max_allowed_packet = %d", was))
+			db.Close()
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "billing-bench: could not restore max_allowed_packet to %d: %v\n", was, err)
+		}
+	}, nil
+}
