@@ -94,7 +94,9 @@ demo:
 ## and against the naive at-least-once job, on the services `make services`
 ## starts (override KAFKA_BROKERS / MYSQL_DSN like `make test`). Variants
 ## default, large-state, many-accounts, steady-state, changelog and
-## three-instances (three service processes in one group), BENCH_EVENTS each
+## larger-than-memory (it shrinks the server's innodb_buffer_pool_size for its
+## measurements and restores it) and three-instances (three service processes
+## in one group), BENCH_EVENTS each
 ## (about 10 minutes at 1,000,000 on 2 cores; BENCH_EVENTS=200000 about 5). More
 ## flags through BENCH_FLAGS, e.g. BENCH_FLAGS='-variants default -profile
 ## -service-env MYSQL_BRANCHES=1'; `bin/billing-bench -h` lists them.

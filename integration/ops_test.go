@@ -737,12 +737,13 @@ func opsCreateUser(t *testing.T, admin *sql.DB, database string, privileges stri
 // TestLeastPrivilegeGrants: the grants documented in docs/operations.md
 // are enough and each is needed. The schema is migrated by an admin
 // (`billing migrate`); the service then runs as an account with only
-// SELECT, INSERT, UPDATE, DELETE on its database (+ XA_RECOVER_ADMIN on
-// MySQL 8), its password from MYSQL_PASSWORD_FILE: it counts a few events
-// and that account can run XA RECOVER. An account without DELETE is
-// stopped at start with a message naming the missing privilege, and the
-// DML-only account cannot migrate a fresh database (the decision to keep
-// DDL out of the service account) and is told what to do.
+// SELECT, INSERT, UPDATE, DELETE and DROP (TRUNCATE of the dedup key
+// tables whose keys have all expired) on its database (+ XA_RECOVER_ADMIN
+// on MySQL 8), its password from MYSQL_PASSWORD_FILE: it counts a few
+// events and that account can run XA RECOVER. An account without DELETE,
+// or without DROP, is stopped at start with a message naming the missing
+// privilege, and the service account cannot migrate a fresh database (the
+// decision to keep CREATE and ALTER out of it) and is told what to do.
 func TestLeastPrivilegeGrants(t *testing.T) {
 	e := newOpsEnv(t, 2)
 	admin, adminCfg := opsAdmin(t, e.dsn)
@@ -753,7 +754,8 @@ func TestLeastPrivilegeGrants(t *testing.T) {
 		t.Fatalf("billing migrate as admin: exit %d\n%s", code, out)
 	}
 
-	user, pass := opsCreateUser(t, admin, database, "SELECT, INSERT, UPDATE, DELETE")
+	const service = "SELECT, INSERT, UPDATE, DELETE, DROP"
+	user, pass := opsCreateUser(t, admin, database, service)
 	userCfg := adminCfg.Clone()
 	userCfg.User, userCfg.Passwd = user, ""
 	pwFile := filepath.Join(t.TempDir(), "mysql-password")
@@ -824,21 +826,23 @@ func TestLeastPrivilegeGrants(t *testing.T) {
 	}
 
 	// One grant short: refused at start, naming what is missing.
-	short, shortPass := opsCreateUser(t, admin, database, "SELECT, INSERT, UPDATE")
-	shortCfg := adminCfg.Clone()
-	shortCfg.User, shortCfg.Passwd = short, shortPass
-	p := testenv.Start(t, "billing without DELETE", e.bin, e.env(map[string]string{"MYSQL_DSN": shortCfg.FormatDSN()}))
-	if err := p.Wait(t, 2*time.Minute); err == nil {
-		t.Fatalf("service without DELETE kept running or exited 0:\n%s", p.Output())
-	}
-	if out := p.Output(); !strings.Contains(out, "lacks DELETE on") || !strings.Contains(out, "docs/operations.md") || strings.Contains(out, shortPass) {
-		t.Fatalf("want a clear error naming DELETE (and no password):\n%s", out)
+	for _, c := range []struct{ grants, missing string }{{"SELECT, INSERT, UPDATE, DROP", "DELETE"}, {"SELECT, INSERT, UPDATE, DELETE", "DROP"}} {
+		short, shortPass := opsCreateUser(t, admin, database, c.grants)
+		shortCfg := adminCfg.Clone()
+		shortCfg.User, shortCfg.Passwd = short, shortPass
+		p := testenv.Start(t, "billing without "+c.missing, e.bin, e.env(map[string]string{"MYSQL_DSN": shortCfg.FormatDSN()}))
+		if err := p.Wait(t, 2*time.Minute); err == nil {
+			t.Fatalf("service without %s kept running or exited 0:\n%s", c.missing, p.Output())
+		}
+		if out := p.Output(); !strings.Contains(out, "lacks "+c.missing+" on") || !strings.Contains(out, "docs/operations.md") || strings.Contains(out, shortPass) {
+			t.Fatalf("want a clear error naming %s (and no password):\n%s", c.missing, out)
+		}
 	}
 
 	// The DML-only account cannot create the schema of a fresh database.
 	fresh := testenv.NewDatabase(t)
 	freshCfg, _ := mysql.ParseDSN(fresh)
-	dml, dmlPass := opsCreateUser(t, admin, freshCfg.DBName, "SELECT, INSERT, UPDATE, DELETE")
+	dml, dmlPass := opsCreateUser(t, admin, freshCfg.DBName, service)
 	freshCfg.User, freshCfg.Passwd = dml, dmlPass
 	out, code = e.cli(t, map[string]string{"MYSQL_DSN": freshCfg.FormatDSN()}, "migrate")
 	if code != 1 || !strings.Contains(out, "billing migrate") || !strings.Contains(out, "CREATE") {

@@ -70,9 +70,9 @@ type childSpec struct {
 	MemLimit    int64             `json:"mem_limit"` // service mode: Go soft memory limit unless GOMEMLIMIT is set; 0: none
 	CPUProfile  string            `json:"cpu_profile"`
 	HeapProfile string            `json:"heap_profile"`
-	// SteadyKeys dedup keys are stored right before the catch-up and made
-	// to expire as the catch-up inserts keys (steady-state variant,
-	// steady.go).
+	// SteadyKeys dedup keys are stored right before the catch-up in the
+	// previous generation's table, and as many expired ones in the table
+	// the upkeep then empties (steady-state variant, steady.go).
 	SteadyKeys int64 `json:"steady_keys"`
 	// SampleTables are counted while the catch-up runs (the
 	// steady-state-entries variant, tables.go).
@@ -123,6 +123,9 @@ type childResult struct {
 	ChangelogLiveP50 float64 `json:"changelog_live_visible_p50_ms,omitempty"`
 	ChangelogLiveP99 float64 `json:"changelog_live_visible_p99_ms,omitempty"`
 	ChangelogLiveN   int     `json:"changelog_live_checkpoints_seen,omitempty"`
+
+	// IO: InnoDB's IO counters over the catch-up (iostats.go).
+	IO *innodbIO `json:"innodb,omitempty"`
 
 	PeakRSSMiB float64 `json:"peak_rss_mib"`
 	Err        string  `json:"error,omitempty"`
@@ -457,28 +460,26 @@ func sinkOnly(spec childSpec, cfg config.Config) (childResult, error) {
 	}
 	var steady *steadyKeys
 	if spec.SteadyKeys > 0 {
-		if steady, err = storeSteadyKeys(ctx, spec.DSN, spec.SteadyKeys); err != nil {
+		if steady, err = storeSteadyKeys(ctx, spec.DSN, spec.SteadyKeys, pc.DedupTTL); err != nil {
 			return res, err
 		}
 		defer steady.close()
 	}
-	// The cleanup (the janitor, the retention of ledger entries) runs
+	// The cleanup (the upkeep of the dedup keys' generations, the
+	// retention of ledger entries) runs
 	// beside the checkpoints, as in the service.
 	jctx, stopCleanup := context.WithCancel(ctx)
 	var cleanup sync.WaitGroup
 	defer cleanup.Wait()
 	defer stopCleanup()
-	cleanup.Go(func() { pipeline.Cleanup(jctx, pc, l.Driver.Stores(), cfg.MySQLBranches) })
+	cleanup.Go(func() { pipeline.Cleanup(jctx, pc, l.Sink, l.Driver.Stores()) })
 	bc, err := pipeline.NewCheckpointer(pc, l.Sink, l.Driver.Stores())
 	if err != nil {
 		return res, err
 	}
 	rt0, kinds0 := roundTrips.snapshot()
 	cpu := newCPUMeter(spec.Watch)
-	stopPacing := func() {}
-	if steady != nil {
-		stopPacing = steady.pace(col)
-	}
+	iom := newIOMeter(spec.DSN)
 	stopSampling, err := startSampling(spec)
 	if err != nil {
 		return res, err
@@ -519,7 +520,6 @@ func sinkOnly(spec childSpec, cfg config.Config) (childResult, error) {
 			slog.Warn("sink-only sealing checkpoint failed", "err", err)
 		}
 	}
-	stopPacing()
 	res.Tables = stopSampling()
 	if err := steadyResult(ctx, steady, col, &res); err != nil {
 		return res, err
@@ -527,6 +527,7 @@ func sinkOnly(spec childSpec, cfg config.Config) (childResult, error) {
 	res.Invalid = invalid()
 	res.CatchUpS = busy.Seconds()
 	res.CPU = cpu.cores()
+	res.IO = iom.done()
 	rt1, kinds1 := roundTrips.snapshot()
 	res.Records = col.total()
 	res.Failed = col.failed
@@ -690,15 +691,13 @@ func start(spec childSpec, cfg config.Config, topic, group string, col *collecto
 func streaming(spec childSpec, cfg config.Config, cmds <-chan string) (childResult, error) {
 	var res childResult
 	col := newCollector()
-	stopPacing := func() {}
 	var steady *steadyKeys
 	if spec.SteadyKeys > 0 && spec.Mode == modeService {
 		var err error
-		if steady, err = storeSteadyKeys(context.Background(), spec.DSN, spec.SteadyKeys); err != nil {
+		if steady, err = storeSteadyKeys(context.Background(), spec.DSN, spec.SteadyKeys, cfg.DedupTTL); err != nil {
 			return res, err
 		}
 		defer steady.close()
-		stopPacing = steady.pace(col)
 	}
 	stopSampling, err := startSampling(spec)
 	if err != nil {
@@ -706,6 +705,7 @@ func streaming(spec childSpec, cfg config.Config, cmds <-chan string) (childResu
 	}
 	stopProfile := startCPUProfile(spec.CPUProfile)
 	cpu := newCPUMeter(spec.Watch)
+	iom := newIOMeter(spec.DSN)
 	var mark startMark // storing the steady keys is not the catch-up's
 	mark.take()
 	vis, err := watchVisibility(cfg)
@@ -721,11 +721,11 @@ func streaming(spec childSpec, cfg config.Config, cmds <-chan string) (childResu
 	begin, rt0, kinds0 := mark.get()
 	res.CatchUpS = time.Since(begin).Seconds()
 	res.CPU = cpu.cores()
+	res.IO = iom.done()
 	if vis != nil {
 		time.Sleep(2 * time.Second) // the last checkpoints' transactions
 		res.ChangelogP50, res.ChangelogP99, res.ChangelogN = vis.take()
 	}
-	stopPacing()
 	res.Tables = stopSampling()
 	if err := steadyResult(context.Background(), steady, col, &res); err != nil {
 		return res, err

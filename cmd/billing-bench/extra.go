@@ -183,7 +183,7 @@ func decisionRate(ctx context.Context, o *options, db string, k int) (rate, p50,
 			for n := uint64(1); time.Now().Before(deadline); n++ {
 				t := time.Now()
 				tx := s.Begin(n)
-				if err := tx.Decide(ctx, []txsink.PartitionCut{{Partition: int32(i), Epoch: 1, NextOffset: int64(n)}}, nil); err != nil {
+				if err := tx.Decide(ctx, []txsink.PartitionCut{{Partition: int32(i), Epoch: 1, NextOffset: int64(n)}}, nil, nil); err != nil {
 					errs[i] = err
 					return
 				}

@@ -47,6 +47,9 @@ type options struct {
 	sinkChunk        int
 	lsCache          int
 	lsKeys           int64
+	ltmPool          int64 // the larger-than-memory variant's buffer pool, bytes
+	ltmKeys          int64 // and its stored keys
+	ltmOrdered       bool  // and its ids in production order instead of random
 	liveRate         float64
 	liveSeconds      time.Duration
 	timeout          time.Duration
@@ -58,6 +61,7 @@ type options struct {
 	topic            string
 	expected         string
 	repeat           int
+	packet           int64 // -max-allowed-packet: the server's global for the run, 0 to leave it
 	memLimit         int64
 	admin2           string // a second server, for the two-servers variant
 	load             int    // busy cores of background load during measurements
@@ -65,7 +69,6 @@ type options struct {
 	decisionsD       time.Duration
 	hostileEvents    int   // padded valid events of the hostile variant
 	hostileJunkEvery int   // one junk record of 1 MiB per this many of them
-	maxPacket        int64 // the server's max_allowed_packet for the run; 0: as it is
 }
 
 type variant struct {
@@ -73,8 +76,9 @@ type variant struct {
 	accounts  int
 	cacheKeys int   // DEDUP_CACHE_KEYS override, 0 = the service's
 	preload   int64 // dedup keys inserted before the run
-	// steady: the child stores as many keys as the run inserts and makes
-	// them expire as fast as the run inserts keys (steady.go).
+	// steady: the child stores as many keys as the run inserts in the
+	// previous generation's table, and as many expired ones in the table
+	// the upkeep empties during the run (steady.go).
 	steady bool
 	// shard: the ledger spans two servers (MYSQL_SHARD_DSNS on -mysql2-dsn).
 	shard bool
@@ -91,6 +95,11 @@ type variant struct {
 	// instances: the service mode runs this many service processes in
 	// one consumer group (instances.go).
 	instances int
+	// randomIDs: the workload's, the live phase's and the preloaded ids
+	// are random-looking UUIDs (billing-gen -random-ids); pool: the
+	// buffer pool of the variant's measurements (bigstate.go).
+	randomIDs bool
+	pool      poolSetting
 	env       map[string]string // service settings of the variant
 	note      string
 }
@@ -115,7 +124,7 @@ func main() {
 	flag.Float64Var(&o.zipfS, "zipf-s", 1.1, "Zipf skew of account popularity")
 	flag.Float64Var(&o.dupRatio, "dup-ratio", 0.05, "fraction of events sent twice")
 	flag.Uint64Var(&o.seed, "seed", 1, "generator seed")
-	flag.StringVar(&variants, "variants", "default,large-state,many-accounts,steady-state,changelog,three-instances", "workload variants to run: default, large-state, many-accounts, steady-state, steady-state-entries, two-servers, hostile, ledger-entries, closing, changelog, three-instances")
+	flag.StringVar(&variants, "variants", "default,large-state,many-accounts,steady-state,changelog,larger-than-memory,three-instances", "workload variants to run: default, large-state, many-accounts, steady-state, larger-than-memory, three-instances, steady-state-entries, two-servers, hostile, ledger-entries, closing, changelog")
 	flag.StringVar(&modes, "modes", "consume-only,sink-only,naive,service", "what to measure per variant")
 	flag.StringVar(&serviceEnv, "service-env", "", "service settings over its defaults, e.g. MYSQL_BRANCHES=1,CHECKPOINT_MAX_RECORDS=20000")
 	flag.IntVar(&o.naiveBatch, "naive-batch", 0, "naive batch size (default: the service's CHECKPOINT_MAX_RECORDS)")
@@ -123,6 +132,9 @@ func main() {
 	flag.IntVar(&o.sinkChunk, "sink-chunk", 0, "records per checkpoint in sink-only (default: twice CHECKPOINT_MAX_RECORDS, the size the service's checkpoints reach in a backlog)")
 	flag.IntVar(&o.lsCache, "large-state-cache", 10_000, "DEDUP_CACHE_KEYS of the large-state variant")
 	flag.Int64Var(&o.lsKeys, "large-state-keys", 2_000_000, "dedup keys already stored when the large-state variant starts")
+	flag.Int64Var(&o.ltmPool, "ltm-pool", 32<<20, "innodb_buffer_pool_size (bytes) of the larger-than-memory variant's measurements; the server's own is restored after it")
+	flag.Int64Var(&o.ltmKeys, "ltm-keys", 4_000_000, "dedup keys (random UUIDs) stored before each measurement of the larger-than-memory variant: at least 10 × -ltm-pool of table")
+	flag.BoolVar(&o.ltmOrdered, "ltm-ordered", false, "larger-than-memory variant with billing-gen's ordered ids (e-<seed>-<n>) and the stored keys in a region of their own, as ids in time order are: the A/B of the key layout")
 	flag.Float64Var(&o.liveRate, "live-rate", 5000, "records/s produced during the live (latency) phase")
 	flag.DurationVar(&o.liveSeconds, "live-duration", 15*time.Second, "length of the live phase")
 	flag.DurationVar(&o.timeout, "timeout", 5*time.Minute, "bound on each phase of each measurement")
@@ -131,7 +143,8 @@ func main() {
 	flag.BoolVar(&o.profile, "profile", false, "write CPU and heap profiles of the naive and service catch-up")
 	flag.BoolVar(&o.keep, "keep", false, "keep topics and databases")
 	flag.Int64Var(&o.memLimit, "service-memlimit", service.DefaultMemoryLimit, "Go soft memory limit of the service mode in bytes unless GOMEMLIMIT is set, as cmd/billing sets it (0: none)")
-	flag.IntVar(&o.repeat, "repeat", 1, "measure every mode this many times, interleaved; the table shows the median run and the range")
+	flag.IntVar(&o.repeat, "repeat", 2, "measure every mode this many times, interleaved; the table shows the median run and the range, and every ratio's range over the repetitions")
+	packet := flag.String("max-allowed-packet", "", "set the MySQL server's global max_allowed_packet for the run and restore it at the end, e.g. 1M or 64M (the service sizes its statements from it; default: leave it)")
 	flag.StringVar(&o.topic, "topic", "", "measure an existing topic (kept) instead of producing one, e.g. from an earlier -keep run; needs -expected and one variant")
 	flag.StringVar(&o.expected, "expected", "", "billing-gen's expected ledger of -topic")
 	flag.StringVar(&o.admin2, "mysql2-dsn", envOr("MYSQL2_DSN", "root:root@tcp(127.0.0.1:3307)/"), "admin DSN of a second server, for the two-servers variant (env MYSQL2_DSN)")
@@ -141,7 +154,6 @@ func main() {
 	flag.DurationVar(&o.decisionsD, "decisions-duration", 5*time.Second, "length of each decision-rate measurement")
 	flag.IntVar(&o.hostileEvents, "hostile-events", 20_000, "hostile variant: valid events padded to just under MAX_PAYLOAD_BYTES")
 	flag.IntVar(&o.hostileJunkEvery, "hostile-junk-every", 40, "hostile variant: one junk record of 1 MiB per this many events")
-	flag.Int64Var(&o.maxPacket, "max-allowed-packet", 0, "set the server's GLOBAL max_allowed_packet to this many bytes for the run and restore it after (0: leave it)")
 	flag.Parse()
 	for _, d := range splitList(decisions) {
 		n, err := strconv.Atoi(d)
@@ -192,6 +204,12 @@ func main() {
 	}
 	if o.repeat < 1 || o.repeat > 20 {
 		fatalf("-repeat must be 1..20")
+	}
+	if *packet != "" {
+		var err error
+		if o.packet, err = parsePacket(*packet); err != nil {
+			fatalf("-max-allowed-packet: %v", err)
+		}
 	}
 	if o.topic != "" && (o.expected == "" || len(o.variants) != 1) {
 		fatalf("-topic needs -expected and exactly one variant")
@@ -275,7 +293,8 @@ type measurement struct {
 	Mode    string      `json:"mode"`
 	Rep     int         `json:"repetition"`
 	Result  childResult `json:"result"`
-	Ledger  string      `json:"ledger,omitempty"` // check after the catch-up
+	Ledger  string      `json:"ledger,omitempty"`      // check after the catch-up
+	State   *stateInfo  `json:"dedup_state,omitempty"` // the larger-than-memory variant's (bigstate.go)
 	Err     string      `json:"error,omitempty"`
 	WallS   float64     `json:"wall_s"`
 	// Instances: the service as several processes (instances.go).
@@ -303,6 +322,13 @@ func run(ctx context.Context, o *options) error {
 	if o.gen, err = findGenerator(o.gen, tmp); err != nil {
 		return err
 	}
+	if o.packet > 0 {
+		restore, err := setServerPacket(ctx, o.admin, o.packet)
+		if err != nil {
+			return err
+		}
+		defer restore()
+	}
 	adm, kcl, err := kafkaAdmin(o.brokers)
 	if err != nil {
 		return err
@@ -314,13 +340,6 @@ func run(ctx context.Context, o *options) error {
 
 	if len(o.decisions) > 0 {
 		return decisionRates(ctx, o)
-	}
-	if o.maxPacket > 0 {
-		restore, err := setMaxPacket(ctx, o.admin, o.maxPacket)
-		if err != nil {
-			return err
-		}
-		defer restore()
 	}
 	if o.load > 0 {
 		stopLoad, err := backgroundLoad(o.load)
@@ -336,7 +355,7 @@ func run(ctx context.Context, o *options) error {
 		"many-accounts": {name: "many-accounts", accounts: o.manyAcc, note: fmt.Sprintf("%d accounts", o.manyAcc)},
 		"steady-state": {name: "steady-state", accounts: o.accounts, steady: true,
 			env:  map[string]string{"DEDUP_CLEANUP_INTERVAL": "250ms"},
-			note: fmt.Sprintf("%d keys stored beforehand and made to expire as the catch-up inserts keys; DEDUP_CLEANUP_INTERVAL=250ms: keys are deleted as fast as they are inserted", o.events)},
+			note: fmt.Sprintf("%d live keys stored beforehand in the previous generation's table (every claim lock-reads it) and %d expired ones in the table the upkeep empties with one TRUNCATE during the run; DEDUP_CLEANUP_INTERVAL=250ms", o.events, o.events)},
 		"steady-state-entries": {name: "steady-state-entries", accounts: o.accounts, steady: true, tables: true,
 			env:  map[string]string{"DEDUP_CLEANUP_INTERVAL": "250ms", "LEDGER_ENTRIES": "true", "LEDGER_ENTRIES_RETENTION": "2s"},
 			note: "steady-state with LEDGER_ENTRIES=true and LEDGER_ENTRIES_RETENTION=2s: the rows of dedup_keys and ledger_entries are counted during the catch-up; both must stay bounded"},
@@ -349,6 +368,9 @@ func run(ctx context.Context, o *options) error {
 			note: "CHANGELOG_TOPIC_PREFIX set: every change published to Kafka exactly once (docs/changelog.md); the service only, beside the same service without it (service-plain)"},
 		"three-instances": {name: "three-instances", accounts: o.accounts, instances: 3,
 			note: "the service as three processes in one consumer group on one backlog and one ledger (repeats of an event on two partitions: two instances claim one key); aborted checkpoints by cause"},
+		"larger-than-memory": {name: "larger-than-memory", accounts: o.accounts, preload: o.ltmKeys, randomIDs: !o.ltmOrdered,
+			pool: poolSetting{measure: o.ltmPool, preload: 1 << 30},
+			note: fmt.Sprintf("innodb_buffer_pool_size %d MiB, %d dedup keys stored beforehand; %s", o.ltmPool>>20, o.ltmKeys, map[bool]string{false: "random UUID event ids (billing-gen -random-ids), the stored keys' of the same shape", true: "-ltm-ordered: billing-gen's ordered ids, the stored keys in a region of their own"}[o.ltmOrdered])},
 		"hostile": {name: "hostile", accounts: 1000, hostile: true,
 			note: fmt.Sprintf("%d valid events padded to MAX_PAYLOAD_BYTES, one junk record of 1 MiB per %d; service mode only", o.hostileEvents, o.hostileJunkEvery)},
 	}
@@ -427,6 +449,15 @@ func runVariant(ctx context.Context, o *options, v variant, runID string, adm *k
 		fmt.Printf("   %d records in %s (%.0f records/s)\n", total, d.Round(time.Millisecond), float64(total)/d.Seconds())
 	}
 
+	if v.pool.measure > 0 {
+		orig, restore, err := shrinkPool(ctx, o.admin, v.pool.measure)
+		if err != nil {
+			return info, nil, err
+		}
+		defer restore()
+		v.pool.preload = max(v.pool.preload, orig)
+		fmt.Printf("   innodb_buffer_pool_size %d MiB for the variant (the server's %d MiB restored after it; %d MiB while keys are preloaded)\n", v.pool.measure>>20, orig>>20, v.pool.preload>>20)
+	}
 	env := map[string]string{}
 	for k, val := range v.env {
 		env[k] = val
@@ -516,10 +547,43 @@ func measure(ctx context.Context, o *options, v variant, mode, runID, topic, exp
 		}
 		if v.preload > 0 && (mode == modeSink || svc) {
 			t := time.Now()
-			if err := preloadDedupKeys(ctx, o.admin, dbName, v.preload, o.svc.DedupTTL); err != nil {
+			if v.pool.preload > 0 {
+				if _, err := setBufferPool(ctx, o.admin, v.pool.preload); err != nil {
+					return fail(err)
+				}
+			}
+			if err := preloadDedupKeys(ctx, o.admin, dbName, v.preload, o.svc.DedupTTL, v.randomIDs); err != nil {
 				return fail(err)
 			}
 			fmt.Printf("   (%s: %d dedup keys stored beforehand in %s)\n", mode, v.preload, time.Since(t).Round(time.Millisecond))
+		}
+		if v.pool.measure > 0 {
+			// Measured while the preload's pool still holds the table
+			// (counting it through the small pool would take long).
+			var st *stateInfo
+			if mode == modeSink || svc {
+				st = &stateInfo{}
+				var err error
+				if st.Before, err = measureState(ctx, o.admin, dbName); err != nil {
+					return fail(err)
+				}
+			}
+			pool, err := setBufferPool(ctx, o.admin, v.pool.measure)
+			if err != nil {
+				return fail(err)
+			}
+			if st != nil {
+				st.Pool = pool
+				m.State = st
+				defer func() { // after the child, before the database is dropped
+					actx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+					defer cancel()
+					var err error
+					if st.After, err = measureState(actx, o.admin, dbName); err != nil {
+						fmt.Printf("   (%s: dedup state after the run: %v)\n", mode, err)
+					}
+				}()
+			}
 		}
 		var err error
 		if spec.DSN, err = databaseDSN(o.admin, dbName, true); err != nil {
@@ -555,7 +619,9 @@ func measure(ctx context.Context, o *options, v variant, mode, runID, topic, exp
 		}
 	}
 	if svc || mode == modeNaive {
-		spec.LiveTopic = topic + "-live-" + short
+		// Named by run and repetition: with -keep, or an existing -topic
+		// measured again, a live topic from before must not be reused.
+		spec.LiveTopic = fmt.Sprintf("%s-live-%s-%s-%d", topic, short, runID, rep)
 		if err := createTopic(ctx, adm, spec.LiveTopic, len(ends)); err != nil {
 			return fail(err)
 		}
@@ -662,7 +728,7 @@ func measure(ctx context.Context, o *options, v variant, mode, runID, topic, exp
 	if !r.TimedOut && r.Err == "" && spec.LiveTopic != "" {
 		m.Ledger = check(ctx, o, dbName, expected, topic)
 		fmt.Fprintln(stdin, "live-start")
-		n, err := liveProducer(ctx, o.brokers, spec.LiveTopic, fmt.Sprintf("live-%s-%s", runID, short), o.liveRate, o.liveSeconds, v.accounts, o.dupRatio, o.seed)
+		n, err := liveProducer(ctx, o.brokers, spec.LiveTopic, fmt.Sprintf("live-%s-%s", runID, short), o.liveRate, o.liveSeconds, v.accounts, o.dupRatio, o.seed, v.randomIDs)
 		if err != nil {
 			m.Err = "live producer: " + err.Error()
 		}
@@ -698,7 +764,7 @@ func check(ctx context.Context, o *options, dbName, expected, topic string) stri
 }
 
 func steadyLine(r childResult) string {
-	return fmt.Sprintf("%d keys deleted while %d were inserted (%.2f per insert)", r.SteadyDeleted, r.SteadyInserted, float64(r.SteadyDeleted)/float64(r.SteadyInserted))
+	return fmt.Sprintf("%d expired keys emptied while %d were inserted (%.2f per insert)", r.SteadyDeleted, r.SteadyInserted, float64(r.SteadyDeleted)/float64(r.SteadyInserted))
 }
 
 func oneLine(m measurement) string {
@@ -723,6 +789,9 @@ func oneLine(m measurement) string {
 		s += fmt.Sprintf(", live: p50 %.0f ms p99 %.0f ms (%d checkpoints)", r.ChangelogLiveP50, r.ChangelogLiveP99, r.ChangelogLiveN)
 	}
 	s += fmt.Sprintf(", peak RSS %.0f MiB", r.PeakRSSMiB)
+	if r.IO != nil {
+		s += fmt.Sprintf(", InnoDB %.3f pool reads/event", perEvent(r.IO.PoolReads, r.Records))
+	}
 	if r.SteadyInserted > 0 {
 		s += ", " + steadyLine(r)
 	}

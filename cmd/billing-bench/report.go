@@ -25,6 +25,7 @@ type machine struct {
 	MemoryGiB float64 `json:"memory_gib"`
 	Go        string  `json:"go"`
 	MySQL     string  `json:"mysql"`
+	Packet    int64   `json:"max_allowed_packet"`
 	Kafka     string  `json:"kafka"`
 	LoadStart string  `json:"load_start"`
 	LoadEnd   string  `json:"load_end"`
@@ -34,8 +35,8 @@ type machine struct {
 }
 
 func (m machine) String() string {
-	return fmt.Sprintf("machine: %d CPUs (%s), %.1f GiB; %s; MySQL %s; Kafka %s; load average %s\nbuild: %s\ncommand: %s\n",
-		m.CPUs, m.CPUModel, m.MemoryGiB, m.Go, m.MySQL, m.Kafka, m.LoadStart, m.Build, m.Command)
+	return fmt.Sprintf("machine: %d CPUs (%s), %.1f GiB; %s; MySQL %s (max_allowed_packet %d KiB); Kafka %s; load average %s\nbuild: %s\ncommand: %s\n",
+		m.CPUs, m.CPUModel, m.MemoryGiB, m.Go, m.MySQL, m.Packet>>10, m.Kafka, m.LoadStart, m.Build, m.Command)
 }
 
 func machineInfo(ctx context.Context, o *options, adm *kadm.Client) machine {
@@ -90,7 +91,7 @@ func machineInfo(ctx context.Context, o *options, adm *kadm.Client) machine {
 	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	if db, err := adminDB(o.admin); err == nil {
-		_ = db.QueryRowContext(cctx, "SELECT VERSION()").Scan(&m.MySQL)
+		_ = db.QueryRowContext(cctx, "SELECT VERSION(), @@GLOBAL.max_allowed_packet").Scan(&m.MySQL, &m.Packet)
 		db.Close()
 	}
 	if vs, err := adm.ApiVersions(cctx); err == nil {
@@ -214,7 +215,7 @@ func renderTable(o *options, infos []variantInfo, ms []measurement) string {
 			repRate[fmt.Sprintf("%s/%s/%d", m.Variant, m.Mode, m.Rep)] = m.Result.CatchUp.Rate
 		}
 	}
-	pairedRatio := func(variant, mode string, den func(rep int) float64) (float64, bool) {
+	pairedRatios := func(variant, mode string, den func(rep int) float64) []float64 {
 		var rs []float64
 		for rep := 1; rep <= maxRep(ms); rep++ {
 			num, d := repRate[fmt.Sprintf("%s/%s/%d", variant, mode, rep)], den(rep)
@@ -222,11 +223,9 @@ func renderTable(o *options, infos []variantInfo, ms []measurement) string {
 				rs = append(rs, num/d)
 			}
 		}
-		if len(rs) == 0 {
-			return 0, false
-		}
-		return median(rs), true
+		return rs
 	}
+	var inverted []string // service rows whose limit did not bound them in some repetition
 	for _, in := range infos {
 		limitOf := func(rep int) float64 {
 			limit := 0.0
@@ -254,10 +253,13 @@ func renderTable(o *options, infos []variantInfo, ms []measurement) string {
 				if m.Mode != modeNaive && m.Mode != modeService {
 					return "-"
 				}
-				if x, ok := pairedRatio(m.Variant, m.Mode, den); ok {
-					return fmt.Sprintf("%.2f", x)
+				return ratioCell(pairedRatios(m.Variant, m.Mode, den))
+			}
+			if m.Mode == modeService {
+				rs := pairedRatios(m.Variant, m.Mode, limitOf)
+				if k := countAbove(rs, 1); k > 0 {
+					inverted = append(inverted, fmt.Sprintf("%s (%d of %d repetitions)", m.Variant, k, len(rs)))
 				}
-				return "-"
 			}
 			vsNaive := "-"
 			if m.Mode == modeService {
@@ -313,6 +315,11 @@ func renderTable(o *options, infos []variantInfo, ms []measurement) string {
 		}
 	}
 	tw.Flush()
+	if len(inverted) > 0 {
+		fmt.Fprintf(&b, "the limit did NOT bound the service (÷limit > 1) in: %s; its range is the spread of the noise\n", strings.Join(inverted, ", "))
+	} else if maxRep(ms) > 1 {
+		fmt.Fprintf(&b, "the limit bounded the service (÷limit ≤ 1) in every repetition of every variant\n")
+	}
 	for _, m := range rows {
 		if m.Result.SteadyInserted > 0 {
 			fmt.Fprintf(&b, "%s %s: during the catch-up, %s\n", m.Variant, m.Mode, steadyLine(m.Result))
@@ -322,6 +329,22 @@ func renderTable(o *options, infos []variantInfo, ms []measurement) string {
 		}
 		if len(m.Result.LiveTables) > 0 {
 			fmt.Fprintf(&b, "%s %s: during the live phase, %s\n", m.Variant, m.Mode, liveTablesLine(m.Result))
+		}
+	}
+	// InnoDB's IO per event, and the larger-than-memory variant's dedup
+	// state with its service over the default variant's (bigstate.go).
+	for _, m := range rows {
+		if m.Result.IO != nil {
+			fmt.Fprintf(&b, "%s %s: InnoDB during the catch-up, %s\n", m.Variant, m.Mode, ioLine(*m.Result.IO, m.Result.Records))
+		}
+		if m.State != nil {
+			vsDefault := 0.0
+			if m.Mode == modeService {
+				if rs := pairedRatios(m.Variant, m.Mode, func(rep int) float64 { return repRate[fmt.Sprintf("default/%s/%d", modeService, rep)] }); len(rs) > 0 {
+					vsDefault = median(rs)
+				}
+			}
+			fmt.Fprintf(&b, "%s %s: %s\n", m.Variant, m.Mode, stateLine(*m.State, vsDefault))
 		}
 	}
 	// The changelog's cost: its service over the same service without it,
@@ -345,8 +368,9 @@ events/s: sustained catch-up rate (records after the first checkpoint/batch/poll
   from its end to the last one's end); with -repeat, the median run (the row's other figures are
   that run's) and the range. ÷limit: over min(consume-only, sink-only); sink-only replays the
   service's checkpoints of the same repetition when the service ran. ÷naive: over naive. Ratios
-  are taken per repetition, then their median. service-plain: the service without the changelog,
-  beside the changelog variant's service.
+  are taken per repetition, then their median, with their range when there are several (the
+  line under the table names every service row whose limit did not bound it in some repetition).
+  service-plain: the service without the changelog, beside the changelog variant's service.
 e2e: record timestamp → commit that makes it visible, in the live phase. unit: checkpoint (service,
   sink-only), batch (naive), poll (consume-only), catch-up phase. SQL RT/unit: client commands sent
   per unit in the catch-up (the pipeline's start and background work included; the service's
@@ -357,8 +381,37 @@ e2e: record timestamp → commit that makes it visible, in the live phase. unit:
   of contention and so of noise. CPU s/M ev: CPU seconds per million events of the child and of the
   MySQL server over the catch-up (sink-only: over its checkpoints only). ledger: the catch-up
   result against billing-gen's expected ledger ("N twice": events counted twice).
+InnoDB: the server's counters over the catch-up (server-wide) per event committed: pool reads
+  (Innodb_buffer_pool_reads, pages read from disk on a miss), read requests (logical page reads),
+  data reads and writes (IO requests to the data files), pages written. dedup tables: their
+  data+index pages over the measurement's innodb_buffer_pool_size, their files' allocated size
+  per stored key.
 `)
 	return b.String()
+}
+
+// ratioCell shows the median of a row's per-repetition ratios and, when
+// there are several, their range: one figure could hide that noise
+// inverted the ratio in some repetition.
+func ratioCell(rs []float64) string {
+	switch len(rs) {
+	case 0:
+		return "-"
+	case 1:
+		return fmt.Sprintf("%.2f", rs[0])
+	}
+	return fmt.Sprintf("%.2f (%.2f–%.2f)", median(rs), slices.Min(rs), slices.Max(rs))
+}
+
+// countAbove counts the ratios above x.
+func countAbove(rs []float64, x float64) int {
+	n := 0
+	for _, r := range rs {
+		if r > x {
+			n++
+		}
+	}
+	return n
 }
 
 func fmtRate(r float64) string {

@@ -73,6 +73,9 @@ func generate(ctx context.Context, o *options, v variant, topic, expected string
 		"-seed", strconv.FormatUint(o.seed, 10),
 		"-max-in-flight", "100000", "-progress", "none", "-expected", expected, "-timeout", o.timeout.String(),
 	}
+	if v.randomIDs {
+		args = append(args, "-random-ids")
+	}
 	if c := setting("WINDOW_CLOSE_AFTER", o.svc.WindowCloseAfter.String()); c != "" {
 		args = append(args, "-close-after", c)
 	}
@@ -234,8 +237,10 @@ func dropDatabase(admin, name string) {
 
 // preloadDedupKeys inserts n unexpired dedup keys (random-looking ids, so
 // that they spread over the whole index) before the run: a dedup state far
-// larger than the cache.
-func preloadDedupKeys(ctx context.Context, admin, name string, n int64, ttl time.Duration) error {
+// larger than the cache. The ids are old-<32 hex digits>, which sort after
+// the workload's e-<seed>-<n>, or, with uuid, UUID-shaped, as the ids of
+// billing-gen -random-ids: then the run's keys land among the stored ones.
+func preloadDedupKeys(ctx context.Context, admin, name string, n int64, ttl time.Duration, uuid bool) error {
 	dsn, err := databaseDSN(admin, name, false)
 	if err != nil {
 		return err
@@ -254,6 +259,9 @@ func preloadDedupKeys(ctx context.Context, admin, name string, n int64, ttl time
 		for lo := int64(0); lo < n; lo += step {
 			hi := min(lo+step, n)
 			q := fmt.Sprintf("INSERT INTO dedup_keys (event_id, fingerprint, expires_at) SELECT CONCAT('old-', MD5(seq)), UNHEX(MD5(seq)), ? FROM seq_%d_to_%d", lo+1, hi)
+			if uuid {
+				q = fmt.Sprintf("INSERT INTO dedup_keys (event_id, fingerprint, expires_at) SELECT CONCAT_WS('-', SUBSTR(h, 1, 8), SUBSTR(h, 9, 4), SUBSTR(h, 13, 4), SUBSTR(h, 17, 4), SUBSTR(h, 21, 12)), UNHEX(h), ? FROM (SELECT MD5(seq) AS h FROM seq_%d_to_%d) AS k", lo+1, hi)
+			}
 			if _, err := db.ExecContext(ctx, q, expires); err != nil {
 				return fmt.Errorf("preload dedup keys: %w", err)
 			}
@@ -273,13 +281,24 @@ func preloadDedupKeys(ctx context.Context, admin, name string, n int64, ttl time
 			}
 			b.WriteString("(?,?,?)")
 			sum := md5.Sum([]byte(strconv.FormatInt(i, 10)))
-			args = append(args, "old-"+hex.EncodeToString(sum[:]), sum[:], expires)
+			id := "old-" + hex.EncodeToString(sum[:])
+			if uuid {
+				id = uuidShaped(sum)
+			}
+			args = append(args, id, sum[:], expires)
 		}
 		if _, err := db.ExecContext(ctx, b.String(), args...); err != nil {
 			return fmt.Errorf("preload dedup keys: %w", err)
 		}
 	}
 	return nil
+}
+
+// uuidShaped formats 16 bytes as a UUID (8-4-4-4-12 hex digits), as
+// preloadDedupKeys's SQL formats MD5(seq).
+func uuidShaped(b [16]byte) string {
+	x := hex.EncodeToString(b[:])
+	return x[0:8] + "-" + x[8:12] + "-" + x[12:16] + "-" + x[16:20] + "-" + x[20:32]
 }
 
 // verify compares a database's ledger with the generator's expectation.
@@ -316,8 +335,10 @@ func verify(ctx context.Context, admin, name, expectedPath, topic string) (strin
 
 // liveProducer produces events at a fixed rate for a while, with fresh
 // ids, billing-gen's account names, and repeats at the workload's
-// duplicate ratio. Each record's timestamp is its creation time.
-func liveProducer(ctx context.Context, brokers []string, topic, prefix string, rate float64, d time.Duration, accounts int, dupRatio float64, seed uint64) (int64, error) {
+// duplicate ratio. Each record's timestamp is its creation time. With
+// randomIDs the ids are UUID-shaped digests of <prefix>-<n>, as
+// billing-gen -random-ids makes them.
+func liveProducer(ctx context.Context, brokers []string, topic, prefix string, rate float64, d time.Duration, accounts int, dupRatio float64, seed uint64, randomIDs bool) (int64, error) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(0))
 	if err != nil {
 		return 0, err
@@ -359,8 +380,12 @@ func liveProducer(ctx context.Context, brokers []string, topic, prefix string, r
 			n++
 			acct := fmt.Sprintf("acct-%06d", zipf.Uint64())
 			at := time.Now().UTC().Truncate(time.Millisecond).Format(time.RFC3339Nano)
-			value := fmt.Appendf(nil, `{"event_id":"%s-%d","account_id":"%s","amount_minor":%d,"currency":"%s","occurred_at":"%s"}`,
-				prefix, n, acct, 1+rng.IntN(100000), currencies[rng.IntN(len(currencies))], at)
+			id := fmt.Sprintf("%s-%d", prefix, n)
+			if randomIDs {
+				id = uuidShaped(md5.Sum([]byte(id)))
+			}
+			value := fmt.Appendf(nil, `{"event_id":"%s","account_id":"%s","amount_minor":%d,"currency":"%s","occurred_at":"%s"}`,
+				id, acct, 1+rng.IntN(100000), currencies[rng.IntN(len(currencies))], at)
 			key := []byte(acct)
 			produce(key, value)
 			if len(recent) < 1000 {
@@ -419,4 +444,57 @@ func settle(ctx context.Context, admin string, maxWait time.Duration) (waited ti
 		prepared++
 	}
 	return time.Since(start), history, prepared, rows.Err()
+}
+
+// parsePacket reads a max_allowed_packet size: bytes, or a number with K,
+// M or G (binary units). The server accepts 1 KiB to 1 GiB in multiples of
+// 1 KiB; anything else is refused here rather than rounded there.
+func parsePacket(s string) (int64, error) {
+	mult := int64(1)
+	switch {
+	case strings.HasSuffix(s, "K"):
+		mult, s = 1<<10, strings.TrimSuffix(s, "K")
+	case strings.HasSuffix(s, "M"):
+		mult, s = 1<<20, strings.TrimSuffix(s, "M")
+	case strings.HasSuffix(s, "G"):
+		mult, s = 1<<30, strings.TrimSuffix(s, "G")
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n <= 0 || n > (1<<30)/mult {
+		return 0, fmt.Errorf("want a size from 1K to 1G, e.g. 1M")
+	}
+	if n *= mult; n%1024 != 0 {
+		return 0, fmt.Errorf("%d bytes is not a multiple of 1 KiB", n)
+	}
+	return n, nil
+}
+
+// setServerPacket sets the server's global max_allowed_packet for the run:
+// every connection opened after it (each measurement's service, naive job
+// and checks) sees it. restore sets the value found before, whatever
+// happens to the run.
+func setServerPacket(ctx context.Context, admin string, n int64) (restore func(), err error) {
+	db, err := adminDB(admin)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	var was int64
+	if err := db.QueryRowContext(ctx, "SELECT @@GLOBAL.max_allowed_packet").Scan(&was); err != nil {
+		return nil, fmt.Errorf("read max_allowed_packet: %w", err)
+	}
+	if _, err := db.ExecContext(ctx, fmt.Sprintf("SET GLOBAL max_allowed_packet = %d", n)); err != nil {
+		return nil, fmt.Errorf("set max_allowed_packet: %w", err)
+	}
+	fmt.Printf("max_allowed_packet: %d KiB for the run (was %d KiB)\n", n>>10, was>>10)
+	return func() {
+		db, err := adminDB(admin)
+		if err == nil {
+			_, err = db.Exec(fmt.Sprintf("SET GLOBAL max_allowed_packet = %d", was))
+			db.Close()
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "billing-bench: could not restore max_allowed_packet to %d: %v\n", was, err)
+		}
+	}, nil
 }

@@ -105,6 +105,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&skew, "max-event-time-skew", time.Hour, "the service's MAX_EVENT_TIME_SKEW: a run whose event times reach past now plus this is refused (the service would dead-letter them)")
 	fs.Uint64Var(&seed, "seed", 0, "random seed (default: from the clock; always printed)")
 	fs.IntVar(&o.gen.MaxPayload, "max-payload", 64*1024, "the service's maximum payload in bytes; payload_too_large records exceed it by 6 KiB")
+	fs.BoolVar(&o.gen.RandomIDs, "random-ids", false, "valid events get random-looking UUID ids (a digest of e-<seed>-<n>) instead of e-<seed>-<n>, which sort in production order")
 	fs.StringVar(&o.expectedPath, "expected", "expected.json", "where to write the expected ledger")
 	fs.StringVar(&o.progress, "progress", "auto", "progress display: auto (bar on a terminal, else log lines), bar, log or none")
 	fs.BoolVar(&o.createTopic, "create-topic", false, "create the topic if it does not exist")

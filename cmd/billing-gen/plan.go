@@ -2,6 +2,8 @@ package main
 
 import (
 	"container/heap"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -43,6 +45,11 @@ type genConfig struct {
 	FutureRatio float64
 	Seed        uint64
 	MaxPayload  int // the service's max payload; payload_too_large records exceed it
+	// RandomIDs makes valid events' ids random-looking UUIDs (randomID)
+	// instead of e-<tag>-<n>: ids that sort in no relation to the order
+	// they are produced in, as UUIDv4 ids do, so that every new key lands
+	// on a random page of the dedup index.
+	RandomIDs bool
 }
 
 // Tuning constants of the stream (not flags: changing them changes runs).
@@ -379,12 +386,28 @@ func (g *generator) style(at time.Time) timeStyle {
 	return s
 }
 
+// randomID is name's UUID-shaped digest (the first 16 bytes of its
+// SHA-256 with a version 4 UUID's version and variant bits): distinct names
+// give distinct ids (up to a 122-bit hash's collisions), in no relation to
+// the names' order.
+func randomID(name string) string {
+	h := sha256.Sum256([]byte(name))
+	h[6] = h[6]&0x0f | 0x40
+	h[8] = h[8]&0x3f | 0x80
+	x := hex.EncodeToString(h[:16])
+	return x[0:8] + "-" + x[8:12] + "-" + x[12:16] + "-" + x[16:20] + "-" + x[20:32]
+}
+
 // emitValid emits a fresh valid event and schedules what follows from it:
 // an exact duplicate, a conflicting duplicate, a malformed record and an
 // aborted record, each with its probability.
 func (g *generator) emitValid() (record, error) {
 	n := g.stats.Valid
-	e, late := g.newEvent(fmt.Sprintf("e-%s-%d", g.tag, n), n)
+	id := fmt.Sprintf("e-%s-%d", g.tag, n)
+	if g.cfg.RandomIDs {
+		id = randomID(id)
+	}
+	e, late := g.newEvent(id, n)
 	value := validPayload(e, g.style(e.OccurredAt))
 	if err := g.apply(e, kindValid, ledgercheck.Counted); err != nil {
 		return record{}, err

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -604,6 +605,61 @@ func TestRunsReachingIntoTheFutureAreRefused(t *testing.T) {
 		}
 		if !tc.ok && (err == nil || !strings.Contains(err.Error(), "event_time_in_future")) {
 			t.Errorf("base time %s (now %+v), skew %s: %v, want a refusal naming event_time_in_future", base, tc.base, tc.skew, err)
+		}
+	}
+}
+
+// With RandomIDs every valid event's id is a distinct version 4 UUID, its
+// exact repeats carry it again, and the ids sort in no relation to the
+// order they are produced in (about half of the consecutive pairs in
+// order, against all but a few for the counter ids), so that new keys land
+// anywhere in the dedup index.
+func TestRandomIDs(t *testing.T) {
+	uuid := regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
+	for _, random := range []bool{false, true} {
+		cfg := testConfig(3)
+		cfg.RandomIDs = random
+		recs, exp := drain(t, cfg)
+		if err := exp.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		seen := map[string]int{}
+		var order []string
+		for _, r := range recs {
+			if r.kind != kindValid && r.kind != kindDuplicate {
+				continue
+			}
+			var v struct {
+				EventID string `json:"event_id"`
+			}
+			if err := json.Unmarshal(r.value, &v); err != nil {
+				t.Fatal(err)
+			}
+			if r.kind == kindValid {
+				if seen[v.EventID] > 0 {
+					t.Fatalf("random=%v: id %s of two valid events", random, v.EventID)
+				}
+				order = append(order, v.EventID)
+			} else if seen[v.EventID] == 0 {
+				t.Fatalf("random=%v: repeat %s before its original", random, v.EventID)
+			}
+			seen[v.EventID]++
+			if random != uuid.MatchString(v.EventID) {
+				t.Fatalf("random=%v: id %q", random, v.EventID)
+			}
+		}
+		if int64(len(order)) != cfg.Events {
+			t.Fatalf("random=%v: %d valid events, want %d", random, len(order), cfg.Events)
+		}
+		inOrder := 0
+		for i := 1; i < len(order); i++ {
+			if order[i-1] < order[i] {
+				inOrder++
+			}
+		}
+		share := float64(inOrder) / float64(len(order)-1)
+		if random && (share < 0.45 || share > 0.55) || !random && share < 0.8 {
+			t.Fatalf("random=%v: %.2f of consecutive ids in order", random, share)
 		}
 	}
 }

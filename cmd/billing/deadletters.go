@@ -41,7 +41,7 @@ who did it, whether it was forced, where the record landed and the SHA-256 of
 what was produced, in the row and in the log. It refuses a payload that does
 not decode, a payload whose event id or account differs from the dead
 letter's (or when the dead letter names none), a row already reinjected, and
-an event id that is already counted (present and unexpired in dedup_keys);
+an event id that is already counted (present and unexpired in a dedup key table);
 --force overrides all but the first, with a warning each.
 
 billing deadletters COMMAND --help describes one command.

@@ -40,8 +40,9 @@ func (v Verdict) String() string {
 	return "unknown"
 }
 
-// Insert is a key to write to dedup_keys. Replace is set when an expired
-// row for the id still exists and must be deleted first.
+// Insert is a key to write to the current generation's table. Replace is
+// set when an expired row for the id is stored there and must be deleted
+// first.
 type Insert struct {
 	ID          string
 	Fingerprint Fingerprint
@@ -50,31 +51,50 @@ type Insert struct {
 }
 
 // Classify decides every arrival of one checkpoint, in arrival order.
-// known holds what was already seen before this checkpoint: cache hits and
-// the rows looked up in MySQL (expired rows included: they are replaced).
-// Within the checkpoint the first arrival of an id wins; later arrivals
-// compare with it.
+// known holds what was already seen before this checkpoint in the current
+// generation: cache hits and the rows looked up in its table (expired
+// rows included: they are replaced). earlier holds the rows the claim's
+// locking reads found in earlier generations' tables. Within the
+// checkpoint the first arrival of an id wins; later arrivals compare with
+// it. Of two live rows of one id, the one that expires first is the first
+// arrival.
 //
-// It returns a verdict per key and the keys to insert, one per New id.
-func Classify(now time.Time, ttl time.Duration, keys []Key, known map[string]Seen) ([]Verdict, []Insert) {
+// It returns a verdict per key, the keys to insert (one per New id), and
+// the ids the claim inserted into the current generation that are repeats
+// of a live key of an earlier one: those are taken back (unclaimed), so
+// that a repeat never extends a key's life.
+func Classify(now time.Time, ttl time.Duration, keys []Key, known, earlier map[string]Seen) ([]Verdict, []Insert, []string) {
 	verdicts := make([]Verdict, len(keys))
 	inserts := make([]Insert, 0, len(keys))
+	var takeBack []string
 	batch := make(map[string]Fingerprint, len(keys))
+	decided := make(map[string]bool)
 	for i, k := range keys {
 		if fp, ok := batch[k.ID]; ok {
 			verdicts[i] = verdict(fp, k.Fingerprint)
 			continue
 		}
-		s, ok := known[k.ID]
-		if ok && now.Before(s.ExpiresAt) {
+		s, stored := known[k.ID]
+		e, before := earlier[k.ID]
+		live, liveBefore := stored && now.Before(s.ExpiresAt), before && now.Before(e.ExpiresAt)
+		switch {
+		case live && (!liveBefore || !e.ExpiresAt.Before(s.ExpiresAt)):
 			verdicts[i] = verdict(s.Fingerprint, k.Fingerprint)
-			continue
+		case liveBefore:
+			verdicts[i] = verdict(e.Fingerprint, k.Fingerprint)
+			if !stored && !decided[k.ID] {
+				// Neither cached nor stored in the current table before:
+				// this checkpoint's claim inserted it there.
+				takeBack = append(takeBack, k.ID)
+			}
+			decided[k.ID] = true
+		default:
+			verdicts[i] = New
+			batch[k.ID] = k.Fingerprint
+			inserts = append(inserts, Insert{ID: k.ID, Fingerprint: k.Fingerprint, ExpiresAt: now.Add(ttl), Replace: stored})
 		}
-		verdicts[i] = New
-		batch[k.ID] = k.Fingerprint
-		inserts = append(inserts, Insert{ID: k.ID, Fingerprint: k.Fingerprint, ExpiresAt: now.Add(ttl), Replace: ok})
 	}
-	return verdicts, inserts
+	return verdicts, inserts, takeBack
 }
 
 func verdict(first, again Fingerprint) Verdict {

@@ -3,7 +3,9 @@
 //
 // Ages and expiries are judged by one instance against instants another
 // wrote: a dedup key's expiry is written by the checkpoint that counted
-// its event and deleted by any instance's janitor; a gtrid carries its
+// its event and judged by any instance's claims (the tables of expired
+// keys are emptied by the control server's own clock, package dedup); a
+// gtrid carries its
 // coordinator's creation time and any instance's recovery judges its age.
 // With each host's own clock, a skew of a few seconds between two hosts
 // shortens the dedup TTL by the skew (a repeat in the last seconds of the

@@ -209,7 +209,7 @@ func New(o Options) *Metrics {
 	m.unappliedAge = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "commit_log_oldest_unapplied_age_seconds",
 		Help: "Age of the oldest commit decision not yet applied, by the control server's clock; 0 when none (sampled). While it grows, the visible position stands still."})
 	m.dedupRows = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "dedup_keys_estimate",
-		Help: "Estimated rows of dedup_keys per MySQL server (information_schema TABLE_ROWS, an InnoDB estimate)."}, []string{"server"})
+		Help: "Estimated rows of the dedup key tables (every generation's) per MySQL server (information_schema TABLE_ROWS, an InnoDB estimate)."}, []string{"server"})
 	m.sampleFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "metrics_sample_failures_total",
 		Help: "Failed background samples, by what was sampled; the previous values are kept."}, []string{"sample"})
 	for _, s := range samples {

@@ -230,12 +230,14 @@ func PurgeHistory(ctx context.Context, db *sql.DB) (int64, error) {
 	return n, nil
 }
 
-// DedupRows returns InnoDB's estimate of the rows in dedup_keys of the
-// connection's database (information_schema.TABLES.TABLE_ROWS: cheap, no
-// scan, approximate).
+// DedupRows returns InnoDB's estimate of the rows in the dedup key tables
+// of the connection's database, every generation's (dedup_keys,
+// dedup_keys_g1, dedup_keys_g2; information_schema.TABLES.TABLE_ROWS:
+// cheap, no scan, approximate).
 func DedupRows(ctx context.Context, db *sql.DB) (int64, error) {
 	var n sql.NullInt64
-	err := db.QueryRowContext(ctx, `SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'dedup_keys'`).Scan(&n)
+	err := db.QueryRowContext(ctx, `SELECT SUM(TABLE_ROWS) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE()
+		AND TABLE_NAME IN ('dedup_keys', 'dedup_keys_g1', 'dedup_keys_g2')`).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("dedup_keys size: %w", err)
 	}

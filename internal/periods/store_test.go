@@ -162,7 +162,7 @@ func TestApplyTakesEffectAfterTheWatermarkAndFences(t *testing.T) {
 	}
 	watermark := time.Date(2026, 11, 29, 13, 5, 0, 0, time.UTC)
 	tx := sink.Begin(1)
-	if err := tx.Decide(ctx, []txsink.PartitionCut{{Partition: 0, Epoch: pos[0].Epoch, NextOffset: 10, Watermark: watermark}}, nil); err != nil {
+	if err := tx.Decide(ctx, []txsink.PartitionCut{{Partition: 0, Epoch: pos[0].Epoch, NextOffset: 10, Watermark: watermark}}, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	epochs := func() []int64 {
@@ -197,7 +197,7 @@ func TestApplyTakesEffectAfterTheWatermarkAndFences(t *testing.T) {
 	if _, _, err := periods.Apply(ctx, d, periods.Change{Window: &day}, "operator", false); err != nil {
 		t.Fatal(err)
 	}
-	err = slow.Decide(ctx, []txsink.PartitionCut{{Partition: 1, Epoch: pos[1].Epoch, NextOffset: 3, Watermark: time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC)}}, nil)
+	err = slow.Decide(ctx, []txsink.PartitionCut{{Partition: 1, Epoch: pos[1].Epoch, NextOffset: 3, Watermark: time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC)}}, nil, nil)
 	if !errors.Is(err, txsink.ErrFenced) {
 		t.Fatalf("a checkpoint prepared before the change decided after it: %v", err)
 	}

@@ -80,10 +80,10 @@ type gatedStore struct {
 	inst string
 }
 
-func (s gatedStore) ClaimKeys(ctx context.Context, keys []driver.DedupKey) ([]string, error) {
+func (s gatedStore) ClaimKeys(ctx context.Context, g driver.Generation, keys []driver.DedupKey) ([]string, error) {
 	s.gate.before(s.inst, keys)
 	defer s.gate.after(s.inst, keys)
-	return s.StoreTx.ClaimKeys(ctx, keys)
+	return s.StoreTx.ClaimKeys(ctx, g, keys)
 }
 
 // Two instances of one ledger (one server, two branches per checkpoint)

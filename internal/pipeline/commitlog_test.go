@@ -102,7 +102,7 @@ func TestCommitLogRetention(t *testing.T) {
 	commit := func() int64 {
 		t.Helper()
 		tx := sink.Begin(uint64(time.Now().UnixNano()))
-		if err := tx.Decide(ctx, nil, nil); err != nil {
+		if err := tx.Decide(ctx, nil, nil, nil); err != nil {
 			t.Fatal(err)
 		}
 		return tx.CommitSeq()

@@ -97,10 +97,12 @@
 //
 // # Cleanup
 //
-// Expired dedup keys (the janitor) and, with LedgerEntriesRetention, old
-// ledger entries are deleted in the background (housekeeping.go), pass
-// after pass while rows are due, on each server's cleanup pool: connections
-// of their own, so that cleanup never takes one a checkpoint needs.
+// The dedup keys' generations are kept (Keeper: a table whose keys have
+// all expired is emptied whole, the next generation made current; package
+// dedup has the rules) and, with LedgerEntriesRetention, old ledger
+// entries deleted in the background (housekeeping.go), pass after pass
+// while work is due, on each server's cleanup pool: connections of their
+// own, so that cleanup never takes one a checkpoint needs.
 //
 // # What it reads and writes
 //
@@ -143,8 +145,8 @@
 //
 // # Clocks
 //
-// Every instant one instance writes and another judges (dedup expiries and
-// the janitor, a gtrid's creation time at recovery, processing time) is on
+// Every instant one instance writes and another judges (dedup expiries, a
+// gtrid's creation time at recovery, processing time) is on
 // the ledger's clock, the control server's as each instance measures it
 // (Config.Clock, package ledgerclock); the margin between two instances'
 // estimates is added where it matters (Config.dedupTTL,

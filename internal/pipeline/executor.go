@@ -80,10 +80,14 @@ func (x *execution) run(ctx context.Context, now time.Time) CheckpointInfo {
 			return x.decide(ctx, st.decision, now)
 		case stepEventTime:
 			r.eventTime, err = x.c.sink.EventTime(ctx)
+		case stepGenerations:
+			r.generations, err = x.c.sink.KeyGenerations(ctx)
+		case stepRegister:
+			err = x.c.sink.RegisterKeyLifetime(ctx, st.lifetime)
 		case stepClaim:
-			r.contested, err = x.claim(ctx, st.claims)
+			r.contested, r.earlier, err = x.claim(ctx, st.claim, st.claims)
 		case stepLookup:
-			r.found, err = x.lookup(ctx, st.lookups)
+			r.found, err = x.lookup(ctx, st.claim.Write, st.lookups)
 		case stepSeed:
 			r.seeded, err = x.seed(ctx, st.seeds)
 		case stepWrite:
@@ -149,39 +153,61 @@ func (x *execution) fail(ctx context.Context, phase string, err error) Checkpoin
 	return x.info
 }
 
-// claim claims each participant's keys in its branch, one participant
-// after the other in participant order, and each participant's keys in
-// key order (the store sorts them): one lock order over the dedup keys for
-// every instance of the ledger. Claimed in parallel, two instances with
-// two contested keys on two participants could each take one and wait for
-// the other's: the branches are separate transactions, so no server sees
-// the cycle, and it ends only at innodb_lock_wait_timeout with an aborted
-// checkpoint on both sides (issue 21: three instances on one backlog,
-// every wait a timeout). In order, an instance waits only for a key after
-// every key it holds, so the checkpoint holding that key is claiming later
-// keys or past its claims: the wait ends with its commit.
-func (x *execution) claim(ctx context.Context, claims [][]driver.DedupKey) ([][]string, error) {
+// claim claims each participant's keys in its branch: each inserts its
+// keys into the generation written, then reads them under shared locks in
+// each generation read, in that order (the order is what makes two claims
+// of one key under different generations see each other: package dedup).
+//
+// The participants claim one after the other in participant order, and
+// each participant's keys in key order (the store sorts them): one lock
+// order over the dedup keys for every instance of the ledger. Claimed in
+// parallel, two instances with two contested keys on two participants
+// could each take one and wait for the other's: the branches are separate
+// transactions, so no server sees the cycle, and it ends only at
+// innodb_lock_wait_timeout with an aborted checkpoint on both sides (issue
+// 21: three instances on one backlog, every wait a timeout). In order, an
+// instance waits only for a key after every key it holds, so the
+// checkpoint holding that key is claiming later keys or past its claims:
+// the wait ends with its commit.
+func (x *execution) claim(ctx context.Context, c dedup.Claim, claims [][]driver.DedupKey) ([][]string, []driver.DedupKey, error) {
 	contested := make([][]string, len(claims))
+	earlier := make([][]driver.DedupKey, len(claims))
 	for _, p := range nonEmpty(claims) {
 		err := x.tx.Each(ctx, []int{p}, func(ctx context.Context, b *txsink.Branch) error {
-			return b.Write(func(st driver.StoreTx) (err error) {
-				contested[b.Participant], err = st.ClaimKeys(ctx, claims[b.Participant])
+			keys := claims[b.Participant]
+			ids := make([]string, len(keys))
+			for i, k := range keys {
+				ids[i] = k.ID
+			}
+			err := b.Write(func(st driver.StoreTx) (err error) {
+				contested[b.Participant], err = st.ClaimKeys(ctx, c.Write, keys)
 				return err
 			})
+			for _, g := range c.Read {
+				if err != nil {
+					break
+				}
+				err = b.Read(func(st driver.StoreTx) error {
+					found, err := st.LockKeys(ctx, g, ids)
+					earlier[b.Participant] = append(earlier[b.Participant], found...)
+					return err
+				})
+			}
+			return err
 		})
 		if err != nil {
-			return contested, err
+			return contested, slices.Concat(earlier...), err
 		}
 	}
-	return contested, nil
+	return contested, slices.Concat(earlier...), nil
 }
 
-// lookup reads the contested keys on their servers' pools, one participant
-// after the other.
-func (x *execution) lookup(ctx context.Context, ls []lookup) ([]driver.DedupKey, error) {
+// lookup reads the contested keys of generation g on their servers'
+// pools, one participant after the other.
+func (x *execution) lookup(ctx context.Context, g driver.Generation, ls []lookup) ([]driver.DedupKey, error) {
 	var found []driver.DedupKey
 	for _, l := range ls {
-		ks, err := x.c.pools[l.server].LookupKeys(ctx, l.ids)
+		ks, err := x.c.pools[l.server].LookupKeys(ctx, g, l.ids)
 		if err != nil {
 			return nil, err
 		}
@@ -237,10 +263,9 @@ func (x *execution) write(ctx context.Context, st step, now time.Time) ([]sealRe
 			writers = append(writers, i)
 		}
 	}
-	expires := now.Add(x.p.cfg.ttl)
 	err := x.tx.Each(ctx, writers, func(ctx context.Context, b *txsink.Branch) error {
 		w := &st.works[b.Participant]
-		if err := x.writeRows(ctx, b, w, expires, now); err != nil {
+		if err := x.writeRows(ctx, b, w, now); err != nil {
 			return err
 		}
 		s := &sealed[b.Participant]
@@ -276,15 +301,14 @@ func (x *execution) write(ctx context.Context, st step, now time.Time) ([]sealRe
 // rows: a branch counts as written (and is prepared) only once a
 // statement changed something. Adding a table adds a line here and its
 // driver method.
-func (x *execution) writeRows(ctx context.Context, b *txsink.Branch, w *work, expires, now time.Time) error {
-	gtrid, topic := x.info.Gtrid, x.c.cfg.Topic
+func (x *execution) writeRows(ctx context.Context, b *txsink.Branch, w *work, now time.Time) error {
+	gtrid, topic, g := x.info.Gtrid, x.c.cfg.Topic, x.p.generation()
 	for _, step := range []struct {
 		n  int
 		fn func(st driver.StoreTx) error
 	}{
-		{len(w.unclaim), func(st driver.StoreTx) error { return st.UnclaimKeys(ctx, w.unclaim) }},
-		{len(w.replace), func(st driver.StoreTx) error { return st.ReplaceKeys(ctx, w.replace, now) }},
-		{len(w.journal), func(st driver.StoreTx) error { return st.JournalKeys(ctx, expires, w.journal) }},
+		{len(w.unclaim), func(st driver.StoreTx) error { return st.UnclaimKeys(ctx, g, w.unclaim) }},
+		{len(w.replace), func(st driver.StoreTx) error { return st.ReplaceKeys(ctx, g, w.replace, now) }},
 		{len(w.balances), func(st driver.StoreTx) error { return st.WriteBalances(ctx, w.balances, now) }},
 		{len(w.windows), func(st driver.StoreTx) error { return st.WriteWindows(ctx, w.windows, now) }},
 		{len(w.adjusts), func(st driver.StoreTx) error { return st.WriteAdjustments(ctx, w.adjusts, gtrid, now) }},
@@ -332,7 +356,7 @@ func (x *execution) decide(ctx context.Context, d decision, now time.Time) Check
 		// race it.
 		return x.fail(ctx, "decide", fmt.Errorf("checkpoint timeout before decision: %w", err))
 	}
-	if err := x.tx.Decide(ctx, d.cuts, d.frontier); err != nil {
+	if err := x.tx.Decide(ctx, d.cuts, d.frontier, d.keys); err != nil {
 		return x.fail(ctx, "decide", err)
 	}
 	x.phase("decide")

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/billing/ledger/internal/event"
+	"github.com/billing/ledger/internal/failpoint"
 	"github.com/billing/ledger/internal/stmt"
 	"github.com/billing/ledger/internal/testenv"
 	"github.com/billing/ledger/internal/txsink"
@@ -34,23 +35,31 @@ type memLedger struct {
 
 func newMemLedger(t *testing.T, servers, branches int, mod func(*Config)) *memLedger {
 	t.Helper()
+	return newMemLedgerOn(t, servers, branches, memdriver.Options{AttachPrepared: true, LockWait: time.Second}, nil, mod)
+}
+
+// newMemLedgerOn is newMemLedger on servers modelled by opts, with the
+// sink's failpoints fps armed; the sink runs on the servers' clock.
+func newMemLedgerOn(t *testing.T, servers, branches int, opts memdriver.Options, fps *failpoint.Set, mod func(*Config)) *memLedger {
+	t.Helper()
 	m := &memLedger{epoch: map[int32]int64{}, offsets: map[int32]int64{}}
 	var ds []driver.Server
 	var stores []driver.Store
 	for range servers {
-		c := memdriver.New(memdriver.Options{AttachPrepared: true, LockWait: time.Second})
+		c := memdriver.New(opts)
 		s := c.As("billing")
 		m.servers = append(m.servers, c)
 		ds, stores = append(ds, s), append(stores, s)
 	}
 	ctx := context.Background()
-	sink, err := txsink.New(ctx, txsink.Config{Branches: branches, Group: "g", Topic: "billing", StepTimeout: 5 * time.Second, Logger: testenv.Logger()},
-		ds[0].(*memdriver.Server), ds)
+	sink, err := txsink.New(ctx, txsink.Config{Branches: branches, Group: "g", Topic: "billing", StepTimeout: 5 * time.Second, Logger: testenv.Logger(),
+		Failpoints: fps, Now: opts.Now}, ds[0].(*memdriver.Server), ds)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(sink.Close)
 	cfg := memConfig(m)
+	cfg.Clock = opts.Now // the servers' clock, as the sink's
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -147,8 +156,8 @@ func reasons(tb driver.Tables) map[string]int {
 // snapshot and a repeat of a committed key (looked up on its server, or
 // known to the cache) are dropped, a conflicting repeat and an overflow
 // are dead letters, every counted event has a ledger entry, the keys it
-// kept are journaled for the janitor, and the positions move with the
-// decision.
+// kept are stored (nothing journaled: expiry is by generations), and the
+// positions move with the decision.
 func TestExecutorCountsEachEventOnce(t *testing.T) {
 	m := newMemLedger(t, 2, 2, func(c *Config) { c.LedgerEntries, c.DedupCacheKeys = true, 0 })
 	decided, err := m.checkpoint(t, event1("a", "acct-1", 5, 0, 0), event1("b", "acct-2", math.MaxInt64, 1, 0), event1("a", "acct-1", 5, 1, 0))
@@ -167,23 +176,22 @@ func TestExecutorCountsEachEventOnce(t *testing.T) {
 		t.Errorf("acct-2 %+v, want MaxInt64 over 1 (c overflows it)", b)
 	}
 	var dead = map[string]int{}
-	var entries, keys, journaled int
+	var entries, keys int
 	for _, s := range m.servers {
 		tb := s.Tables()
 		for r, n := range reasons(tb) {
 			dead[r] += n
 		}
 		entries += len(tb.Entries)
-		keys += len(tb.Keys)
-		for _, j := range tb.Journal {
-			journaled += len(j.IDs)
+		for _, ks := range tb.Keys {
+			keys += len(ks)
 		}
 	}
 	if dead["conflicting_duplicate"] != 1 || dead["amount_overflow"] != 2 || len(dead) != 2 {
 		t.Errorf("dead letters %v, want a conflict and two overflows", dead)
 	}
-	if entries != 2 || keys != 2 || journaled != 2 {
-		t.Errorf("%d entries, %d keys, %d journaled; want 2 each (a and b counted; c and d overflowed, unclaimed)", entries, keys, journaled)
+	if entries != 2 || keys != 2 {
+		t.Errorf("%d entries, %d keys; want 2 each (a and b counted; c and d overflowed, unclaimed)", entries, keys)
 	}
 	pos, err := m.sink.Positions(context.Background(), []int32{0, 1})
 	if err != nil || pos[0].NextOffset != 4 || pos[1].NextOffset != 3 {
@@ -235,7 +243,7 @@ func TestExecutorRereadsTheLimitsAfterTooLarge(t *testing.T) {
 	if got := m.sink.MaxStatementBytes(0); got != stmt.Budget(stmt.MinPacket) {
 		t.Errorf("budget %d after the refresh, want %d", got, stmt.Budget(stmt.MinPacket))
 	}
-	if n := len(m.tables().Keys); n != 3000 {
+	if n := len(m.tables().Keys[0]); n != 3000 {
 		t.Errorf("%d keys stored, want 3000", n)
 	}
 }

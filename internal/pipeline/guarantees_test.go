@@ -12,6 +12,7 @@ import (
 	"github.com/billing/ledger/internal/failpoint"
 	"github.com/billing/ledger/internal/testenv"
 	"github.com/billing/ledger/internal/txsink"
+	"github.com/billing/ledger/internal/txsink/driver"
 	"github.com/billing/ledger/internal/txsink/mysqldriver"
 	"github.com/billing/ledger/migrations"
 )
@@ -162,51 +163,112 @@ func TestDedupKeysExpire(t *testing.T) {
 	waitCounted(t, e.db, 2, 0)
 }
 
-// The janitor keeps up with expiry: a backlog of expired keys far larger
-// than one pass (100 statements of DedupCleanupBatch keys per connection)
-// is deleted at once, not one pass per interval, and nothing unexpired is
-// touched. With one pass per interval (an hour here) it would take 20.
-func TestJanitorWorksOffABacklogAtOnce(t *testing.T) {
+// Guarantee 2 across the migration to generations (issue 21): a ledger
+// whose dedup_keys holds keys of the version before generations, with
+// their expiry journal (dedup_expiry), is not rebuilt. Those keys stay
+// deduplicated until they expire, through rotations (generation 0's table
+// is dedup_keys, read by every claim until it is emptied, and it is not
+// emptied while a journal row may be live), and are forgotten after: the
+// table and its journal are then emptied whole. The state says generation
+// 0 has been current for an hour, so rotations are due as soon as the
+// first claim registers its lifetime.
+func TestKeysOfTheVersionBeforeGenerationsDrainByAge(t *testing.T) {
 	e := newEnv(t, 1)
+	ctx := t.Context()
 	sink, d := openSink(t, sinkConfig{DSNs: []string{e.dsn}, Config: txsink.Config{Branches: 2, Group: "g-" + e.topic,
 		Topic: e.topic, StepTimeout: 10 * time.Second, Logger: testenv.Logger()}})
 	t.Cleanup(func() { sink.Close(); d.Close() })
-	now := time.Now().UTC()
-	store := func(prefix string, n int, expires time.Time) {
-		// As checkpoints of 10 new keys each leave them: the keys, and a
-		// journal row per checkpoint.
-		for lo := 0; lo < n; lo += 10 {
-			var blob []byte
-			tx := e.db.MustBegin()
-			for i := lo; i < min(lo+10, n); i++ {
-				id := fmt.Sprintf("%s-%06d", prefix, i)
-				tx.MustExec(`INSERT INTO dedup_keys (event_id, fingerprint, expires_at) VALUES (?, ?, ?)`, id, make([]byte, 16), expires)
-				blob = append(append(blob, byte(len(id))), id...)
-			}
-			tx.MustExec(`INSERT INTO dedup_expiry (expires_at, event_ids) VALUES (?, ?)`, expires, blob)
-			if err := tx.Commit(); err != nil {
-				t.Fatal(err)
-			}
-		}
+	e.db.MustExec(`UPDATE dedup_generations SET current_since = UTC_TIMESTAMP(6) - INTERVAL 1 HOUR`)
+	var dbNow time.Time
+	if err := e.db.Get(&dbNow, `SELECT UTC_TIMESTAMP(6)`); err != nil {
+		t.Fatal(err)
 	}
-	const batch, expired = 2, 2 * 100 * 2 * 20 // 20 passes of 2 connections
-	store("old", expired, now.Add(-time.Minute))
-	store("new", 100, now.Add(time.Hour))
+	// As the version before left them: 50 live keys (expiring in 6 s, far
+	// beyond the TTL below and two rotations) and their journal row.
+	const old = 50
+	oldExpiry := dbNow.Add(6 * time.Second)
+	var blob []byte
+	tx := e.db.MustBegin()
+	for k := range old {
+		id := fmt.Sprintf("old-%d", k)
+		fp := seenEvent(k, id).Fingerprint()
+		tx.MustExec(`INSERT INTO dedup_keys (event_id, fingerprint, expires_at) VALUES (?, ?, ?)`, id, fp[:], oldExpiry)
+		blob = append(append(blob, byte(len(id))), id...)
+	}
+	tx.MustExec(`INSERT INTO dedup_expiry (expires_at, event_ids) VALUES (?, ?)`, oldExpiry, blob)
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
+	cfg := testConfig(e)
+	cfg.DedupTTL, cfg.DedupCacheKeys = time.Second, 0
+	ck, err := NewCheckpointer(cfg, sink, d.Stores())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pos, err := sink.Claim(ctx, []int32{0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kctx, stop := context.WithCancel(ctx)
+	keeperDone := make(chan struct{})
 	go func() {
-		defer close(done)
-		Janitor(ctx, d.Stores(), time.Now, time.Hour, batch, 2, testenv.Logger())
+		defer close(keeperDone)
+		Keeper(kctx, sink, d.Stores(), 50*time.Millisecond, testenv.Logger())
 	}()
-	defer func() { cancel(); <-done }()
-	var left, live int
-	testenv.Eventually(t, 60*time.Second, "expired keys deleted", func() (bool, string) {
-		_ = e.db.Get(&left, `SELECT COUNT(*) FROM dedup_keys WHERE event_id LIKE 'old-%'`)
-		return left == 0, fmt.Sprintf("%d of %d left", left, expired)
+	t.Cleanup(func() { stop(); <-keeperDone })
+
+	offset := int64(0)
+	counted := func(round string) int64 {
+		t.Helper()
+		var recs []Record
+		for k := range old {
+			recs = append(recs, Record{Partition: 0, Offset: offset, Event: seenEvent(k, fmt.Sprintf("old-%d", k))})
+			offset++
+		}
+		before := ck.Stats().Duplicates.Load()
+		cut := []txsink.PartitionCut{{Partition: 0, Epoch: pos[0].Epoch, NextOffset: offset}}
+		decided, err := ck.Checkpoint(ctx, recs, cut) // a rotation between claim and decision is retried inside
+		if !decided || err != nil {
+			t.Fatalf("%s: decided %v, %v", round, decided, err)
+		}
+		return int64(old) - (ck.Stats().Duplicates.Load() - before)
+	}
+	gens := func() driver.KeyGenerations {
+		t.Helper()
+		s, err := sink.KeyGenerations(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	if n := counted("generation 0"); n != 0 {
+		t.Fatalf("under generation 0, %d of %d repeats of the old keys counted", n, old)
+	}
+	testenv.Eventually(t, 5*time.Second, "two rotations", func() (bool, string) {
+		s := gens()
+		return s.Current >= 2, fmt.Sprintf("%+v", s)
 	})
-	if err := e.db.Get(&live, `SELECT COUNT(*) FROM dedup_keys WHERE event_id LIKE 'new-%'`); err != nil || live != 100 {
-		t.Fatalf("unexpired keys left: %d (%v), want 100", live, err)
+	if s := gens(); time.Now().Add(time.Second).After(oldExpiry) || s.Emptied >= 0 {
+		t.Fatalf("too late to test the old keys while live (state %+v, old keys expire at %v): the machine is too slow for this test", s, oldExpiry)
+	}
+	if n := counted("generation 2"); n != 0 {
+		t.Fatalf("two rotations later, %d of %d repeats of the live old keys counted", n, old)
+	}
+	testenv.Eventually(t, 20*time.Second, "dedup_keys and its journal emptied once the old keys expired", func() (bool, string) {
+		var keys, journal int
+		_ = e.db.Get(&keys, `SELECT COUNT(*) FROM dedup_keys`)
+		_ = e.db.Get(&journal, `SELECT COUNT(*) FROM dedup_expiry`)
+		s := gens()
+		return s.Emptied >= 0 && keys == 0 && journal == 0, fmt.Sprintf("state %+v, %d keys, %d journal rows", s, keys, journal)
+	})
+	var now time.Time
+	_ = e.db.Get(&now, `SELECT UTC_TIMESTAMP(6)`)
+	if now.Before(oldExpiry) {
+		t.Fatalf("dedup_keys emptied at %v, before its old keys expired at %v", now, oldExpiry)
+	}
+	if n := counted("after expiry"); n != old {
+		t.Fatalf("after the old keys expired, %d of %d repeats counted, want all", n, old)
 	}
 }
 

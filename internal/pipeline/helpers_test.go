@@ -518,20 +518,33 @@ func ledgerLines(tb driver.Tables, tables map[string]bool, all, sums bool) []str
 		}, all)...)
 	}
 	if want("keys") {
-		var rows []string
-		for _, k := range tb.Keys {
-			rows = append(rows, fmt.Sprintf("%s expires %s", shorten(k.ID), at(k.ExpiresAt)))
-		}
-		out = append(out, tableLines("dedup_keys", rows, func() string { return fmt.Sprintf("%d rows", len(rows)) }, all)...)
-		rows = nil
-		var ids int
-		for _, j := range tb.Journal {
-			rows = append(rows, fmt.Sprintf("expires %s: %s", at(j.ExpiresAt), strings.Join(shortenAll(j.IDs), " ")))
-			ids += len(j.IDs)
-		}
-		out = append(out, tableLines("dedup_expiry", rows, func() string { return fmt.Sprintf("%d rows listing %d ids", len(rows), ids) }, all)...)
+		out = append(out, keyLines(tb, all)...)
 	}
 	return out
+}
+
+// keyTableNames are the dedup key tables' names, by driver.Generation.Table.
+var keyTableNames = [driver.KeyTables]string{"dedup_keys", "dedup_keys_g1", "dedup_keys_g2"}
+
+// keyLines renders the dedup key tables of generations that hold keys,
+// and the expiry journal of the version before generations (migration
+// 00002), if it holds rows.
+func keyLines(tb driver.Tables, all bool) []string {
+	var out []string
+	for i, table := range tb.Keys {
+		var rows []string
+		for _, k := range table {
+			rows = append(rows, fmt.Sprintf("%s expires %s", shorten(k.ID), at(k.ExpiresAt)))
+		}
+		out = append(out, tableLines(keyTableNames[i], rows, func() string { return fmt.Sprintf("%d rows", len(rows)) }, all)...)
+	}
+	var rows []string
+	var ids int
+	for _, j := range tb.Journal {
+		rows = append(rows, fmt.Sprintf("expires %s: %s", at(j.ExpiresAt), strings.Join(shortenAll(j.IDs), " ")))
+		ids += len(j.IDs)
+	}
+	return append(out, tableLines("dedup_expiry", rows, func() string { return fmt.Sprintf("%d rows listing %d ids", len(rows), ids) }, all)...)
 }
 
 // shorten keeps an identifier readable: a long one by its first bytes and

@@ -2,6 +2,8 @@ package pipeline
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -9,19 +11,22 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/billing/ledger/internal/dedup"
+	"github.com/billing/ledger/internal/ledgerclock"
 	"github.com/billing/ledger/internal/txsink"
 	"github.com/billing/ledger/internal/txsink/driver"
 )
 
 // housekeeping runs until ctx ends: periodic recovery of in-doubt branches
 // (with pruning of old decision rows once nothing of theirs is in doubt,
-// and of the commit log's old records), and the cleanup (Cleanup: expired dedup keys and old ledger entries, in
+// and of the commit log's old records), and the cleanup (Cleanup: the
+// upkeep of the dedup keys' generations and old ledger entries, in
 // goroutines of their own: under sustained load they work without pause,
 // and recovery must not wait for them).
 func (p *Pipeline) housekeeping(ctx context.Context) {
 	var cleanup sync.WaitGroup
 	defer cleanup.Wait()
-	cleanup.Go(func() { Cleanup(ctx, p.cfg, p.pools, p.sink.Participants()/len(p.pools)) })
+	cleanup.Go(func() { Cleanup(ctx, p.cfg, p.sink, p.pools) })
 	recoverT := time.NewTicker(p.cfg.RecoveryInterval)
 	defer recoverT.Stop()
 	for {
@@ -50,16 +55,17 @@ func (p *Pipeline) housekeeping(ctx context.Context) {
 	}
 }
 
-// Cleanup runs, until ctx ends, the janitor (expired dedup keys, workers
-// connections per server) and, with cfg.LedgerEntriesRetention, the
-// retention of ledger entries (one connection per server), each in a
-// goroutine of its own, every cfg.DedupCleanupInterval, by the ledger's
-// clock (cfg.Clock; time.Now when nil). Both run on the servers' cleanup
-// connections (driver.Store.CleanupKeys, DeleteEntries), sized for exactly
-// that: cleanup never holds a connection of the pool that checkpoints,
-// recovery and health checks use. The service runs it in its housekeeping; benchmarks
-// run it beside checkpoints of their own.
-func Cleanup(ctx context.Context, cfg Config, pools []driver.Store, workers int) {
+// Cleanup runs, until ctx ends, the upkeep of the dedup keys' generations
+// (Keeper) and, with cfg.LedgerEntriesRetention, the retention of ledger
+// entries (one connection per server), each in a goroutine of its own,
+// every cfg.DedupCleanupInterval, the retention by the ledger's clock
+// (cfg.Clock; time.Now when nil), the upkeep by the control server's. Both
+// run on the servers' cleanup connections (driver.Store.EmptyKeys,
+// DeleteEntries), sized for exactly that: cleanup never holds a
+// connection of the pool that checkpoints, recovery and health checks
+// use. The service runs it in its housekeeping; benchmarks run it beside
+// checkpoints of their own.
+func Cleanup(ctx context.Context, cfg Config, sink *txsink.Sink, pools []driver.Store) {
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
@@ -70,7 +76,7 @@ func Cleanup(ctx context.Context, cfg Config, pools []driver.Store, workers int)
 	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	wg.Go(func() { Janitor(ctx, pools, now, cfg.DedupCleanupInterval, cfg.DedupCleanupBatch, workers, log) })
+	wg.Go(func() { Keeper(ctx, sink, pools, cfg.DedupCleanupInterval, log) })
 	if cfg.LedgerEntriesRetention > 0 {
 		wg.Go(func() {
 			Retention(ctx, pools, now, cfg.DedupCleanupInterval, cfg.LedgerEntriesRetention, cfg.DedupCleanupBatch, log)
@@ -109,49 +115,112 @@ func workOff(ctx context.Context, interval time.Duration, pass func(ctx context.
 	}
 }
 
-// Janitor deletes expired dedup keys on every server until ctx ends,
-// passes back to back while keys are due (workOff). Keys are expired by
-// now, the ledger's clock (see Config.Clock).
-func Janitor(ctx context.Context, pools []driver.Store, now func() time.Time, interval time.Duration, batch, workers int, log *slog.Logger) {
-	workOff(ctx, interval, func(ctx context.Context) bool { return cleanupPass(ctx, pools, now, batch, workers, log) })
+// Keeper keeps the dedup keys' generations until ctx ends: every interval
+// it takes the steps dedup.Keep says are due, by the control server's
+// clock, one after the other (keepStep): it empties the table of a
+// generation whose keys have all expired, on every server, and records
+// it; it makes the next generation current once the current one has been
+// for a key lifetime. Instances run it side by side: each step is a
+// compare-and-set on the control server, and emptying a table twice is
+// harmless.
+func Keeper(ctx context.Context, sink *txsink.Sink, pools []driver.Store, interval time.Duration, log *slog.Logger) {
+	workOff(ctx, interval, func(ctx context.Context) bool { return keepStep(ctx, sink, pools, log) })
 }
 
-// cleanupPass is one pass of the janitor: on every server, workers
-// connections in parallel (each takes a due journal row of its own) delete
-// the expired dedup keys of due journal rows, batch keys per statement and
-// at most 100 batches each. It reports whether due rows may be left (a
-// worker used its whole budget). Failures are logged; the next pass
-// retries.
-func cleanupPass(ctx context.Context, pools []driver.Store, now func() time.Time, batch, workers int, log *slog.Logger) (more bool) {
-	workers = max(workers, 1)
-	var (
-		mu sync.Mutex
-		wg sync.WaitGroup
-	)
-	for i, pool := range pools {
-		for range workers {
-			wg.Go(func() {
-				n, err := pool.CleanupKeys(ctx, now(), batch, 100*batch)
-				if err != nil {
-					log.Warn("dedup cleanup failed", "server", i, "err", err)
-				} else if n > 0 {
-					log.Debug("expired dedup keys deleted", "server", i, "keys", n)
-				}
-				if err == nil && n >= int64(100*batch) {
-					mu.Lock()
-					more = true
-					mu.Unlock()
-				}
-			})
+// markTries bounds the attempts to record an emptied table in one step
+// (each fails at once while a decision holds the state shared), and
+// markPause is the pause between them.
+const (
+	markTries = 20
+	markPause = 25 * time.Millisecond
+)
+
+// keepStep takes the steps of the upkeep that are due, emptying first
+// (the next generation may need the table), and reports whether more may
+// be (more). A table is emptied while the state is held shared
+// (HoldKeyGenerations): no rotation can give it to a newer generation
+// meanwhile, however long the emptying takes. A failure is logged and the
+// step tried again at the next pass: a table that cannot be emptied yet
+// (a straggling or prepared branch holds it, keys of the version before
+// may still be live) only lets keys live longer.
+func keepStep(ctx context.Context, sink *txsink.Sink, pools []driver.Store, log *slog.Logger) (more bool) {
+	s, err := sink.KeyGenerations(ctx)
+	if err != nil {
+		log.Warn("dedup generations: cannot read the state", "err", err)
+		return false
+	}
+	k := dedup.Keep(s)
+	if k.Empty >= 0 && emptyGeneration(ctx, sink, pools, k.Empty, log) {
+		return true
+	}
+	if !k.Rotate {
+		return false
+	}
+	ok, err := sink.RotateKeys(ctx, s.Current)
+	if err != nil {
+		log.Warn("dedup generations: rotation failed", "from", s.Current, "err", err)
+		return false
+	}
+	if ok {
+		log.Info("dedup generations: next generation current", "generation", s.Current+1, "table", (s.Current + 1).Table())
+	}
+	return ok
+}
+
+// emptyGeneration empties generation g's table on every server under the
+// held state, if g is still the one to empty, and records it; it reports
+// whether the state changed (a step was taken, here or by another
+// instance).
+func emptyGeneration(ctx context.Context, sink *txsink.Sink, pools []driver.Store, g driver.Generation, log *slog.Logger) bool {
+	err := sink.HoldKeyGenerations(ctx, func(held driver.KeyGenerations) error {
+		if dedup.Keep(held).Empty != g {
+			return errMoved
+		}
+		for i, pool := range pools {
+			if err := pool.EmptyKeys(ctx, g, held.Now.Add(-ledgerclock.Margin)); err != nil {
+				return fmt.Errorf("server %d: %w", i, err)
+			}
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, errMoved):
+		return true
+	case errors.Is(err, driver.ErrKeysLive):
+		log.Info("dedup generations: generation 0's table (dedup_keys) waits for the keys the version before generations journaled to expire", "err", err)
+		return false
+	case err != nil:
+		log.Warn("dedup generations: emptying a table failed; tried again at the next pass", "generation", g, "err", err)
+		return false
+	}
+	for range markTries {
+		ok, err := sink.MarkKeysEmptied(ctx, g)
+		if err != nil {
+			log.Warn("dedup generations: recording an emptied table failed", "generation", g, "err", err)
+			return false
+		}
+		if ok {
+			log.Info("dedup generations: table emptied", "generation", g, "table", g.Table())
+			return true
+		}
+		if s, err := sink.KeyGenerations(ctx); err != nil || s.Emptied >= g {
+			return err == nil // recorded by another instance
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(markPause):
 		}
 	}
-	wg.Wait()
-	return more
+	return false
 }
+
+// errMoved: the state changed between a step's plan and its lock.
+var errMoved = errors.New("dedup generations moved")
 
 // Retention deletes the ledger entries created more than retention ago on
 // every server until ctx ends, passes back to back while entries are due
-// (workOff), like the janitor: the table stays bounded however fast
+// (workOff): the table stays bounded however fast
 // checkpoints insert entries, as long as one connection per server deletes
 // them faster. Entries are aged by now, the ledger's clock.
 func Retention(ctx context.Context, pools []driver.Store, now func() time.Time, interval, retention time.Duration, batch int, log *slog.Logger) {

@@ -35,7 +35,7 @@ func insertEntries(t *testing.T, db *sqlx.DB, p, first, n int, created time.Time
 	}
 }
 
-// Retention keeps up like the janitor (issue 18): a backlog of old entries
+// Retention keeps up (issue 18): a backlog of old entries
 // far larger than one pass (100 statements of DedupCleanupBatch rows per
 // server) is deleted at once on every server, each on its own deadline,
 // and no entry younger than the retention is touched. With one pass per
@@ -86,15 +86,19 @@ func TestRetentionWorksOffABacklogAtOnce(t *testing.T) {
 	}
 }
 
-// Cleanup holds no connection a checkpoint needs (issue 18): with
-// MYSQL_BRANCHES=8 the janitor runs 8 workers per server, and the pool of
-// checkpoints is MYSQL_BRANCHES + 8 connections, 8 of them held by the
-// branches between checkpoints. While the janitor works off a backlog with
-// all its workers, checkpoints whose ids need lookups (repeats of stored
-// keys) and a decision run, and not one of their requests for a
-// connection waits: the janitor's workers are on the cleanup pool, which
-// never holds more than its MYSQL_BRANCHES + 1. Before, the janitor's 8
-// took the pool's last 8 and every lookup and decision queued behind it.
+// Cleanup holds no connection a checkpoint needs, and emptying a
+// generation's table never holds up a checkpoint (issues 18 and 21): the
+// pool of checkpoints is MYSQL_BRANCHES + 8 connections, 8 of them held by
+// the branches between checkpoints. A prepared branch (another
+// coordinator's, left in doubt) holds the table of generation 1, whose
+// keys have all expired: the upkeep tries to empty it again and again, each
+// time holding the generations' state and waiting about a second for the
+// table's metadata lock, and gives up. Meanwhile checkpoints claim in the
+// current generation, lock-read the one before and look up repeats of
+// stored keys, and not one of their requests for a connection waits: the
+// upkeep is on the cleanup pool, which never holds more than its
+// DefaultCleanupConns. No rotation takes the table meanwhile; once the
+// branch is resolved, the next pass empties it.
 func TestCleanupNeverTakesACheckpointsConnection(t *testing.T) {
 	e := newEnv(t, 1)
 	const branches = 8
@@ -102,12 +106,27 @@ func TestCleanupNeverTakesACheckpointsConnection(t *testing.T) {
 		StepTimeout: 10 * time.Second, Logger: testenv.Logger()}})
 	t.Cleanup(func() { sink.Close(); d.Close() })
 	main, cleanup := d.Server(0).DB(), d.Server(0).CleanupDB()
-	if got := cleanup.Stats().MaxOpenConnections; got != branches+1 {
-		t.Fatalf("cleanup pool of %d connections, want MYSQL_BRANCHES + 1 = %d", got, branches+1)
+	if got := cleanup.Stats().MaxOpenConnections; got != mysqldriver.DefaultCleanupConns {
+		t.Fatalf("cleanup pool of %d connections, want %d", got, mysqldriver.DefaultCleanupConns)
 	}
 
-	const keys = 400_000
-	seedJanitorBacklog(t, e, keys)
+	// Generation 3 (dedup_keys' table) current, generation 2 live,
+	// generation 1 expired an hour ago and due to be emptied.
+	e.db.MustExec(`UPDATE dedup_generations SET current_gen = 3, current_since = UTC_TIMESTAMP(6),
+		previous_since = UTC_TIMESTAMP(6) - INTERVAL 2 HOUR, emptied_gen = 0, lifetime_us = 3600000000`)
+	now := time.Now().UTC()
+	resolve := holdPrepared(t, e.db, "dedup_keys_g1")
+	defer resolve()
+
+	// Keys the checkpoints' records repeat: each claim meets a stored key,
+	// and its ids are looked up on the pool.
+	var stored []any
+	for k := range 200 {
+		fp := seenEvent(k, fmt.Sprintf("seen-%d", k)).Fingerprint()
+		stored = append(stored, fmt.Sprintf("seen-%d", k), fp[:], now.Add(time.Hour))
+	}
+	e.db.MustExec(`INSERT INTO dedup_keys (event_id, fingerprint, expires_at) VALUES `+strings.TrimSuffix(strings.Repeat("(?,?,?),", 200), ","), stored...)
+
 	ck, err := NewCheckpointer(testConfig(e), sink, d.Stores())
 	if err != nil {
 		t.Fatal(err)
@@ -139,81 +158,69 @@ func TestCleanupNeverTakesACheckpointsConnection(t *testing.T) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
-	wg.Go(func() { Janitor(ctx, d.Stores(), time.Now, time.Hour, 5, branches, testenv.Logger()) })
-	// busiest: the most cleanup connections in use at once; during: the
-	// same over the checkpoints' rounds only (sampled, so a worker between
-	// two statements is not mistaken for a janitor that finished).
-	var busiest, during atomic.Int64
-	var measuring atomic.Bool
+	wg.Go(func() { Keeper(ctx, sink, d.Stores(), 10*time.Millisecond, testenv.Logger()) })
+	var busiest atomic.Int64
 	wg.Go(func() {
 		for ctx.Err() == nil {
-			in := int64(cleanup.Stats().InUse)
-			busiest.Store(max(busiest.Load(), in))
-			if measuring.Load() {
-				during.Store(max(during.Load(), in))
-			}
+			busiest.Store(max(busiest.Load(), int64(cleanup.Stats().InUse)))
 			time.Sleep(5 * time.Millisecond)
 		}
 	})
-	testenv.Eventually(t, 30*time.Second, "the janitor's workers busy", func() (bool, string) {
-		return busiest.Load() >= branches, fmt.Sprint(busiest.Load())
+	testenv.Eventually(t, 30*time.Second, "the upkeep holding the state and emptying", func() (bool, string) {
+		return busiest.Load() >= 2, fmt.Sprint(busiest.Load())
 	})
 	waits := main.Stats().WaitCount
-	measuring.Store(true)
 	for round := 1; round <= 10; round++ {
 		checkpoint(round)
 	}
-	measuring.Store(false)
-	var left int
-	if err := e.db.Get(&left, `SELECT COUNT(*) FROM dedup_keys WHERE event_id LIKE 'old-%'`); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("after the checkpoints: %d of %d expired keys left, at most %d cleanup connections in use during them", left, keys, during.Load())
-	if left == 0 || during.Load() < branches/2 {
-		t.Fatalf("the janitor was not busy all along the checkpoints (%d expired keys left, at most %d cleanup connections in use during them): the backlog is too small to tell", left, during.Load())
-	}
 	if n := main.Stats().WaitCount - waits; n != 0 {
-		t.Errorf("%d requests for a connection of the checkpoints' pool waited while the janitor ran", n)
+		t.Errorf("%d requests for a connection of the checkpoints' pool waited while the upkeep ran", n)
 	}
-	if b := busiest.Load(); b > branches+1 {
-		t.Errorf("cleanup held %d connections, over its share of %d", b, branches+1)
+	if b := busiest.Load(); b > mysqldriver.DefaultCleanupConns {
+		t.Errorf("cleanup held %d connections, over its share of %d", b, mysqldriver.DefaultCleanupConns)
 	}
 	if d := ck.Stats().Duplicates.Load(); d != 11*20 {
 		t.Errorf("%d duplicates dropped, want 220: the lookups did not run", d)
 	}
+	s, err := sink.KeyGenerations(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Emptied != 0 || s.Current != 3 {
+		t.Fatalf("while a prepared branch held generation 1's table: state %+v, want it unchanged (current 3, emptied 0)", s)
+	}
+	resolve()
+	testenv.Eventually(t, 30*time.Second, "generation 1 emptied once the branch was resolved", func() (bool, string) {
+		s, err := sink.KeyGenerations(t.Context())
+		return err == nil && s.Emptied >= 1, fmt.Sprintf("%+v %v", s, err)
+	})
 }
 
-// seedJanitorBacklog stores keys expired dedup keys in journal rows of 50
-// (the janitor's backlog, deleted 5 per statement in
-// TestCleanupNeverTakesACheckpointsConnection) and 200 live keys that the
-// test's records repeat: each claim meets a stored key, and its ids are
-// looked up on the pool.
-func seedJanitorBacklog(t *testing.T, e *env, keys int) {
+// holdPrepared leaves a prepared XA branch that wrote a row to table, as
+// another coordinator in doubt would; resolve rolls it back (once).
+func holdPrepared(t *testing.T, db *sqlx.DB, table string) (resolve func()) {
 	t.Helper()
-	now := time.Now().UTC()
-	const perRow = 50
-	for lo := 0; lo < keys; lo += 2000 {
-		var args []any
-		var rows []any
-		var blob []byte
-		for i := lo; i < lo+2000; i++ {
-			id := fmt.Sprintf("old-%07d", i)
-			args = append(args, id, make([]byte, 16), now.Add(-time.Minute))
-			blob = append(append(blob, byte(len(id))), id...)
-			if (i+1)%perRow == 0 {
-				rows = append(rows, now.Add(-time.Minute), blob)
-				blob = nil
-			}
+	held, err := db.Connx(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	xid := "'" + testenv.RandomName("held-") + "'" // XA ids are the server's, not the database's
+	for _, q := range []string{`XA START ` + xid, `INSERT INTO ` + table + ` (event_id, fingerprint, expires_at) VALUES ('held', REPEAT('x', 16), UTC_TIMESTAMP(6))`,
+		`XA END ` + xid, `XA PREPARE ` + xid} {
+		if _, err := held.ExecContext(t.Context(), q); err != nil {
+			_ = held.Close()
+			t.Fatal(err)
 		}
-		e.db.MustExec(`INSERT INTO dedup_keys (event_id, fingerprint, expires_at) VALUES `+strings.TrimSuffix(strings.Repeat("(?,?,?),", 2000), ","), args...)
-		e.db.MustExec(`INSERT INTO dedup_expiry (expires_at, event_ids) VALUES `+strings.TrimSuffix(strings.Repeat("(?,?),", len(rows)/2), ","), rows...)
 	}
-	var stored []any
-	for k := range 200 {
-		fp := seenEvent(k, fmt.Sprintf("seen-%d", k)).Fingerprint()
-		stored = append(stored, fmt.Sprintf("seen-%d", k), fp[:], now.Add(time.Hour))
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			if _, err := held.ExecContext(context.Background(), `XA ROLLBACK `+xid); err != nil {
+				t.Error(err)
+			}
+			_ = held.Close()
+		})
 	}
-	e.db.MustExec(`INSERT INTO dedup_keys (event_id, fingerprint, expires_at) VALUES `+strings.TrimSuffix(strings.Repeat("(?,?,?),", 200), ","), stored...)
 }
 
 // seenEvent is the event of id that TestCleanupNeverTakesACheckpointsConnection

@@ -48,9 +48,9 @@ type Config struct {
 	// DedupCacheKeys bounds the event ids remembered in memory; 0 disables
 	// the cache (every id is checked in MySQL).
 	DedupCacheKeys int
-	// DedupCleanupInterval is how often the janitor looks for expired
-	// keys; it then deletes them until none is due (Janitor),
-	// DedupCleanupBatch per statement.
+	// DedupCleanupInterval is how often the upkeep of the dedup keys'
+	// generations (Keeper) and the retention of ledger entries look for
+	// work; the retention deletes DedupCleanupBatch entries per statement.
 	DedupCleanupInterval time.Duration
 	DedupCleanupBatch    int
 	// Window is the billing window over occurred_at: fixed windows aligned
@@ -103,7 +103,7 @@ type Config struct {
 
 	// Clock is the ledger's clock (ledgerclock.Clock.Now): every instant
 	// another instance judges, or this one judges against another's, is
-	// read from it: dedup expiries and the janitor, the retention of
+	// read from it: dedup expiries, the retention of
 	// ledger entries, the processing time events are bounded by, the
 	// timestamps written. Run the sink on the same clock (txsink.Config's
 	// Now). time.Now when nil.

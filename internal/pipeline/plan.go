@@ -23,16 +23,20 @@ type router interface {
 }
 
 // claimPlan is the dedup step's plan: every record's dedup key, what the
-// cache proves already, and the ids to claim on each participant (each id
-// once, the first arrival's fingerprint).
+// cache proves already (and, once claimed, what the lookups found in the
+// current generation), what the claims' locking reads found in earlier
+// generations, and the ids to claim on each participant (each id once,
+// the first arrival's fingerprint).
 type claimPlan struct {
-	keys   []dedup.Key
-	known  map[string]dedup.Seen
-	claims [][]dedup.Insert // per participant
+	keys    []dedup.Key
+	known   map[string]dedup.Seen
+	earlier map[string]dedup.Seen
+	claims  [][]dedup.Insert // per participant
 }
 
 func planClaims(records []record, cache cacheView, now time.Time, ttl time.Duration, r router) claimPlan {
-	cp := claimPlan{keys: make([]dedup.Key, len(records)), known: map[string]dedup.Seen{}, claims: make([][]dedup.Insert, r.Participants())}
+	cp := claimPlan{keys: make([]dedup.Key, len(records)), known: map[string]dedup.Seen{}, earlier: map[string]dedup.Seen{},
+		claims: make([][]dedup.Insert, r.Participants())}
 	queued := make(map[string]struct{}, len(records))
 	expires := now.Add(ttl)
 	for i := range records {
@@ -56,6 +60,7 @@ func planClaims(records []record, cache cacheView, now time.Time, ttl time.Durat
 type outcomes struct {
 	verdicts   []dedup.Verdict
 	inserts    []dedup.Insert       // the keys this checkpoint keeps or replaces
+	takeBack   []string             // claimed keys that repeat a live key of an earlier generation
 	fresh      []*record            // the new events, in arrival order
 	dead       []deadletters.Letter // the snapshot's and this checkpoint's
 	duplicates int
@@ -68,8 +73,8 @@ type outcomes struct {
 // classify decides every record against what is known (dedup.Classify) and
 // turns conflicting repeats into dead letters.
 func classify(records []record, dead []deadletters.Letter, cp claimPlan, now time.Time, ttl time.Duration, prefix int) outcomes {
-	verdicts, inserts := dedup.Classify(now, ttl, cp.keys, cp.known)
-	o := outcomes{verdicts: verdicts, inserts: inserts, dead: append([]deadletters.Letter(nil), dead...), overflowed: map[string]bool{}}
+	verdicts, inserts, takeBack := dedup.Classify(now, ttl, cp.keys, cp.known, cp.earlier)
+	o := outcomes{verdicts: verdicts, inserts: inserts, takeBack: takeBack, dead: append([]deadletters.Letter(nil), dead...), overflowed: map[string]bool{}}
 	for i, v := range verdicts {
 		r := &records[i]
 		switch v {
@@ -112,8 +117,7 @@ func (o *outcomes) count(agg *aggregate, prefix int, entries bool) {
 // rows.
 type work struct {
 	replace  []driver.DedupKey // keys whose expired rows are replaced
-	unclaim  []string          // claimed keys of events that became dead letters
-	journal  []string          // every key this checkpoint keeps, for the janitor
+	unclaim  []string          // claimed keys it does not keep (dead letters, repeats of an earlier generation)
 	balances []driver.Balance
 	windows  []driver.WindowSum
 	adjusts  []driver.WindowSum // window_adjustments
@@ -123,14 +127,15 @@ type work struct {
 }
 
 func (w *work) empty() bool {
-	return len(w.journal)+len(w.unclaim)+len(w.balances)+len(w.windows)+len(w.adjusts)+len(w.entries)+len(w.dead) == 0 && !w.seal
+	return len(w.replace)+len(w.unclaim)+len(w.balances)+len(w.windows)+len(w.adjusts)+len(w.entries)+len(w.dead) == 0 && !w.seal
 }
 
 // planWrites routes everything the checkpoint writes to its participant:
 // dedup keys by event id (claimed keys are written already; expired rows are
-// replaced here, and the claimed keys of events that became dead letters are
-// taken back), aggregates and ledger entries by account (one branch holds
-// an account's sums and entries), dead letters by partition.
+// replaced here, and the claimed keys of events that became dead letters or
+// that repeat a live key of an earlier generation are taken back),
+// aggregates and ledger entries by account (one branch holds an account's
+// sums and entries), dead letters by partition.
 func planWrites(o *outcomes, agg *aggregate, period event.Windows, r router) []work {
 	works := make([]work, r.Participants())
 	for _, in := range o.inserts {
@@ -142,10 +147,11 @@ func planWrites(o *outcomes, agg *aggregate, period event.Windows, r router) []w
 			}
 		case in.Replace:
 			works[at].replace = append(works[at].replace, toDedupKeys([]dedup.Insert{in})...)
-			works[at].journal = append(works[at].journal, in.ID)
-		default:
-			works[at].journal = append(works[at].journal, in.ID)
 		}
+	}
+	for _, id := range o.takeBack {
+		at := r.Route(id)
+		works[at].unclaim = append(works[at].unclaim, id)
 	}
 	for _, row := range toBalances(agg.balanceRows()) {
 		at := r.Route(row.Account)

@@ -24,10 +24,15 @@ import (
 //	eventTime  read the frontier and the partitions' watermarks
 //	           (closing windows only); judge each record late or not,
 //	           plan the frontier's raise and the windows to seal
+//	generations read the dedup keys' generations (only with keys to
+//	           claim); register this instance's key lifetime first if the
+//	           state's is shorter (register), then read again
 //	claim      claim the keys of the ids the cache does not know, each
-//	           participant its share
+//	           participant its share: insert them into the current
+//	           generation, then lock-read them in the earlier generations
+//	           that may hold live keys (dedup.ClaimAt)
 //	lookup     look up the ids of the claim statements that met a stored
-//	           key, on their servers' pools
+//	           key in the current generation, on their servers' pools
 //	classify   decide every record: new, a repeat, a conflicting repeat
 //	           (no I/O)
 //	seed       read the stored sums of the risky keys under row locks
@@ -35,7 +40,8 @@ import (
 //	write      every participant's rows (dedup keys, journal, balances,
 //	           windows, adjustments, entries, dead letters) and, on the
 //	           first participant of each server, the sealing
-//	decide     prepare, decide on the cuts and the frontier change, commit
+//	decide     prepare, decide on the cuts, the frontier change and the
+//	           generation claimed in, commit
 //
 // or skip (nothing to do at all: no record, no window to close or seal),
 // or trialDone (a trial of isolate.go stops after the writes).
@@ -45,6 +51,8 @@ type stepKind int
 
 const (
 	stepEventTime stepKind = iota
+	stepGenerations
+	stepRegister
 	stepClaim
 	stepLookup
 	stepClassify
@@ -59,11 +67,11 @@ const (
 // phase is the name of the step's part of CheckpointInfo.Phases, and of
 // FailedPhase when it fails (the decide step's three are the executor's).
 func (k stepKind) phase() string {
-	return [...]string{"eventtime", "dedup", "dedup", "dedup", "aggregate", "aggregate", "write", "decide", "", "trial"}[k]
+	return [...]string{"eventtime", "dedup", "dedup", "dedup", "dedup", "dedup", "aggregate", "aggregate", "write", "decide", "", "trial"}[k]
 }
 
 func (k stepKind) String() string {
-	return [...]string{"eventTime", "claim", "lookup", "classify", "seed", "aggregate", "write", "decide", "skip", "trialDone"}[k]
+	return [...]string{"eventTime", "generations", "register", "claim", "lookup", "classify", "seed", "aggregate", "write", "decide", "skip", "trialDone"}[k]
 }
 
 // pure reports a step that needs no I/O: the executor advances at once.
@@ -72,6 +80,8 @@ func (k stepKind) pure() bool { return k == stepClassify || k == stepAggregate }
 // step is what to do next.
 type step struct {
 	kind     stepKind
+	lifetime time.Duration       // register: this instance's key lifetime
+	claim    dedup.Claim         // claim, lookup: the generations written and read
 	claims   [][]driver.DedupKey // claim: by participant
 	lookups  []lookup            // lookup: in participant order
 	seeds    []seedKeys          // seed: by participant
@@ -103,19 +113,23 @@ type sealRange struct {
 }
 
 // decision is what the commit decision writes: the cuts, and the frontier
-// change (nil: the frontier is not touched).
+// change (nil: the frontier is not touched), and checks: the generation the
+// keys were claimed in (nil: none claimed).
 type decision struct {
 	cuts     []txsink.PartitionCut
 	frontier *txsink.FrontierChange
+	keys     *driver.Generation
 }
 
 // result is what the executor found doing a step.
 type result struct {
-	eventTime txsink.EventTime  // eventTime
-	contested [][]string        // claim: by participant
-	found     []driver.DedupKey // lookup
-	seeded    []seededSums      // seed: by participant
-	sealed    []sealResult      // write: by participant
+	eventTime   txsink.EventTime      // eventTime
+	generations driver.KeyGenerations // generations
+	contested   [][]string            // claim: by participant
+	earlier     []driver.DedupKey     // claim: what the locking reads of earlier generations found
+	found       []driver.DedupKey     // lookup
+	seeded      []seededSums          // seed: by participant
+	sealed      []sealResult          // write: by participant
 }
 
 // seededSums are the stored rows a seed read found, whole.
@@ -178,6 +192,7 @@ type planner struct {
 
 	et        eventTimePlan
 	cp        claimPlan
+	claimed   *dedup.Claim // nil until the keys are claimed
 	o         outcomes
 	agg       *aggregate
 	risky     riskySet
@@ -223,8 +238,12 @@ func (p *planner) advance(r result) {
 	switch p.next.kind {
 	case stepEventTime:
 		p.afterEventTime(r.eventTime)
+	case stepGenerations:
+		p.afterGenerations(r.generations)
+	case stepRegister:
+		p.next = step{kind: stepGenerations}
 	case stepClaim:
-		p.afterClaims(r.contested)
+		p.afterClaims(r.contested, r.earlier)
 	case stepLookup:
 		p.afterLookups(r.found)
 	case stepClassify:
@@ -253,7 +272,19 @@ func (p *planner) afterEventTime(et txsink.EventTime) {
 func (p *planner) planClaims() {
 	p.cp = planClaims(p.snap.records, p.cache, p.now, p.cfg.ttl, p.cfg.route)
 	if len(nonEmpty(p.cp.claims)) == 0 {
-		p.afterClaims(nil)
+		p.afterClaims(nil, nil)
+		return
+	}
+	p.next = step{kind: stepGenerations}
+}
+
+// afterGenerations plans the claims under the generations' state s, read
+// after the attempt's processing time was (so that its keys' expiry is
+// bounded by the state's, dedup.LiveUntil), once this instance's key
+// lifetime is registered.
+func (p *planner) afterGenerations(s driver.KeyGenerations) {
+	if s.Lifetime < p.cfg.ttl {
+		p.next = step{kind: stepRegister, lifetime: p.cfg.ttl}
 		return
 	}
 	claims := make([][]driver.DedupKey, len(p.cp.claims))
@@ -262,13 +293,26 @@ func (p *planner) planClaims() {
 			claims[i] = toDedupKeys(c)
 		}
 	}
-	p.next = step{kind: stepClaim, claims: claims}
+	c := dedup.ClaimAt(s, p.now)
+	p.claimed = &c
+	p.next = step{kind: stepClaim, claim: c, claims: claims}
 }
 
-// afterClaims plans the lookups: only the ids of claim statements that
-// met a stored row, on a pooled connection outside the branches, which
-// sees the committed rows and not this checkpoint's own inserts.
-func (p *planner) afterClaims(contested [][]string) {
+// afterClaims takes what the claims' locking reads found in earlier
+// generations and plans the lookups: only the ids of claim statements that
+// met a stored row in the current generation, on a pooled connection
+// outside the branches, which sees the committed rows and not this
+// checkpoint's own inserts.
+func (p *planner) afterClaims(contested [][]string, earlier []driver.DedupKey) {
+	for _, k := range earlier {
+		// Of an id's rows in several earlier generations, a live one; of
+		// two live ones, the first arrival's (it expires first).
+		old, ok := p.cp.earlier[k.ID]
+		live, oldLive := p.now.Before(k.ExpiresAt), ok && p.now.Before(old.ExpiresAt)
+		if !ok || live && !oldLive || live == oldLive && k.ExpiresAt.Before(old.ExpiresAt) {
+			p.cp.earlier[k.ID] = dedup.Seen{Fingerprint: k.Fingerprint, ExpiresAt: k.ExpiresAt}
+		}
+	}
 	var ls []lookup
 	for i, ids := range contested {
 		if len(ids) > 0 {
@@ -279,7 +323,7 @@ func (p *planner) afterClaims(contested [][]string) {
 		p.afterLookups(nil)
 		return
 	}
-	p.next = step{kind: stepLookup, lookups: ls}
+	p.next = step{kind: stepLookup, claim: *p.claimed, lookups: ls}
 }
 
 func (p *planner) afterLookups(found []driver.DedupKey) {
@@ -405,7 +449,19 @@ func (p *planner) afterWrites(sealed []sealResult) {
 			p.allSealed = false
 		}
 	}
-	p.next = step{kind: stepDecide, decision: decision{cuts: p.snap.cuts, frontier: p.et.change(p.openFrom, p.allSealed)}}
+	d := decision{cuts: p.snap.cuts, frontier: p.et.change(p.openFrom, p.allSealed)}
+	if p.claimed != nil {
+		d.keys = &p.claimed.Write
+	}
+	p.next = step{kind: stepDecide, decision: d}
+}
+
+// generation is the generation the keys are claimed in (written).
+func (p *planner) generation() driver.Generation {
+	if p.claimed == nil {
+		return 0
+	}
+	return p.claimed.Write
 }
 
 // remember is what the dedup cache learns once the checkpoint committed:

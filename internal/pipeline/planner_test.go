@@ -43,7 +43,16 @@ func kinds(t *testing.T, p *planner, results func(step) result) ([]stepKind, []s
 	return nil, nil
 }
 
-func noResults(step) result { return result{} }
+// noResults answers every step with nothing found, the generations' read
+// with a state whose registered lifetime covers every key (no register).
+func noResults(st step) result {
+	if st.kind == stepGenerations {
+		return registered
+	}
+	return result{}
+}
+
+var registered = result{generations: driver.KeyGenerations{Lifetime: 365 * 24 * time.Hour}}
 
 // The plan asks for each step that needs I/O only when it has something
 // to do: a snapshot whose ids the cache knows has no claims, one with no
@@ -65,12 +74,12 @@ func TestPlannerAsksOnlyForStepsWithWork(t *testing.T) {
 		want       []stepKind
 	}{
 		{"new events", 0, &snapshot{cuts: cuts, records: []record{rec("a", "acct-1", 5, 0, 0), rec("b", "acct-2", 7, 0, 1)}},
-			[]stepKind{stepClaim, stepClassify, stepAggregate, stepWrite, stepDecide}},
+			[]stepKind{stepGenerations, stepClaim, stepClassify, stepAggregate, stepWrite, stepDecide}},
 		{"a cached repeat only", 0, &snapshot{cuts: cuts, records: []record{cached}}, []stepKind{stepClassify, stepAggregate, stepWrite, stepDecide}},
 		{"closing windows", time.Hour, &snapshot{cuts: cuts, records: []record{rec("a", "acct-1", 5, 0, 0)}},
-			[]stepKind{stepEventTime, stepClaim, stepClassify, stepAggregate, stepWrite, stepDecide}},
+			[]stepKind{stepEventTime, stepGenerations, stepClaim, stepClassify, stepAggregate, stepWrite, stepDecide}},
 		{"a risky sum", 0, &snapshot{cuts: cuts, records: []record{rec("a", "acct-1", 5, 0, 0), rec("b", "acct-1", -9, 0, 1)}},
-			[]stepKind{stepClaim, stepClassify, stepSeed, stepAggregate, stepWrite, stepDecide}},
+			[]stepKind{stepGenerations, stepClaim, stepClassify, stepSeed, stepAggregate, stepWrite, stepDecide}},
 		{"nothing at all", time.Hour, &snapshot{}, []stepKind{stepEventTime, stepSkip}},
 	} {
 		p := newPlanner(planCfg(s, c.closeAfter), c.snap, now, cache)
@@ -82,7 +91,7 @@ func TestPlannerAsksOnlyForStepsWithWork(t *testing.T) {
 	trial := planCfg(s, 0)
 	trial.trial = true
 	p := newPlanner(trial, &snapshot{cuts: cuts, records: []record{rec("a", "acct-1", 5, 0, 0)}}, now, cache)
-	if got, _ := kinds(t, p, noResults); !slices.Equal(got, []stepKind{stepClaim, stepClassify, stepAggregate, stepWrite, stepTrialDone}) {
+	if got, _ := kinds(t, p, noResults); !slices.Equal(got, []stepKind{stepGenerations, stepClaim, stepClassify, stepAggregate, stepWrite, stepTrialDone}) {
 		t.Errorf("a trial: steps %v, want it to stop after the writes", got)
 	}
 }
@@ -119,6 +128,8 @@ func TestPlannerFeedsOnResults(t *testing.T) {
 	_, steps := kinds(t, p, func(st step) result {
 		seen = append(seen, st)
 		switch st.kind {
+		case stepGenerations:
+			return registered
 		case stepEventTime:
 			return result{eventTime: txsink.EventTime{Frontier: driver.Frontier{Closed: closed, Sealed: closed.Add(-2 * time.Hour)}}}
 		case stepClaim:

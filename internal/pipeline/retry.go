@@ -41,7 +41,7 @@ type attemptOutcome struct {
 	failed    bool        // an error before the decision
 	stopped   bool        // run's own context ended
 	code      driver.Code // the error's classification by the servers
-	moved     bool        // txsink.ErrFrontierMoved
+	moved     bool        // txsink.ErrFrontierMoved or driver.ErrKeysMoved
 	refused   bool        // a refusal of the data a trial can reproduce (refusedForData)
 	oversized bool        // of refused: a row over its statement's budget (a bug)
 	// lostInWrite: a Transient failure of the write step. MariaDB answers
@@ -57,7 +57,7 @@ type attemptOutcome struct {
 
 func (c *Checkpointer) outcomeOf(info CheckpointInfo, stopped bool) attemptOutcome {
 	return attemptOutcome{failed: info.Err != nil && !info.Decided, stopped: stopped, code: c.sink.Code(info.Err),
-		moved: errors.Is(info.Err, txsink.ErrFrontierMoved), refused: c.refusedForData(info.Err), oversized: oversized(info.Err),
+		moved: errors.Is(info.Err, txsink.ErrFrontierMoved) || errors.Is(info.Err, driver.ErrKeysMoved), refused: c.refusedForData(info.Err), oversized: oversized(info.Err),
 		lostInWrite: c.sink.Code(info.Err) == driver.Transient && info.FailedPhase == stepWrite.phase(),
 		raced:       c.cfg.Changelog && c.sink.Code(info.Err) == driver.Duplicate && info.FailedPhase == stepWrite.phase()}
 }
@@ -86,8 +86,10 @@ func (m move) String() string { return moveNames[m] }
 // it:
 //
 //   - another checkpoint closed a window this one wrote to as open
-//     (txsink.ErrFrontierMoved): retried at once, on the new frontier, up
-//     to maxFrontierRetries times;
+//     (txsink.ErrFrontierMoved), or the dedup keys' generation moved on
+//     between the claims and the decision (driver.ErrKeysMoved, a
+//     rotation: at most once a DEDUP_TTL): retried at once, on the new
+//     frontier or generation, up to maxFrontierRetries times;
 //   - a write met a row created since the attempt read it absent
 //     (Duplicate in the write step): retried at once, whose reads then
 //     find it, up to maxRaceRetries times;

@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/billing/ledger/internal/dedup"
 	"github.com/billing/ledger/internal/event"
 	"github.com/billing/ledger/internal/pipeline"
 	"github.com/billing/ledger/internal/service"
@@ -69,7 +70,8 @@ import (
 //	branches                            prepared branches on every server
 //	stats name=a                        the instance's totals and dedup cache
 //	group-offsets                       the Kafka group's offsets, once they follow the store's
-//	janitor name=a | retention name=a   its cleanup of expired keys | old entries, until done
+//	upkeep name=a                       its upkeep of the dedup keys' generations, until nothing is due
+//	retention name=a                    its cleanup of old entries, until done
 //	refuse table=T [account=A] [above=N] [sealed] | refuse off
 //	                                    a trigger on every server refuses those rows (Data)
 //	fail op=OP code=C [times=N] [server=S]  the next N OP on S fail (memdriver.Fail)
@@ -127,7 +129,7 @@ var commands = map[string]func(*command) string{
 	"branches":       (*command).branches,
 	"stats":          (*command).stats,
 	"group-offsets":  (*command).groupOffsets,
-	"janitor":        (*command).janitor,
+	"upkeep":         (*command).upkeep,
 	"retention":      (*command).retention,
 	"refuse":         (*command).refuse,
 	"fail":           (*command).fail,
@@ -524,7 +526,7 @@ func (cm *command) oldCommits() string {
 	var first, last int64
 	for i := range n {
 		seq, err := ctrl.Commit(context.Background(), driver.Decision{Gtrid: fmt.Sprintf("old-%d", i+1), Outcome: driver.Committed, By: "gone", At: cm.w.clock.Now()},
-			scope, nil, none, nil, true)
+			scope, nil, none, nil, nil, true)
 		if err != nil {
 			cm.fatalf("%v", err)
 		}
@@ -600,7 +602,7 @@ func (cm *command) groupOffsets() string {
 	return got
 }
 
-// cleanup runs pass (the janitor or the retention of an instance) until
+// cleanup runs pass (the retention of an instance) until
 // nothing is due, and reports what it deleted.
 func (cm *command) cleanup(what string, count func() (total, due int), pass func(ctx context.Context)) string {
 	w := cm.w
@@ -624,23 +626,47 @@ func (cm *command) cleanup(what string, count func() (total, due int), pass func
 	return fmt.Sprintf("deleted %d, %d left", before-after, after)
 }
 
-func (cm *command) janitor() string {
+// upkeep runs the instance's upkeep of the dedup keys' generations
+// (pipeline.Keeper) until, by the control server's clock, nothing is due
+// (dedup.Keep), and reports the state and the keys each table holds.
+func (cm *command) upkeep() string {
 	w, in := cm.w, cm.instance()
-	return cm.cleanup("the janitor", func() (total, due int) {
-		now := in.now().UTC().Truncate(time.Microsecond)
-		for _, s := range w.servers {
-			tb := s.Tables()
-			total += len(tb.Keys)
-			for _, j := range tb.Journal {
-				if !j.ExpiresAt.After(now) {
-					due++
-				}
-			}
+	state := func() driver.KeyGenerations {
+		s, err := in.sink.KeyGenerations(w.ctx)
+		if err != nil {
+			cm.fatalf("%v", err)
 		}
-		return total, due
-	}, func(ctx context.Context) {
-		pipeline.Janitor(ctx, in.stores, in.now, time.Hour, in.cfg.DedupCleanupBatch, in.cfg.MySQLBranches, w.log)
+		return s
+	}
+	before := state()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		pipeline.Keeper(ctx, in.sink, in.stores, time.Hour, w.log)
+	}()
+	err := w.waitFor("the upkeep to take every step due", func() (bool, string) {
+		k := dedup.Keep(state())
+		return k.Empty < 0 && !k.Rotate, fmt.Sprintf("%+v", k)
 	})
+	cancel()
+	<-done
+	if err != nil {
+		cm.fatalf("%v", err)
+	}
+	s := state()
+	var keys [driver.KeyTables]int
+	for _, srv := range w.servers {
+		for t, ks := range srv.Tables().Keys {
+			keys[t] += len(ks)
+		}
+	}
+	var ks []string
+	for t, n := range keys {
+		ks = append(ks, fmt.Sprintf("%s %d", keyTableNames[t], n))
+	}
+	return fmt.Sprintf("generation %d current (table %d), was %d; emptied up to %d, was %d; keys: %s",
+		s.Current, s.Current.Table(), before.Current, s.Emptied, before.Emptied, strings.Join(ks, ", "))
 }
 
 func (cm *command) retention() string {

@@ -35,12 +35,43 @@ func grantCheck(ctx context.Context, db *sql.DB, a mysqldriver.TableAccess) (str
 		return "UPDATE " + a.Table + " SET `" + col + "` = `" + col + "` WHERE 1=0", nil
 	case mysqldriver.Delete:
 		return `DELETE FROM ` + a.Table + ` WHERE 1=0`, nil
+	case mysqldriver.Drop:
+		return dropCheck(ctx, db, a.Table)
 	}
 	return "", fmt.Errorf("no check for the privilege %s", a.Privilege)
 }
 
 // errNoColumn: the account sees no column of the table.
 var errNoColumn = errors.New("the account sees no column of the table")
+
+// errNoDrop: the account's grants hold no DROP on the table.
+var errNoDrop = errors.New("no DROP privilege on the table in the account's grants (information_schema)")
+
+// dropCheck checks DROP on table, which no statement can prove without
+// dropping or emptying something: it looks for the privilege in
+// information_schema's views of the current account's grants, global, on
+// the database (the grant's database may be a pattern, as in
+// `billing_shard1`.* where _ matches any character) or on the table, and
+// returns a statement that succeeds when one was found, else errNoDrop.
+// A DROP that reaches the account only through a role is not seen: the
+// check then refuses to start, naming the privilege (grant it to the
+// account itself).
+func dropCheck(ctx context.Context, db *sql.DB, table string) (string, error) {
+	const grantee = `CONCAT('''', SUBSTRING_INDEX(CURRENT_USER(), '@', 1), '''@''', SUBSTRING_INDEX(CURRENT_USER(), '@', -1), '''')`
+	var n int
+	err := db.QueryRowContext(ctx, `SELECT
+		(SELECT COUNT(*) FROM information_schema.USER_PRIVILEGES WHERE GRANTEE = `+grantee+` AND PRIVILEGE_TYPE = 'DROP') +
+		(SELECT COUNT(*) FROM information_schema.SCHEMA_PRIVILEGES WHERE GRANTEE = `+grantee+` AND PRIVILEGE_TYPE = 'DROP' AND DATABASE() LIKE TABLE_SCHEMA) +
+		(SELECT COUNT(*) FROM information_schema.TABLE_PRIVILEGES WHERE GRANTEE = `+grantee+` AND PRIVILEGE_TYPE = 'DROP'
+			AND TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?)`, table).Scan(&n)
+	if err != nil {
+		return "", err
+	}
+	if n == 0 {
+		return "", errNoDrop
+	}
+	return `SELECT 1`, nil
+}
 
 // preflight checks, on every server, that the account has every privilege
 // that needs (mysqldriver.Access of the configuration's features: the
@@ -71,8 +102,8 @@ func preflightServer(ctx context.Context, dsn string, lockWait time.Duration, ne
 			_, err = db.ExecContext(ctx, q)
 		}
 		if err != nil {
-			if mysqldriver.Denied(err) || errors.Is(err, errNoColumn) {
-				return fmt.Errorf("access denied: the MySQL account %s lacks %s on %s%s: %w (the service needs SELECT, INSERT, UPDATE and DELETE on its database, see docs/operations.md)",
+			if mysqldriver.Denied(err) || errors.Is(err, errNoColumn) || errors.Is(err, errNoDrop) {
+				return fmt.Errorf("access denied: the MySQL account %s lacks %s on %s%s: %w (the service needs SELECT, INSERT, UPDATE, DELETE and DROP on its database, see docs/operations.md)",
 					accountOf(ctx, db.DB), a.Privilege, a.Table, neededBy(a.Feature), err)
 			}
 			return fmt.Errorf("checking %s on %s: %w", a.Privilege, a.Table, err)

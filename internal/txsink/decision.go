@@ -40,17 +40,21 @@ type FrontierChange struct {
 //
 // With a frontier change (nil: the frontier is not touched), the same
 // transaction checks and raises the ledger's closing frontier (see
-// FrontierChange and frontierCheck).
+// FrontierChange and frontierCheck). With keys (nil: the checkpoint
+// claimed no dedup key), the decision is refused (driver.ErrKeysMoved)
+// unless *keys, the generation the checkpoint claimed its keys in, is
+// still the current one (package dedup: generations).
 //
 // The decision also appends the checkpoint to the commit log (see
 // CommitSeq), applied at once if no branch was prepared.
 //
 // Decide returns nil only once the decision is durable. It returns an error
-// wrapping ErrFenced, ErrFrontierMoved, ErrChangelogOn or ErrAborted when
-// the checkpoint must abort, and one wrapping ErrOutcomeUnknown when the commit of the
+// wrapping ErrFenced, ErrFrontierMoved, driver.ErrKeysMoved, ErrChangelogOn
+// or ErrAborted when the checkpoint must abort, and one wrapping
+// ErrOutcomeUnknown when the commit of the
 // local transaction was ambiguous and the outcome could not be settled in
 // time.
-func (t *Txn) Decide(ctx context.Context, cuts []PartitionCut, f *FrontierChange) error {
+func (t *Txn) Decide(ctx context.Context, cuts []PartitionCut, f *FrontierChange, keys *driver.Generation) error {
 	if err := t.s.cfg.Failpoints.Inject(FailAfterPrepare); err != nil {
 		return &PhaseError{"decide", err}
 	}
@@ -73,7 +77,7 @@ func (t *Txn) Decide(ctx context.Context, cuts []PartitionCut, f *FrontierChange
 	d := driver.Decision{Gtrid: t.gtrid, Outcome: driver.Committed, By: t.s.instance, At: t.s.now().UTC(), Changelog: t.s.cfg.Changelog}
 	seq, err := t.s.control.Commit(ctx, d, t.s.scope(), dc, func(stored []driver.Stored) error {
 		return fence(t.s.instance, cuts, stored)
-	}, fc, applied)
+	}, fc, keys, applied)
 	switch {
 	case errors.Is(err, driver.ErrDecided):
 		return &PhaseError{"decide", fmt.Errorf("%w: a recoverer decided first", ErrAborted)}

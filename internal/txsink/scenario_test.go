@@ -310,7 +310,7 @@ func (cm *command) protocol() string {
 			fc = &FrontierChange{OpenFrom: w.instant(t, d, cm.opt("openfrom")),
 				Raise: driver.Frontier{Closed: w.instant(t, d, cm.opt("closed")), Sealed: w.instant(t, d, cm.opt("sealed"))}}
 		}
-		err = tx.Decide(ctx, cuts, fc)
+		err = tx.Decide(ctx, cuts, fc, nil)
 	case "commit":
 		err = tx.Commit(ctx)
 	case "abort":

@@ -3,7 +3,9 @@
 -- every statement here must be idempotent.
 --
 -- The account gets DML and the DDL its schema migrations need on the two
--- shard databases, and nothing server-wide.
+-- shard databases, and nothing server-wide. DROP is also the running
+-- service's own need: it empties a dedup key table whose keys have all
+-- expired with TRUNCATE TABLE, which needs DROP.
 --
 -- XA RECOVER: on MariaDB 10.11 it needs NO privilege at all. Tested as
 -- 'billing' with only the grants below: XA RECOVER lists every prepared XA

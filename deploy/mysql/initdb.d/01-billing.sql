@@ -16,7 +16,9 @@ CREATE DATABASE IF NOT EXISTS `billing`;
 CREATE USER IF NOT EXISTS 'billing'@'%' IDENTIFIED BY 'billing';
 
 -- DML, and the DDL of the schema migrations the service applies at start
--- (goose, with its lock and version tables in the same database).
+-- (goose, with its lock and version tables in the same database). DROP is
+-- also the running service's own need: it empties a dedup key table whose
+-- keys have all expired with TRUNCATE TABLE, which needs DROP.
 GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, ALTER, INDEX, DROP, REFERENCES
     ON `billing`.* TO 'billing'@'%';
 

@@ -222,17 +222,21 @@ type Control interface {
 	// and epoch unchanged) and inserts d; all or nothing. With a frontier
 	// change (nil: the frontier is neither read nor locked), the frontier
 	// is then locked and passed to its Check, and raised unless Check
-	// refuses. Last, it locks the commit log's counter and appends the
+	// refuses. With keys (nil: the checkpoint claimed no dedup key), the
+	// generations' state is then read under a shared lock, held to the
+	// COMMIT, and the decision refused with ErrKeysMoved unless *keys is
+	// still the current generation: no decision commits keys claimed under
+	// a generation after RotateKeys moved on from it. Last, it locks the commit log's counter and appends the
 	// decision to the commit log under the next sequence number, applied
 	// at once when applied is true (no branch was prepared), and returns
 	// that number. Every commit decision takes the counter last and holds
 	// it until it commits, so sequence numbers are in commit order: once
 	// a reader sees number s, every smaller one has committed. It returns
-	// fence's or Check's error, ErrDecided when a decision for d.Gtrid
-	// exists, ErrChangelogOn when the ledger's changelog is on and
-	// d.Changelog is not, or an error wrapping ErrAmbiguous when the
+	// fence's or Check's error, ErrKeysMoved, ErrDecided when a decision
+	// for d.Gtrid exists, ErrChangelogOn when the ledger's changelog is on
+	// and d.Changelog is not, or an error wrapping ErrAmbiguous when the
 	// outcome of the transaction's COMMIT is unknown.
-	Commit(ctx context.Context, d Decision, s Scope, cuts []Cut, fence func([]Stored) error, f *FrontierChange, applied bool) (int64, error)
+	Commit(ctx context.Context, d Decision, s Scope, cuts []Cut, fence func([]Stored) error, f *FrontierChange, keys *Generation, applied bool) (int64, error)
 	// MarkApplied records that every branch of the checkpoints of gtrids
 	// has committed (those already applied, or not in the log, are left).
 	MarkApplied(ctx context.Context, gtrids []string) (int64, error)
@@ -258,6 +262,30 @@ type Control interface {
 	Decided(ctx context.Context, before time.Time, limit int) ([]string, error)
 	// Forget deletes the decisions of gtrids.
 	Forget(ctx context.Context, gtrids []string) (int64, error)
+
+	// KeyGenerations reads the generations of dedup keys, as committed,
+	// with the control server's clock (KeyGenerations.Now).
+	KeyGenerations(ctx context.Context) (KeyGenerations, error)
+	// RegisterKeyLifetime raises the registered key lifetime to d (it
+	// never lowers it).
+	RegisterKeyLifetime(ctx context.Context, d time.Duration) error
+	// RotateKeys makes generation from+1 current, if from still is and
+	// every generation up to from+1-KeyTables has been emptied (its table
+	// is from+1's), recording Since from the control server's clock once
+	// the state is locked (every decision under from has committed) and
+	// PreviousSince from the old Since. It never waits for a lock: a state
+	// another transaction holds (a decision, an emptying) makes it report
+	// false, as does a state that moved on; the caller tries again later.
+	RotateKeys(ctx context.Context, from Generation) (bool, error)
+	// HoldKeyGenerations runs fn with the generations' state, read under a
+	// shared lock held until fn returns: meanwhile no RotateKeys or
+	// MarkKeysEmptied succeeds (commit decisions go on), so the tables fn
+	// empties cannot be taken by a newer generation while it does.
+	HoldKeyGenerations(ctx context.Context, fn func(KeyGenerations) error) error
+	// MarkKeysEmptied records that generation g's table was emptied, if g
+	// follows Emptied; like RotateKeys it never waits for a lock and
+	// reports false when it changed nothing.
+	MarkKeysEmptied(ctx context.Context, g Generation) (bool, error)
 
 	// Changelog reads the ledger's changelog state (off: the zero value).
 	Changelog(ctx context.Context) (ChangelogState, error)

@@ -47,24 +47,29 @@ import (
 // are called by one goroutine at a time, between the branch's XA START and
 // XA END.
 type StoreTx interface {
-	// ClaimKeys inserts the dedup keys that are not stored and leaves every
-	// stored one as it was (fingerprint and expiry included), in id order,
-	// as statements of many keys each. It returns the ids of every
-	// statement that met a stored key (contested: to be looked up); every
-	// other id was inserted by this call. A key another open branch
-	// inserted makes it wait for that branch: committed, the key counts as
-	// stored; rolled back, it is inserted here.
-	ClaimKeys(ctx context.Context, keys []DedupKey) (contested []string, err error)
-	// UnclaimKeys deletes keys this branch claimed but does not keep.
-	UnclaimKeys(ctx context.Context, ids []string) error
-	// ReplaceKeys deletes the stored rows of keys that are expired at now,
-	// then inserts keys (a stored row that is not expired is a Duplicate
-	// error), in id order.
-	ReplaceKeys(ctx context.Context, keys []DedupKey, now time.Time) error
-	// JournalKeys records that the keys ids, written by this branch, expire
-	// at expires (the expiry journal, which CleanupKeys reads): committed
-	// or rolled back with them. Ids are 1 to 255 bytes.
-	JournalKeys(ctx context.Context, expires time.Time, ids []string) error
+	// ClaimKeys inserts into generation g's table the dedup keys that are
+	// not stored there and leaves every stored one as it was (fingerprint
+	// and expiry included), in id order, as statements of many keys each.
+	// It returns the ids of every statement that met a stored key
+	// (contested: to be looked up); every other id was inserted by this
+	// call. A key another open branch inserted makes it wait for that
+	// branch: committed, the key counts as stored; rolled back, it is
+	// inserted here.
+	ClaimKeys(ctx context.Context, g Generation, keys []DedupKey) (contested []string, err error)
+	// LockKeys reads the stored keys of ids in generation g's table under
+	// shared row locks, in id order (ids without a row are left out, and
+	// not locked). A key another open branch inserted there makes it wait
+	// for that branch, as a claim's duplicate check does: committed, the
+	// key is returned; rolled back, it is not. Two branches' shared locks
+	// on one key do not wait for each other.
+	LockKeys(ctx context.Context, g Generation, ids []string) ([]DedupKey, error)
+	// UnclaimKeys deletes keys this branch claimed in generation g's table
+	// but does not keep.
+	UnclaimKeys(ctx context.Context, g Generation, ids []string) error
+	// ReplaceKeys deletes the stored rows of keys in generation g's table
+	// that are expired at now, then inserts keys there (a stored row that
+	// is not expired is a Duplicate error), in id order.
+	ReplaceKeys(ctx context.Context, g Generation, keys []DedupKey, now time.Time) error
 
 	// LockBalances, LockWindows and LockAdjustments read the stored rows of
 	// keys, whole, under row locks, by primary key and in key order (keys
@@ -112,19 +117,23 @@ type StoreTx interface {
 
 // Store is the ledger's tables on one server outside branches: statements
 // on the server's pools, each its own short transaction. The cleanup
-// (CleanupKeys, DeleteEntries) runs on connections of its own, so that
+// (EmptyKeys, DeleteEntries) runs on connections of its own, so that
 // however much there is to delete it never holds one a checkpoint needs.
 type Store interface {
-	// LookupKeys reads the stored dedup keys of ids as committed, expired
-	// ones included, without locks.
-	LookupKeys(ctx context.Context, ids []string) ([]DedupKey, error)
-	// CleanupKeys deletes the keys listed by journal rows due at now, one
-	// journal row per transaction (taken so that concurrent cleanups share
-	// the work instead of waiting on each other), batch keys per statement
-	// and only while they are still expired at now, until no due row is
-	// left, max keys were deleted, or ctx ends. It returns how many keys it
-	// deleted.
-	CleanupKeys(ctx context.Context, now time.Time, batch, max int) (int64, error)
+	// LookupKeys reads the stored dedup keys of ids in generation g's
+	// table as committed, expired ones included, without locks.
+	LookupKeys(ctx context.Context, g Generation, ids []string) ([]DedupKey, error)
+	// EmptyKeys empties generation g's table at once (TRUNCATE), without
+	// looking at its rows: the caller has proven every key in it expired
+	// (package dedup). It waits at most about a second for the branches
+	// that touched the table to end (a prepared branch holds the table
+	// until it is resolved), then fails as Transient, changing nothing;
+	// it never holds up other tables. The table of generation 0 is also
+	// where the version before generations wrote its keys, with their
+	// expiry in the journal (dedup_expiry): that table is emptied, with
+	// the journal, only when no journal row expires after journalDue, else
+	// the call fails with ErrKeysLive.
+	EmptyKeys(ctx context.Context, g Generation, journalDue time.Time) error
 	// DeleteEntries deletes the ledger entries created before before, the
 	// oldest first, in statements of at most batch rows, up to max rows;
 	// it returns how many it deleted.
@@ -152,7 +161,8 @@ type Store interface {
 	ScanEntries(ctx context.Context, after *EntryKey, limit int) ([]EntryRow, error)
 }
 
-// DedupKey is a row of dedup_keys: an event id with the fingerprint of its
+// DedupKey is a row of a dedup key table (dedup_keys, dedup_keys_g1,
+// dedup_keys_g2: a generation's): an event id with the fingerprint of its
 // first arrival's content and the instant it expires.
 type DedupKey struct {
 	ID          string

@@ -7,7 +7,8 @@ import "time"
 // wrote (the conformance suite, scenarios over the in-memory driver). The
 // service itself never reads tables whole.
 type Tables struct {
-	Keys        []DedupKey
+	// Keys are the dedup key tables, by Generation.Table (0: dedup_keys).
+	Keys        [KeyTables][]DedupKey
 	Journal     []JournalRow
 	Balances    []BalanceRow
 	Windows     []WindowRow
@@ -16,8 +17,9 @@ type Tables struct {
 	DeadLetters []DeadLetterRow
 }
 
-// JournalRow is a row of dedup_expiry: the ids of keys that expire at
-// ExpiresAt, in the order they were journaled.
+// JournalRow is a row of dedup_expiry, the expiry journal the version
+// before generations wrote beside its keys in dedup_keys: the ids of keys
+// that expire at ExpiresAt, in the order they were journaled.
 type JournalRow struct {
 	Seq       int64
 	ExpiresAt time.Time

@@ -11,12 +11,19 @@
 // offsets, claims raising epochs, watermarks that never go back, the
 // frontier checked and raised by the commit point, and the commit log:
 // numbered in commit order under concurrent decisions, applied marking,
-// the visible position, and pruning. And the ledger's tables (store*.go):
+// the visible position, and pruning; the dedup keys' generations, their
+// rotation and records in order, the decision's check of the generation,
+// and the hold of the state while a table is emptied (generations.go).
+// And the ledger's tables (store*.go):
 // claims (their affected rows, racing across branches), lookups of
 // committed rows only, locking reads and lock waits, sums and their
 // overflow, statement sizes from max_allowed_packet, identifiers of any
 // bytes, sealing (its order, what it returns, its wait for open writes),
-// dead letters of any size, cleanup and retention in batches.
+// dead letters of any size, retention in batches, and the generations'
+// tables: one per generation, locking reads that wait for claims, claims
+// under different generations racing on one key, emptying that waits a
+// bounded time for a prepared branch, and the table of the version before
+// with its journal (store_generations.go).
 package drivertest
 
 import (
@@ -57,6 +64,10 @@ type Fixture struct {
 	// Packet returns a fixture on the same ledger whose max_allowed_packet
 	// is n bytes (the smaller of the server's and the client's).
 	Packet func(t *testing.T, n int) Fixture
+	// Legacy stores the keys ids in dedup_keys with one journal row of
+	// dedup_expiry listing them, expiring at expires, committed, as the
+	// version before generations wrote them.
+	Legacy func(ctx context.Context, expires time.Time, ids []string) error
 	// LowerPacket returns a fixture (this one, or one on a server of the
 	// test's own) whose server's max_allowed_packet was lowered to n after
 	// its budget was read (an operator's SET GLOBAL, until the next
@@ -99,6 +110,9 @@ func RunConformanceTests(t *testing.T, h Harness) {
 		{"CommitLogAppliedAndVisible", testApplied},
 		{"CommitLogRecordsTheSealedFrontier", testCommitSealed},
 		{"CommitLogForget", testForgetCommits},
+		{"KeyGenerationsRotateAndRecordInOrder", testGenerationState},
+		{"CommitRefusesKeysOfAGenerationLeft", testCommitGeneration},
+		{"HeldKeyGenerationsStopRotationNotDecisions", testHoldGenerations},
 	}
 	tests = append(tests, storeTests...)
 	tests = append(tests, changelogTests...)
@@ -464,7 +478,7 @@ func testControlCommit(t *testing.T, ctx context.Context, f Fixture) {
 	var seen []driver.Stored
 	g := xid().Gtrid
 	_, err = f.Control.Commit(ctx, decision(g, driver.Committed), sc, []driver.Cut{{Partition: 0, NextOffset: 10}, {Partition: 1, NextOffset: 20}},
-		func(s []driver.Stored) error { seen = s; return nil }, nil, true)
+		func(s []driver.Stored) error { seen = s; return nil }, nil, nil, true)
 	must(t, err)
 	if len(seen) != 2 || seen[0].Epoch != st[0].Epoch || seen[0].Owner != "me" {
 		t.Fatalf("fence saw %+v", seen)
@@ -480,7 +494,7 @@ func testControlCommit(t *testing.T, ctx context.Context, f Fixture) {
 	// A fence that refuses writes nothing.
 	refused := errors.New("fenced")
 	g2 := xid().Gtrid
-	_, err = f.Control.Commit(ctx, decision(g2, driver.Committed), sc, []driver.Cut{{Partition: 0, NextOffset: 99}}, func([]driver.Stored) error { return refused }, nil, true)
+	_, err = f.Control.Commit(ctx, decision(g2, driver.Committed), sc, []driver.Cut{{Partition: 0, NextOffset: 99}}, func([]driver.Stored) error { return refused }, nil, nil, true)
 	if !errors.Is(err, refused) {
 		t.Fatalf("refused fence: %v", err)
 	}
@@ -495,7 +509,7 @@ func testControlCommit(t *testing.T, ctx context.Context, f Fixture) {
 	if _, err := f.Control.Decide(ctx, decision(g3, driver.Aborted)); err != nil {
 		t.Fatal(err)
 	}
-	_, err = f.Control.Commit(ctx, decision(g3, driver.Committed), sc, []driver.Cut{{Partition: 0, NextOffset: 50}}, func([]driver.Stored) error { return nil }, nil, true)
+	_, err = f.Control.Commit(ctx, decision(g3, driver.Committed), sc, []driver.Cut{{Partition: 0, NextOffset: 50}}, func([]driver.Stored) error { return nil }, nil, nil, true)
 	if !errors.Is(err, driver.ErrDecided) {
 		t.Fatalf("commit of a decided gtrid: %v, want ErrDecided", err)
 	}
@@ -553,7 +567,7 @@ func testEventTime(t *testing.T, ctx context.Context, f Fixture) {
 	at := func(h int) time.Time { return time.Date(2026, 3, 29, h, 0, 0, 123456000, time.UTC) }
 	commit := func(cuts ...driver.Cut) {
 		t.Helper()
-		_, err := f.Control.Commit(ctx, decision(xid().Gtrid, driver.Committed), sc, cuts, func([]driver.Stored) error { return nil }, nil, true)
+		_, err := f.Control.Commit(ctx, decision(xid().Gtrid, driver.Committed), sc, cuts, func([]driver.Stored) error { return nil }, nil, nil, true)
 		must(t, err)
 	}
 	read := func() map[int32]driver.Stored {
@@ -619,7 +633,7 @@ func testFrontier(t *testing.T, ctx context.Context, f Fixture) {
 	}
 	commit := func(fc *driver.FrontierChange, cuts ...driver.Cut) (string, error) {
 		g := xid().Gtrid
-		_, err := f.Control.Commit(ctx, decision(g, driver.Committed), sc, cuts, func([]driver.Stored) error { return nil }, fc, true)
+		_, err := f.Control.Commit(ctx, decision(g, driver.Committed), sc, cuts, func([]driver.Stored) error { return nil }, fc, nil, true)
 		return g, err
 	}
 	frontier := func() driver.Frontier {
@@ -691,7 +705,7 @@ func commitOne(t *testing.T, ctx context.Context, f Fixture, fc *driver.Frontier
 	t.Helper()
 	g := xid().Gtrid
 	seq, err := f.Control.Commit(ctx, decision(g, driver.Committed), driver.Scope{Group: "g-" + g, Topic: "log"}, nil,
-		func([]driver.Stored) error { return nil }, fc, applied)
+		func([]driver.Stored) error { return nil }, fc, nil, applied)
 	must(t, err)
 	return g, seq
 }
@@ -726,7 +740,7 @@ func testCommitOrder(t *testing.T, ctx context.Context, f Fixture) {
 							return fmt.Errorf("fence saw %+v", s)
 						}
 						return nil
-					}, nil, n%2 == 0)
+					}, nil, nil, n%2 == 0)
 				if err != nil {
 					errs[i] = err
 					return
@@ -842,12 +856,12 @@ func testApplied(t *testing.T, ctx context.Context, f Fixture) {
 	_, err = f.Control.Claim(ctx, sc, "me", []int32{0}, time.Now().UTC())
 	must(t, err)
 	_, err = f.Control.Commit(ctx, decision(xid().Gtrid, driver.Committed), sc, []driver.Cut{{Partition: 0, NextOffset: 1}},
-		func([]driver.Stored) error { return refused }, nil, true)
+		func([]driver.Stored) error { return refused }, nil, nil, true)
 	if !errors.Is(err, refused) {
 		t.Fatalf("refused fence: %v", err)
 	}
 	if _, err := f.Control.Commit(ctx, decision(g2, driver.Committed), driver.Scope{Group: "g", Topic: "log"}, nil,
-		func([]driver.Stored) error { return nil }, nil, true); !errors.Is(err, driver.ErrDecided) {
+		func([]driver.Stored) error { return nil }, nil, nil, true); !errors.Is(err, driver.ErrDecided) {
 		t.Fatalf("commit of a decided gtrid: %v", err)
 	}
 	if n, err := f.Control.MarkApplied(ctx, []string{g1, g2, "never-decided"}); err != nil || n != 1 {

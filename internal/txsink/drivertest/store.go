@@ -33,8 +33,13 @@ var storeTests = []struct {
 	{"Store/TooLargeOnceTheLimitFell", testTooLarge},
 	{"Store/SealingOrderAndResult", testSealing},
 	{"Store/SealingWaitsForOpenWrites", testSealingWaits},
-	{"Store/CleanupDeletesExactlyTheExpiredKeys", testCleanup},
-	{"Store/CleanupAndRetentionInBatches", testBatches},
+	{"Store/RetentionInBatches", testBatches},
+	{"Store/GenerationsAreTablesOfTheirOwn", testGenerationTables},
+	{"Store/LockingReadsOfKeysWaitForClaims", testLockKeys},
+	{"Store/ClaimsUnderDifferentGenerationsOwnEachKeyOnce", testGenerationRace},
+	{"Store/EmptyingWaitsBoundedForAPreparedBranch", testEmptyPrepared},
+	{"Store/LockingReadsAndUnclaimsLockTheirIdsOnly", testPointLocks},
+	{"Store/EmptyingTheFirstTableWaitsForTheJournal", testEmptyJournal},
 }
 
 // branch is one open branch on a connection of its own, for store tests.
@@ -114,9 +119,10 @@ func idsOf(ks []driver.DedupKey) []string {
 	return out
 }
 
+// storedIDs are the ids stored in generation 0's table (dedup_keys).
 func storedIDs(t *testing.T, ctx context.Context, f Fixture) []string {
 	t.Helper()
-	return idsOf(tables(t, ctx, f).Keys)
+	return idsOf(tables(t, ctx, f).Keys[0])
 }
 
 // code is the server's classification of err.
@@ -147,7 +153,7 @@ func testClaimKeys(t *testing.T, ctx context.Context, f Fixture) {
 	later := clock().Add(time.Hour)
 	first := keys("e", 2500, later)
 	commit(t, ctx, f, func(tx driver.StoreTx) error {
-		s, err := tx.ClaimKeys(ctx, slices.Clone(first))
+		s, err := tx.ClaimKeys(ctx, 0, slices.Clone(first))
 		if err == nil && len(s) != 0 {
 			err = fmt.Errorf("claim of 2500 new keys: %d contested, want 0", len(s))
 		}
@@ -161,13 +167,13 @@ func testClaimKeys(t *testing.T, ctx context.Context, f Fixture) {
 	again = append(again, driver.DedupKey{ID: stored.ID, Fingerprint: [16]byte{0xff}, ExpiresAt: later.Add(time.Hour)})
 	var contested []string
 	commit(t, ctx, f, func(tx driver.StoreTx) (err error) {
-		contested, err = tx.ClaimKeys(ctx, again)
+		contested, err = tx.ClaimKeys(ctx, 0, again)
 		return err
 	})
 	if !slices.Contains(contested, stored.ID) || len(contested) != 1000 {
 		t.Fatalf("%d contested ids (stored key among them: %v), want one statement's 1000", len(contested), slices.Contains(contested, stored.ID))
 	}
-	found, err := f.Store.LookupKeys(ctx, []string{stored.ID})
+	found, err := f.Store.LookupKeys(ctx, 0, []string{stored.ID})
 	must(t, err)
 	if len(found) != 1 || found[0] != stored {
 		t.Fatalf("looked up %+v, want the stored key unchanged (%+v)", found, stored)
@@ -186,13 +192,13 @@ func testClaimWaits(t *testing.T, ctx context.Context, f Fixture) {
 		t.Run(fmt.Sprintf("first commits=%v", commitFirst), func(t *testing.T) {
 			k := keys(fmt.Sprintf("w%v", commitFirst), 1, clock().Add(time.Hour))
 			first := open(t, ctx, f.Server)
-			if s, err := first.tx().ClaimKeys(ctx, slices.Clone(k)); err != nil || len(s) != 0 {
+			if s, err := first.tx().ClaimKeys(ctx, 0, slices.Clone(k)); err != nil || len(s) != 0 {
 				t.Fatalf("first claim: %v, %v", s, err)
 			}
 			second := open(t, ctx, f.Server)
 			var contested []string
 			done := async(func() (err error) {
-				contested, err = second.tx().ClaimKeys(ctx, slices.Clone(k))
+				contested, err = second.tx().ClaimKeys(ctx, 0, slices.Clone(k))
 				return err
 			})
 			blocked(t, done, f.LockWait/4, "a claim of a key another branch claimed")
@@ -226,11 +232,11 @@ func testClaimRace(t *testing.T, ctx context.Context, f Fixture) {
 		}
 		b := open(t, ctx, f.Server)
 		errs[i] = async(func() error {
-			contested, err := b.tx().ClaimKeys(ctx, mine)
+			contested, err := b.tx().ClaimKeys(ctx, 0, mine)
 			if err != nil {
 				return err
 			}
-			found, err := f.Store.LookupKeys(ctx, contested)
+			found, err := f.Store.LookupKeys(ctx, 0, contested)
 			if err != nil {
 				return err
 			}
@@ -277,25 +283,25 @@ func testClaimRace(t *testing.T, ctx context.Context, f Fixture) {
 func testUnclaimReplace(t *testing.T, ctx context.Context, f Fixture) {
 	now := clock()
 	commit(t, ctx, f, func(tx driver.StoreTx) error {
-		_, err := tx.ClaimKeys(ctx, keys("u", 3, now.Add(time.Hour)))
-		return errors.Join(err, tx.UnclaimKeys(ctx, []string{"u-00001"}))
+		_, err := tx.ClaimKeys(ctx, 0, keys("u", 3, now.Add(time.Hour)))
+		return errors.Join(err, tx.UnclaimKeys(ctx, 0, []string{"u-00001"}))
 	})
 	if ids := storedIDs(t, ctx, f); !slices.Equal(ids, []string{"u-00000", "u-00002"}) {
 		t.Fatalf("keys after unclaim: %v", ids)
 	}
 	commit(t, ctx, f, func(tx driver.StoreTx) error {
-		_, err := tx.ClaimKeys(ctx, keys("x", 1, now.Add(-time.Minute)))
+		_, err := tx.ClaimKeys(ctx, 0, keys("x", 1, now.Add(-time.Minute)))
 		return err
 	})
 	fresh := driver.DedupKey{ID: "x-00000", Fingerprint: [16]byte{9}, ExpiresAt: now.Add(time.Hour)}
-	commit(t, ctx, f, func(tx driver.StoreTx) error { return tx.ReplaceKeys(ctx, []driver.DedupKey{fresh}, now) })
-	found, err := f.Store.LookupKeys(ctx, []string{"x-00000"})
+	commit(t, ctx, f, func(tx driver.StoreTx) error { return tx.ReplaceKeys(ctx, 0, []driver.DedupKey{fresh}, now) })
+	found, err := f.Store.LookupKeys(ctx, 0, []string{"x-00000"})
 	must(t, err)
 	if len(found) != 1 || found[0] != fresh {
 		t.Fatalf("replaced key %+v, want %+v", found, fresh)
 	}
 	b := open(t, ctx, f.Server)
-	err = b.tx().ReplaceKeys(ctx, []driver.DedupKey{{ID: "u-00000", ExpiresAt: now.Add(2 * time.Hour)}}, now)
+	err = b.tx().ReplaceKeys(ctx, 0, []driver.DedupKey{{ID: "u-00000", ExpiresAt: now.Add(2 * time.Hour)}}, now)
 	if code(f, err) != driver.Duplicate {
 		t.Fatalf("replacing a live key: %v (%v), want a duplicate", err, code(f, err))
 	}
@@ -306,17 +312,17 @@ func testUnclaimReplace(t *testing.T, ctx context.Context, f Fixture) {
 func testLookupCommitted(t *testing.T, ctx context.Context, f Fixture) {
 	b := open(t, ctx, f.Server)
 	k := keys("v", 1, clock().Add(time.Hour))
-	if _, err := b.tx().ClaimKeys(ctx, k); err != nil {
+	if _, err := b.tx().ClaimKeys(ctx, 0, k); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	found, err := f.Store.LookupKeys(ctx, idsOf(k))
+	found, err := f.Store.LookupKeys(ctx, 0, idsOf(k))
 	must(t, err)
 	if len(found) != 0 || time.Since(start) > f.LockWait/2 {
 		t.Fatalf("a lookup saw an uncommitted key (%v) or waited for it (%s)", found, time.Since(start))
 	}
 	must(t, b.end(true))
-	if found, err = f.Store.LookupKeys(ctx, idsOf(k)); err != nil || len(found) != 1 {
+	if found, err = f.Store.LookupKeys(ctx, 0, idsOf(k)); err != nil || len(found) != 1 {
 		t.Fatalf("after commit: %v, %v", found, err)
 	}
 }

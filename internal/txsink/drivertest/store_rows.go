@@ -65,14 +65,14 @@ func testCharsets(t *testing.T, ctx context.Context, f Fixture) {
 			EventID: events[i], Key: junk, Payload: append(junk, a...), Size: 100 + i, SHA256: sha256.Sum256([]byte(a))})
 	}
 	commit(t, ctx, f, func(tx driver.StoreTx) error {
-		_, err := tx.ClaimKeys(ctx, ks)
+		_, err := tx.ClaimKeys(ctx, 0, ks)
 		return errors.Join(err, tx.WriteBalances(ctx, bals, now), tx.WriteWindows(ctx, wins, now),
 			tx.WriteEntries(ctx, "t", "c", entries, now), tx.WriteDeadLetters(ctx, "t", "c", letters, now))
 	})
 	tb := tables(t, ctx, f)
-	if len(tb.Balances) != len(accounts) || len(tb.Windows) != len(accounts) || len(tb.Entries) != len(accounts) || len(tb.Keys) != len(events) {
+	if len(tb.Balances) != len(accounts) || len(tb.Windows) != len(accounts) || len(tb.Entries) != len(accounts) || len(tb.Keys[0]) != len(events) {
 		t.Fatalf("%d balances, %d windows, %d entries, %d keys for %d distinct identifiers: some were taken for equal",
-			len(tb.Balances), len(tb.Windows), len(tb.Entries), len(tb.Keys), len(accounts))
+			len(tb.Balances), len(tb.Windows), len(tb.Entries), len(tb.Keys[0]), len(accounts))
 	}
 	amount := map[string]int64{}
 	for i, a := range accounts {
@@ -140,11 +140,11 @@ func testPacketSizes(t *testing.T, ctx context.Context, f Fixture) {
 			letters := []driver.DeadLetter{{Partition: int32(i), Offset: 0, Reason: "payload_too_large", Payload: big, Key: big[:2000], Size: len(big)},
 				{Partition: int32(i), Offset: 1, Reason: "payload_too_large", Payload: big[:10], Size: 10}}
 			commit(t, ctx, g, func(tx driver.StoreTx) error {
-				_, err := tx.ClaimKeys(ctx, ks)
-				return errors.Join(err, tx.JournalKeys(ctx, now, idsOf(ks)), tx.WriteBalances(ctx, bals, now),
+				_, err := tx.ClaimKeys(ctx, 0, ks)
+				return errors.Join(err, tx.WriteBalances(ctx, bals, now),
 					tx.WriteEntries(ctx, "t", "c", entries, now), tx.WriteDeadLetters(ctx, "t", "c", letters, now))
 			})
-			found, err := g.Store.LookupKeys(ctx, idsOf(ks))
+			found, err := g.Store.LookupKeys(ctx, 0, idsOf(ks))
 			must(t, err)
 			if len(found) != n {
 				t.Fatalf("looked up %d of %d keys", len(found), n)
@@ -354,64 +354,10 @@ func testSealingWaits(t *testing.T, ctx context.Context, f Fixture) {
 	}
 }
 
-// Property (TTL cleanup): exactly the keys whose expiry has passed are
-// deleted, found through the journal: not a key still within its TTL, not
-// a key replaced after it expired (its first journal row is due, its row
-// is not), and every key of a journal split over several rows.
-func testCleanup(t *testing.T, ctx context.Context, f Fixture) {
-	now := clock()
-	past, future := now.Add(-time.Minute), now.Add(time.Hour)
-	write := func(ks []driver.DedupKey) {
-		commit(t, ctx, f, func(tx driver.StoreTx) error {
-			_, err := tx.ClaimKeys(ctx, slices.Clone(ks))
-			return errors.Join(err, tx.JournalKeys(ctx, ks[0].ExpiresAt, idsOf(ks)))
-		})
-	}
-	expired := keys("x", 20000, past) // three journal rows
-	write(expired)
-	live := keys("l", 3, future)
-	write(live)
-	again := []driver.DedupKey{{ID: "x-00007", ExpiresAt: future}}
-	commit(t, ctx, f, func(tx driver.StoreTx) error {
-		return errors.Join(tx.ReplaceKeys(ctx, again, now), tx.JournalKeys(ctx, future, idsOf(again)))
-	})
-	if n := len(tables(t, ctx, f).Journal); n != 5 {
-		t.Fatalf("%d journal rows, want 3 for 20000 keys and one each for the others", n)
-	}
-	n, err := f.Store.CleanupKeys(ctx, now, 1000, 1_000_000)
-	must(t, err)
-	if n != 19999 {
-		t.Errorf("cleanup deleted %d keys, want 19999", n)
-	}
-	want := append(idsOf(live), "x-00007")
-	slices.Sort(want)
-	if got := storedIDs(t, ctx, f); !slices.Equal(got, want) {
-		t.Fatalf("keys left: %v, want %v", got, want)
-	}
-	if j := tables(t, ctx, f).Journal; len(j) != 2 {
-		t.Fatalf("journal rows left %+v, want the 2 live ones", j)
-	}
-	if _, err := f.Store.CleanupKeys(ctx, future, 1000, 1_000_000); err != nil {
-		t.Fatal(err)
-	}
-	if got := storedIDs(t, ctx, f); len(got) != 0 {
-		t.Fatalf("keys left after every expiry: %v", got)
-	}
-}
-
-// Property (bounded passes): a cleanup pass stops once max keys are
-// deleted (after the journal row it is in), and the retention deletes the
-// oldest entries first, batch per statement, at most max per call.
+// Property (bounded passes): the retention deletes the oldest entries
+// first, batch per statement, at most max per call.
 func testBatches(t *testing.T, ctx context.Context, f Fixture) {
 	now := clock()
-	ks := keys("a", 9000, now.Add(-time.Minute)) // journal rows of 8192 and 808
-	commit(t, ctx, f, func(tx driver.StoreTx) error {
-		_, err := tx.ClaimKeys(ctx, slices.Clone(ks))
-		return errors.Join(err, tx.JournalKeys(ctx, ks[0].ExpiresAt, idsOf(ks)))
-	})
-	if n, err := f.Store.CleanupKeys(ctx, now, 1000, 100); err != nil || n != 8192 {
-		t.Fatalf("bounded pass deleted %d (%v), want one journal row's 8192", n, err)
-	}
 	old, young := now.Add(-time.Hour), now
 	for i := range 10 {
 		created := old.Add(time.Duration(i) * time.Second)

@@ -117,12 +117,12 @@ func testNoGapLocks(t *testing.T, ctx context.Context, f Fixture) {
 func testLockWaitTimeout(t *testing.T, ctx context.Context, f Fixture) {
 	holder := open(t, ctx, f.Server)
 	k := keys("timeout", 1, clock().Add(time.Hour))
-	if _, err := holder.tx().ClaimKeys(ctx, k); err != nil {
+	if _, err := holder.tx().ClaimKeys(ctx, 0, k); err != nil {
 		t.Fatal(err)
 	}
 	waiter := open(t, ctx, f.Server)
 	start := time.Now()
-	_, err := waiter.tx().ClaimKeys(ctx, k)
+	_, err := waiter.tx().ClaimKeys(ctx, 0, k)
 	if code(f, err) != driver.Transient || time.Since(start) < f.LockWait/2 {
 		t.Fatalf("after %s: %v (%v), want a Transient lock wait timeout after about %s", time.Since(start), err, code(f, err), f.LockWait)
 	}

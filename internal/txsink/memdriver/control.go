@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -52,7 +53,7 @@ func (s *Server) Lookup(ctx context.Context, gtrid string) (driver.Outcome, bool
 // Transient fault on "commit" applies it and then reports the outcome
 // ambiguous, as a connection lost during COMMIT may; any other code fails
 // it before anything is written.
-func (s *Server) Commit(ctx context.Context, d driver.Decision, scope driver.Scope, cuts []driver.Cut, fence func([]driver.Stored) error, f *driver.FrontierChange, applied bool) (int64, error) {
+func (s *Server) Commit(ctx context.Context, d driver.Decision, scope driver.Scope, cuts []driver.Cut, fence func([]driver.Stored) error, f *driver.FrontierChange, keys *driver.Generation, applied bool) (int64, error) {
 	c := s.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -74,6 +75,9 @@ func (s *Server) Commit(ctx context.Context, d driver.Decision, scope driver.Sco
 		if err := f.Check(c.frontier); err != nil {
 			return 0, err
 		}
+	}
+	if keys != nil && *keys != c.gens.Current {
+		return 0, fmt.Errorf("%w (claimed under %d, now %d)", driver.ErrKeysMoved, *keys, c.gens.Current)
 	}
 	if _, ok := c.decisions[d.Gtrid]; ok {
 		return 0, driver.ErrDecided

@@ -19,7 +19,9 @@ import (
 type table int
 
 const (
-	tKeys table = iota
+	tKeys table = iota // generation tables 0 (dedup_keys), 1 and 2: tKeys + Generation.Table()
+	_
+	_
 	tJournal
 	tBalances
 	tWindows
@@ -30,8 +32,8 @@ const (
 	numTables
 )
 
-var tableNames = [numTables]string{"dedup_keys", "dedup_expiry", "account_balances", "billing_windows", "window_adjustments", "ledger_entries", "dead_letters",
-	"changelog_outbox"}
+var tableNames = [numTables]string{"dedup_keys", "dedup_keys_g1", "dedup_keys_g2", "dedup_expiry", "account_balances", "billing_windows", "window_adjustments",
+	"ledger_entries", "dead_letters", "changelog_outbox"}
 
 // rowID names a row by its table and primary key (encoded by key).
 type rowID struct {
@@ -66,13 +68,18 @@ type txn struct {
 	ended   bool
 	waiting *txn // the transaction whose lock it waits for, if any
 	locks   map[rowID]struct{}
+	shared  map[rowID]struct{}
 	writes  map[rowID]version
+	// tables it touched: it holds their metadata lock until it ends (a
+	// table is not emptied under it, see EmptyKeys).
+	tables map[table]struct{}
 }
 
 // ledger is the ledger's state in a Cluster, guarded by Cluster.mu.
 type ledger struct {
 	rows    [numTables]map[string]any // committed, by primary key
-	locks   map[rowID]*txn
+	locks   map[rowID]*txn            // exclusive row locks
+	shared  map[rowID]map[*txn]struct{}
 	live    map[*txn]struct{} // transactions not ended
 	autoInc [numTables]int64
 	packet  int // the server's max_allowed_packet now
@@ -81,7 +88,7 @@ type ledger struct {
 }
 
 func newLedger(packet int) ledger {
-	l := ledger{locks: map[rowID]*txn{}, live: map[*txn]struct{}{}, packet: packet, budget: stmt.Budget(packet)}
+	l := ledger{locks: map[rowID]*txn{}, shared: map[rowID]map[*txn]struct{}{}, live: map[*txn]struct{}{}, packet: packet, budget: stmt.Budget(packet)}
 	for i := range l.rows {
 		l.rows[i] = map[string]any{}
 	}
@@ -114,7 +121,8 @@ func (c *Cluster) SetTrigger(fn func(table string, row any) error) {
 func Refusal(msg string) error { return coded(driver.Data, "%s", msg) }
 
 func (c *Cluster) newTxnLocked(name string) *txn {
-	tx := &txn{name: name, done: make(chan struct{}), locks: map[rowID]struct{}{}, writes: map[rowID]version{}}
+	tx := &txn{name: name, done: make(chan struct{}), locks: map[rowID]struct{}{}, shared: map[rowID]struct{}{}, writes: map[rowID]version{},
+		tables: map[table]struct{}{}}
 	c.live[tx] = struct{}{}
 	return tx
 }
@@ -138,7 +146,13 @@ func (c *Cluster) endTxnLocked(tx *txn, commit bool) {
 			delete(c.locks, id)
 		}
 	}
-	tx.ended, tx.locks, tx.writes = true, nil, nil
+	for id := range tx.shared {
+		delete(c.shared[id], tx)
+		if len(c.shared[id]) == 0 {
+			delete(c.shared, id)
+		}
+	}
+	tx.ended, tx.locks, tx.shared, tx.writes, tx.tables = true, nil, nil, nil, nil
 	delete(c.live, tx)
 	close(tx.done)
 }
@@ -159,23 +173,54 @@ func (c *Cluster) putLocked(tx *txn, id rowID, row any) { tx.writes[id] = versio
 
 func (c *Cluster) deleteLocked(tx *txn, id rowID) { tx.writes[id] = version{deleted: true} }
 
-// lockLocked takes the lock of row id for tx, waiting while another
-// transaction holds it (see waitLocked).
+// lockLocked takes the exclusive lock of row id for tx, waiting while
+// another transaction holds it, exclusive or shared (see waitLocked).
 func (c *Cluster) lockLocked(ctx context.Context, tx *txn, id rowID) error {
+	tx.tables[id.t] = struct{}{}
 	for {
 		if tx.ended {
 			return coded(driver.Transient, "%s ended while it waited for a lock", tx.name)
 		}
 		h := c.locks[id]
 		if h == nil || h == tx {
-			c.locks[id] = tx
-			tx.locks[id] = struct{}{}
-			return nil
+			if s := c.sharedByOther(tx, id); s != nil {
+				h = s
+			} else {
+				c.locks[id] = tx
+				tx.locks[id] = struct{}{}
+				return nil
+			}
 		}
 		if err := c.waitLocked(ctx, tx, h, id); err != nil {
 			return err
 		}
 	}
+}
+
+// sharedByOther is a transaction other than tx holding id's shared lock,
+// if any.
+func (c *Cluster) sharedByOther(tx *txn, id rowID) *txn {
+	for h := range c.shared[id] {
+		if h != tx {
+			return h
+		}
+	}
+	return nil
+}
+
+// lockSharedLocked takes a shared lock of row id for tx (a locking read
+// of a row that exists), waiting while another transaction holds its
+// exclusive lock; shared locks of several transactions do not wait for
+// each other.
+func (c *Cluster) lockSharedLocked(tx *txn, id rowID) {
+	if c.locks[id] == tx {
+		return // the exclusive lock covers it
+	}
+	if c.shared[id] == nil {
+		c.shared[id] = map[*txn]struct{}{}
+	}
+	c.shared[id][tx] = struct{}{}
+	tx.shared[id] = struct{}{}
 }
 
 // waitLocked waits, with the cluster's lock released, until h ends, at

@@ -23,7 +23,9 @@
 //   - writes: a branch's writes (Conn.Put, and the ledger's tables) become
 //     visible when it commits, never when it rolls back;
 //   - the control tables: decisions inserted once, partition rows with
-//     epochs and owners, the closing frontier, the commit log (numbered in
+//     epochs and owners, the closing frontier, the dedup keys' generations
+//     (rotations and records refused while an emptying holds them, as
+//     NOWAIT does), the commit log (numbered in
 //     commit order: each control method is one serialisable transaction
 //     under the server's lock), the ledger identity;
 //   - the ledger's tables (ledger.go, store.go): row locks held by a
@@ -95,6 +97,8 @@ type Cluster struct {
 	lastSeq    int64          // the commit log's counter
 	commits    []commitRecord // the commit log, in sequence order
 	identity   *identity
+	gens       driver.KeyGenerations    // the dedup keys' generations (generations.go); Now unused
+	genHolders int                      // HoldKeyGenerations running: rotations and records refused
 	faults     map[string][]driver.Code // by operation, one per call
 	view       viewState                // read only by the read-only view (view.go)
 	changelog  changelogState           // changelog_state and the counter's flag (outbox.go)
@@ -156,6 +160,7 @@ func New(opts Options) *Cluster {
 		conns: map[uint64]*connState{}, branches: map[driver.Xid]*branch{}, data: map[string]string{},
 		decisions: map[string]driver.Decision{}, partitions: map[driver.Scope]map[int32]driver.Stored{},
 		faults: map[string][]driver.Code{}, ledger: newLedger(opts.MaxAllowedPacket),
+		gens: driver.KeyGenerations{Since: opts.Now().UTC().Truncate(time.Microsecond), Emptied: -1},
 	}
 }
 

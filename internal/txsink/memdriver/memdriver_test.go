@@ -30,6 +30,10 @@ func (h harness) New(ctx context.Context, t *testing.T) drivertest.Fixture {
 		Store:    s,
 		Tables:   func(context.Context) (driver.Tables, error) { return c.Tables(), nil },
 		LockWait: opts.LockWait,
+		Legacy: func(_ context.Context, expires time.Time, ids []string) error {
+			c.SeedJournal(expires, ids)
+			return nil
+		},
 	}
 	f.LowerPacket = func(_ *testing.T, n int) drivertest.Fixture { c.SetMaxAllowedPacket(n); return f }
 	f.Packet = func(t *testing.T, n int) drivertest.Fixture {

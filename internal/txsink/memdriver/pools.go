@@ -1,7 +1,6 @@
 package memdriver
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"fmt"
@@ -17,15 +16,15 @@ import (
 // without locks, and the cleanup, each statement or journal row a short
 // local transaction of its own.
 
-// LookupKeys reads the committed keys of ids.
-func (s *Server) LookupKeys(ctx context.Context, ids []string) ([]driver.DedupKey, error) {
+// LookupKeys reads the committed keys of ids in generation g's table.
+func (s *Server) LookupKeys(ctx context.Context, g driver.Generation, ids []string) ([]driver.DedupKey, error) {
 	c := s.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out []driver.DedupKey
 	err := c.statementsLocked(len(ids), 80, func(i int) int { return stmt.ArgBytes(ids[i]) }, func(start, end int) error {
 		for _, id := range ids[start:end] {
-			if r, ok := c.rows[tKeys][id]; ok {
+			if r, ok := c.rows[keysOf(g)][id]; ok {
 				out = append(out, r.(driver.DedupKey))
 			}
 		}
@@ -34,59 +33,70 @@ func (s *Server) LookupKeys(ctx context.Context, ids []string) ([]driver.DedupKe
 	return out, err
 }
 
-// CleanupKeys deletes the keys of due journal rows, one journal row per
-// local transaction: the row is taken unless another transaction holds it
-// (SKIP LOCKED), its keys are deleted by primary key while still expired,
-// then the row.
-func (s *Server) CleanupKeys(ctx context.Context, now time.Time, batch, max int) (int64, error) {
-	var total int64
-	for total < int64(max) {
-		if err := ctx.Err(); err != nil {
-			return total, err
-		}
-		n, more, err := s.cleanupRow(ctx, now, batch)
-		total += n
-		if err != nil || !more {
-			return total, err
-		}
-	}
-	return total, nil
-}
+// metadataLockWait is how long EmptyKeys waits for the transactions that
+// touched the table to end (mysqldriver's lock_wait_timeout for TRUNCATE).
+const metadataLockWait = time.Second
 
-func (s *Server) cleanupRow(ctx context.Context, now time.Time, batch int) (int64, bool, error) {
+// EmptyKeys empties generation g's table as TRUNCATE TABLE does: once no
+// transaction that touched it is open (it holds the table's metadata lock
+// until it ends, prepared or not), waiting for that at most
+// metadataLockWait (then Transient, as error 1205); generation 0's table
+// only when no journal row expires after journalDue, and the journal with
+// it.
+func (s *Server) EmptyKeys(ctx context.Context, g driver.Generation, journalDue time.Time) error {
 	c := s.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	now = datetime(now)
-	var due []driver.JournalRow
-	for k, r := range c.rows[tJournal] {
-		j := r.(driver.JournalRow)
-		if !j.ExpiresAt.After(now) && c.locks[rowID{tJournal, k}] == nil {
-			due = append(due, j)
+	tables := []table{keysOf(g)}
+	if g.Table() == 0 {
+		tables = append(tables, tJournal)
+	}
+	deadline := time.Now().Add(metadataLockWait)
+	for {
+		h := c.touchingLocked(tables)
+		if h == nil {
+			break
+		}
+		c.mu.Unlock()
+		t := time.NewTimer(time.Until(deadline))
+		var err error
+		select {
+		case <-h.done:
+		case <-t.C:
+			err = coded(driver.Transient, "Lock wait timeout exceeded; try restarting transaction (%s holds %s)", h.name, tableNames[tables[0]])
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+		t.Stop()
+		c.mu.Lock()
+		if err != nil {
+			return fmt.Errorf("empty %s: %w", tableNames[tables[0]], err)
 		}
 	}
-	if len(due) == 0 {
-		return 0, false, nil
-	}
-	j := slices.MinFunc(due, func(a, b driver.JournalRow) int {
-		return cmp.Or(a.ExpiresAt.Compare(b.ExpiresAt), cmp.Compare(a.Seq, b.Seq))
-	})
-	tx := c.newTxnLocked(fmt.Sprintf("cleanup of dedup_expiry seq %d", j.Seq))
-	jid := rowID{tJournal, intKey(j.Seq)}
-	c.locks[jid], tx.locks[jid] = tx, struct{}{}
-	ids := slices.SortedFunc(slices.Values(j.IDs), func(a, b string) int { return bytes.Compare([]byte(a), []byte(b)) })
-	before := len(tx.writes)
-	expired := func(k driver.DedupKey) bool { return !k.ExpiresAt.After(now) }
-	for start := 0; start < len(ids); start += batch {
-		if err := c.deleteKeysLocked(ctx, tx, ids[start:min(start+batch, len(ids))], expired); err != nil {
-			c.endTxnLocked(tx, false)
-			return 0, false, fmt.Errorf("dedup cleanup: %w", err)
+	if g.Table() == 0 {
+		for _, r := range c.rows[tJournal] {
+			if r.(driver.JournalRow).ExpiresAt.After(journalDue) {
+				return fmt.Errorf("empty %s: %w", tableNames[tables[0]], driver.ErrKeysLive)
+			}
 		}
 	}
-	deleted := int64(len(tx.writes) - before)
-	c.deleteLocked(tx, jid)
-	c.endTxnLocked(tx, true)
-	return deleted, true, nil
+	for _, t := range tables {
+		clear(c.rows[t])
+	}
+	return nil
+}
+
+// touchingLocked is an open transaction that touched one of tables, if
+// any.
+func (c *Cluster) touchingLocked(tables []table) *txn {
+	for tx := range c.live {
+		for _, t := range tables {
+			if _, ok := tx.tables[t]; ok {
+				return tx
+			}
+		}
+	}
+	return nil
 }
 
 // DeleteEntries deletes the entries created before before, the oldest
@@ -166,10 +176,12 @@ func (c *Cluster) Tables() driver.Tables {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var t driver.Tables
-	for _, r := range c.rows[tKeys] {
-		t.Keys = append(t.Keys, r.(driver.DedupKey))
+	for g := range driver.Generation(driver.KeyTables) {
+		for _, r := range c.rows[keysOf(g)] {
+			t.Keys[g] = append(t.Keys[g], r.(driver.DedupKey))
+		}
+		slices.SortFunc(t.Keys[g], func(a, b driver.DedupKey) int { return strings.Compare(a.ID, b.ID) })
 	}
-	slices.SortFunc(t.Keys, func(a, b driver.DedupKey) int { return strings.Compare(a.ID, b.ID) })
 	for _, r := range c.rows[tJournal] {
 		j := r.(driver.JournalRow)
 		j.IDs = slices.Clone(j.IDs)

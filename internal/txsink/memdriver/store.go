@@ -57,9 +57,12 @@ func (t storeTx) begin() (*Cluster, *txn, error) {
 	return c, b.tx, nil
 }
 
-func keyID(id string) rowID { return rowID{tKeys, id} }
+// keysOf is generation g's table.
+func keysOf(g driver.Generation) table { return tKeys + table(g.Table()) }
 
-func (t storeTx) ClaimKeys(ctx context.Context, keys []driver.DedupKey) ([]string, error) {
+func keyID(g driver.Generation, id string) rowID { return rowID{keysOf(g), id} }
+
+func (t storeTx) ClaimKeys(ctx context.Context, g driver.Generation, keys []driver.DedupKey) ([]string, error) {
 	c, tx, err := t.begin()
 	if err != nil {
 		return nil, err
@@ -77,22 +80,22 @@ func (t storeTx) ClaimKeys(ctx context.Context, keys []driver.DedupKey) ([]strin
 			}
 		}
 		for _, k := range part {
-			if err := c.lockLocked(ctx, tx, keyID(k.ID)); err != nil {
+			if err := c.lockLocked(ctx, tx, keyID(g, k.ID)); err != nil {
 				return err
 			}
 		}
 		var insert []driver.DedupKey
 		for _, k := range part {
-			if _, ok := c.getLocked(tx, keyID(k.ID)); !ok {
+			if _, ok := c.getLocked(tx, keyID(g, k.ID)); !ok {
 				k.ExpiresAt = datetime(k.ExpiresAt)
-				if err := c.fireLocked(tKeys, k); err != nil {
+				if err := c.fireLocked(keysOf(g), k); err != nil {
 					return err
 				}
 				insert = append(insert, k)
 			}
 		}
 		for _, k := range insert {
-			c.putLocked(tx, keyID(k.ID), k)
+			c.putLocked(tx, keyID(g, k.ID), k)
 		}
 		// The affected rows of the statement: a stored key counts 0.
 		if len(insert) != len(part) {
@@ -105,34 +108,65 @@ func (t storeTx) ClaimKeys(ctx context.Context, keys []driver.DedupKey) ([]strin
 	return contested, err
 }
 
-func (t storeTx) UnclaimKeys(ctx context.Context, ids []string) error {
+func (t storeTx) LockKeys(ctx context.Context, g driver.Generation, ids []string) ([]driver.DedupKey, error) {
+	c, tx, err := t.begin()
+	if err != nil {
+		return nil, err
+	}
+	defer c.mu.Unlock()
+	ids = slices.Sorted(slices.Values(ids))
+	tx.tables[keysOf(g)] = struct{}{}
+	var out []driver.DedupKey
+	err = c.statementsLocked(len(ids), lockText, func(i int) int { return stmt.ArgBytes(ids[i]) }, func(start, end int) error {
+		for _, id := range ids[start:end] {
+			rid := keyID(g, id)
+			for {
+				h := c.lockedByOther(tx, rid)
+				if h == nil {
+					break
+				}
+				if err := c.waitLocked(ctx, tx, h, rid); err != nil {
+					return err
+				}
+			}
+			if r, ok := c.getLocked(tx, rid); ok {
+				c.lockSharedLocked(tx, rid)
+				out = append(out, r.(driver.DedupKey))
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+func (t storeTx) UnclaimKeys(ctx context.Context, g driver.Generation, ids []string) error {
 	c, tx, err := t.begin()
 	if err != nil {
 		return err
 	}
 	defer c.mu.Unlock()
-	return c.deleteKeysLocked(ctx, tx, slices.Sorted(slices.Values(ids)), func(driver.DedupKey) bool { return true })
+	return c.deleteKeysLocked(ctx, tx, g, slices.Sorted(slices.Values(ids)), func(driver.DedupKey) bool { return true })
 }
 
-// deleteKeysLocked deletes the keys of ids that if accepts, in statements
-// of DELETE by primary key.
-func (c *Cluster) deleteKeysLocked(ctx context.Context, tx *txn, ids []string, when func(driver.DedupKey) bool) error {
+// deleteKeysLocked deletes the keys of ids in generation g's table that if
+// accepts, in statements of DELETE by primary key.
+func (c *Cluster) deleteKeysLocked(ctx context.Context, tx *txn, g driver.Generation, ids []string, when func(driver.DedupKey) bool) error {
 	return c.statementsLocked(len(ids), deleteText, func(i int) int { return stmt.ArgBytes(ids[i]) }, func(start, end int) error {
 		for _, id := range ids[start:end] {
-			if err := c.lockLocked(ctx, tx, keyID(id)); err != nil {
+			if err := c.lockLocked(ctx, tx, keyID(g, id)); err != nil {
 				return err
 			}
 		}
 		for _, id := range ids[start:end] {
-			if r, ok := c.getLocked(tx, keyID(id)); ok && when(r.(driver.DedupKey)) {
-				c.deleteLocked(tx, keyID(id))
+			if r, ok := c.getLocked(tx, keyID(g, id)); ok && when(r.(driver.DedupKey)) {
+				c.deleteLocked(tx, keyID(g, id))
 			}
 		}
 		return nil
 	})
 }
 
-func (t storeTx) ReplaceKeys(ctx context.Context, keys []driver.DedupKey, now time.Time) error {
+func (t storeTx) ReplaceKeys(ctx context.Context, g driver.Generation, keys []driver.DedupKey, now time.Time) error {
 	c, tx, err := t.begin()
 	if err != nil {
 		return err
@@ -144,7 +178,7 @@ func (t storeTx) ReplaceKeys(ctx context.Context, keys []driver.DedupKey, now ti
 		ids[i] = k.ID
 	}
 	expired := func(k driver.DedupKey) bool { return !k.ExpiresAt.After(datetime(now)) }
-	if err := c.deleteKeysLocked(ctx, tx, ids, expired); err != nil {
+	if err := c.deleteKeysLocked(ctx, tx, g, ids, expired); err != nil {
 		return err
 	}
 	return c.statementsLocked(len(keys), keysText, func(i int) int {
@@ -155,62 +189,38 @@ func (t storeTx) ReplaceKeys(ctx context.Context, keys []driver.DedupKey, now ti
 			if err := checkBytes("event_id", k.ID, 128); err != nil {
 				return err
 			}
-			if err := c.lockLocked(ctx, tx, keyID(k.ID)); err != nil {
+			if err := c.lockLocked(ctx, tx, keyID(g, k.ID)); err != nil {
 				return err
 			}
 		}
 		for _, k := range part {
-			if _, ok := c.getLocked(tx, keyID(k.ID)); ok {
+			if _, ok := c.getLocked(tx, keyID(g, k.ID)); ok {
 				return coded(driver.Duplicate, "Duplicate entry '%s' for key 'PRIMARY'", k.ID)
 			}
-			if err := c.fireLocked(tKeys, k); err != nil {
+			if err := c.fireLocked(keysOf(g), k); err != nil {
 				return err
 			}
 		}
 		for _, k := range part {
 			k.ExpiresAt = datetime(k.ExpiresAt)
-			c.putLocked(tx, keyID(k.ID), k)
+			c.putLocked(tx, keyID(g, k.ID), k)
 		}
 		return nil
 	})
 }
 
-// journalIDs bounds the ids of one journal row (mysqldriver.JournalIDs).
-const journalIDs = 8192
-
-func (t storeTx) JournalKeys(ctx context.Context, expires time.Time, ids []string) error {
-	c, tx, err := t.begin()
-	if err != nil {
-		return err
-	}
+// SeedJournal stores, committed, the keys ids in dedup_keys with a journal
+// row of dedup_expiry listing them, expiring at expires, as the version
+// before generations wrote them: for tests of a ledger migrated from it.
+func (c *Cluster) SeedJournal(expires time.Time, ids []string) {
+	c.mu.Lock()
 	defer c.mu.Unlock()
-	// Rows of at most journalIDs ids and a blob of at most half of what
-	// the budget leaves besides the statement's text (a blob is sent
-	// escaped, up to twice its size), as mysqldriver's.
-	const head, overhead = 56, 64
-	maxBlob := (c.budget - head - overhead) / 2
-	var rows [][]string
-	var blobs []int
 	for _, id := range ids {
-		if len(id) == 0 || len(id) > 255 {
-			return coded(driver.Unknown, "dedup journal: event id of %d bytes", len(id))
-		}
-		if n := len(rows); n == 0 || len(rows[n-1]) == journalIDs || blobs[n-1]+1+len(id) > maxBlob {
-			rows, blobs = append(rows, nil), append(blobs, 0)
-		}
-		rows[len(rows)-1] = append(rows[len(rows)-1], id)
-		blobs[len(blobs)-1] += 1 + len(id)
+		c.rows[tKeys][id] = driver.DedupKey{ID: id, ExpiresAt: datetime(expires)}
 	}
-	return c.statementsLocked(len(rows), head, func(i int) int { return overhead + 2*blobs[i] }, func(start, end int) error {
-		for _, ids := range rows[start:end] {
-			c.autoInc[tJournal]++
-			r := driver.JournalRow{Seq: c.autoInc[tJournal], ExpiresAt: datetime(expires), IDs: slices.Clone(ids)}
-			id := rowID{tJournal, intKey(r.Seq)}
-			c.locks[id], tx.locks[id] = tx, struct{}{}
-			c.putLocked(tx, id, r)
-		}
-		return nil
-	})
+	c.autoInc[tJournal]++
+	r := driver.JournalRow{Seq: c.autoInc[tJournal], ExpiresAt: datetime(expires), IDs: slices.Clone(ids)}
+	c.rows[tJournal][intKey(r.Seq)] = r
 }
 
 func balanceID(k driver.BalanceKey) rowID { return rowID{tBalances, key(k.Account, k.Currency)} }

@@ -16,7 +16,8 @@ import (
 // Control is the control server's bookkeeping (driver.Control): the SQL of
 // ledger_identity, partition_offsets, checkpoint_decisions,
 // window_frontier and the commit log (commit_sequence, checkpoint_commits)
-// lives here and nowhere else.
+// lives here and nowhere else; that of dedup_generations, in
+// generations.go.
 type Control struct {
 	sv *Server
 }
@@ -87,12 +88,15 @@ func (c *Control) Lookup(ctx context.Context, gtrid string) (driver.Outcome, boo
 // transaction: the partition rows are locked by primary key in one
 // statement (or as few as the budget allows), checked by fence, updated,
 // then the frontier row is locked, checked and raised, the decision
-// inserted, and last the commit log's counter is locked and the decision
-// appended to the commit log. Every decision locks partition rows before
-// the frontier row, and the counter after both: one lock order. The
+// inserted, with keys the generations' row is read under a shared lock
+// and checked, and last the commit log's counter is locked and the
+// decision appended to the commit log. Every decision locks partition rows
+// before the frontier row, then the generations' row, and the counter
+// after all: one lock order (the generations' row is only ever taken
+// exclusively without waiting, so no decision waits for it long). The
 // counter is held from its increment to the COMMIT, so decisions commit
 // in the order of their numbers (see appendCommit).
-func (c *Control) Commit(ctx context.Context, d driver.Decision, s driver.Scope, cuts []driver.Cut, fence func([]driver.Stored) error, f *driver.FrontierChange, applied bool) (seq int64, err error) {
+func (c *Control) Commit(ctx context.Context, d driver.Decision, s driver.Scope, cuts []driver.Cut, fence func([]driver.Stored) error, f *driver.FrontierChange, keys *driver.Generation, applied bool) (seq int64, err error) {
 	tx, err := c.sv.db.BeginTxx(ctx, nil)
 	if err != nil {
 		return 0, err
@@ -137,6 +141,11 @@ func (c *Control) Commit(ctx context.Context, d driver.Decision, s driver.Scope,
 			return 0, err
 		}
 		sealed = fr.Sealed
+	}
+	if keys != nil {
+		if err := checkGenerations(ctx, tx, *keys); err != nil {
+			return 0, err
+		}
 	}
 	_, err = tx.ExecContext(ctx, insertDecision, d.Gtrid, string(d.Outcome), d.By, d.At)
 	if Code(err) == driver.Duplicate {

@@ -1,10 +1,8 @@
 package mysqldriver
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -16,13 +14,25 @@ import (
 	"github.com/billing/ledger/internal/txsink/driver"
 )
 
-// The SQL of dedup_keys and its expiry journal, dedup_expiry (see package
-// dedup for the model).
+// The SQL of the dedup key tables: one per generation in rotation
+// (KeyTableNames; package dedup for the model, driver.Generation for the
+// rotation), and the expiry journal of the version before generations
+// (dedup_expiry), only ever checked and emptied now.
 //
 // Claims rest on affected rows counting changed rows only: OpenDB turns
 // CLIENT_FOUND_ROWS off, so that an existing key "updated" to itself
 // counts 0 and a statement that inserted all its rows proves all its ids
 // new.
+
+// KeyTableNames are the dedup key tables by driver.Generation.Table:
+// dedup_keys is generation 0's, the table of the version before
+// generations (its keys drain by age with generation 0's).
+var KeyTableNames = [driver.KeyTables]string{"dedup_keys", "dedup_keys_g1", "dedup_keys_g2"}
+
+// JournalTable is the expiry journal of the version before generations.
+const JournalTable = "dedup_expiry"
+
+func keyTable(g driver.Generation) string { return KeyTableNames[g.Table()] }
 
 // querier runs a read-only query (a server's pool, or a branch's
 // connection) within its server's statement budget.
@@ -38,52 +48,149 @@ type preparer interface {
 	ExecPrepared(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
 
+// selectPreparer is a querier that can run a query through a server-side
+// prepared statement it keeps (Conn.SelectPrepared).
+type selectPreparer interface {
+	SelectPrepared(ctx context.Context, dest any, query string, args ...any) error
+}
+
 type keyRow struct {
 	ID          []byte    `db:"event_id"`
 	Fingerprint []byte    `db:"fingerprint"`
 	ExpiresAt   time.Time `db:"expires_at"`
 }
 
-// lookupKeys reads the stored rows of ids, expired ones included, with a
-// consistent (non-locking) read of the committed rows. Run after a claim,
-// on its contested ids: the claim's row locks keep every stored row it met
-// as it was until the checkpoint ends, and the ids it inserted itself are
-// not visible to the read (and so count as new).
-func lookupKeys(ctx context.Context, q querier, ids []string) ([]driver.DedupKey, error) {
-	const head = `SELECT event_id, fingerprint, expires_at FROM dedup_keys WHERE event_id IN ()`
+func (r keyRow) key() driver.DedupKey {
+	k := driver.DedupKey{ID: string(r.ID), ExpiresAt: r.ExpiresAt}
+	copy(k.Fingerprint[:], r.Fingerprint)
+	return k
+}
+
+// selectKeys reads the rows of ids in table, in statements within q's
+// budget, suffix after each (a locking clause, or nothing); full
+// statements run prepared where q can.
+func selectKeys(ctx context.Context, q querier, table string, ids []string, suffix string) ([]driver.DedupKey, error) {
+	head := `SELECT event_id, fingerprint, expires_at FROM ` + table + ` WHERE event_id IN ()`
 	var out []driver.DedupKey
-	err := stmt.Split(len(ids), len(head), q.MaxStatementBytes(), func(i int) int { return stmt.ArgBytes(ids[i]) }, func(start, end int) error {
+	err := stmt.Split(len(ids), len(head)+len(suffix), q.MaxStatementBytes(), func(i int) int { return stmt.ArgBytes(ids[i]) }, func(start, end int) error {
 		part := ids[start:end]
 		args := make([]any, len(part))
 		for i, id := range part {
 			args[i] = id
 		}
+		query := `SELECT event_id, fingerprint, expires_at FROM ` + table + ` WHERE event_id IN (` + placeholders(len(part)) + `)` + suffix
+		sel := q.Select
+		if p, ok := q.(selectPreparer); ok && len(part) == stmt.MaxRows {
+			sel = p.SelectPrepared
+		}
 		var rows []keyRow
-		if err := q.Select(ctx, &rows, `SELECT event_id, fingerprint, expires_at FROM dedup_keys WHERE event_id IN (`+placeholders(len(part))+`)`, args...); err != nil {
-			return fmt.Errorf("dedup lookup: %w", err)
+		if err := sel(ctx, &rows, query, args...); err != nil {
+			return err
 		}
 		for _, r := range rows {
-			k := driver.DedupKey{ID: string(r.ID), ExpiresAt: r.ExpiresAt}
-			copy(k.Fingerprint[:], r.Fingerprint)
-			out = append(out, k)
+			out = append(out, r.key())
 		}
 		return nil
 	})
 	return out, err
 }
 
-// claimKeys inserts keys and leaves every row that already exists
-// untouched, one statement per chunk; it returns the ids of every chunk
-// that inserted fewer rows than it holds (driver.StoreTx.ClaimKeys). Keys
-// are written in id order, as replaceKeys does.
-func claimKeys(ctx context.Context, ex stmt.Execer, keys []driver.DedupKey) ([]string, error) {
+// lookupKeys reads the stored rows of ids in generation g's table,
+// expired ones included, with a consistent (non-locking) read of the
+// committed rows. Run after a claim, on its contested ids: the claim's row
+// locks keep every stored row it met as it was until the checkpoint ends,
+// and the ids it inserted itself are not visible to the read (and so
+// count as new).
+func lookupKeys(ctx context.Context, q querier, g driver.Generation, ids []string) ([]driver.DedupKey, error) {
+	out, err := selectKeys(ctx, q, keyTable(g), ids, "")
+	if err != nil {
+		return nil, fmt.Errorf("dedup lookup: %w", err)
+	}
+	return out, nil
+}
+
+// lockKeys reads the stored rows of ids in generation g's table under
+// shared locks (driver.StoreTx.LockKeys), in id order. Under READ
+// COMMITTED a locking read of an id another transaction has inserted and
+// not committed waits for it (the record carries that transaction's
+// implicit lock), and one of an id nobody holds locks nothing (no gap
+// locks): a claim that runs it after inserting its own keys sees every key
+// that a concurrent claim inserted first. LOCK IN SHARE MODE is accepted
+// by MySQL 8.4 (a synonym of FOR SHARE) and is MariaDB 10.11's only
+// spelling.
+func lockKeys(ctx context.Context, q querier, g driver.Generation, ids []string) ([]driver.DedupKey, error) {
+	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
+	table := keyTable(g)
+	var out []driver.DedupKey
+	err := splitPoints(q, len(`SELECT d.event_id, d.fingerprint, d.expires_at FROM `+pointsOf(table, 0)+` LOCK IN SHARE MODE`), ids, func(part []any) error {
+		query := `SELECT d.event_id, d.fingerprint, d.expires_at FROM ` + pointsOf(table, len(part)) + ` LOCK IN SHARE MODE`
+		sel := q.Select
+		if p, ok := q.(selectPreparer); ok && len(part) == stmt.MaxRows {
+			sel = p.SelectPrepared
+		}
+		var rows []keyRow
+		if err := sel(ctx, &rows, query, part...); err != nil {
+			return err
+		}
+		for _, r := range rows {
+			out = append(out, r.key())
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dedup read of generation %d: %w", g, err)
+	}
+	return out, nil
+}
+
+// pointsOf is the join that visits the rows of n ids in table (alias d)
+// one by one, by primary key (eq_ref from a derived table of the ids, the
+// ids first: STRAIGHT_JOIN), so that a locking statement locks exactly the
+// rows of its ids. With WHERE event_id IN (...) the server may scan a
+// range or the whole index instead (it does on a small table, as a
+// generation's is just after its table was emptied) and lock rows of
+// other ids in passing, there the uncommitted inserts of other branches:
+// two branches of one checkpoint that unclaim interleaved ids then
+// deadlock (seen on MariaDB 10.11 with 50 rows and 25 ids each).
+func pointsOf(table string, n int) string {
+	var b strings.Builder
+	b.WriteString(`(SELECT ? AS id`)
+	for range n - 1 {
+		b.WriteString(pointTuple)
+	}
+	b.WriteString(`) AS k STRAIGHT_JOIN ` + table + ` AS d FORCE INDEX (PRIMARY) ON d.event_id = k.id`)
+	return b.String()
+}
+
+const pointTuple = ` UNION ALL SELECT ?`
+
+// splitPoints cuts ids into statements of pointsOf within q's budget,
+// fixed bytes besides the ids.
+func splitPoints(q interface{ MaxStatementBytes() int }, fixed int, ids []string, fn func(part []any) error) error {
+	return stmt.Split(len(ids), fixed, q.MaxStatementBytes(), func(i int) int { return stmt.ArgBytes(ids[i]) + len(pointTuple) },
+		func(start, end int) error {
+			part := make([]any, end-start)
+			for i, id := range ids[start:end] {
+				part[i] = id
+			}
+			return fn(part)
+		})
+}
+
+// claimKeys inserts keys into generation g's table and leaves every row
+// that already exists untouched, one statement per chunk; it returns the
+// ids of every chunk that inserted fewer rows than it holds
+// (driver.StoreTx.ClaimKeys). Keys are written in id order, as
+// replaceKeys does.
+func claimKeys(ctx context.Context, ex stmt.Execer, g driver.Generation, keys []driver.DedupKey) ([]string, error) {
 	slices.SortFunc(keys, func(a, b driver.DedupKey) int { return strings.Compare(a.ID, b.ID) })
 	// An existing row is "updated" to itself: 0 affected rows (no
 	// CLIENT_FOUND_ROWS); unlike INSERT IGNORE, no error is downgraded.
 	const onDup = ` ON DUPLICATE KEY UPDATE event_id = event_id`
+	table := keyTable(g)
 	var suspects []string
-	err := splitKeys(ex, keys, onDup, func(part []driver.DedupKey) error {
-		query, args := insertKeys(part, onDup)
+	err := splitKeys(ex, table, keys, onDup, func(part []driver.DedupKey) error {
+		query, args := insertKeys(table, part, onDup)
 		exec := ex.Exec
 		if p, ok := ex.(preparer); ok && len(part) == stmt.MaxRows {
 			exec = p.ExecPrepared
@@ -106,38 +213,35 @@ func claimKeys(ctx context.Context, ex stmt.Execer, keys []driver.DedupKey) ([]s
 	return suspects, err
 }
 
-// unclaimKeys deletes keys that this checkpoint claimed but does not keep
-// (the event became a dead letter).
-func unclaimKeys(ctx context.Context, ex stmt.Execer, ids []string) error {
-	slices.Sort(ids)
-	const head = `DELETE d FROM dedup_keys AS d FORCE INDEX (PRIMARY) WHERE d.event_id IN ()`
-	return stmt.Split(len(ids), len(head), ex.MaxStatementBytes(), func(i int) int { return stmt.ArgBytes(ids[i]) }, func(start, end int) error {
-		part := ids[start:end]
-		args := make([]any, len(part))
-		for i, id := range part {
-			args[i] = id
-		}
-		if _, err := ex.Exec(ctx, `DELETE d FROM dedup_keys AS d FORCE INDEX (PRIMARY) WHERE d.event_id IN (`+placeholders(len(part))+`)`, args...); err != nil {
+// unclaimKeys deletes keys of generation g that this checkpoint claimed
+// but does not keep (the event became a dead letter, or is a repeat of a
+// key of an earlier generation).
+func unclaimKeys(ctx context.Context, ex stmt.Execer, g driver.Generation, ids []string) error {
+	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
+	table := keyTable(g)
+	return splitPoints(ex, len(`DELETE d FROM `+pointsOf(table, 0)), ids, func(part []any) error {
+		if _, err := ex.Exec(ctx, `DELETE d FROM `+pointsOf(table, len(part)), part...); err != nil {
 			return fmt.Errorf("dedup unclaim: %w", err)
 		}
 		return nil
 	})
 }
 
-// replaceKeys writes keys that replace expired rows (claims write the new
-// ones), deleting the expired rows first, in id order so that concurrent
-// checkpoints lock in one order.
-func replaceKeys(ctx context.Context, ex stmt.Execer, keys []driver.DedupKey, now time.Time) error {
+// replaceKeys writes keys that replace expired rows of generation g's
+// table (claims write the new ones), deleting the expired rows first, in
+// id order so that concurrent checkpoints lock in one order.
+func replaceKeys(ctx context.Context, ex stmt.Execer, g driver.Generation, keys []driver.DedupKey, now time.Time) error {
 	slices.SortFunc(keys, func(a, b driver.DedupKey) int { return strings.Compare(a.ID, b.ID) })
+	table := keyTable(g)
 	replace := make([]any, len(keys))
 	for i, k := range keys {
 		replace[i] = k.ID
 	}
-	err := stmt.Split(len(replace), len(deleteExpired(1))+stmt.ArgBytes(now), ex.MaxStatementBytes(),
+	err := stmt.Split(len(replace), len(deleteExpired(table, 1))+stmt.ArgBytes(now), ex.MaxStatementBytes(),
 		func(i int) int { return stmt.ArgBytes(replace[i]) }, func(start, end int) error {
 			part := replace[start:end]
 			args := append(part[:len(part):len(part)], now)
-			if _, err := ex.Exec(ctx, deleteExpired(len(part)), args...); err != nil {
+			if _, err := ex.Exec(ctx, deleteExpired(table, len(part)), args...); err != nil {
 				return fmt.Errorf("dedup replace expired: %w", err)
 			}
 			return nil
@@ -145,8 +249,8 @@ func replaceKeys(ctx context.Context, ex stmt.Execer, keys []driver.DedupKey, no
 	if err != nil {
 		return err
 	}
-	return splitKeys(ex, keys, "", func(part []driver.DedupKey) error {
-		query, args := insertKeys(part, "")
+	return splitKeys(ex, table, keys, "", func(part []driver.DedupKey) error {
+		query, args := insertKeys(table, part, "")
 		if _, err := ex.Exec(ctx, query, args...); err != nil {
 			return fmt.Errorf("dedup insert: %w", err)
 		}
@@ -155,196 +259,80 @@ func replaceKeys(ctx context.Context, ex stmt.Execer, keys []driver.DedupKey, no
 }
 
 // splitKeys cuts keys into statements of insertKeys within ex's budget.
-func splitKeys(ex stmt.Execer, keys []driver.DedupKey, suffix string, fn func(part []driver.DedupKey) error) error {
-	return stmt.Split(len(keys), len(insertHead)+len(suffix), ex.MaxStatementBytes(),
+func splitKeys(ex stmt.Execer, table string, keys []driver.DedupKey, suffix string, fn func(part []driver.DedupKey) error) error {
+	return stmt.Split(len(keys), len(insertHead(table))+len(suffix), ex.MaxStatementBytes(),
 		func(i int) int {
 			return stmt.RowBytes(insertTuple, keys[i].ID, keys[i].Fingerprint[:], keys[i].ExpiresAt)
 		},
 		func(start, end int) error { return fn(keys[start:end]) })
 }
 
-// JournalIDs bounds the ids of one journal row, and so the keys one cleanup
-// transaction deletes.
-const JournalIDs = 8192
+// emptyLockWait bounds, in seconds, how long emptying a table waits for
+// the metadata lock: every transaction that touched the table holds it
+// until it ends (a prepared XA branch until it is resolved), and while
+// TRUNCATE waits, new statements on that table queue behind it. One
+// second is the least MySQL's lock_wait_timeout takes (MariaDB also has
+// TRUNCATE ... WAIT n / NOWAIT; MySQL does not). The table emptied is one
+// no claim reads any more (dedup.ClaimAt; but generation 0's, read until
+// emptied, in the upgrade's first cycle), so what it waits for is a
+// straggler: a checkpoint that claimed under the generation before, and
+// whose decision will be refused (ErrKeysMoved), or one decided and
+// committing; the upkeep tries again at its next pass.
+const emptyLockWait = 1
 
-// maxIDBytes is the longest event id a journal row can list (its length is
-// one byte); the decoder refuses longer ids before they reach here.
-const maxIDBytes = 255
-
-// journalRowOverhead bounds a journal row's text besides its blob.
-const journalRowOverhead = 64
-
-// journalKeys records that the keys ids, written by this checkpoint,
-// expire at expires: rows of dedup_expiry in the same branch as the keys,
-// so that a key and its journal entry commit or roll back together.
-// Cleanup reads the journal instead of an index on dedup_keys.expires_at,
-// which cost a secondary index entry per key. Usually one statement per
-// branch; a row's blob and a statement stay within the branch's statement
-// budget.
-func journalKeys(ctx context.Context, ex stmt.Execer, expires time.Time, ids []string) error {
-	const head = `INSERT INTO dedup_expiry (expires_at, event_ids) VALUES `
-	budget := ex.MaxStatementBytes()
-	// A blob is sent escaped (up to twice its size): half of what is left
-	// of the budget after the statement's text.
-	maxBlob := (budget - len(head) - journalRowOverhead) / 2
-	var (
-		args  []any  // (expires_at, event_ids) per row of the statement
-		blob  []byte // the row being filled
-		count int    // ids in blob
-		size  int    // worst-case bytes of the statement, blob included
-	)
-	endRow := func() {
-		if count > 0 {
-			args = append(args, expires, blob)
-			size += journalRowOverhead
-			blob, count = nil, 0
-		}
-	}
-	flush := func() error {
-		endRow()
-		if len(args) == 0 {
-			return nil
-		}
-		rows := strings.Repeat("(?,?),", len(args)/2)
-		_, err := ex.Exec(ctx, head+rows[:len(rows)-1], args...)
-		args, size = args[:0], len(head)
-		if err != nil {
-			return fmt.Errorf("dedup journal: %w", err)
-		}
-		return nil
-	}
-	size = len(head)
-	for _, id := range ids {
-		if len(id) == 0 || len(id) > maxIDBytes {
-			return fmt.Errorf("dedup journal: event id of %d bytes", len(id))
-		}
-		entry := 1 + len(id)
-		if len(blob)+entry > maxBlob {
-			endRow()
-		}
-		if size+2*entry+journalRowOverhead > budget {
-			if err := flush(); err != nil {
-				return err
-			}
-		}
-		blob = append(append(blob, byte(len(id))), id...)
-		count++
-		size += 2 * entry
-		if count == JournalIDs {
-			endRow()
-		}
-	}
-	return flush()
-}
-
-// DecodeJournal splits a journal row's event_ids (each id preceded by its
-// length in one byte) into the ids.
-func DecodeJournal(b []byte) ([][]byte, error) {
-	var ids [][]byte
-	for len(b) > 0 {
-		n := int(b[0])
-		if n == 0 || len(b) < 1+n {
-			return nil, fmt.Errorf("malformed journal row: id of %d bytes with %d left", n, len(b)-1)
-		}
-		ids = append(ids, b[1:1+n])
-		b = b[1+n:]
-	}
-	return ids, nil
-}
-
-// cleanupKeys deletes, on one server, the keys listed by journal rows
-// expired at now, until no such row is left, max keys were deleted, or ctx
-// ends. Each journal row is its own short transaction: the row is taken
-// FOR UPDATE SKIP LOCKED (instances cleaning the same server share the
-// work instead of waiting on each other), its keys are deleted by primary
-// key, batch per statement, but only while still expired (an id
-// re-inserted later has a later expiry and a journal row of its own), then
-// the journal row is deleted. A crash in between leaves the journal row to
-// the next pass; deleting an absent key is harmless.
-//
-// A journal row that does not parse stops the cleanup of that server with
-// an error naming it (it can only come from a manual edit); its keys stay
-// until it is repaired or deleted by hand.
-func cleanupKeys(ctx context.Context, db *sqlx.DB, now time.Time, batch, max, budget int) (int64, error) {
-	var total int64
-	for total < int64(max) {
-		n, more, err := cleanupRow(ctx, db, now, batch, budget)
-		total += n
-		if err != nil || !more {
-			return total, err
-		}
-	}
-	return total, nil
-}
-
-// cleanupRow resolves one expired journal row; more is false when none was
-// left.
-func cleanupRow(ctx context.Context, db *sqlx.DB, now time.Time, batch, budget int) (deleted int64, more bool, err error) {
-	tx, err := db.BeginTxx(ctx, nil)
+// emptyKeys empties generation g's table with TRUNCATE TABLE (DDL: it
+// needs DROP on the table; it is logged as one statement, not a row per
+// key), on a connection of the cleanup pool whose lock_wait_timeout is
+// set to emptyLockWait for the statement and set back after. Generation
+// 0's table is dedup_keys, where the version before generations wrote its
+// keys and their journal: it is emptied only when no journal row expires
+// after journalDue, and the journal with it.
+func emptyKeys(ctx context.Context, db *sqlx.DB, g driver.Generation, journalDue time.Time) error {
+	conn, err := db.Connx(ctx)
 	if err != nil {
-		return 0, false, fmt.Errorf("dedup cleanup: %w", err)
+		return fmt.Errorf("empty %s: %w", keyTable(g), err)
 	}
-	defer func() { _ = tx.Rollback() }()
-	var j struct {
-		Seq int64  `db:"seq"`
-		IDs []byte `db:"event_ids"`
+	defer conn.Close()
+	tables := []string{keyTable(g)}
+	if g.Table() == 0 {
+		var live []int
+		if err := conn.SelectContext(ctx, &live, `SELECT 1 FROM `+JournalTable+` WHERE expires_at > ? LIMIT 1`, journalDue); err != nil {
+			return fmt.Errorf("empty %s: read %s: %w", keyTable(g), JournalTable, err)
+		}
+		if len(live) > 0 {
+			return fmt.Errorf("empty %s: %w", keyTable(g), driver.ErrKeysLive)
+		}
+		tables = append(tables, JournalTable)
 	}
-	err = tx.GetContext(ctx, &j, `SELECT seq, event_ids FROM dedup_expiry WHERE expires_at <= ? ORDER BY expires_at LIMIT 1 FOR UPDATE SKIP LOCKED`, now)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, false, nil
+	if _, err := conn.ExecContext(ctx, fmt.Sprintf(`SET SESSION lock_wait_timeout = %d`, emptyLockWait)); err != nil {
+		discard(conn)
+		return fmt.Errorf("empty %s: %w", keyTable(g), err)
 	}
-	if err != nil {
-		return 0, false, fmt.Errorf("dedup cleanup: %w", err)
-	}
-	decoded, err := DecodeJournal(j.IDs)
-	if err != nil {
-		return 0, false, fmt.Errorf("dedup cleanup: dedup_expiry seq %d: %w", j.Seq, err)
-	}
-	// In key order: each statement then walks the primary key's leaves
-	// forwards instead of jumping between pages, and concurrent cleanups
-	// lock in one order.
-	slices.SortFunc(decoded, bytes.Compare)
-	ids := make([]any, len(decoded))
-	for i, id := range decoded {
-		ids[i] = id
-	}
-	for start := 0; start < len(ids); start += batch {
-		err := stmt.Split(min(batch, len(ids)-start), len(deleteExpired(1))+stmt.ArgBytes(now), budget,
-			func(i int) int { return stmt.ArgBytes(ids[start+i]) }, func(from, to int) error {
-				part := ids[start+from : start+to]
-				args := append(part[:len(part):len(part)], now)
-				r, err := tx.ExecContext(ctx, deleteExpired(len(part)), args...)
-				if err != nil {
-					return err
-				}
-				n, _ := r.RowsAffected()
-				deleted += n
-				return nil
-			})
-		if err != nil {
-			return 0, false, fmt.Errorf("dedup cleanup: %w", err)
+	for _, t := range tables {
+		if _, err := conn.ExecContext(ctx, `TRUNCATE TABLE `+t); err != nil {
+			discard(conn)
+			return fmt.Errorf("empty %s: %w", t, err)
 		}
 	}
-	if _, err := tx.ExecContext(ctx, `DELETE FROM dedup_expiry WHERE seq = ?`, j.Seq); err != nil {
-		return 0, false, fmt.Errorf("dedup cleanup: %w", err)
+	if _, err := conn.ExecContext(ctx, `SET SESSION lock_wait_timeout = DEFAULT`); err != nil {
+		discard(conn)
 	}
-	if err := tx.Commit(); err != nil {
-		return 0, false, fmt.Errorf("dedup cleanup: %w", err)
-	}
-	return deleted, true, nil
+	return nil
 }
 
-// The statement that inserts keys: insertHead, one insertTuple per key.
-const (
-	insertHead  = `INSERT INTO dedup_keys (event_id, fingerprint, expires_at) VALUES `
-	insertTuple = "(?,?,?)"
-)
+// insertHead and insertTuple make the statement that inserts keys into a
+// table: insertHead, one insertTuple per key.
+func insertHead(table string) string {
+	return `INSERT INTO ` + table + ` (event_id, fingerprint, expires_at) VALUES `
+}
 
-// insertKeys is the statement that inserts keys, one row each, followed by
-// suffix, and its arguments.
-func insertKeys(keys []driver.DedupKey, suffix string) (string, []any) {
+const insertTuple = "(?,?,?)"
+
+// insertKeys is the statement that inserts keys into table, one row each,
+// followed by suffix, and its arguments.
+func insertKeys(table string, keys []driver.DedupKey, suffix string) (string, []any) {
 	var b strings.Builder
-	b.WriteString(insertHead)
+	b.WriteString(insertHead(table))
 	args := make([]any, 0, 3*len(keys))
 	for i, in := range keys {
 		if i > 0 {
@@ -357,10 +345,26 @@ func insertKeys(keys []driver.DedupKey, suffix string) (string, []any) {
 	return b.String(), args
 }
 
-// deleteExpired deletes n keys (the arguments, then the time) if they are
-// expired at that time. It names the primary key (multi-table form:
-// single-table DELETE takes no index hint): a scan would wait on rows that
-// other branches hold.
-func deleteExpired(n int) string {
-	return `DELETE d FROM dedup_keys AS d FORCE INDEX (PRIMARY) WHERE d.event_id IN (` + placeholders(n) + `) AND d.expires_at <= ?`
+// deleteExpired deletes n keys of table (the arguments, then the time) if
+// they are expired at that time. It names the primary key (multi-table
+// form: single-table DELETE takes no index hint): a scan would wait on
+// rows that other branches hold.
+func deleteExpired(table string, n int) string {
+	return `DELETE d FROM ` + table + ` AS d FORCE INDEX (PRIMARY) WHERE d.event_id IN (` + placeholders(n) + `) AND d.expires_at <= ?`
+}
+
+// DecodeJournal splits a journal row's event_ids (each id preceded by its
+// length in one byte, as the version before generations wrote them) into
+// the ids.
+func DecodeJournal(b []byte) ([][]byte, error) {
+	var ids [][]byte
+	for len(b) > 0 {
+		n := int(b[0])
+		if n == 0 || len(b) < 1+n {
+			return nil, fmt.Errorf("malformed journal row: id of %d bytes with %d left", n, len(b)-1)
+		}
+		ids = append(ids, b[1:1+n])
+		b = b[1+n:]
+	}
+	return ids, nil
 }

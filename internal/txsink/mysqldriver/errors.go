@@ -43,6 +43,7 @@ type class struct {
 var numbers = map[uint16]class{
 	1205: {KindLockWaitTimeout, driver.Transient}, // ER_LOCK_WAIT_TIMEOUT
 	1213: {KindDeadlock, driver.Transient},        // ER_LOCK_DEADLOCK
+	3572: {KindLockWaitTimeout, driver.Transient}, // ER_LOCK_NOWAIT (MySQL 8; MariaDB answers NOWAIT with 1205)
 	1022: {KindDuplicateKey, driver.Duplicate},    // ER_DUP_KEY
 	1062: {KindDuplicateKey, driver.Duplicate},    // ER_DUP_ENTRY
 	1586: {KindDuplicateKey, driver.Duplicate},    // ER_DUP_ENTRY_WITH_KEY_NAME

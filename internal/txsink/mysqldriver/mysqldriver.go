@@ -50,9 +50,9 @@ type Options struct {
 	// recovery, health checks, sampling); 10 when 0.
 	MaxConns int
 	// CleanupConns bounds each server's cleanup pool (Server.CleanupDB:
-	// the janitor and the retention of ledger entries), apart from the
-	// other so that cleanup never takes a connection a checkpoint needs;
-	// 2 when 0.
+	// the upkeep of the dedup keys' generations and the retention of
+	// ledger entries), apart from the other so that cleanup never takes
+	// a connection a checkpoint needs; DefaultCleanupConns when 0.
 	CleanupConns int
 	// Images: the locking reads and the sealing read whole rows (the
 	// changelog's before images, CHANGELOG_TOPIC_PREFIX); without it they
@@ -78,7 +78,7 @@ func Open(ctx context.Context, dsns []string, opts Options) (*Driver, error) {
 		opts.MaxConns = 10
 	}
 	if opts.CleanupConns == 0 {
-		opts.CleanupConns = 2
+		opts.CleanupConns = DefaultCleanupConns
 	}
 	d := &Driver{}
 	for i, dsn := range dsns {
@@ -201,8 +201,8 @@ func (s *Server) RefreshLimits(ctx context.Context) error {
 // DB is the server's pool, for statements outside branches.
 func (s *Server) DB() *sqlx.DB { return s.db }
 
-// CleanupDB is the server's cleanup pool, for the janitor and the
-// retention of ledger entries: connections of their own, so that however
+// CleanupDB is the server's cleanup pool, for the upkeep of the dedup
+// keys' generations and the retention of ledger entries: connections of their own, so that however
 // much cleanup there is to do, it never holds a connection that a
 // checkpoint's lookups, its decision or recovery need.
 func (s *Server) CleanupDB() *sqlx.DB { return s.cleanup }
@@ -357,13 +357,23 @@ type Conn struct {
 	conn  *sqlx.Conn
 	sv    *Server
 	id    uint64
-	stmts map[string]*sql.Stmt // by query text; at most maxPrepared
+	stmts map[string]*prepared // by query text; at most maxPrepared
+	uses  uint64               // counts the uses of prepared statements
+}
+
+// prepared is a statement prepared on a connection, and when it was last
+// used (Conn.uses).
+type prepared struct {
+	st   *sqlx.Stmt
+	used uint64
 }
 
 var _ driver.Conn = (*Conn)(nil)
 
-// maxPrepared bounds the statements kept per connection; beyond it
-// ExecPrepared runs statements like Exec.
+// maxPrepared bounds the statements kept per connection; a statement
+// prepared beyond it closes the one used least recently (after a rotation
+// of the dedup generations, the claim and read of the new tables replace
+// the old ones).
 const maxPrepared = 8
 
 // ID is the server's id of the connection.
@@ -382,8 +392,8 @@ func (c *Conn) Close(reusable bool) {
 	if !reusable {
 		discard(c.conn)
 	}
-	for _, st := range c.stmts {
-		_ = st.Close()
+	for _, p := range c.stmts {
+		_ = p.st.Close()
 	}
 	_ = c.conn.Close()
 }
@@ -400,21 +410,51 @@ func (c *Conn) Exec(ctx context.Context, query string, args ...any) (sql.Result,
 // 35-55% faster). The first use on a connection prepares the statement
 // (one round trip more); a connection holds at most maxPrepared of them.
 func (c *Conn) ExecPrepared(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	st, ok := c.stmts[query]
-	if !ok {
-		if len(c.stmts) >= maxPrepared {
-			return c.Exec(ctx, query, args...)
-		}
-		var err error
-		if st, err = c.conn.PrepareContext(ctx, query); err != nil {
-			return nil, err
-		}
-		if c.stmts == nil {
-			c.stmts = map[string]*sql.Stmt{}
-		}
-		c.stmts[query] = st
+	st, err := c.prepare(ctx, query)
+	if err != nil {
+		return nil, err
 	}
 	return st.ExecContext(ctx, args...)
+}
+
+// SelectPrepared is Select through a server-side prepared statement, as
+// ExecPrepared.
+func (c *Conn) SelectPrepared(ctx context.Context, dest any, query string, args ...any) error {
+	st, err := c.prepare(ctx, query)
+	if err != nil {
+		return err
+	}
+	return st.SelectContext(ctx, dest, args...)
+}
+
+// prepare returns the statement prepared for query on the connection,
+// preparing it (and closing the least recently used one if maxPrepared
+// are kept) the first time.
+func (c *Conn) prepare(ctx context.Context, query string) (*sqlx.Stmt, error) {
+	c.uses++
+	if p, ok := c.stmts[query]; ok {
+		p.used = c.uses
+		return p.st, nil
+	}
+	if len(c.stmts) >= maxPrepared {
+		var oldest string
+		for q, p := range c.stmts {
+			if oldest == "" || p.used < c.stmts[oldest].used {
+				oldest = q
+			}
+		}
+		_ = c.stmts[oldest].st.Close()
+		delete(c.stmts, oldest)
+	}
+	st, err := c.conn.PreparexContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	if c.stmts == nil {
+		c.stmts = map[string]*prepared{}
+	}
+	c.stmts[query] = &prepared{st: st, used: c.uses}
+	return st, nil
 }
 
 // Select runs a query in the branch and scans every row into dest.

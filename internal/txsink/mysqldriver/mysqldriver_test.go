@@ -51,6 +51,9 @@ func (fixtures) on(ctx context.Context, t *testing.T, dsn string) drivertest.Fix
 		Store:    d.Server(0),
 		Tables:   func(ctx context.Context) (driver.Tables, error) { return readTables(ctx, db) },
 		LockWait: lockWait,
+		Legacy: func(ctx context.Context, expires time.Time, ids []string) error {
+			return storeLegacy(ctx, db.DB, expires, ids)
+		},
 	}
 	// MariaDB's max_allowed_packet is global, read by a session when it
 	// connects: the suite's property runs on a server of the test's own

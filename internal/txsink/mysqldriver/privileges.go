@@ -36,6 +36,9 @@ const (
 	Insert = "INSERT"
 	Update = "UPDATE"
 	Delete = "DELETE"
+	// Drop is what TRUNCATE TABLE needs on MySQL and MariaDB: the upkeep
+	// of the dedup keys' generations empties a table whole with it.
+	Drop = "DROP"
 )
 
 // TableAccess is a privilege the service needs on a table, and the feature
@@ -60,12 +63,26 @@ var access = []TableAccess{
 	// Dead letters: an upsert (a replay keeps the stored row); the
 	// sampler counts those waiting.
 	{"dead_letters", Select, FeatureAlways}, {"dead_letters", Insert, FeatureAlways}, {"dead_letters", Update, FeatureAlways},
-	// Dedup keys: lookups, the claim's upsert, unclaims, replacement of
-	// expired keys, the janitor.
+	// Dedup keys, a table per generation in rotation (migration 00008;
+	// dedup_keys is generation 0's): lookups, the claim's upsert and its
+	// locking reads of earlier generations, unclaims, replacement of
+	// expired keys, and the upkeep's TRUNCATE of a table whose keys have
+	// all expired (DROP).
 	{"dedup_keys", Select, FeatureAlways}, {"dedup_keys", Insert, FeatureAlways}, {"dedup_keys", Update, FeatureAlways}, {"dedup_keys", Delete, FeatureAlways},
-	// Their expiry journal: written with the keys, taken and deleted by
-	// the janitor.
-	{"dedup_expiry", Select, FeatureAlways}, {"dedup_expiry", Insert, FeatureAlways}, {"dedup_expiry", Delete, FeatureAlways},
+	{"dedup_keys", Drop, FeatureAlways},
+	{"dedup_keys_g1", Select, FeatureAlways}, {"dedup_keys_g1", Insert, FeatureAlways}, {"dedup_keys_g1", Update, FeatureAlways},
+	{"dedup_keys_g1", Delete, FeatureAlways}, {"dedup_keys_g1", Drop, FeatureAlways},
+	{"dedup_keys_g2", Select, FeatureAlways}, {"dedup_keys_g2", Insert, FeatureAlways}, {"dedup_keys_g2", Update, FeatureAlways},
+	{"dedup_keys_g2", Delete, FeatureAlways}, {"dedup_keys_g2", Drop, FeatureAlways},
+	// The expiry journal of the version before generations: read before
+	// dedup_keys is emptied (no key it lists may still be live), and
+	// emptied with it.
+	{"dedup_expiry", Select, FeatureAlways}, {"dedup_expiry", Drop, FeatureAlways},
+	// The generations' state (control server): read by every checkpoint
+	// that claims keys and under a shared lock by its decision; the
+	// lifetime's registration, rotations and records of emptied tables
+	// update its one row.
+	{"dedup_generations", Select, FeatureAlways}, {"dedup_generations", Update, FeatureAlways},
 	// The control server's bookkeeping (mysqldriver/control.go): claims
 	// and decisions (upserts of positions and epochs), decision rows and
 	// their pruning, the ledger's identity (inserted on first start), the

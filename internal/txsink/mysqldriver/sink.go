@@ -15,14 +15,20 @@ const OtherConns = 8
 // builds the exactly-once sink over them. On each server, the pool holds
 // the sink's branches plus 8 connections for statements outside them
 // (lookups, decisions, recovery, health checks, sampling), and the cleanup
-// pool one connection per branch for the janitor's workers and one for the
-// retention of ledger entries. Close the sink, then the driver.
+// pool DefaultCleanupConns: the upkeep of the dedup keys' generations holds the
+// generations' state on the control server while it empties a table on
+// each server (one connection each), and the retention of ledger entries
+// takes one. Close the sink, then the driver.
+// DefaultCleanupConns is the size of each server's cleanup pool:
+// the upkeep's hold of the state, its emptying, the retention.
+const DefaultCleanupConns = 3
+
 func OpenSink(ctx context.Context, dsns []string, opts Options, cfg txsink.Config) (*txsink.Sink, *Driver, error) {
 	if opts.MaxConns == 0 {
 		opts.MaxConns = cfg.Branches + OtherConns
 	}
 	if opts.CleanupConns == 0 {
-		opts.CleanupConns = cfg.Branches + 1
+		opts.CleanupConns = DefaultCleanupConns
 	}
 	d, err := Open(ctx, dsns, opts)
 	if err != nil {

@@ -93,7 +93,7 @@ func checkpoint(t *testing.T, s *txsink.Sink, n uint64, end string, participants
 	if end == "prepare" {
 		return tx
 	}
-	if err := tx.Decide(ctx, []txsink.PartitionCut{{Partition: 0, Epoch: 1, NextOffset: int64(n)}}, nil); err != nil {
+	if err := tx.Decide(ctx, []txsink.PartitionCut{{Partition: 0, Epoch: 1, NextOffset: int64(n)}}, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	if end == "decide" {
@@ -148,7 +148,7 @@ func TestBranchesOnPinnedConnections(t *testing.T) {
 		if err := tx.Prepare(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if err := tx.Decide(ctx, []txsink.PartitionCut{{Partition: 0, Epoch: 1, NextOffset: int64(n)}}, nil); err != nil {
+		if err := tx.Decide(ctx, []txsink.PartitionCut{{Partition: 0, Epoch: 1, NextOffset: int64(n)}}, nil, nil); err != nil {
 			t.Fatal(err)
 		}
 		if err := tx.Commit(ctx); err != nil {
@@ -223,7 +223,7 @@ func TestRecoveryEndsFrozenCoordinatorsConnection(t *testing.T) {
 	if _, err := d.Server(0).DB().ExecContext(lctx, `INSERT INTO account_balances VALUES ('f0', 'EUR', 7, 1, NOW(6))`); err != nil {
 		t.Fatalf("row still locked: %v", err)
 	}
-	if err := tx.Decide(ctx, []txsink.PartitionCut{{Partition: 0, Epoch: 1, NextOffset: 5}}, nil); !errors.Is(err, txsink.ErrAborted) {
+	if err := tx.Decide(ctx, []txsink.PartitionCut{{Partition: 0, Epoch: 1, NextOffset: 5}}, nil, nil); !errors.Is(err, txsink.ErrAborted) {
 		t.Fatalf("thawed coordinator's Decide = %v, want ErrAborted", err)
 	}
 	if v, _ := balance(t, d, 0, "f0"); v != 7 {

@@ -29,14 +29,15 @@ func (d *Driver) Stores() []driver.Store {
 	return out
 }
 
-// LookupKeys reads the stored dedup keys of ids on the pool.
-func (s *Server) LookupKeys(ctx context.Context, ids []string) ([]driver.DedupKey, error) {
-	return lookupKeys(ctx, s, ids)
+// LookupKeys reads the stored dedup keys of ids in generation g on the
+// pool.
+func (s *Server) LookupKeys(ctx context.Context, g driver.Generation, ids []string) ([]driver.DedupKey, error) {
+	return lookupKeys(ctx, s, g, ids)
 }
 
-// CleanupKeys deletes expired dedup keys on the cleanup pool.
-func (s *Server) CleanupKeys(ctx context.Context, now time.Time, batch, max int) (int64, error) {
-	return cleanupKeys(ctx, s.cleanup, now, batch, max, s.MaxStatementBytes())
+// EmptyKeys empties generation g's table on the cleanup pool.
+func (s *Server) EmptyKeys(ctx context.Context, g driver.Generation, journalDue time.Time) error {
+	return emptyKeys(ctx, s.cleanup, g, journalDue)
 }
 
 // DeleteEntries deletes old ledger entries on the cleanup pool.
@@ -53,20 +54,20 @@ func (c *Conn) MaxStatementBytes() int { return c.sv.MaxStatementBytes() }
 // tables runs the ledger's statements on a branch's connection.
 type tables struct{ c *Conn }
 
-func (t tables) ClaimKeys(ctx context.Context, keys []driver.DedupKey) ([]string, error) {
-	return claimKeys(ctx, t.c, keys)
+func (t tables) ClaimKeys(ctx context.Context, g driver.Generation, keys []driver.DedupKey) ([]string, error) {
+	return claimKeys(ctx, t.c, g, keys)
 }
 
-func (t tables) UnclaimKeys(ctx context.Context, ids []string) error {
-	return unclaimKeys(ctx, t.c, ids)
+func (t tables) LockKeys(ctx context.Context, g driver.Generation, ids []string) ([]driver.DedupKey, error) {
+	return lockKeys(ctx, t.c, g, ids)
 }
 
-func (t tables) ReplaceKeys(ctx context.Context, keys []driver.DedupKey, now time.Time) error {
-	return replaceKeys(ctx, t.c, keys, now)
+func (t tables) UnclaimKeys(ctx context.Context, g driver.Generation, ids []string) error {
+	return unclaimKeys(ctx, t.c, g, ids)
 }
 
-func (t tables) JournalKeys(ctx context.Context, expires time.Time, ids []string) error {
-	return journalKeys(ctx, t.c, expires, ids)
+func (t tables) ReplaceKeys(ctx context.Context, g driver.Generation, keys []driver.DedupKey, now time.Time) error {
+	return replaceKeys(ctx, t.c, g, keys, now)
 }
 
 func (t tables) LockBalances(ctx context.Context, keys []driver.BalanceKey) ([]driver.BalanceRow, error) {
@@ -110,10 +111,31 @@ func (t tables) WriteOutbox(ctx context.Context, checkpoint string, participant 
 }
 
 // LookupKeys reads the stored dedup keys of ids on db, a pool of one of a
-// ledger's servers opened apart from a Driver (the operator's tools), with
-// the smallest statement budget the service accepts.
+// ledger's servers opened apart from a Driver (the operator's tools), in
+// every generation's table, with the smallest statement budget the
+// service accepts: per id the row that expires last (an id can be stored
+// in two generations only when one of its rows expired).
 func LookupKeys(ctx context.Context, db *sqlx.DB, ids []string) ([]driver.DedupKey, error) {
-	return lookupKeys(ctx, minimalPool{db}, ids)
+	latest := map[string]driver.DedupKey{}
+	for g := range driver.Generation(driver.KeyTables) {
+		found, err := lookupKeys(ctx, minimalPool{db}, g, ids)
+		if err != nil {
+			return nil, err
+		}
+		for _, k := range found {
+			if old, ok := latest[k.ID]; !ok || k.ExpiresAt.After(old.ExpiresAt) {
+				latest[k.ID] = k
+			}
+		}
+	}
+	out := make([]driver.DedupKey, 0, len(latest))
+	for _, id := range ids {
+		if k, ok := latest[id]; ok {
+			out = append(out, k)
+			delete(latest, id)
+		}
+	}
+	return out, nil
 }
 
 type minimalPool struct{ db *sqlx.DB }

@@ -14,18 +14,20 @@ import (
 // readTables reads the ledger's tables whole, for the conformance suite.
 func readTables(ctx context.Context, db *sqlx.DB) (driver.Tables, error) {
 	var t driver.Tables
-	var keys []struct {
-		ID          []byte    `db:"event_id"`
-		Fingerprint []byte    `db:"fingerprint"`
-		ExpiresAt   time.Time `db:"expires_at"`
-	}
-	if err := db.SelectContext(ctx, &keys, `SELECT event_id, fingerprint, expires_at FROM dedup_keys ORDER BY event_id`); err != nil {
-		return t, err
-	}
-	for _, k := range keys {
-		d := driver.DedupKey{ID: string(k.ID), ExpiresAt: k.ExpiresAt.UTC()}
-		copy(d.Fingerprint[:], k.Fingerprint)
-		t.Keys = append(t.Keys, d)
+	for g, table := range mysqldriver.KeyTableNames {
+		var keys []struct {
+			ID          []byte    `db:"event_id"`
+			Fingerprint []byte    `db:"fingerprint"`
+			ExpiresAt   time.Time `db:"expires_at"`
+		}
+		if err := db.SelectContext(ctx, &keys, `SELECT event_id, fingerprint, expires_at FROM `+table+` ORDER BY event_id`); err != nil {
+			return t, err
+		}
+		for _, k := range keys {
+			d := driver.DedupKey{ID: string(k.ID), ExpiresAt: k.ExpiresAt.UTC()}
+			copy(d.Fingerprint[:], k.Fingerprint)
+			t.Keys[g] = append(t.Keys[g], d)
+		}
 	}
 	var journal []struct {
 		Seq       int64     `db:"seq"`
@@ -150,4 +152,26 @@ func readDeadLetters(ctx context.Context, db *sqlx.DB, t *driver.Tables) error {
 		t.DeadLetters = append(t.DeadLetters, d)
 	}
 	return nil
+}
+
+// storeLegacy stores keys ids in dedup_keys with one journal row listing
+// them (each id preceded by its length in one byte), as the version before
+// generations wrote them.
+func storeLegacy(ctx context.Context, db *sql.DB, expires time.Time, ids []string) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }()
+	var blob []byte
+	for _, id := range ids {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO dedup_keys (event_id, fingerprint, expires_at) VALUES (?, ?, ?)`, id, make([]byte, 16), expires); err != nil {
+			return err
+		}
+		blob = append(append(blob, byte(len(id))), id...)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO dedup_expiry (expires_at, event_ids) VALUES (?, ?)`, expires, blob); err != nil {
+		return err
+	}
+	return tx.Commit()
 }
