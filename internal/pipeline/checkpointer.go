@@ -36,6 +36,12 @@ type Checkpointer struct {
 	// eventTimeDue: the last committed checkpoint closed windows that are
 	// not sealed yet (see EventTimeDue).
 	eventTimeDue atomic.Bool
+	// alone: this instance holds every partition of the topic, so no other
+	// live instance claims dedup keys beside it and its participants may
+	// claim in parallel (see execution.claim). The pipeline sets it at
+	// every assignment and revocation; a Checkpointer of NewCheckpointer
+	// is alone.
+	alone atomic.Bool
 	// beforeWrite, set by tests only, runs before each attempt's write
 	// step: another instance's checkpoint can commit between this one's
 	// reads and its writes.
@@ -51,7 +57,9 @@ func NewCheckpointer(cfg Config, sink *txsink.Sink, pools []driver.Store) (*Chec
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("pipeline: %w", err)
 	}
-	return newCheckpointer(cfg, sink, pools, &Stats{}), nil
+	c := newCheckpointer(cfg, sink, pools, &Stats{})
+	c.alone.Store(true)
+	return c, nil
 }
 
 func newCheckpointer(cfg Config, sink *txsink.Sink, pools []driver.Store, stats *Stats) *Checkpointer {

@@ -11,6 +11,7 @@ import (
 	"github.com/billing/ledger/internal/txsink"
 	"github.com/billing/ledger/internal/txsink/driver"
 	"github.com/billing/ledger/internal/txsink/memdriver"
+	"github.com/twmb/franz-go/pkg/kfake"
 )
 
 // claimGate orders the claims of two instances' checkpoints key by key:
@@ -114,6 +115,7 @@ func TestClaimsOfTwoInstancesCannotDeadlockAcrossBranches(t *testing.T) {
 		if m.ck, err = NewCheckpointer(memConfig(m), sink, []driver.Store{s}); err != nil {
 			t.Fatal(err)
 		}
+		m.ck.alone.Store(false) // two instances of one ledger: each holds some partitions
 		m.sink = sink
 		return m
 	}
@@ -150,4 +152,64 @@ func TestClaimsOfTwoInstancesCannotDeadlockAcrossBranches(t *testing.T) {
 	if b1, b2 := a.balance("acct-1"), a.balance("acct-2"); b1.Amount != 5 || b1.Count != 1 || b2.Amount != 7 || b2.Count != 1 {
 		t.Errorf("balances %+v and %+v, want 5 and 7, each counted once", b1, b2)
 	}
+}
+
+// An instance claims in parallel only while it holds every partition of
+// the topic: alone at first, it claims in lock order once a second member
+// took partitions, and in parallel again once that member left.
+func TestClaimsInParallelOnlyWhileAlone(t *testing.T) {
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "billing"), kfake.GroupMinSessionTimeout(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.Close()
+	server := memdriver.New(memdriver.Options{AttachPrepared: true, LockWait: time.Second})
+	s := server.As("billing")
+	ctx := context.Background()
+	start := func() (*Pipeline, func()) {
+		sink, err := txsink.New(ctx, txsink.Config{Branches: 2, Group: "g", Topic: "billing", StepTimeout: 5 * time.Second, Logger: testenv.Logger()},
+			s, []driver.Server{s})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := &env{brokers: kc.ListenAddrs(), topic: "billing"}
+		cfg := testConfig(e)
+		cfg.Group = "g"
+		p, err := New(cfg, sink, []driver.Store{s})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- p.Run(rctx) }()
+		return p, func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Run: %v", err)
+			}
+			sink.Close()
+		}
+	}
+	held := func(p *Pipeline) (int, bool) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return len(p.parts), p.ckpt.alone.Load()
+	}
+	a, stopA := start()
+	defer stopA()
+	testenv.Eventually(t, 30*time.Second, "the first member holds all four partitions, alone", func() (bool, string) {
+		n, alone := held(a)
+		return n == 4 && alone, fmt.Sprintf("%d partitions, alone %v", n, alone)
+	})
+	b, stopB := start()
+	testenv.Eventually(t, 30*time.Second, "two members share the partitions, neither alone", func() (bool, string) {
+		na, aloneA := held(a)
+		nb, aloneB := held(b)
+		return na > 0 && nb > 0 && na+nb == 4 && !aloneA && !aloneB, fmt.Sprintf("A %d partitions (alone %v), B %d (alone %v)", na, aloneA, nb, aloneB)
+	})
+	stopB()
+	testenv.Eventually(t, 30*time.Second, "the first member alone again", func() (bool, string) {
+		n, alone := held(a)
+		return n == 4 && alone, fmt.Sprintf("%d partitions, alone %v", n, alone)
+	})
 }

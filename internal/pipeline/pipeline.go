@@ -259,13 +259,16 @@ type Stats struct {
 // Pipeline consumes the topic as a group member and commits the ledger
 // exactly once. See the package documentation for the design.
 type Pipeline struct {
-	cfg   Config
-	log   *slog.Logger
-	sink  *txsink.Sink
-	cl    *kgo.Client
-	adm   *kadm.Client
-	dec   *event.Decoder
-	stats Stats
+	cfg  Config
+	log  *slog.Logger
+	sink *txsink.Sink
+	cl   *kgo.Client
+	adm  *kadm.Client
+	// topicPartitions: the topic's partition count at the last
+	// assignment (0: unknown); guarded by mu.
+	topicPartitions int
+	dec             *event.Decoder
+	stats           Stats
 
 	// mu guards the partition states and the checkpoint in flight. The
 	// poll loop holds it while it processes a poll; the rebalance callbacks

@@ -396,6 +396,8 @@ func (p *Pipeline) onAssigned(ctx context.Context, offsets map[string]map[int32]
 		}
 	}
 	p.stats.AssignedParts.Store(int64(len(p.parts)))
+	p.topicPartitions = p.countTopicPartitions(ctx)
+	p.updateAloneLocked()
 	p.mu.Unlock()
 	p.log.Info("partitions assigned", "partitions", ids, "positions", claimedText(ids, pos))
 	return map[string]map[int32]kgo.Offset{p.cfg.Topic: out}, nil
@@ -417,6 +419,7 @@ func (p *Pipeline) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[str
 	for _, id := range ids {
 		delete(p.parts, id)
 	}
+	p.updateAloneLocked()
 	p.stats.AssignedParts.Store(int64(len(p.parts)))
 	if len(ids) > 0 { // a standby's revoke at shutdown revokes nothing
 		p.log.Info("partitions revoked", "partitions", ids, "committed", positions)
@@ -445,10 +448,39 @@ func (p *Pipeline) onLost(ctx context.Context, _ *kgo.Client, lost map[string][]
 	for _, id := range ids {
 		delete(p.parts, id)
 	}
+	p.updateAloneLocked()
 	p.updatePendingLocked()
 	p.stats.AssignedParts.Store(int64(len(p.parts)))
 	if len(ids) > 0 {
 		p.log.Warn("partitions lost", "partitions", ids, "committed", positions)
+	}
+}
+
+// countTopicPartitions is the topic's partition count from the broker's
+// metadata, 0 when it cannot be had (then the instance counts as sharing
+// the topic: the safe side).
+func (p *Pipeline) countTopicPartitions(ctx context.Context) int {
+	mctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	td, err := p.adm.ListTopics(mctx, p.cfg.Topic)
+	if err != nil {
+		p.log.Warn("topic metadata unavailable; dedup claims run in lock order", "err", err)
+		return 0
+	}
+	t, ok := td[p.cfg.Topic]
+	if !ok || t.Err != nil {
+		return 0
+	}
+	return len(t.Partitions)
+}
+
+// updateAloneLocked tells the checkpointer whether this instance holds
+// every partition of the topic (then its claims meet no other instance's:
+// execution.claim).
+func (p *Pipeline) updateAloneLocked() {
+	alone := p.topicPartitions > 0 && len(p.parts) >= p.topicPartitions
+	if p.ckpt.alone.Swap(alone) != alone {
+		p.log.Info("dedup claims", "in_parallel", alone, "partitions_held", len(p.parts), "topic_partitions", p.topicPartitions)
 	}
 }
 
