@@ -67,8 +67,8 @@ type options struct {
 	load             int    // busy cores of background load during measurements
 	decisions        []int  // coordinator counts of the decision-rate measurement
 	decisionsD       time.Duration
-	hostileEvents    int   // padded valid events of the hostile variant
-	hostileJunkEvery int   // one junk record of 1 MiB per this many of them
+	hostileEvents    int // padded valid events of the hostile variant
+	hostileJunkEvery int // one junk record of 1 MiB per this many of them
 }
 
 type variant struct {
