@@ -287,7 +287,7 @@ func measureInstances(ctx context.Context, o *options, v variant, runID, topic, 
 	}
 	spec := childSpec{Mode: modeInstance, Brokers: o.brokers, Topic: topic, Group: fmt.Sprintf("bench-%s-%s-%s", runID, v.name, short),
 		DSN: dsn, Records: total, Ends: ends, ServiceEnv: env, Timeout: o.timeout, MemLimit: o.memLimit,
-		LiveTopic: topic + "-live-" + short}
+		LiveTopic: liveTopic(topic, short, runID, rep)}
 	if err := createTopic(ctx, adm, spec.LiveTopic, len(ends)); err != nil {
 		return fail(err)
 	}

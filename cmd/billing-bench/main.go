@@ -619,9 +619,7 @@ func measure(ctx context.Context, o *options, v variant, mode, runID, topic, exp
 		}
 	}
 	if svc || mode == modeNaive {
-		// Named by run and repetition: with -keep, or an existing -topic
-		// measured again, a live topic from before must not be reused.
-		spec.LiveTopic = fmt.Sprintf("%s-live-%s-%s-%d", topic, short, runID, rep)
+		spec.LiveTopic = liveTopic(topic, short, runID, rep)
 		if err := createTopic(ctx, adm, spec.LiveTopic, len(ends)); err != nil {
 			return fail(err)
 		}
@@ -824,4 +822,11 @@ func deleteChangelogTopics(adm *kadmClient, prefix string) {
 	if _, err := adm.DeleteTopics(ctx, topics...); err != nil {
 		fmt.Printf("   (cannot delete the changelog's topics of %s: %v)\n", prefix, err)
 	}
+}
+
+// liveTopic names a measurement's live topic by run and repetition: with
+// -keep, or an existing -topic measured again, a live topic from before
+// must not be reused (TOPIC_ALREADY_EXISTS).
+func liveTopic(topic, mode, runID string, rep int) string {
+	return fmt.Sprintf("%s-live-%s-%s-%d", topic, mode, runID, rep)
 }

@@ -79,20 +79,29 @@ func selectKeys(ctx context.Context, q querier, table string, ids []string, suff
 			args[i] = id
 		}
 		query := `SELECT event_id, fingerprint, expires_at FROM ` + table + ` WHERE event_id IN (` + placeholders(len(part)) + `)` + suffix
-		sel := q.Select
-		if p, ok := q.(selectPreparer); ok && len(part) == stmt.MaxRows {
-			sel = p.SelectPrepared
-		}
-		var rows []keyRow
-		if err := sel(ctx, &rows, query, args...); err != nil {
-			return err
-		}
-		for _, r := range rows {
-			out = append(out, r.key())
-		}
-		return nil
+		got, err := readKeyRows(ctx, q, query, args)
+		out = append(out, got...)
+		return err
 	})
 	return out, err
+}
+
+// readKeyRows runs one SELECT of key rows; a statement of stmt.MaxRows
+// ids (the shape every full one has) runs prepared where q can.
+func readKeyRows(ctx context.Context, q querier, query string, args []any) ([]driver.DedupKey, error) {
+	sel := q.Select
+	if p, ok := q.(selectPreparer); ok && len(args) == stmt.MaxRows {
+		sel = p.SelectPrepared
+	}
+	var rows []keyRow
+	if err := sel(ctx, &rows, query, args...); err != nil {
+		return nil, err
+	}
+	out := make([]driver.DedupKey, len(rows))
+	for i, r := range rows {
+		out[i] = r.key()
+	}
+	return out, nil
 }
 
 // lookupKeys reads the stored rows of ids in generation g's table,
@@ -124,18 +133,9 @@ func lockKeys(ctx context.Context, q querier, g driver.Generation, ids []string)
 	var out []driver.DedupKey
 	err := splitPoints(q, len(`SELECT d.event_id, d.fingerprint, d.expires_at FROM `+pointsOf(table, 0)+` LOCK IN SHARE MODE`), ids, func(part []any) error {
 		query := `SELECT d.event_id, d.fingerprint, d.expires_at FROM ` + pointsOf(table, len(part)) + ` LOCK IN SHARE MODE`
-		sel := q.Select
-		if p, ok := q.(selectPreparer); ok && len(part) == stmt.MaxRows {
-			sel = p.SelectPrepared
-		}
-		var rows []keyRow
-		if err := sel(ctx, &rows, query, part...); err != nil {
-			return err
-		}
-		for _, r := range rows {
-			out = append(out, r.key())
-		}
-		return nil
+		got, err := readKeyRows(ctx, q, query, part)
+		out = append(out, got...)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("dedup read of generation %d: %w", g, err)
