@@ -74,6 +74,7 @@ func TestChangelogExactlyOnceThroughKillsAndAPause(t *testing.T) {
 	}
 	paused.Signal(syscall.SIGCONT)
 	waitCounted(t, e, w, 120*time.Second)
+	waitSealed(t, e, 60*time.Second)
 	waitPublished(t, e.dsn, 60*time.Second)
 	if !paused.WaitOutput(context.Background(), "changelog publishing stopped", 30*time.Second) {
 		t.Errorf("the paused publisher's transaction did not fail once it resumed:\n%s", paused.Output())
@@ -109,6 +110,21 @@ func waitCounted(t *testing.T, e *testEnv, w *workload, timeout time.Duration) {
 	if sums.Count != w.events {
 		t.Fatalf("windows and adjustments count %d events, want %d", sums.Count, w.events)
 	}
+}
+
+// waitSealed waits until a window of the workload is sealed. Sealing is
+// the checkpoint after the one that closes a window, which follows the one
+// whose events moved the watermark past it: the events can all be counted
+// and every decision published before it, and a test that checks the
+// changelog of closed windows must not stop the service until then (it
+// did, once, under load: closed_windows had no row).
+func waitSealed(t *testing.T, e *testEnv, timeout time.Duration) {
+	t.Helper()
+	testenv.Eventually(t, timeout, "a window sealed", func() (bool, string) {
+		var n int
+		err := e.db.Get(&n, `SELECT COUNT(*) FROM billing_windows WHERE closed_at IS NOT NULL`)
+		return err == nil && n > 0, fmt.Sprintf("%d sealed (%v)", n, err)
+	})
 }
 
 // waitPublished waits until every commit decision is applied and
@@ -221,6 +237,7 @@ func TestFlinkReadsTheServicesChangelog(t *testing.T) {
 	p := e.start(t, "one", map[string]string{"CHANGELOG_TOPIC_PREFIX": prefix, "CHANGELOG_TOPIC_PARTITIONS": "3",
 		"CHANGELOG_TOPIC_REPLICATION": "1", "LEDGER_ENTRIES": "true", "WINDOW_CLOSE_AFTER": "30m"})
 	waitCounted(t, e, w, 120*time.Second)
+	waitSealed(t, e, 60*time.Second)
 	waitPublished(t, e.dsn, 60*time.Second)
 	p.Signal(syscall.SIGTERM)
 	if err := p.Wait(t, 30*time.Second); err != nil {
@@ -272,6 +289,7 @@ func TestChangelogKilledAtEveryStep(t *testing.T) {
 			}
 			next := e.start(t, "successor", env(""))
 			waitCounted(t, e, w, 120*time.Second)
+			waitSealed(t, e, 60*time.Second)
 			waitPublished(t, e.dsn, 60*time.Second)
 			next.Signal(syscall.SIGTERM)
 			if err := next.Wait(t, 30*time.Second); err != nil {
@@ -328,6 +346,7 @@ func TestChangelogSnapshotOfAnExistingLedger(t *testing.T) {
 		all.want[k] = s
 	}
 	waitCounted(t, e, all, 120*time.Second)
+	waitSealed(t, e, 60*time.Second)
 	waitPublished(t, e.dsn, 60*time.Second)
 	if !strings.Contains(p1.Output(), "the snapshot of the ledger's rows is published") {
 		t.Errorf("the second instance did not finish the snapshot:\n%s", p1.Output())
