@@ -429,6 +429,10 @@ transaction-isolation = REPEATABLE-READ
 innodb_lock_wait_timeout = 10
 max_connections = 1000
 innodb_buffer_pool_size = $MARIADB_POOL
+# MySQL 8.4's default sql_mode (internal/testenv's mysql84SQLMode), stricter
+# than MariaDB's (ONLY_FULL_GROUP_BY, NO_ZERO_DATE, ...): SQL that MySQL 8.4
+# would refuse fails here too.
+sql_mode = ONLY_FULL_GROUP_BY,STRICT_TRANS_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION
 # The binary log on, as MySQL 8.4 runs by default: XA PREPARE is then
 # written to it, and prepare, crash and recovery are exercised with it.
 # Bounded: rotated at 64 MiB, files older than an hour are purged.

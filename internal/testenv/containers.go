@@ -57,6 +57,12 @@ func isConfluentLocal(image string) bool {
 	return strings.Contains(strings.ToLower(image), "confluentinc/confluent-local")
 }
 
+// mysql84SQLMode is MySQL 8.4's default sql_mode, which the test servers
+// run with (scripts/services.sh too): it is stricter than MariaDB 10.11's
+// (ONLY_FULL_GROUP_BY, NO_ZERO_IN_DATE, NO_ZERO_DATE), so SQL that MySQL
+// 8.4 would refuse fails in the tests on MariaDB as well.
+const mysql84SQLMode = "ONLY_FULL_GROUP_BY,STRICT_TRANS_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION"
+
 // mysqlServerArgs are the server settings scripts/services.sh gives its
 // MariaDB (its my.cnf), as options both mysql:8.4 and MariaDB accept: the
 // isolation and durability the exactly-once design relies on, and the
@@ -69,6 +75,7 @@ func mysqlServerArgs() []string {
 		"--max-connections=1000",
 		"--character-set-server=utf8mb4",
 		"--collation-server=utf8mb4_general_ci",
+		"--sql-mode=" + mysql84SQLMode,
 		"--log-bin=mysql-bin",
 		"--server-id=1",
 		"--binlog-format=ROW",

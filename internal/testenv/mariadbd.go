@@ -61,11 +61,12 @@ innodb_flush_log_at_trx_commit = 1
 transaction-isolation = REPEATABLE-READ
 innodb_buffer_pool_size = 32M
 max_connections = 100
+sql_mode = %[6]s
 
 [mariadb-install-db]
 auth-root-authentication-method = normal
 skip-test-db
-`, data, sock, filepath.Join(dir, "mariadbd.pid"), filepath.Join(dir, "error.log"), port)
+`, data, sock, filepath.Join(dir, "mariadbd.pid"), filepath.Join(dir, "error.log"), port, mysql84SQLMode)
 	if err := os.WriteFile(cnf, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
 	}

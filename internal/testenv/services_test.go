@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -116,6 +117,17 @@ func TestMySQLServerSettings(t *testing.T) {
 			t.Errorf("%s = %q (found %v), want %q", want.names[0], got, found, want.value)
 		}
 	}
+	// The modes as a set: servers list them in an order of their own.
+	got := strings.Split(strings.ToUpper(vars["sql_mode"]), ",")
+	if want := strings.Split(mysql84SQLMode, ","); !sameSet(got, want) {
+		t.Errorf("sql_mode = %q, want MySQL 8.4's default %q", vars["sql_mode"], mysql84SQLMode)
+	}
+}
+
+func sameSet(a, b []string) bool {
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(slices.Compact(a), slices.Compact(b))
 }
 
 // TestKafkaBrokerSettings: the broker the test environment hands out, local or in a
