@@ -369,7 +369,7 @@ func run(ctx context.Context, o *options) error {
 		"three-instances": {name: "three-instances", accounts: o.accounts, instances: 3,
 			note: "the service as three processes in one consumer group on one backlog and one ledger (repeats of an event on two partitions: two instances claim one key); aborted checkpoints by cause"},
 		"larger-than-memory": {name: "larger-than-memory", accounts: o.accounts, preload: o.ltmKeys, randomIDs: !o.ltmOrdered,
-			pool: poolSetting{measure: o.ltmPool, preload: 1 << 30},
+			pool: poolSetting{measure: o.ltmPool, preload: max(1<<30, 256*o.ltmKeys)}, // the preload holds the table in memory: about twice its 118-128 bytes per key
 			note: fmt.Sprintf("innodb_buffer_pool_size %d MiB, %d dedup keys stored beforehand; %s", o.ltmPool>>20, o.ltmKeys, map[bool]string{false: "random UUID event ids (billing-gen -random-ids), the stored keys' of the same shape", true: "-ltm-ordered: billing-gen's ordered ids, the stored keys in a region of their own"}[o.ltmOrdered])},
 		"hostile": {name: "hostile", accounts: 1000, hostile: true,
 			note: fmt.Sprintf("%d valid events padded to MAX_PAYLOAD_BYTES, one junk record of 1 MiB per %d; service mode only", o.hostileEvents, o.hostileJunkEvery)},

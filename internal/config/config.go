@@ -57,6 +57,7 @@ type Config struct {
 
 	DedupTTL             time.Duration `envconfig:"DEDUP_TTL" default:"24h" desc:"an event id is remembered this long after its first arrival (processing time)"`
 	DedupCacheKeys       int           `envconfig:"DEDUP_CACHE_KEYS" default:"100000" desc:"in-memory budget of remembered event ids; beyond it, ids are checked against MySQL only"`
+	DedupReadAheadConns  int           `envconfig:"DEDUP_READ_AHEAD_CONNS" default:"2" desc:"connections per server that look up the ids polled while caught up, before their checkpoint claims them, so that the claim finds their pages in memory (a dedup table larger than the buffer pool); 0 turns it off, at most 4"`
 	DedupCleanupInterval time.Duration `envconfig:"DEDUP_CLEANUP_INTERVAL" default:"5s" desc:"how often the upkeep of the dedup keys' generations looks for a table whose keys have all expired (emptied whole) or a rotation that is due, and the retention for old ledger entries (deleted until none is due), on cleanup connections of their own"`
 	DedupCleanupBatch    int           `envconfig:"DEDUP_CLEANUP_BATCH" default:"1000" desc:"old ledger entries deleted per statement by the retention (short transactions, no long locks)"`
 
@@ -335,6 +336,7 @@ func (c *Config) validate() []string {
 		{"CHECKPOINT_MAX_BYTES", c.CheckpointMaxBytes, 1 << 20, 1 << 30},
 		{"DEAD_LETTER_PAYLOAD_BYTES", c.DeadLetterPayloadBytes, 0, 1 << 20},
 		{"DEDUP_CACHE_KEYS", c.DedupCacheKeys, 0, 1 << 30},
+		{"DEDUP_READ_AHEAD_CONNS", c.DedupReadAheadConns, 0, 4}, // pipeline.MaxReadAheadConns
 		{"DEDUP_CLEANUP_BATCH", c.DedupCleanupBatch, 1, 100000},
 		{"MAX_PAYLOAD_BYTES", c.MaxPayloadBytes, 64, 16 << 20},
 	}

@@ -127,6 +127,12 @@ func New(o Options) *Metrics {
 			func(s *pipeline.Stats) int64 { return s.RecoveredCommit.Load() }, prometheus.Labels{"outcome": "committed"}),
 		counter("indoubt_resolved_total", "Prepared XA branches left in doubt (crash, lost connection) that recovery resolved, by outcome.",
 			func(s *pipeline.Stats) int64 { return s.RecoveredAbort.Load() }, prometheus.Labels{"outcome": "rolled_back"}),
+		counter("dedup_read_ahead_ids_total", "Polled event ids the dedup read-ahead looked up before their claim (read), or dropped unread (dropped: its queue was full, their barrier had passed, or no checkpoint had read the generations yet).",
+			func(s *pipeline.Stats) int64 { return s.ReadAhead.Load() }, prometheus.Labels{"outcome": "read"}),
+		counter("dedup_read_ahead_ids_total", "Polled event ids the dedup read-ahead looked up before their claim (read), or dropped unread (dropped: its queue was full, their barrier had passed, or no checkpoint had read the generations yet).",
+			func(s *pipeline.Stats) int64 { return s.ReadAheadDropped.Load() }, prometheus.Labels{"outcome": "dropped"}),
+		counter("dedup_read_ahead_failures_total", "Statements of the dedup read-ahead that failed or passed their bound (the claim then reads the keys itself).",
+			func(s *pipeline.Stats) int64 { return s.ReadAheadFailed.Load() }, nil),
 		gauge("partitions_assigned", "Partitions this instance currently owns (claimed in MySQL).", stat(func(s *pipeline.Stats) int64 { return s.AssignedParts.Load() })),
 		gauge("records_pending", "Records consumed and not yet covered by a decided checkpoint (buffered or in flight).", stat(func(s *pipeline.Stats) int64 { return s.Pending.Load() })),
 		gauge("last_checkpoint_timestamp_seconds", "Unix time of the last committed checkpoint; 0 before the first.", func() float64 {

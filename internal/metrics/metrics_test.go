@@ -79,6 +79,9 @@ func TestStatsExported(t *testing.T) {
 	st.RecoveredCommit.Store(4)
 	st.RecoveredAbort.Store(5)
 	st.AssignedParts.Store(6)
+	st.ReadAhead.Store(11)
+	st.ReadAheadDropped.Store(12)
+	st.ReadAheadFailed.Store(13)
 	*now = now.Add(90 * time.Second)
 	checks := []struct {
 		name   string
@@ -93,6 +96,9 @@ func TestStatsExported(t *testing.T) {
 		{"billing_indoubt_resolved_total", map[string]string{"outcome": "committed"}, 4},
 		{"billing_indoubt_resolved_total", map[string]string{"outcome": "rolled_back"}, 5},
 		{"billing_partitions_assigned", nil, 6},
+		{"billing_dedup_read_ahead_ids_total", map[string]string{"outcome": "read"}, 11},
+		{"billing_dedup_read_ahead_ids_total", map[string]string{"outcome": "dropped"}, 12},
+		{"billing_dedup_read_ahead_failures_total", nil, 13},
 		{"billing_dedup_cache_keys", nil, 42},
 		{"billing_checkpoint_timeout_seconds", nil, 30},
 		{"billing_build_info", map[string]string{"version": "v1.2.3", "commit": "abc123", "go_version": "go1.26.8"}, 1},

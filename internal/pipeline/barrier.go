@@ -93,6 +93,7 @@ func (p *Pipeline) maybeSealLocked(ctx context.Context) {
 // checkpoint. It returns nil when no partition moved.
 func (p *Pipeline) sealLocked() *snapshot {
 	p.lastSeal = time.Now()
+	p.ahead.barrier()
 	ids := make([]int32, 0, len(p.parts))
 	for id, pt := range p.parts {
 		if pt.pending(p.cfg.WindowCloseAfter > 0) {

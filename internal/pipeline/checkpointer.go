@@ -42,6 +42,9 @@ type Checkpointer struct {
 	// every assignment and revocation; a Checkpointer of NewCheckpointer
 	// is alone.
 	alone atomic.Bool
+	// generations is the dedup keys' generations as the last checkpoint
+	// read them (nil before), for the read-ahead.
+	generations atomic.Pointer[driver.KeyGenerations]
 	// beforeWrite, set by tests only, runs before each attempt's write
 	// step: another instance's checkpoint can commit between this one's
 	// reads and its writes.

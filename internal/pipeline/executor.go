@@ -82,6 +82,10 @@ func (x *execution) run(ctx context.Context, now time.Time) CheckpointInfo {
 			r.eventTime, err = x.c.sink.EventTime(ctx)
 		case stepGenerations:
 			r.generations, err = x.c.sink.KeyGenerations(ctx)
+			if err == nil {
+				s := r.generations
+				x.c.generations.Store(&s)
+			}
 		case stepRegister:
 			err = x.c.sink.RegisterKeyLifetime(ctx, st.lifetime)
 		case stepClaim:

@@ -48,6 +48,12 @@ type Config struct {
 	// DedupCacheKeys bounds the event ids remembered in memory; 0 disables
 	// the cache (every id is checked in MySQL).
 	DedupCacheKeys int
+	// DedupReadAheadConns is how many connections per server look up the
+	// ids polled while the source is caught up, ahead of their claim, so
+	// that the claim finds their pages in the buffer pool (readahead.go);
+	// 0 turns the read-ahead off. Size the servers' pools for them
+	// (cmd/billing adds them to mysqldriver.OtherConns).
+	DedupReadAheadConns int
 	// DedupCleanupInterval is how often the upkeep of the dedup keys'
 	// generations (Keeper) and the retention of ledger entries look for
 	// work; the retention deletes DedupCleanupBatch entries per statement.
@@ -172,6 +178,9 @@ func (c *Config) validate() error {
 	if c.DeadLetterPayloadBytes < 0 {
 		errs = append(errs, errors.New("DeadLetterPayloadBytes must not be negative"))
 	}
+	if c.DedupReadAheadConns < 0 || c.DedupReadAheadConns > MaxReadAheadConns {
+		errs = append(errs, fmt.Errorf("DedupReadAheadConns must be between 0 and %d", MaxReadAheadConns))
+	}
 	if p, ok := c.Window.(event.Period); c.Window == nil || ok && p.IsZero() {
 		errs = append(errs, errors.New("Window is required"))
 	}
@@ -254,6 +263,12 @@ type Stats struct {
 	PendingBytes    atomic.Int64
 	RecoveredCommit atomic.Int64 // in-doubt branches rolled forward
 	RecoveredAbort  atomic.Int64 // in-doubt branches rolled back
+	// The dedup read-ahead (readahead.go): ids looked up ahead of their
+	// claim, ids dropped unread (queue full, barrier passed, no
+	// generations read yet), and statements that failed.
+	ReadAhead        atomic.Int64
+	ReadAheadDropped atomic.Int64
+	ReadAheadFailed  atomic.Int64
 }
 
 // Pipeline consumes the topic as a group member and commits the ledger
@@ -285,6 +300,10 @@ type Pipeline struct {
 
 	ckpt  *Checkpointer // commits the snapshots the barrier cuts
 	pools []driver.Store
+	// ahead reads the polled ids' pages ahead of their claim (nil: off);
+	// aheadIDs are the ids of the poll being processed, guarded by mu.
+	ahead    *readAhead
+	aheadIDs []string
 
 	groupMu      sync.Mutex // guards groupPending
 	groupPending map[int32]kgo.EpochOffset
@@ -360,6 +379,7 @@ func New(cfg Config, sink *txsink.Sink, pools []driver.Store) (*Pipeline, error)
 	p.cl = cl
 	p.adm = kadm.NewClient(cl)
 	p.ckpt = newCheckpointer(cfg, sink, pools, &p.stats)
+	p.ahead = newReadAhead(cfg, pools, sink, p.ckpt.generations.Load, &p.stats)
 	return p, nil
 }
 
@@ -395,10 +415,14 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	}
 	hctx, stopHousekeeping := context.WithCancel(context.WithoutCancel(ctx))
 	var hk sync.WaitGroup
-	hk.Add(3)
+	hk.Add(4)
 	go func() {
 		defer hk.Done()
 		p.housekeeping(hctx)
+	}()
+	go func() {
+		defer hk.Done()
+		p.ahead.run(hctx)
 	}()
 	go func() {
 		defer hk.Done()

@@ -116,6 +116,7 @@ func (p *Pipeline) poll(ctx context.Context) {
 		p.mu.Lock()
 		p.collectLocked()
 		p.processLocked(fetches)
+		p.offerAheadLocked()
 		p.rewindLocked(ctx)
 		p.maybeSealLocked(ctx)
 		var wait chan struct{}
@@ -218,7 +219,30 @@ func (p *Pipeline) processLocked(fetches kgo.Fetches) {
 		rec := record{ev: ev, partition: r.Partition, offset: r.Offset, key: r.Key[:min(len(r.Key), deadletters.MaxKey)], value: r.Value, ts: r.Timestamp}
 		pt.records = append(pt.records, rec)
 		pt.bytes += rec.bytes()
+		if p.ahead != nil {
+			p.aheadIDs = append(p.aheadIDs, ev.EventID)
+		}
 	})
+}
+
+// offerAheadLocked hands the ids of the poll just processed to the
+// read-ahead, if every assigned partition is caught up with the log (the
+// live regime; readahead.go says why not in a catch-up).
+func (p *Pipeline) offerAheadLocked() {
+	ids := p.aheadIDs
+	p.aheadIDs = nil
+	if len(ids) == 0 {
+		return
+	}
+	for _, pt := range p.parts {
+		// A partition that never had a record fetched is caught up once
+		// a fetch says its log is empty.
+		empty := pt.position == txsink.StartOffset && pt.end == 0
+		if !pt.caughtUp() && !empty {
+			return
+		}
+	}
+	p.ahead.offer(ids)
 }
 
 // rewindLocked rereads the committed position of every partition whose

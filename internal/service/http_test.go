@@ -119,9 +119,11 @@ func TestStoppedSummary(t *testing.T) {
 	st.Consumed.Store(1100)
 	st.DeadLetters.Store(40)
 	st.Duplicates.Store(60)
+	st.ReadAhead.Store(900)
+	st.ReadAheadDropped.Store(7)
 	var b bytes.Buffer
 	NewLogger(config.Config{LogFormat: "json", LogLevel: "info"}, &b).Info("stopped", summary(st, 4*time.Second)...)
-	for _, want := range []string{`"counted":1000`, `"consumed":1100`, `"duplicates":60`, `"dead_letters":40`, `"aborted_checkpoints":0`, `"ran_for":"4s"`, `"average_events_per_second":250`} {
+	for _, want := range []string{`"counted":1000`, `"consumed":1100`, `"duplicates":60`, `"dead_letters":40`, `"aborted_checkpoints":0`, `"read_ahead_ids":900`, `"read_ahead_dropped":7`, `"read_ahead_failures":0`, `"ran_for":"4s"`, `"average_events_per_second":250`} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("summary lacks %s: %s", want, b.String())
 		}

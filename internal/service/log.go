@@ -47,5 +47,6 @@ func summary(st *pipeline.Stats, ran time.Duration) []any {
 	return []any{"counted", counted, "checkpoints", st.Checkpoints.Load(), "consumed", st.Consumed.Load(),
 		"duplicates", st.Duplicates.Load(), "dead_letters", st.DeadLetters.Load(), "aborted_checkpoints", st.Aborts.Load(),
 		"in_doubt_resolved", st.RecoveredCommit.Load() + st.RecoveredAbort.Load(),
+		"read_ahead_ids", st.ReadAhead.Load(), "read_ahead_dropped", st.ReadAheadDropped.Load(), "read_ahead_failures", st.ReadAheadFailed.Load(),
 		"ran_for", ran.Round(time.Millisecond), "average_events_per_second", int64(float64(counted)/max(ran.Seconds(), 1e-3) + 0.5)}
 }

@@ -29,7 +29,10 @@ func SinkConfig(cfg config.Config, log *slog.Logger) txsink.Config {
 
 // MySQLOptions are the options of the ledger's servers.
 func MySQLOptions(cfg config.Config) mysqldriver.Options {
-	return mysqldriver.Options{LockWaitTimeout: cfg.MySQLLockWaitTimeout, Images: cfg.ChangelogTopicPrefix != ""}
+	// The read-ahead's connections come on top of the pool's usual
+	// share, so that it never keeps a lookup or a decision waiting.
+	return mysqldriver.Options{LockWaitTimeout: cfg.MySQLLockWaitTimeout, Images: cfg.ChangelogTopicPrefix != "",
+		MaxConns: cfg.MySQLBranches + mysqldriver.OtherConns + cfg.DedupReadAheadConns}
 }
 
 // PipelineConfig is the pipeline's configuration. kopts are the Kafka
@@ -41,7 +44,7 @@ func PipelineConfig(cfg config.Config, kopts []kgo.Opt, log *slog.Logger, onChec
 		Topic: cfg.KafkaTopic, Group: cfg.KafkaGroup,
 		CheckpointInterval: cfg.CheckpointInterval, CheckpointTimeout: cfg.CheckpointTimeout,
 		CheckpointMaxRecords: cfg.CheckpointMaxRecords, CheckpointMaxBytes: cfg.CheckpointMaxBytes, MaxPollRecords: cfg.KafkaMaxPollRecords,
-		DedupTTL: cfg.DedupTTL, DedupCacheKeys: cfg.DedupCacheKeys,
+		DedupTTL: cfg.DedupTTL, DedupCacheKeys: cfg.DedupCacheKeys, DedupReadAheadConns: cfg.DedupReadAheadConns,
 		DedupCleanupInterval: cfg.DedupCleanupInterval, DedupCleanupBatch: cfg.DedupCleanupBatch,
 		Window: cfg.Period(), WindowCloseAfter: time.Duration(cfg.WindowCloseAfter), MaxEventTimeSkew: cfg.MaxEventTimeSkew,
 		LedgerEntries: cfg.LedgerEntries, LedgerEntriesRetention: time.Duration(cfg.LedgerEntriesRetention),

@@ -1,0 +1,185 @@
+package pipeline
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/billing/ledger/internal/dedup"
+	"github.com/billing/ledger/internal/txsink/driver"
+)
+
+// Read-ahead of the dedup keys (issue 21). With a dedup table larger than
+// the buffer pool and random event ids, nearly every claim of a new key
+// must read its leaf page from disk, synchronously, in the branch that
+// claims it: at the barrier, a live checkpoint's dedup phase waits on the
+// disk for every key of its interval, and each record waits for that on
+// top of its wait for the barrier. The read-ahead moves those reads to
+// before the barrier. While the source is caught up with the log (the live
+// regime: the next checkpoint's records arrive over a whole interval, and
+// latency is what matters), the ids of each poll are looked up without
+// locks (driver.Store.LookupKeys, on the servers' pools) in every table
+// the next claim will touch (dedup.ClaimAt under the generations the last
+// checkpoint read), which brings their leaves into the buffer pool; the
+// claim at the barrier then finds them there.
+//
+// It decides nothing: what it reads is dropped, it takes no lock and
+// writes nothing, so it cannot change what any checkpoint counts (a
+// lookup never waits for a branch: drivertest's
+// Store/LookupsReadCommittedRowsOnly). Nor does it hold anything up: the
+// poll loop hands ids over without waiting (they are dropped when
+// readAheadQueue chunks per connection are waiting already), a statement
+// is bounded by readAheadTimeout, and a chunk polled before the last
+// barrier is dropped unread (its claim is under way). In a catch-up it is
+// off: records buffered there are claimed seconds later in checkpoints of
+// many thousands of keys whose claims run in parallel already, and pages
+// read that early would be evicted before the claim.
+//
+// It pays only when the pool keeps what it read until the barrier, about
+// one 16 KiB leaf per new id of an interval (docs/performance.md,
+// "Read-ahead"); with every leaf in memory it costs a point read per id
+// and gains nothing. DedupReadAheadConns sets its connections (0: off).
+
+const (
+	// readAheadChunk is the most ids per statement, so that several
+	// connections share a poll's ids and the disk has that many reads in
+	// flight.
+	readAheadChunk = 256
+	// readAheadQueue is how many chunks may wait per connection; beyond,
+	// ids are dropped (the claim reads them itself).
+	readAheadQueue = 8
+	// readAheadTimeout bounds one statement.
+	readAheadTimeout = 2 * time.Second
+)
+
+// MaxReadAheadConns bounds Config.DedupReadAheadConns: beyond about four
+// reads in flight this disk served no more (docs/performance.md), and each
+// connection is one more per instance on every server.
+const MaxReadAheadConns = 4
+
+// placementView is what the read-ahead needs of the sink's placement:
+// which server holds an id's participant.
+type placementView interface {
+	Route(key string) int
+	ServerOf(participant int) int
+}
+
+// readAhead looks up polled ids ahead of their claim; a nil *readAhead is
+// off. The pipeline owns it: Run starts run and stops it with its context.
+type readAhead struct {
+	log   *slog.Logger
+	pools []driver.Store
+	place placementView
+	clock func() time.Time
+	// generations is the state the last checkpoint read (nil before the
+	// first): a stale one costs a lookup in a table the claim no longer
+	// reads, nothing else.
+	generations func() *driver.KeyGenerations
+	conns       int
+	chunks      chan aheadChunk
+	barriers    atomic.Uint64 // barriers passed
+	stats       *Stats
+}
+
+// aheadChunk is ids polled after barrier number barrier.
+type aheadChunk struct {
+	barrier uint64
+	ids     []string
+}
+
+func newReadAhead(cfg Config, pools []driver.Store, place placementView, generations func() *driver.KeyGenerations, stats *Stats) *readAhead {
+	if cfg.DedupReadAheadConns <= 0 {
+		return nil
+	}
+	return &readAhead{log: cfg.Logger, pools: pools, place: place, clock: cfg.Clock, generations: generations,
+		conns: cfg.DedupReadAheadConns, chunks: make(chan aheadChunk, cfg.DedupReadAheadConns*readAheadQueue), stats: stats}
+}
+
+// offer hands the ids of a poll to the connections, without waiting. ids
+// is the caller's no more.
+func (a *readAhead) offer(ids []string) {
+	if a == nil {
+		return
+	}
+	b := a.barriers.Load()
+	for len(ids) > 0 {
+		n := min(len(ids), readAheadChunk)
+		select {
+		case a.chunks <- aheadChunk{barrier: b, ids: ids[:n:n]}:
+		default:
+			a.stats.ReadAheadDropped.Add(int64(len(ids)))
+			return
+		}
+		ids = ids[n:]
+	}
+}
+
+// barrier says that a barrier passed: what was polled before it is being
+// claimed.
+func (a *readAhead) barrier() {
+	if a != nil {
+		a.barriers.Add(1)
+	}
+}
+
+// run reads ahead on conns goroutines until ctx ends.
+func (a *readAhead) run(ctx context.Context) {
+	if a == nil {
+		return
+	}
+	var wg sync.WaitGroup
+	for range a.conns {
+		wg.Go(func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case c := <-a.chunks:
+					if c.barrier != a.barriers.Load() {
+						a.stats.ReadAheadDropped.Add(int64(len(c.ids)))
+						continue
+					}
+					a.read(ctx, c.ids)
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// read looks ids up in every table the next claim touches, on each id's
+// server.
+func (a *readAhead) read(ctx context.Context, ids []string) {
+	s := a.generations()
+	if s == nil {
+		a.stats.ReadAheadDropped.Add(int64(len(ids)))
+		return
+	}
+	c := dedup.ClaimAt(*s, a.clock())
+	tables := append([]driver.Generation{c.Write}, c.Read...)
+	byServer := make([][]string, len(a.pools))
+	for _, id := range ids {
+		sv := a.place.ServerOf(a.place.Route(id))
+		byServer[sv] = append(byServer[sv], id)
+	}
+	for sv, ids := range byServer {
+		if len(ids) == 0 {
+			continue
+		}
+		for _, g := range tables {
+			rctx, cancel := context.WithTimeout(ctx, readAheadTimeout)
+			_, err := a.pools[sv].LookupKeys(rctx, g, ids)
+			cancel()
+			if err != nil {
+				if ctx.Err() == nil {
+					a.stats.ReadAheadFailed.Add(1)
+					a.log.Debug("dedup read-ahead failed; the claim reads the keys itself", "server", sv, "generation", g, "err", err)
+				}
+				return
+			}
+		}
+		a.stats.ReadAhead.Add(int64(len(ids)))
+	}
+}
