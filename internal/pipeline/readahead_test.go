@@ -144,7 +144,7 @@ func (w *aheadWorld) waitCounted(t *testing.T, n int64) {
 func TestReadAheadLooksUpLiveIDsOnlyWhileCaughtUp(t *testing.T) {
 	w := startAheadWorld(t, false, func(c *Config) { c.MaxPollRecords = 10 })
 	w.produce(t, 2)
-	w.waitCounted(t, 2) // a checkpoint read the generations
+	w.waitCounted(t, 2)          // a checkpoint read the generations
 	backlog := w.produce(t, 300) // 150 a partition: many polls of 10 behind the end of the log
 	w.waitCounted(t, 302)
 	// The last poll of each partition may reach the end of the log (its
