@@ -520,7 +520,7 @@ func measureInstances(ctx context.Context, o *options, v variant, runID, topic, 
 		return m
 	}
 	m.Ledger = check(ctx, o, dbName, expected, topic)
-	n, err := liveProducer(ctx, o.brokers, spec.LiveTopic, fmt.Sprintf("live-%s-%s", runID, short), o.liveRate, o.liveSeconds, v.accounts, o.dupRatio, o.seed, v.randomIDs)
+	n, err := liveProducer(ctx, o.brokers, spec.LiveTopic, fmt.Sprintf("live-%s-%s", runID, short), v.live(o), o.liveSeconds, v.accounts, o.dupRatio, o.seed, v.randomIDs)
 	if err != nil {
 		m.Err = "live producer: " + err.Error()
 	}

@@ -47,9 +47,10 @@ type options struct {
 	sinkChunk        int
 	lsCache          int
 	lsKeys           int64
-	ltmPool          int64 // the larger-than-memory variant's buffer pool, bytes
-	ltmKeys          int64 // and its stored keys
-	ltmOrdered       bool  // and its ids in production order instead of random
+	ltmPool          int64   // the larger-than-memory variant's buffer pool, bytes
+	ltmKeys          int64   // and its stored keys
+	ltmOrdered       bool    // and its ids in production order instead of random
+	ltmLiveRate      float64 // and its live phase's rate
 	liveRate         float64
 	liveSeconds      time.Duration
 	timeout          time.Duration
@@ -100,8 +101,18 @@ type variant struct {
 	// buffer pool of the variant's measurements (bigstate.go).
 	randomIDs bool
 	pool      poolSetting
-	env       map[string]string // service settings of the variant
-	note      string
+	// liveRate: the live phase's records/s, when not -live-rate.
+	liveRate float64
+	env      map[string]string // service settings of the variant
+	note     string
+}
+
+// live is the variant's live rate: its own, or -live-rate.
+func (v variant) live(o *options) float64 {
+	if v.liveRate > 0 {
+		return v.liveRate
+	}
+	return o.liveRate
 }
 
 func envOr(name, def string) string {
@@ -132,8 +143,9 @@ func main() {
 	flag.IntVar(&o.sinkChunk, "sink-chunk", 0, "records per checkpoint in sink-only (default: twice CHECKPOINT_MAX_RECORDS, the size the service's checkpoints reach in a backlog)")
 	flag.IntVar(&o.lsCache, "large-state-cache", 10_000, "DEDUP_CACHE_KEYS of the large-state variant")
 	flag.Int64Var(&o.lsKeys, "large-state-keys", 2_000_000, "dedup keys already stored when the large-state variant starts")
-	flag.Int64Var(&o.ltmPool, "ltm-pool", 32<<20, "innodb_buffer_pool_size (bytes) of the larger-than-memory variant's measurements; the server's own is restored after it")
-	flag.Int64Var(&o.ltmKeys, "ltm-keys", 4_000_000, "dedup keys (random UUIDs) stored before each measurement of the larger-than-memory variant: at least 10 × -ltm-pool of table")
+	flag.Int64Var(&o.ltmPool, "ltm-pool", 128<<20, "innodb_buffer_pool_size (bytes) of the larger-than-memory variant's measurements (MySQL 8.4's default); the server's own is restored after it")
+	flag.Int64Var(&o.ltmKeys, "ltm-keys", 11_500_000, "dedup keys (random UUIDs) stored before each measurement of the larger-than-memory variant: at least 10 × -ltm-pool of table")
+	flag.Float64Var(&o.ltmLiveRate, "ltm-live-rate", 2500, "records/s of the larger-than-memory variant's live phase: what its disk serves with half its IOPS to spare (docs/performance.md); 0: -live-rate")
 	flag.BoolVar(&o.ltmOrdered, "ltm-ordered", false, "larger-than-memory variant with billing-gen's ordered ids (e-<seed>-<n>) and the stored keys in a region of their own, as ids in time order are: the A/B of the key layout")
 	flag.Float64Var(&o.liveRate, "live-rate", 5000, "records/s produced during the live (latency) phase")
 	flag.DurationVar(&o.liveSeconds, "live-duration", 15*time.Second, "length of the live phase")
@@ -369,8 +381,9 @@ func run(ctx context.Context, o *options) error {
 		"three-instances": {name: "three-instances", accounts: o.accounts, instances: 3,
 			note: "the service as three processes in one consumer group on one backlog and one ledger (repeats of an event on two partitions: two instances claim one key); aborted checkpoints by cause"},
 		"larger-than-memory": {name: "larger-than-memory", accounts: o.accounts, preload: o.ltmKeys, randomIDs: !o.ltmOrdered,
-			pool: poolSetting{measure: o.ltmPool, preload: max(1<<30, 256*o.ltmKeys)}, // the preload holds the table in memory: about twice its 118-128 bytes per key
-			note: fmt.Sprintf("innodb_buffer_pool_size %d MiB, %d dedup keys stored beforehand; %s", o.ltmPool>>20, o.ltmKeys, map[bool]string{false: "random UUID event ids (billing-gen -random-ids), the stored keys' of the same shape", true: "-ltm-ordered: billing-gen's ordered ids, the stored keys in a region of their own"}[o.ltmOrdered])},
+			pool:     poolSetting{measure: o.ltmPool, preload: max(1<<30, 256*o.ltmKeys)}, // the preload holds the table in memory: about twice its 118-128 bytes per key
+			liveRate: o.ltmLiveRate,
+			note:     fmt.Sprintf("innodb_buffer_pool_size %d MiB, %d dedup keys stored beforehand, live phase %.0f records/s; %s", o.ltmPool>>20, o.ltmKeys, max(o.ltmLiveRate, 0), map[bool]string{false: "random UUID event ids (billing-gen -random-ids), the stored keys' of the same shape", true: "-ltm-ordered: billing-gen's ordered ids, the stored keys in a region of their own"}[o.ltmOrdered])},
 		"hostile": {name: "hostile", accounts: 1000, hostile: true,
 			note: fmt.Sprintf("%d valid events padded to MAX_PAYLOAD_BYTES, one junk record of 1 MiB per %d; service mode only", o.hostileEvents, o.hostileJunkEvery)},
 	}
@@ -726,7 +739,7 @@ func measure(ctx context.Context, o *options, v variant, mode, runID, topic, exp
 	if !r.TimedOut && r.Err == "" && spec.LiveTopic != "" {
 		m.Ledger = check(ctx, o, dbName, expected, topic)
 		fmt.Fprintln(stdin, "live-start")
-		n, err := liveProducer(ctx, o.brokers, spec.LiveTopic, fmt.Sprintf("live-%s-%s", runID, short), o.liveRate, o.liveSeconds, v.accounts, o.dupRatio, o.seed, v.randomIDs)
+		n, err := liveProducer(ctx, o.brokers, spec.LiveTopic, fmt.Sprintf("live-%s-%s", runID, short), v.live(o), o.liveSeconds, v.accounts, o.dupRatio, o.seed, v.randomIDs)
 		if err != nil {
 			m.Err = "live producer: " + err.Error()
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/md5"
 	"database/sql"
@@ -13,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -252,21 +254,30 @@ func preloadDedupKeys(ctx context.Context, admin, name string, n int64, ttl time
 	defer db.Close()
 	expires := time.Now().Add(ttl).UTC()
 	// MariaDB generates them itself (Sequence engine), twice as fast as
-	// sending them; elsewhere they are sent in batches.
+	// sending them; elsewhere they are sent in batches. Two connections
+	// insert disjoint ranges side by side (the pool's two), one per core.
 	var one int
 	if db.QueryRowContext(ctx, "SELECT seq FROM seq_1_to_1").Scan(&one) == nil {
 		const step = 500_000
-		for lo := int64(0); lo < n; lo += step {
-			hi := min(lo+step, n)
-			q := fmt.Sprintf("INSERT INTO dedup_keys (event_id, fingerprint, expires_at) SELECT CONCAT('old-', MD5(seq)), UNHEX(MD5(seq)), ? FROM seq_%d_to_%d", lo+1, hi)
-			if uuid {
-				q = fmt.Sprintf("INSERT INTO dedup_keys (event_id, fingerprint, expires_at) SELECT CONCAT_WS('-', SUBSTR(h, 1, 8), SUBSTR(h, 9, 4), SUBSTR(h, 13, 4), SUBSTR(h, 17, 4), SUBSTR(h, 21, 12)), UNHEX(h), ? FROM (SELECT MD5(seq) AS h FROM seq_%d_to_%d) AS k", lo+1, hi)
-			}
-			if _, err := db.ExecContext(ctx, q, expires); err != nil {
-				return fmt.Errorf("preload dedup keys: %w", err)
-			}
+		var next atomic.Int64
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		for w := range errs {
+			wg.Go(func() {
+				for lo := next.Add(step) - step; lo < n && errs[w] == nil && ctx.Err() == nil; lo = next.Add(step) - step {
+					hi := min(lo+step, n)
+					q := fmt.Sprintf("INSERT INTO dedup_keys (event_id, fingerprint, expires_at) SELECT CONCAT('old-', MD5(seq)), UNHEX(MD5(seq)), ? FROM seq_%d_to_%d", lo+1, hi)
+					if uuid {
+						q = fmt.Sprintf("INSERT INTO dedup_keys (event_id, fingerprint, expires_at) SELECT CONCAT_WS('-', SUBSTR(h, 1, 8), SUBSTR(h, 9, 4), SUBSTR(h, 13, 4), SUBSTR(h, 17, 4), SUBSTR(h, 21, 12)), UNHEX(h), ? FROM (SELECT MD5(seq) AS h FROM seq_%d_to_%d) AS k", lo+1, hi)
+					}
+					if _, err := db.ExecContext(ctx, q, expires); err != nil {
+						errs[w] = fmt.Errorf("preload dedup keys: %w", err)
+					}
+				}
+			})
 		}
-		return nil
+		wg.Wait()
+		return cmp.Or(cmp.Or(errs...), ctx.Err())
 	}
 	const rows = 5000
 	var b strings.Builder
