@@ -321,6 +321,7 @@ type variantInfo struct {
 	CacheKeys int     `json:"dedup_cache_keys"`
 	Preload   int64   `json:"preloaded_dedup_keys"`
 	ProduceS  float64 `json:"produce_s"`
+	LiveRate  float64 `json:"live_rate"` // records/s of its live phase
 	Note      string  `json:"note"`
 }
 
@@ -422,7 +423,7 @@ func run(ctx context.Context, o *options) error {
 }
 
 func runVariant(ctx context.Context, o *options, v variant, runID string, adm *kadmClient) (variantInfo, []measurement, error) {
-	info := variantInfo{Name: v.name, Accounts: v.accounts, Preload: v.preload, Note: v.note, CacheKeys: o.svc.DedupCacheKeys}
+	info := variantInfo{Name: v.name, Accounts: v.accounts, Preload: v.preload, Note: v.note, CacheKeys: o.svc.DedupCacheKeys, LiveRate: v.live(o)}
 	if v.cacheKeys > 0 {
 		info.CacheKeys = v.cacheKeys
 	}

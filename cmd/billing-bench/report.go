@@ -161,8 +161,12 @@ func renderTable(o *options, infos []variantInfo, ms []measurement) string {
 	fmt.Fprintf(&b, "service Go soft memory limit: %s; naive: batch %d records or %s; sink-only: %d records per checkpoint; live phase: %.0f records/s for %s\n",
 		memLimit, o.naiveBatch, o.naiveWait, o.sinkChunk, o.liveRate, o.liveSeconds)
 	for _, in := range infos {
-		fmt.Fprintf(&b, "variant %s: %d records, %d accounts, DEDUP_CACHE_KEYS %d, %d dedup keys preloaded; produced in %.1fs\n",
-			in.Name, in.Records, in.Accounts, in.CacheKeys, in.Preload, in.ProduceS)
+		live := ""
+		if in.LiveRate != o.liveRate {
+			live = fmt.Sprintf("; live phase %.0f records/s", in.LiveRate)
+		}
+		fmt.Fprintf(&b, "variant %s: %d records, %d accounts, DEDUP_CACHE_KEYS %d, %d dedup keys preloaded; produced in %.1fs%s\n",
+			in.Name, in.Records, in.Accounts, in.CacheKeys, in.Preload, in.ProduceS, live)
 	}
 	b.WriteString("\n")
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)

@@ -57,7 +57,7 @@ type Config struct {
 
 	DedupTTL             time.Duration `envconfig:"DEDUP_TTL" default:"24h" desc:"an event id is remembered this long after its first arrival (processing time)"`
 	DedupCacheKeys       int           `envconfig:"DEDUP_CACHE_KEYS" default:"100000" desc:"in-memory budget of remembered event ids; beyond it, ids are checked against MySQL only"`
-	DedupReadAheadConns  int           `envconfig:"DEDUP_READ_AHEAD_CONNS" default:"2" desc:"connections per server that look up the ids polled while caught up, before their checkpoint claims them, so that the claim finds their pages in memory (a dedup table larger than the buffer pool); 0 turns it off, at most 4"`
+	DedupReadAheadConns  int           `envconfig:"DEDUP_READ_AHEAD_CONNS" default:"4" desc:"connections per server that look up the ids polled while caught up, before their checkpoint claims them, so that the claim finds their pages in memory (a dedup table larger than the buffer pool); 0 turns it off, at most 4"`
 	DedupCleanupInterval time.Duration `envconfig:"DEDUP_CLEANUP_INTERVAL" default:"5s" desc:"how often the upkeep of the dedup keys' generations looks for a table whose keys have all expired (emptied whole) or a rotation that is due, and the retention for old ledger entries (deleted until none is due), on cleanup connections of their own"`
 	DedupCleanupBatch    int           `envconfig:"DEDUP_CLEANUP_BATCH" default:"1000" desc:"old ledger entries deleted per statement by the retention (short transactions, no long locks)"`
 

@@ -43,7 +43,10 @@
 // unclaim).
 //
 // Memory holds a Cache of committed keys only, bounded by a budget of
-// entries (oldest first out). A cache hit proves a repeat without a round
+// entries (oldest first out). (A read-ahead, package pipeline's
+// readahead.go, brings the tables' pages of live ids into the server's
+// buffer pool before their claim; it reads without locks and decides
+// nothing.) A cache hit proves a repeat without a round
 // trip, since a committed, unexpired key cannot have left its table (a
 // table is emptied only once every key in it has expired); a miss proves
 // nothing and is claimed.
