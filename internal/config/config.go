@@ -336,7 +336,7 @@ func (c *Config) validate() []string {
 		{"CHECKPOINT_MAX_BYTES", c.CheckpointMaxBytes, 1 << 20, 1 << 30},
 		{"DEAD_LETTER_PAYLOAD_BYTES", c.DeadLetterPayloadBytes, 0, 1 << 20},
 		{"DEDUP_CACHE_KEYS", c.DedupCacheKeys, 0, 1 << 30},
-		{"DEDUP_READ_AHEAD_CONNS", c.DedupReadAheadConns, 0, 4}, // pipeline.MaxReadAheadConns
+		{"DEDUP_READ_AHEAD_CONNS", c.DedupReadAheadConns, 0, 4}, // pipeline.MaxReadAheadConns (TestReadAheadBoundIsThePipelines)
 		{"DEDUP_CLEANUP_BATCH", c.DedupCleanupBatch, 1, 100000},
 		{"MAX_PAYLOAD_BYTES", c.MaxPayloadBytes, 64, 16 << 20},
 	}

@@ -7,9 +7,12 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/billing/ledger/internal/pipeline"
 )
 
 // setenv sets exactly kv: every variable Config reads is unset first, so
@@ -497,6 +500,18 @@ func TestDocsNameOnlyRealSettings(t *testing.T) {
 	for _, name := range ResultSettings() {
 		if !strings.Contains(table, "`"+name+"`") {
 			t.Errorf("docs/production.md does not list %s among the settings every instance must share", name)
+		}
+	}
+}
+
+// DEDUP_READ_AHEAD_CONNS has the pipeline's bound: what Load accepts,
+// pipeline.New accepts.
+func TestReadAheadBoundIsThePipelines(t *testing.T) {
+	for n, ok := range map[int]bool{-1: false, 0: true, pipeline.MaxReadAheadConns: true, pipeline.MaxReadAheadConns + 1: false} {
+		setenv(t, map[string]string{"KAFKA_BROKERS": "127.0.0.1:9092", "MYSQL_DSN": "u:p@tcp(127.0.0.1:3306)/billing",
+			"DEDUP_READ_AHEAD_CONNS": strconv.Itoa(n)})
+		if _, err := Load(); (err == nil) != ok {
+			t.Errorf("DEDUP_READ_AHEAD_CONNS=%d: %v, want accepted %v", n, err, ok)
 		}
 	}
 }

@@ -52,7 +52,7 @@ type Config struct {
 	// ids polled while the source is caught up, ahead of their claim, so
 	// that the claim finds their pages in the buffer pool (readahead.go);
 	// 0 turns the read-ahead off. Size the servers' pools for them
-	// (cmd/billing adds them to mysqldriver.OtherConns).
+	// (mysqldriver.Options.ReadAheadConns).
 	DedupReadAheadConns int
 	// DedupCleanupInterval is how often the upkeep of the dedup keys'
 	// generations (Keeper) and the retention of ledger entries look for
@@ -300,10 +300,8 @@ type Pipeline struct {
 
 	ckpt  *Checkpointer // commits the snapshots the barrier cuts
 	pools []driver.Store
-	// ahead reads the polled ids' pages ahead of their claim (nil: off);
-	// aheadIDs are the ids of the poll being processed, guarded by mu.
-	ahead    *readAhead
-	aheadIDs []string
+	// ahead reads the polled ids' pages ahead of their claim (nil: off).
+	ahead *readAhead
 
 	groupMu      sync.Mutex // guards groupPending
 	groupPending map[int32]kgo.EpochOffset

@@ -59,19 +59,12 @@ const (
 // connection is one more per instance on every server.
 const MaxReadAheadConns = 4
 
-// placementView is what the read-ahead needs of the sink's placement:
-// which server holds an id's participant.
-type placementView interface {
-	Route(key string) int
-	ServerOf(participant int) int
-}
-
 // readAhead looks up polled ids ahead of their claim; a nil *readAhead is
 // off. The pipeline owns it: Run starts run and stops it with its context.
 type readAhead struct {
 	log   *slog.Logger
 	pools []driver.Store
-	place placementView
+	place placement // which server holds an id's participant
 	clock func() time.Time
 	// generations is the state the last checkpoint read (nil before the
 	// first): a stale one costs a lookup in a table the claim no longer
@@ -89,7 +82,7 @@ type aheadChunk struct {
 	ids     []string
 }
 
-func newReadAhead(cfg Config, pools []driver.Store, place placementView, generations func() *driver.KeyGenerations, stats *Stats) *readAhead {
+func newReadAhead(cfg Config, pools []driver.Store, place placement, generations func() *driver.KeyGenerations, stats *Stats) *readAhead {
 	if cfg.DedupReadAheadConns <= 0 {
 		return nil
 	}

@@ -115,8 +115,9 @@ func (p *Pipeline) poll(ctx context.Context) {
 
 		p.mu.Lock()
 		p.collectLocked()
+		marks := p.markAheadLocked()
 		p.processLocked(fetches)
-		p.offerAheadLocked()
+		p.offerAheadLocked(marks)
 		p.rewindLocked(ctx)
 		p.maybeSealLocked(ctx)
 		var wait chan struct{}
@@ -219,19 +220,29 @@ func (p *Pipeline) processLocked(fetches kgo.Fetches) {
 		rec := record{ev: ev, partition: r.Partition, offset: r.Offset, key: r.Key[:min(len(r.Key), deadletters.MaxKey)], value: r.Value, ts: r.Timestamp}
 		pt.records = append(pt.records, rec)
 		pt.bytes += rec.bytes()
-		if p.ahead != nil {
-			p.aheadIDs = append(p.aheadIDs, ev.EventID)
-		}
 	})
 }
 
-// offerAheadLocked hands the ids of the poll just processed to the
-// read-ahead, if every assigned partition is caught up with the log (the
-// live regime; readahead.go says why not in a catch-up).
-func (p *Pipeline) offerAheadLocked() {
-	ids := p.aheadIDs
-	p.aheadIDs = nil
-	if len(ids) == 0 {
+// markAheadLocked notes where each partition's buffer ends before a poll
+// is processed, so that offerAheadLocked finds the records it added; nil
+// when the read-ahead is off.
+func (p *Pipeline) markAheadLocked() map[*partition]int {
+	if p.ahead == nil {
+		return nil
+	}
+	marks := make(map[*partition]int, len(p.parts))
+	for _, pt := range p.parts {
+		marks[pt] = len(pt.records)
+	}
+	return marks
+}
+
+// offerAheadLocked hands the ids of the records the poll just processed
+// added (after marks) to the read-ahead, if every assigned partition is
+// caught up with the log (the live regime; readahead.go says why not in a
+// catch-up).
+func (p *Pipeline) offerAheadLocked(marks map[*partition]int) {
+	if marks == nil {
 		return
 	}
 	for _, pt := range p.parts {
@@ -240,6 +251,12 @@ func (p *Pipeline) offerAheadLocked() {
 		empty := pt.position == txsink.StartOffset && pt.end == 0
 		if !pt.caughtUp() && !empty {
 			return
+		}
+	}
+	var ids []string
+	for pt, from := range marks {
+		for _, r := range pt.records[min(from, len(pt.records)):] {
+			ids = append(ids, r.ev.EventID)
 		}
 	}
 	p.ahead.offer(ids)

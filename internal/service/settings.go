@@ -29,10 +29,8 @@ func SinkConfig(cfg config.Config, log *slog.Logger) txsink.Config {
 
 // MySQLOptions are the options of the ledger's servers.
 func MySQLOptions(cfg config.Config) mysqldriver.Options {
-	// The read-ahead's connections come on top of the pool's usual
-	// share, so that it never keeps a lookup or a decision waiting.
 	return mysqldriver.Options{LockWaitTimeout: cfg.MySQLLockWaitTimeout, Images: cfg.ChangelogTopicPrefix != "",
-		MaxConns: cfg.MySQLBranches + mysqldriver.OtherConns + cfg.DedupReadAheadConns}
+		ReadAheadConns: cfg.DedupReadAheadConns}
 }
 
 // PipelineConfig is the pipeline's configuration. kopts are the Kafka

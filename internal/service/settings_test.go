@@ -30,7 +30,7 @@ func TestPipelineConfigCarriesTheSettings(t *testing.T) {
 		t.Errorf("period settings: window %v, close after %v, entries %v, retention %v", pc.Window, pc.WindowCloseAfter, pc.LedgerEntries, pc.LedgerEntriesRetention)
 	}
 	if pc.CheckpointInterval != c.CheckpointInterval || pc.CheckpointMaxBytes != c.CheckpointMaxBytes || pc.MaxPollRecords != c.KafkaMaxPollRecords ||
-		pc.DedupTTL != c.DedupTTL || pc.DeadLetterPayloadBytes != 1234 || pc.CommitLogRetention != c.CommitLogRetention || pc.ProgressInterval != c.LogProgress {
+		pc.DedupTTL != c.DedupTTL || pc.DedupReadAheadConns != c.DedupReadAheadConns || pc.DeadLetterPayloadBytes != 1234 || pc.CommitLogRetention != c.CommitLogRetention || pc.ProgressInterval != c.LogProgress {
 		t.Errorf("pipeline config %+v does not carry the configuration %+v", pc, c)
 	}
 	cl, err := kgo.NewClient(pc.KafkaOpts...)
@@ -47,7 +47,7 @@ func TestPipelineConfigCarriesTheSettings(t *testing.T) {
 	if sc := service.SinkConfig(c, nil); sc.Branches != 5 || sc.StepTimeout != c.CheckpointTimeout || sc.Group != c.KafkaGroup || sc.Topic != c.KafkaTopic {
 		t.Errorf("sink config %+v", sc)
 	}
-	if mo := service.MySQLOptions(c); mo.LockWaitTimeout != c.MySQLLockWaitTimeout {
+	if mo := service.MySQLOptions(c); mo.LockWaitTimeout != c.MySQLLockWaitTimeout || mo.ReadAheadConns != c.DedupReadAheadConns || mo.MaxConns != 0 {
 		t.Errorf("MySQL options %+v", mo)
 	}
 

@@ -49,6 +49,10 @@ type Options struct {
 	// MaxConns bounds each server's pool (branches, lookups, decisions,
 	// recovery, health checks, sampling); 10 when 0.
 	MaxConns int
+	// ReadAheadConns are added to the pool OpenSink sizes (the
+	// pipeline's dedup read-ahead, DEDUP_READ_AHEAD_CONNS), so that its
+	// statements never keep a lookup or a decision waiting.
+	ReadAheadConns int
 	// CleanupConns bounds each server's cleanup pool (Server.CleanupDB:
 	// the upkeep of the dedup keys' generations and the retention of
 	// ledger entries), apart from the other so that cleanup never takes

@@ -11,21 +11,22 @@ import (
 // (OpenSink).
 const OtherConns = 8
 
-// OpenSink connects to the servers of dsns (the control server first) and
-// builds the exactly-once sink over them. On each server, the pool holds
-// the sink's branches plus 8 connections for statements outside them
-// (lookups, decisions, recovery, health checks, sampling), and the cleanup
-// pool DefaultCleanupConns: the upkeep of the dedup keys' generations holds the
-// generations' state on the control server while it empties a table on
-// each server (one connection each), and the retention of ledger entries
-// takes one. Close the sink, then the driver.
 // DefaultCleanupConns is the size of each server's cleanup pool:
 // the upkeep's hold of the state, its emptying, the retention.
 const DefaultCleanupConns = 3
 
+// OpenSink connects to the servers of dsns (the control server first) and
+// builds the exactly-once sink over them. On each server, the pool holds
+// the sink's branches plus 8 connections for statements outside them
+// (lookups, decisions, recovery, health checks, sampling) plus
+// Options.ReadAheadConns, and the cleanup
+// pool DefaultCleanupConns: the upkeep of the dedup keys' generations holds the
+// generations' state on the control server while it empties a table on
+// each server (one connection each), and the retention of ledger entries
+// takes one. Close the sink, then the driver.
 func OpenSink(ctx context.Context, dsns []string, opts Options, cfg txsink.Config) (*txsink.Sink, *Driver, error) {
 	if opts.MaxConns == 0 {
-		opts.MaxConns = cfg.Branches + OtherConns
+		opts.MaxConns = cfg.Branches + OtherConns + opts.ReadAheadConns
 	}
 	if opts.CleanupConns == 0 {
 		opts.CleanupConns = DefaultCleanupConns

@@ -368,3 +368,22 @@ func TestFailedCommitReleasesEveryConnection(t *testing.T) {
 		t.Fatalf("recovery after the failed commit = %+v, %v; want the 2 prepared branches committed", res, err)
 	}
 }
+
+// OpenSink sizes each server's pool for the branches, OtherConns and the
+// read-ahead's connections, and the cleanup pool apart.
+func TestOpenSinkPoolSizes(t *testing.T) {
+	s, d, err := mysqldriver.OpenSink(context.Background(), []string{ledgerDB(t, "", "")}, mysqldriver.Options{LockWaitTimeout: 2 * time.Second, ReadAheadConns: 3},
+		txsink.Config{Branches: 2, Group: "g", Topic: "billing", StepTimeout: 10 * time.Second, Logger: testenv.Logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	defer s.Close()
+	sv := d.Servers()[0].(*mysqldriver.Server)
+	if got, want := sv.DB().Stats().MaxOpenConnections, 2+mysqldriver.OtherConns+3; got != want {
+		t.Errorf("pool of %d connections, want %d (2 branches, OtherConns, 3 read-ahead)", got, want)
+	}
+	if got := sv.CleanupDB().Stats().MaxOpenConnections; got != mysqldriver.DefaultCleanupConns {
+		t.Errorf("cleanup pool of %d connections, want %d", got, mysqldriver.DefaultCleanupConns)
+	}
+}
