@@ -17,6 +17,17 @@ type windowKey struct {
 	start             int64 // Unix seconds, UTC
 }
 
+// compareBalanceKey and compareWindowKey are the primary keys' order on
+// the server (the account is VARBINARY, the currency ascii_bin): the order
+// every writer locks rows in.
+func compareBalanceKey(x, y balanceKey) int {
+	return cmp.Or(strings.Compare(x.account, y.account), strings.Compare(x.currency, y.currency))
+}
+
+func compareWindowKey(x, y windowKey) int {
+	return cmp.Or(strings.Compare(x.account, y.account), strings.Compare(x.currency, y.currency), cmp.Compare(x.start, y.start))
+}
+
 // total is a running sum and count. absolute says it started from the
 // value stored in MySQL (read under a row lock), so it is written as is;
 // otherwise it started from zero and is added to the stored value.
@@ -218,9 +229,7 @@ func (a *aggregate) balanceRows() []balanceRow {
 		}
 		rows = append(rows, balanceRow{k, *t})
 	}
-	slices.SortFunc(rows, func(x, y balanceRow) int {
-		return cmp.Or(strings.Compare(x.account, y.account), strings.Compare(x.currency, y.currency))
-	})
+	slices.SortFunc(rows, func(x, y balanceRow) int { return compareBalanceKey(x.balanceKey, y.balanceKey) })
 	return rows
 }
 
@@ -238,8 +247,6 @@ func sortedWindowRows(m map[windowKey]*total, images bool) []windowRow {
 		}
 		rows = append(rows, windowRow{k, *t})
 	}
-	slices.SortFunc(rows, func(x, y windowRow) int {
-		return cmp.Or(strings.Compare(x.account, y.account), strings.Compare(x.currency, y.currency), cmp.Compare(x.start, y.start))
-	})
+	slices.SortFunc(rows, func(x, y windowRow) int { return compareWindowKey(x.windowKey, y.windowKey) })
 	return rows
 }

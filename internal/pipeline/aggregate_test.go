@@ -3,6 +3,7 @@ package pipeline
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -156,5 +157,73 @@ func TestRiskyKeys(t *testing.T) {
 				t.Fatalf("late, all: %v/%v/%v, want the balance and the adjustment seeded", rb, rw, ra)
 			}
 		})
+	}
+}
+
+// lockOrder widens each participant's risky keys to every key it writes up
+// to its last risky one, in the order its writes lock them (balances,
+// windows, adjustments, each in key order), and to no key after it: over
+// random checkpoints, a participant's seeded keys are exactly the prefix
+// of its written keys that ends at its last risky key.
+func TestLockOrderSeedsAPrefixOfTheWrites(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(21, 5))
+	r := hashRouter(3)
+	// rank places a key in a participant's lock order.
+	type ranked struct {
+		table int // 0 balances, 1 windows, 2 adjustments
+		w     windowKey
+	}
+	less := func(x, y ranked) bool {
+		return x.table < y.table || x.table == y.table && compareWindowKey(x.w, y.w) < 0
+	}
+	for round := range 500 {
+		var recs []*record
+		for i := range 1 + rnd.IntN(40) {
+			recs = append(recs, &record{ev: event.Event{EventID: fmt.Sprint(i), AccountID: fmt.Sprintf("acct-%d", rnd.IntN(8)),
+				Currency: "EUR", AmountMinor: rnd.Int64N(11) - 5, OccurredAt: at("2026-11-29T10:00:00Z").Add(time.Duration(rnd.IntN(3)) * time.Hour)},
+				late: rnd.IntN(4) == 0})
+		}
+		a := newAggregate(hourly)
+		var risky riskySet
+		risky.balances, risky.windows, risky.adjusts = a.riskyKeys(recs, false)
+		got := lockOrder(risky, a, recs, r)
+		var all riskySet
+		all.balances, all.windows, all.adjusts = a.riskyKeys(recs, true)
+		ranks := func(s riskySet) map[ranked]bool {
+			out := map[ranked]bool{}
+			for k := range s.balances {
+				out[ranked{0, windowKey{k.account, k.currency, 0}}] = true
+			}
+			for k := range s.windows {
+				out[ranked{1, k}] = true
+			}
+			for k := range s.adjusts {
+				out[ranked{2, k}] = true
+			}
+			return out
+		}
+		written, riskyR, seeded := ranks(all), ranks(risky), ranks(got)
+		for p := range r.Participants() {
+			var last *ranked
+			for k := range riskyR {
+				if r.Route(k.w.account) == p && (last == nil || less(*last, k)) {
+					last = &k
+				}
+			}
+			for k := range written {
+				if r.Route(k.w.account) != p {
+					continue
+				}
+				want := last != nil && !less(*last, k)
+				if seeded[k] != want {
+					t.Fatalf("round %d, participant %d: key %+v seeded %v, want %v (last risky %+v)", round, p, k, seeded[k], want, last)
+				}
+			}
+		}
+		for k := range seeded {
+			if !written[k] {
+				t.Fatalf("round %d: %+v seeded but not written", round, k)
+			}
+		}
 	}
 }

@@ -14,48 +14,61 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 )
 
-// claimGate orders the claims of two instances' checkpoints key by key:
-// for each key one instance claims first, and the other one's claim of it
-// waits (at most hold) until that claim returned.
-type claimGate struct {
-	hold    time.Duration
+// lockGate orders two instances' locking statements key by key: for each
+// key one instance locks first, and the other one's statement over it
+// waits (at most hold) until that statement returned. Keys are event ids
+// (claims) and "balance/" + account (seeds).
+type lockGate struct {
+	hold time.Duration
+	// blocked: the instance whose balance writes start only once another
+	// transaction waits for a lock on cl (at most hold), if any
+	blocked string
+	cl      *memdriver.Cluster
 	mu      sync.Mutex
-	first   map[string]string        // event id → the instance that claims it first
-	claimed map[string]chan struct{} // instance/id → closed once its claim returned
+	first   map[string]string        // key → the instance that locks it first
+	claimed map[string]chan struct{} // instance/key → closed once its statement returned
 }
 
-func (g *claimGate) ch(inst, id string) chan struct{} {
+func (g *lockGate) ch(inst, key string) chan struct{} {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	k := inst + "/" + id
+	k := inst + "/" + key
 	if g.claimed[k] == nil {
 		g.claimed[k] = make(chan struct{})
 	}
 	return g.claimed[k]
 }
 
-func (g *claimGate) before(inst string, keys []driver.DedupKey) {
+func (g *lockGate) before(inst string, keys []string) {
 	for _, k := range keys {
-		if f := g.first[k.ID]; f != "" && f != inst {
+		if f := g.first[k]; f != "" && f != inst {
 			select {
-			case <-g.ch(f, k.ID):
+			case <-g.ch(f, k):
 			case <-time.After(g.hold):
 			}
 		}
 	}
 }
 
-func (g *claimGate) after(inst string, keys []driver.DedupKey) {
+// after marks inst's statements over keys returned (a retry's again).
+func (g *lockGate) after(inst string, keys []string) {
 	for _, k := range keys {
-		close(g.ch(inst, k.ID))
+		ch := g.ch(inst, k)
+		g.mu.Lock()
+		select {
+		case <-ch:
+		default:
+			close(ch)
+		}
+		g.mu.Unlock()
 	}
 }
 
-// gatedServer, gatedConn and gatedStore pass one instance's claims through
-// the gate.
+// gatedServer, gatedConn and gatedStore pass one instance's claims and
+// balance seeds through the gate.
 type gatedServer struct {
 	driver.Server
-	gate *claimGate
+	gate *lockGate
 	inst string
 }
 
@@ -69,7 +82,7 @@ func (s gatedServer) Conn(ctx context.Context) (driver.Conn, error) {
 
 type gatedConn struct {
 	driver.Conn
-	gate *claimGate
+	gate *lockGate
 	inst string
 }
 
@@ -77,14 +90,37 @@ func (c gatedConn) Store() driver.StoreTx { return gatedStore{c.Conn.Store(), c.
 
 type gatedStore struct {
 	driver.StoreTx
-	gate *claimGate
+	gate *lockGate
 	inst string
 }
 
 func (s gatedStore) ClaimKeys(ctx context.Context, g driver.Generation, keys []driver.DedupKey) ([]string, error) {
-	s.gate.before(s.inst, keys)
-	defer s.gate.after(s.inst, keys)
+	ids := make([]string, len(keys))
+	for i, k := range keys {
+		ids[i] = k.ID
+	}
+	s.gate.before(s.inst, ids)
+	defer s.gate.after(s.inst, ids)
 	return s.StoreTx.ClaimKeys(ctx, g, keys)
+}
+
+func (s gatedStore) WriteBalances(ctx context.Context, rows []driver.Balance, now time.Time) error {
+	if s.gate.blocked == s.inst {
+		for end := time.Now().Add(s.gate.hold); s.gate.cl.LockWaits() == 0 && time.Now().Before(end); {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	return s.StoreTx.WriteBalances(ctx, rows, now)
+}
+
+func (s gatedStore) LockBalances(ctx context.Context, keys []driver.BalanceKey) ([]driver.BalanceRow, error) {
+	ks := make([]string, len(keys))
+	for i, k := range keys {
+		ks[i] = "balance/" + k.Account
+	}
+	s.gate.before(s.inst, ks)
+	defer s.gate.after(s.inst, ks)
+	return s.StoreTx.LockBalances(ctx, keys)
 }
 
 // Two instances of one ledger (one server, two branches per checkpoint)
@@ -101,25 +137,8 @@ func (s gatedStore) ClaimKeys(ctx context.Context, g driver.Generation, keys []d
 func TestClaimsOfTwoInstancesCannotDeadlockAcrossBranches(t *testing.T) {
 	const lockWait = time.Second
 	cl := memdriver.New(memdriver.Options{AttachPrepared: true, LockWait: lockWait})
-	gate := &claimGate{hold: lockWait / 2, first: map[string]string{}, claimed: map[string]chan struct{}{}}
-	ctx := context.Background()
-	open := func(inst string) *memLedger {
-		m := &memLedger{servers: []*memdriver.Cluster{cl}, epoch: map[int32]int64{}, offsets: map[int32]int64{}}
-		s := cl.As("billing")
-		sink, err := txsink.New(ctx, txsink.Config{Branches: 2, Group: "g", Topic: "billing", StepTimeout: 5 * time.Second, Logger: testenv.Logger()},
-			s, []driver.Server{gatedServer{s, gate, inst}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(sink.Close)
-		if m.ck, err = NewCheckpointer(memConfig(m), sink, []driver.Store{s}); err != nil {
-			t.Fatal(err)
-		}
-		m.ck.alone.Store(false) // two instances of one ledger: each holds some partitions
-		m.sink = sink
-		return m
-	}
-	a, b := open("A"), open("B")
+	gate := &lockGate{hold: lockWait / 2, first: map[string]string{}, claimed: map[string]chan struct{}{}}
+	a, b := gatedInstance(t, cl, gate, "A", 2), gatedInstance(t, cl, gate, "B", 2)
 	var ids [2]string
 	for i := 0; ids[0] == "" || ids[1] == ""; i++ {
 		id := fmt.Sprintf("ev-%d", i)
@@ -151,6 +170,77 @@ func TestClaimsOfTwoInstancesCannotDeadlockAcrossBranches(t *testing.T) {
 	}
 	if b1, b2 := a.balance("acct-1"), a.balance("acct-2"); b1.Amount != 5 || b1.Count != 1 || b2.Amount != 7 || b2.Count != 1 {
 		t.Errorf("balances %+v and %+v, want 5 and 7, each counted once", b1, b2)
+	}
+}
+
+// gatedInstance is one of several instances of the ledger on cl, with
+// branches participants, its statements passed through gate.
+func gatedInstance(t *testing.T, cl *memdriver.Cluster, gate *lockGate, inst string, branches int) *memLedger {
+	t.Helper()
+	m := &memLedger{servers: []*memdriver.Cluster{cl}, epoch: map[int32]int64{}, offsets: map[int32]int64{}}
+	s := cl.As("billing")
+	sink, err := txsink.New(context.Background(), txsink.Config{Branches: branches, Group: "g", Topic: "billing", StepTimeout: 5 * time.Second, Logger: testenv.Logger()},
+		s, []driver.Server{gatedServer{s, gate, inst}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sink.Close)
+	if m.ck, err = NewCheckpointer(memConfig(m), sink, []driver.Store{s}); err != nil {
+		t.Fatal(err)
+	}
+	m.ck.alone.Store(false) // instances of one ledger: each holds some partitions
+	m.sink = sink
+	return m
+}
+
+// Two instances of one ledger count on the same two accounts, X before Y
+// in key order, on one participant (a repeat on another partition is
+// counted by whoever claims it first). A's checkpoint seeds both (each
+// account's running sum goes up and back: risky, aggregate.go), B's only
+// Y, and B seeds first. Had B seeded only its risky key, it would hold Y
+// and write X, which A's seed holds while it waits for Y: a cycle, and
+// the server ends one attempt with a deadlock (1213 on InnoDB; memdriver
+// reports it as well). B's seed locks every key its writes take up to its
+// last risky one (lockOrder), so A waits for X holding nothing (and B
+// writes once it does): no attempt fails, and every event counts once.
+func TestSeedsOfTwoInstancesLockInWriteOrder(t *testing.T) {
+	const lockWait = 2 * time.Second
+	cl := memdriver.New(memdriver.Options{AttachPrepared: true, LockWait: lockWait})
+	gate := &lockGate{hold: lockWait / 2, first: map[string]string{}, claimed: map[string]chan struct{}{}}
+	a, b := gatedInstance(t, cl, gate, "A", 1), gatedInstance(t, cl, gate, "B", 1)
+	// The rows exist: a locking read of a missing row locks nothing.
+	if ok, err := a.checkpoint(t, event1("x-0", "acct-x", 1, 0, 0), event1("y-0", "acct-y", 1, 0, 0)); !ok || err != nil {
+		t.Fatalf("first checkpoint: decided %v, %v", ok, err)
+	}
+	gate.first["balance/acct-y"] = "B"
+	gate.blocked, gate.cl = "B", cl // B writes once A's seed waits for it
+
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	decided := make([]bool, 2)
+	wg.Go(func() {
+		decided[0], errs[0] = a.checkpoint(t,
+			event1("a-1", "acct-x", 5, 0, 0), event1("a-2", "acct-x", -5, 0, 0),
+			event1("a-3", "acct-y", 5, 0, 0), event1("a-4", "acct-y", -5, 0, 0))
+	})
+	wg.Go(func() {
+		decided[1], errs[1] = b.checkpoint(t,
+			event1("b-1", "acct-x", 3, 1, 0),
+			event1("b-2", "acct-y", 5, 1, 0), event1("b-3", "acct-y", -5, 1, 0))
+	})
+	wg.Wait()
+	for i, m := range []*memLedger{a, b} {
+		if !decided[i] || errs[i] != nil {
+			t.Errorf("instance %c: decided %v, %v", 'A'+i, decided[i], errs[i])
+		}
+		for _, info := range m.attempts() {
+			if info.Err != nil {
+				t.Errorf("instance %c: an attempt failed in %s: %v", 'A'+i, info.FailedPhase, info.Err)
+			}
+		}
+	}
+	if x, y := a.balance("acct-x"), a.balance("acct-y"); x.Amount != 4 || x.Count != 4 || y.Amount != 1 || y.Count != 5 {
+		t.Errorf("balances %+v and %+v, want 4 in 4 events and 1 in 5", x, y)
 	}
 }
 

@@ -56,7 +56,7 @@ func (c *Checkpointer) attempt(ctx context.Context, s *snapshot, careful, trial 
 func (c *Checkpointer) planConfig(careful, trial bool) planConfig {
 	return planConfig{window: c.cfg.Window, closeAfter: c.cfg.WindowCloseAfter, skew: c.cfg.MaxEventTimeSkew, ttl: c.cfg.dedupTTL(),
 		prefix: c.cfg.DeadLetterPayloadBytes, entries: c.cfg.LedgerEntries, route: c.sink, servers: len(c.pools), careful: careful, trial: trial,
-		changelog: c.cfg.Changelog}
+		changelog: c.cfg.Changelog, shared: !c.alone.Load()}
 }
 
 // run executes the steps until the decision, a failure, or the plan's end.
@@ -180,7 +180,7 @@ func (x *execution) claim(ctx context.Context, c dedup.Claim, claims [][]driver.
 	contested := make([][]string, len(claims))
 	earlier := make([][]driver.DedupKey, len(claims))
 	rounds := [][]int{nonEmpty(claims)}
-	if !x.c.alone.Load() {
+	if x.p.cfg.shared {
 		rounds = nil
 		for _, p := range nonEmpty(claims) {
 			rounds = append(rounds, []int{p})

@@ -36,6 +36,8 @@ import (
 //	classify   decide every record: new, a repeat, a conflicting repeat
 //	           (no I/O)
 //	seed       read the stored sums of the risky keys under row locks
+//	           (beside other instances, every key written up to the last
+//	           risky one: lockOrder)
 //	aggregate  count the new events, checking overflow per event (no I/O)
 //	write      every participant's rows (dedup keys, journal, balances,
 //	           windows, adjustments, entries, dead letters) and, on the
@@ -158,6 +160,10 @@ type planConfig struct {
 	servers    int
 	careful    bool // every key seeded (the retry after an overflow)
 	trial      bool // stop after the writes (isolation)
+	// shared: other instances hold partitions of the topic, so their
+	// checkpoints may lock the same rows; every lock is then taken in one
+	// order (executor.go, claim; lockOrder).
+	shared bool
 	// changelog: every key is seeded (its row before is the change's
 	// before image), written absolute or inserted, and the changes go to
 	// the outbox (changes.go).
@@ -351,7 +357,74 @@ func (p *planner) classify() {
 		return
 	}
 	p.risky = riskySet{rb, rw, ra}
+	if p.cfg.shared && !p.cfg.changelog {
+		p.risky = lockOrder(p.risky, p.agg, p.o.fresh, p.cfg.route)
+	}
 	p.next = step{kind: stepSeed, seeds: p.seedKeys()}
+}
+
+// lockOrder widens the risky keys so that a participant's seed locks, in
+// the order its writes take them (balances, windows, adjustments, each in
+// key order), every key it will write up to its last risky one: all its
+// balances when a window is risky, all its balances and windows when an
+// adjustment is. Its writes then lock only keys after every key it holds.
+//
+// Seeded alone, the risky keys are a subset of the written ones, and two
+// instances' checkpoints that count on the same accounts (a repeat on
+// another partition, counted by whoever claims it first) can lock them in
+// two orders: B's seed locks Y, A's seed locks X and waits for Y, B's
+// write of X waits for A, and InnoDB ends one of them with a deadlock
+// (1213): an aborted attempt without a fault (issue 21: three instances).
+// Widened, B's seed waits for X holding nothing. The widened keys are
+// seeded like risky ones: a stored row is written as an absolute value
+// (it is locked), a missing one stays a delta.
+func lockOrder(r riskySet, agg *aggregate, fresh []*record, route router) riskySet {
+	all := riskySet{}
+	all.balances, all.windows, all.adjusts = agg.riskyKeys(fresh, true)
+	type last struct {
+		balance balanceKey
+		window  windowKey
+		adjust  windowKey
+		// which: the latest table with a risky key (0: none, 1: balances,
+		// 2: windows, 3: adjustments)
+		which int
+	}
+	lasts := make([]last, route.Participants())
+	for k := range r.adjusts {
+		l := &lasts[route.Route(k.account)]
+		if l.which < 3 || compareWindowKey(k, l.adjust) > 0 {
+			l.which, l.adjust = 3, k
+		}
+	}
+	for k := range r.windows {
+		l := &lasts[route.Route(k.account)]
+		if l.which < 2 || l.which == 2 && compareWindowKey(k, l.window) > 0 {
+			l.which, l.window = 2, k
+		}
+	}
+	for k := range r.balances {
+		l := &lasts[route.Route(k.account)]
+		if l.which < 1 || l.which == 1 && compareBalanceKey(k, l.balance) > 0 {
+			l.which, l.balance = 1, k
+		}
+	}
+	out := riskySet{balances: map[balanceKey]bool{}, windows: map[windowKey]bool{}, adjusts: map[windowKey]bool{}}
+	for k := range all.balances {
+		if l := lasts[route.Route(k.account)]; l.which > 1 || l.which == 1 && compareBalanceKey(k, l.balance) <= 0 {
+			out.balances[k] = true
+		}
+	}
+	for k := range all.windows {
+		if l := lasts[route.Route(k.account)]; l.which > 2 || l.which == 2 && compareWindowKey(k, l.window) <= 0 {
+			out.windows[k] = true
+		}
+	}
+	for k := range all.adjusts {
+		if l := lasts[route.Route(k.account)]; l.which == 3 && compareWindowKey(k, l.adjust) <= 0 {
+			out.adjusts[k] = true
+		}
+	}
+	return out
 }
 
 // seedKeys groups the risky keys by the participant that owns the account,

@@ -116,6 +116,21 @@ func (c *Cluster) SetTrigger(fn func(table string, row any) error) {
 	c.trigger = fn
 }
 
+// LockWaits is how many transactions are waiting for a row lock now: a
+// test that orders two transactions' statements waits for one to block
+// (information_schema.INNODB_LOCK_WAITS on the server).
+func (c *Cluster) LockWaits() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for tx := range c.live {
+		if tx.waiting != nil {
+			n++
+		}
+	}
+	return n
+}
+
 // Refusal is the error a trigger returns to refuse a row for its data
 // (driver.Data, as SIGNAL SQLSTATE '45000' or a CHECK constraint).
 func Refusal(msg string) error { return coded(driver.Data, "%s", msg) }
