@@ -20,11 +20,9 @@ import (
 // (claims) and "balance/" + account (seeds).
 type lockGate struct {
 	hold time.Duration
-	// blocked: the instance whose balance writes start only once another
-	// transaction waits for a lock on cl (at most hold), if any
-	blocked string
-	cl      *memdriver.Cluster
-	mu      sync.Mutex
+	// beforeWrite, if set, runs before each balance write of inst
+	beforeWrite func(inst string)
+	mu          sync.Mutex
 	first   map[string]string        // key → the instance that locks it first
 	claimed map[string]chan struct{} // instance/key → closed once its statement returned
 }
@@ -105,10 +103,8 @@ func (s gatedStore) ClaimKeys(ctx context.Context, g driver.Generation, keys []d
 }
 
 func (s gatedStore) WriteBalances(ctx context.Context, rows []driver.Balance, now time.Time) error {
-	if s.gate.blocked == s.inst {
-		for end := time.Now().Add(s.gate.hold); s.gate.cl.LockWaits() == 0 && time.Now().Before(end); {
-			time.Sleep(time.Millisecond)
-		}
+	if s.gate.beforeWrite != nil {
+		s.gate.beforeWrite(s.inst)
 	}
 	return s.StoreTx.WriteBalances(ctx, rows, now)
 }
@@ -213,7 +209,11 @@ func TestSeedsOfTwoInstancesLockInWriteOrder(t *testing.T) {
 		t.Fatalf("first checkpoint: decided %v, %v", ok, err)
 	}
 	gate.first["balance/acct-y"] = "B"
-	gate.blocked, gate.cl = "B", cl // B writes once A's seed waits for it
+	gate.beforeWrite = func(inst string) { // B writes once A's seed waits for it
+		for end := time.Now().Add(gate.hold); inst == "B" && cl.LockWaits() == 0 && time.Now().Before(end); {
+			time.Sleep(time.Millisecond)
+		}
+	}
 
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
@@ -241,6 +241,45 @@ func TestSeedsOfTwoInstancesLockInWriteOrder(t *testing.T) {
 	}
 	if x, y := a.balance("acct-x"), a.balance("acct-y"); x.Amount != 4 || x.Count != 4 || y.Amount != 1 || y.Count != 5 {
 		t.Errorf("balances %+v and %+v, want 4 in 4 events and 1 in 5", x, y)
+	}
+}
+
+// Two instances claim one key: A first, and A's checkpoint then takes
+// longer than the server's lock wait timeout to decide (it waits, as a
+// checkpoint waiting for a third instance's would). B's claim waits for
+// A's decision, not for the timeout: beside other instances claims wait up
+// to the attempt's deadline (their order admits no cycle), so neither
+// attempt fails, and the event counts once.
+func TestClaimsWaitForTheHoldersDecisionPastTheLockWait(t *testing.T) {
+	const lockWait = 300 * time.Millisecond
+	cl := memdriver.New(memdriver.Options{AttachPrepared: true, LockWait: lockWait})
+	gate := &lockGate{hold: time.Second, first: map[string]string{"ev-1": "A"}, claimed: map[string]chan struct{}{}}
+	gate.beforeWrite = func(inst string) {
+		if inst == "A" {
+			time.Sleep(3 * lockWait)
+		}
+	}
+	a, b := gatedInstance(t, cl, gate, "A", 1), gatedInstance(t, cl, gate, "B", 1)
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	decided := make([]bool, 2)
+	for i, m := range []*memLedger{a, b} {
+		p := int32(i)
+		wg.Go(func() { decided[i], errs[i] = m.checkpoint(t, event1("ev-1", "acct-1", 5, p, 0)) })
+	}
+	wg.Wait()
+	for i, m := range []*memLedger{a, b} {
+		if !decided[i] || errs[i] != nil {
+			t.Errorf("instance %c: decided %v, %v", 'A'+i, decided[i], errs[i])
+		}
+		for _, info := range m.attempts() {
+			if info.Err != nil {
+				t.Errorf("instance %c: an attempt failed in %s: %v", 'A'+i, info.FailedPhase, info.Err)
+			}
+		}
+	}
+	if got := a.balance("acct-1"); got.Amount != 5 || got.Count != 1 {
+		t.Errorf("balance %+v, want 5 counted once", got)
 	}
 }
 

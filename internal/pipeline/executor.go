@@ -176,11 +176,29 @@ func (x *execution) fail(ctx context.Context, phase string, err error) Checkpoin
 // commit. An instance that holds every partition (Checkpointer.alone)
 // meets no other claims and claims in parallel: in order, a single
 // instance ran at 0.80 of its rate (docs/performance.md).
+//
+// Ordered, a claim's wait is in no cycle (every instance writes its
+// newest generation first, then reads the older ones: the order is by
+// participant, then generation, newest first, then id; only an instance
+// whose generations are a rotation behind may differ, for one attempt,
+// which its decision then refuses), so it ends with the holder's
+// decision. That can be longer away than
+// MYSQL_LOCK_WAIT_TIMEOUT, meant to end the cycles nobody sees: the holder
+// may itself wait for a third instance's checkpoint, one checkpoint per
+// instance ahead (issue 21: three instances on 2 cores aborted on a 5 s
+// convoy). Beside other instances the claims therefore wait up to the
+// attempt's own deadline (CHECKPOINT_TIMEOUT), and the branch's bound is
+// set back before its later statements.
 func (x *execution) claim(ctx context.Context, c dedup.Claim, claims [][]driver.DedupKey) ([][]string, []driver.DedupKey, error) {
 	contested := make([][]string, len(claims))
 	earlier := make([][]driver.DedupKey, len(claims))
 	rounds := [][]int{nonEmpty(claims)}
+	var wait time.Duration
 	if x.p.cfg.shared {
+		wait = x.c.cfg.CheckpointTimeout
+		if d, ok := ctx.Deadline(); ok {
+			wait = time.Until(d)
+		}
 		rounds = nil
 		for _, p := range nonEmpty(claims) {
 			rounds = append(rounds, []int{p})
@@ -194,6 +212,11 @@ func (x *execution) claim(ctx context.Context, c dedup.Claim, claims [][]driver.
 				ids[i] = k.ID
 			}
 			err := b.Write(func(st driver.StoreTx) (err error) {
+				if wait > 0 {
+					if err := st.SetLockWait(ctx, wait); err != nil {
+						return err
+					}
+				}
 				contested[b.Participant], err = st.ClaimKeys(ctx, c.Write, keys)
 				return err
 			})
@@ -206,6 +229,9 @@ func (x *execution) claim(ctx context.Context, c dedup.Claim, claims [][]driver.
 					earlier[b.Participant] = append(earlier[b.Participant], found...)
 					return err
 				})
+			}
+			if err == nil && wait > 0 {
+				err = b.Read(func(st driver.StoreTx) error { return st.SetLockWait(ctx, 0) })
 			}
 			return err
 		})

@@ -63,6 +63,11 @@ type StoreTx interface {
 	// key is returned; rolled back, it is not. Two branches' shared locks
 	// on one key do not wait for each other.
 	LockKeys(ctx context.Context, g Generation, ids []string) ([]DedupKey, error)
+	// SetLockWait bounds how long the branch's later statements wait for
+	// another transaction's row lock, in whole seconds (at least 1 s),
+	// until the branch ends or d is 0 (the server's bound again:
+	// innodb_lock_wait_timeout, MYSQL_LOCK_WAIT_TIMEOUT).
+	SetLockWait(ctx context.Context, d time.Duration) error
 	// UnclaimKeys deletes keys this branch claimed in generation g's table
 	// but does not keep.
 	UnclaimKeys(ctx context.Context, g Generation, ids []string) error

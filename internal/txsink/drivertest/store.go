@@ -23,6 +23,7 @@ var storeTests = []struct {
 	{"Store/LockingReadsWaitForWriters", testLockingReads},
 	{"Store/NoGapLocks", testNoGapLocks},
 	{"Store/LockWaitTimesOut", testLockWaitTimeout},
+	{"Store/LockWaitSetPerBranch", testLockWaitSet},
 	{"Store/SumsAddSetAndOverflow", testSums},
 	{"Store/AdjustmentsNameTheirCheckpoint", testAdjustments},
 	{"Store/EntriesAndDeadLettersKeepTheStoredRow", testKeepStored},

@@ -129,6 +129,44 @@ func testLockWaitTimeout(t *testing.T, ctx context.Context, f Fixture) {
 	must(t, holder.end(false))
 }
 
+// Property (lock wait per branch): after SetLockWait a branch waits past
+// the server's lock wait timeout for a lock that is released in time;
+// SetLockWait(0) sets the server's bound back.
+func testLockWaitSet(t *testing.T, ctx context.Context, f Fixture) {
+	holder, holder2 := open(t, ctx, f.Server), open(t, ctx, f.Server)
+	k, k2 := keys("longwait", 1, clock().Add(time.Hour)), keys("shortwait", 1, clock().Add(time.Hour))
+	// Both keys are held before the waiter waits: on InnoDB a wait for a
+	// key whose insert then rolls back leaves the waiter a gap lock there.
+	if _, err := holder.tx().ClaimKeys(ctx, 0, k); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := holder2.tx().ClaimKeys(ctx, 0, k2); err != nil {
+		t.Fatal(err)
+	}
+	waiter := open(t, ctx, f.Server)
+	long := f.LockWait.Truncate(time.Second) + 3*time.Second
+	must(t, waiter.tx().SetLockWait(ctx, long))
+	released := make(chan error, 1)
+	go func() {
+		time.Sleep(f.LockWait + f.LockWait/2)
+		released <- holder.end(false)
+	}()
+	start := time.Now()
+	contested, err := waiter.tx().ClaimKeys(ctx, 0, k)
+	if err != nil || len(contested) != 0 || time.Since(start) < f.LockWait {
+		t.Fatalf("after %s: contested %v, %v; want the key claimed once the holder rolled back, after the server's %s", time.Since(start), contested, err, f.LockWait)
+	}
+	must(t, <-released)
+
+	must(t, waiter.tx().SetLockWait(ctx, 0))
+	start = time.Now()
+	_, err = waiter.tx().ClaimKeys(ctx, 0, k2)
+	if code(f, err) != driver.Transient || time.Since(start) >= long-time.Second {
+		t.Fatalf("after %s: %v (%v), want a Transient lock wait timeout after the server's %s", time.Since(start), err, code(f, err), f.LockWait)
+	}
+	must(t, holder2.end(false))
+}
+
 // Property (sums): adding rows add to the stored sums (creating the row),
 // absolute rows set them, updated_at is the writer's now; a sum beyond 64
 // bits fails as Overflow and changes nothing, whichever table.

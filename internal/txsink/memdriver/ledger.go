@@ -67,6 +67,8 @@ type txn struct {
 	done    chan struct{} // closed when it ends: its lock waiters wake
 	ended   bool
 	waiting *txn // the transaction whose lock it waits for, if any
+	// lockWait bounds its lock waits (SetLockWait); 0: Options.LockWait
+	lockWait time.Duration
 	locks   map[rowID]struct{}
 	shared  map[rowID]struct{}
 	writes  map[rowID]version
@@ -250,7 +252,11 @@ func (c *Cluster) waitLocked(ctx context.Context, tx, h *txn, id rowID) error {
 	}
 	tx.waiting = h
 	c.mu.Unlock()
-	t := time.NewTimer(c.opts.LockWait)
+	wait := c.opts.LockWait
+	if tx.lockWait > 0 {
+		wait = tx.lockWait
+	}
+	t := time.NewTimer(wait)
 	var err error
 	select {
 	case <-h.done:

@@ -62,6 +62,19 @@ func keysOf(g driver.Generation) table { return tKeys + table(g.Table()) }
 
 func keyID(g driver.Generation, id string) rowID { return rowID{keysOf(g), id} }
 
+func (t storeTx) SetLockWait(ctx context.Context, d time.Duration) error {
+	c, tx, err := t.begin()
+	if err != nil {
+		return err
+	}
+	defer c.mu.Unlock()
+	if d > 0 {
+		d = max(time.Second, d.Truncate(time.Second)) // whole seconds, as the server's
+	}
+	tx.lockWait = d
+	return nil
+}
+
 func (t storeTx) ClaimKeys(ctx context.Context, g driver.Generation, keys []driver.DedupKey) ([]string, error) {
 	c, tx, err := t.begin()
 	if err != nil {

@@ -144,8 +144,9 @@ type Server struct {
 	clientMax int      // the DSN's maxAllowedPacket; 0: the driver reads the server's
 	// budget bounds one statement (package stmt): half the smaller of the
 	// server's and the client's max_allowed_packet.
-	budget atomic.Int64
-	images bool // Options.Images
+	budget   atomic.Int64
+	images   bool          // Options.Images
+	lockWait time.Duration // Options.LockWaitTimeout: the sessions' bound
 }
 
 var _ driver.Server = (*Server)(nil)
@@ -164,7 +165,7 @@ func openServer(ctx context.Context, i int, dsn string, opts Options) (*Server, 
 		_ = db.Close()
 		return nil, err
 	}
-	s := &Server{index: i, db: db, cleanup: cleanup, clientMax: mc.MaxAllowedPacket, images: opts.Images}
+	s := &Server{index: i, db: db, cleanup: cleanup, clientMax: mc.MaxAllowedPacket, images: opts.Images, lockWait: opts.LockWaitTimeout}
 	fail := func(err error) (*Server, error) {
 		_ = db.Close()
 		_ = cleanup.Close()
@@ -363,6 +364,9 @@ type Conn struct {
 	id    uint64
 	stmts map[string]*prepared // by query text; at most maxPrepared
 	uses  uint64               // counts the uses of prepared statements
+	// lockWait: the session's lock wait is not the server's bound
+	// (SetLockWait), so the connection is not pooled again.
+	lockWait bool
 }
 
 // prepared is a statement prepared on a connection, and when it was last
@@ -393,7 +397,7 @@ func (c *Conn) XA(ctx context.Context, verb driver.Verb, x driver.Xid) error {
 // the pool, or drops it when not reusable (the server then rolls back an
 // unprepared branch on it; a prepared one stays prepared).
 func (c *Conn) Close(reusable bool) {
-	if !reusable {
+	if !reusable || c.lockWait {
 		discard(c.conn)
 	}
 	for _, p := range c.stmts {
@@ -480,6 +484,10 @@ func discard(c *sqlx.Conn) {
 	_ = c.Raw(func(any) error { return sqldriver.ErrBadConn })
 }
 
+// lockWaitSeconds is d as innodb_lock_wait_timeout: whole seconds, at
+// least 1.
+func lockWaitSeconds(d time.Duration) int { return max(1, int(d/time.Second)) }
+
 // xaSQL renders an XA statement: xids as hex literals, so that no byte of
 // them needs quoting.
 func xaSQL(verb driver.Verb, x driver.Xid) string {
@@ -516,7 +524,7 @@ func OpenDB(dsn string, lockWait time.Duration, maxOpen int) (*sqlx.DB, error) {
 		mc.Params = map[string]string{}
 	}
 	mc.Params["time_zone"] = "'+00:00'"
-	mc.Params["innodb_lock_wait_timeout"] = strconv.Itoa(max(1, int(lockWait/time.Second)))
+	mc.Params["innodb_lock_wait_timeout"] = strconv.Itoa(lockWaitSeconds(lockWait))
 	var lastErr error
 	for _, isolation := range []string{"transaction_isolation", "tx_isolation"} {
 		delete(mc.Params, "transaction_isolation")

@@ -139,3 +139,52 @@ func otherAccount(ctx context.Context, t *testing.T) driver.Server {
 func TestConformance(t *testing.T) {
 	drivertest.RunConformanceTests(t, fixtures{})
 }
+
+// A branch's connection whose lock wait was raised (SetLockWait) and not
+// set back is dropped when it closes, so no later branch inherits the
+// longer wait; one whose lock wait was set back goes back to the pool.
+func TestRaisedLockWaitIsNotPooled(t *testing.T) {
+	ctx := context.Background()
+	dsn, _ := testenv.LedgerDB(t)
+	d := open(ctx, t, dsn)
+	s := d.Server(0)
+	s.DB().SetMaxIdleConns(1)
+	session := func(c driver.Conn) int {
+		var n []int
+		if err := c.(*mysqldriver.Conn).Select(ctx, &n, `SELECT @@SESSION.innodb_lock_wait_timeout`); err != nil || len(n) != 1 {
+			t.Fatalf("session lock wait: %v, %v", n, err)
+		}
+		return n[0]
+	}
+	branch := func(restore bool) (id uint64) {
+		c, err := s.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id = c.(*mysqldriver.Conn).ID()
+		if got := session(c); got != int(lockWait/time.Second) {
+			t.Fatalf("a new branch's connection waits %d s, want the server's %s", got, lockWait)
+		}
+		if err := c.Store().SetLockWait(ctx, 7*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if got := session(c); got != 7 {
+			t.Fatalf("after SetLockWait(7s): %d s", got)
+		}
+		if restore {
+			if err := c.Store().SetLockWait(ctx, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c.Close(true)
+		return id
+	}
+	first := branch(false)
+	second := branch(true)
+	if second == first {
+		t.Fatalf("connection %d was pooled with its lock wait raised", first)
+	}
+	if third := branch(true); third != second {
+		t.Errorf("connection %d, set back, was not pooled (got %d)", second, third)
+	}
+}

@@ -2,6 +2,8 @@ package mysqldriver
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -60,6 +62,21 @@ func (t tables) ClaimKeys(ctx context.Context, g driver.Generation, keys []drive
 
 func (t tables) LockKeys(ctx context.Context, g driver.Generation, ids []string) ([]driver.DedupKey, error) {
 	return lockKeys(ctx, t.c, g, ids)
+}
+
+// SetLockWait sets the session's innodb_lock_wait_timeout. A connection
+// closed before it is set back is dropped, not pooled (Conn.Close), so no
+// later branch inherits it.
+func (t tables) SetLockWait(ctx context.Context, d time.Duration) error {
+	secs := lockWaitSeconds(d)
+	if d == 0 {
+		secs = lockWaitSeconds(t.c.sv.lockWait)
+	}
+	if _, err := t.c.Exec(ctx, `SET SESSION innodb_lock_wait_timeout = `+strconv.Itoa(secs)); err != nil {
+		return fmt.Errorf("set lock wait: %w", err)
+	}
+	t.c.lockWait = d != 0
+	return nil
 }
 
 func (t tables) UnclaimKeys(ctx context.Context, g driver.Generation, ids []string) error {
