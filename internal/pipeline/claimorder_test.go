@@ -23,8 +23,8 @@ type lockGate struct {
 	// beforeWrite, if set, runs before each balance write of inst
 	beforeWrite func(inst string)
 	mu          sync.Mutex
-	first   map[string]string        // key → the instance that locks it first
-	claimed map[string]chan struct{} // instance/key → closed once its statement returned
+	first       map[string]string        // key → the instance that locks it first
+	claimed     map[string]chan struct{} // instance/key → closed once its statement returned
 }
 
 func (g *lockGate) ch(inst, key string) chan struct{} {

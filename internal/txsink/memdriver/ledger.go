@@ -69,9 +69,9 @@ type txn struct {
 	waiting *txn // the transaction whose lock it waits for, if any
 	// lockWait bounds its lock waits (SetLockWait); 0: Options.LockWait
 	lockWait time.Duration
-	locks   map[rowID]struct{}
-	shared  map[rowID]struct{}
-	writes  map[rowID]version
+	locks    map[rowID]struct{}
+	shared   map[rowID]struct{}
+	writes   map[rowID]version
 	// tables it touched: it holds their metadata lock until it ends (a
 	// table is not emptied under it, see EmptyKeys).
 	tables map[table]struct{}
