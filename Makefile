@@ -97,7 +97,7 @@ demo:
 ## larger-than-memory (it shrinks the server's innodb_buffer_pool_size for its
 ## measurements and restores it) and three-instances (three service processes
 ## in one group), BENCH_EVENTS each
-## (two interleaved repetitions: 43 minutes at 1,000,000 on 2 cores). More
+## (two interleaved repetitions: 43–47 minutes at 1,000,000 on 2 cores). More
 ## flags through BENCH_FLAGS, e.g. BENCH_FLAGS='-variants default -profile
 ## -service-env MYSQL_BRANCHES=1'; `bin/billing-bench -h` lists them.
 ## Results, logs and profiles go to bin/bench-results/<time>/. See
