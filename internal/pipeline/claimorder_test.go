@@ -144,26 +144,10 @@ func TestClaimsOfTwoInstancesCannotDeadlockAcrossBranches(t *testing.T) {
 	}
 	gate.first[ids[0]], gate.first[ids[1]] = "A", "B"
 
-	var wg sync.WaitGroup
-	errs := make([]error, 2)
-	decided := make([]bool, 2)
-	for i, m := range []*memLedger{a, b} {
-		p := int32(i)
-		wg.Go(func() {
-			decided[i], errs[i] = m.checkpoint(t, event1(ids[0], "acct-1", 5, p, 0), event1(ids[1], "acct-2", 7, p, 0))
-		})
-	}
-	wg.Wait()
-	for i, m := range []*memLedger{a, b} {
-		if !decided[i] || errs[i] != nil {
-			t.Errorf("instance %c: decided %v, %v", 'A'+i, decided[i], errs[i])
-		}
-		for _, info := range m.attempts() {
-			if info.Err != nil {
-				t.Errorf("instance %c: an attempt failed in %s: %v", 'A'+i, info.FailedPhase, info.Err)
-			}
-		}
-	}
+	checkpointTogether(t, []*memLedger{a, b}, [][]Record{
+		{event1(ids[0], "acct-1", 5, 0, 0), event1(ids[1], "acct-2", 7, 0, 0)},
+		{event1(ids[0], "acct-1", 5, 1, 0), event1(ids[1], "acct-2", 7, 1, 0)},
+	})
 	if b1, b2 := a.balance("acct-1"), a.balance("acct-2"); b1.Amount != 5 || b1.Count != 1 || b2.Amount != 7 || b2.Count != 1 {
 		t.Errorf("balances %+v and %+v, want 5 and 7, each counted once", b1, b2)
 	}
@@ -187,6 +171,30 @@ func gatedInstance(t *testing.T, cl *memdriver.Cluster, gate *lockGate, inst str
 	m.ck.alone.Store(false) // instances of one ledger: each holds some partitions
 	m.sink = sink
 	return m
+}
+
+// checkpointTogether checkpoints recs[i] on instance ms[i], all at once,
+// and fails the test unless every checkpoint is decided without a failed
+// attempt.
+func checkpointTogether(t *testing.T, ms []*memLedger, recs [][]Record) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make([]error, len(ms))
+	decided := make([]bool, len(ms))
+	for i, m := range ms {
+		wg.Go(func() { decided[i], errs[i] = m.checkpoint(t, recs[i]...) })
+	}
+	wg.Wait()
+	for i, m := range ms {
+		if !decided[i] || errs[i] != nil {
+			t.Errorf("instance %c: decided %v, %v", 'A'+i, decided[i], errs[i])
+		}
+		for _, info := range m.attempts() {
+			if info.Err != nil {
+				t.Errorf("instance %c: an attempt failed in %s: %v", 'A'+i, info.FailedPhase, info.Err)
+			}
+		}
+	}
 }
 
 // Two instances of one ledger count on the same two accounts, X before Y
@@ -215,30 +223,10 @@ func TestSeedsOfTwoInstancesLockInWriteOrder(t *testing.T) {
 		}
 	}
 
-	var wg sync.WaitGroup
-	errs := make([]error, 2)
-	decided := make([]bool, 2)
-	wg.Go(func() {
-		decided[0], errs[0] = a.checkpoint(t,
-			event1("a-1", "acct-x", 5, 0, 0), event1("a-2", "acct-x", -5, 0, 0),
-			event1("a-3", "acct-y", 5, 0, 0), event1("a-4", "acct-y", -5, 0, 0))
+	checkpointTogether(t, []*memLedger{a, b}, [][]Record{
+		{event1("a-1", "acct-x", 5, 0, 0), event1("a-2", "acct-x", -5, 0, 0), event1("a-3", "acct-y", 5, 0, 0), event1("a-4", "acct-y", -5, 0, 0)},
+		{event1("b-1", "acct-x", 3, 1, 0), event1("b-2", "acct-y", 5, 1, 0), event1("b-3", "acct-y", -5, 1, 0)},
 	})
-	wg.Go(func() {
-		decided[1], errs[1] = b.checkpoint(t,
-			event1("b-1", "acct-x", 3, 1, 0),
-			event1("b-2", "acct-y", 5, 1, 0), event1("b-3", "acct-y", -5, 1, 0))
-	})
-	wg.Wait()
-	for i, m := range []*memLedger{a, b} {
-		if !decided[i] || errs[i] != nil {
-			t.Errorf("instance %c: decided %v, %v", 'A'+i, decided[i], errs[i])
-		}
-		for _, info := range m.attempts() {
-			if info.Err != nil {
-				t.Errorf("instance %c: an attempt failed in %s: %v", 'A'+i, info.FailedPhase, info.Err)
-			}
-		}
-	}
 	if x, y := a.balance("acct-x"), a.balance("acct-y"); x.Amount != 4 || x.Count != 4 || y.Amount != 1 || y.Count != 5 {
 		t.Errorf("balances %+v and %+v, want 4 in 4 events and 1 in 5", x, y)
 	}
@@ -260,24 +248,7 @@ func TestClaimsWaitForTheHoldersDecisionPastTheLockWait(t *testing.T) {
 		}
 	}
 	a, b := gatedInstance(t, cl, gate, "A", 1), gatedInstance(t, cl, gate, "B", 1)
-	var wg sync.WaitGroup
-	errs := make([]error, 2)
-	decided := make([]bool, 2)
-	for i, m := range []*memLedger{a, b} {
-		p := int32(i)
-		wg.Go(func() { decided[i], errs[i] = m.checkpoint(t, event1("ev-1", "acct-1", 5, p, 0)) })
-	}
-	wg.Wait()
-	for i, m := range []*memLedger{a, b} {
-		if !decided[i] || errs[i] != nil {
-			t.Errorf("instance %c: decided %v, %v", 'A'+i, decided[i], errs[i])
-		}
-		for _, info := range m.attempts() {
-			if info.Err != nil {
-				t.Errorf("instance %c: an attempt failed in %s: %v", 'A'+i, info.FailedPhase, info.Err)
-			}
-		}
-	}
+	checkpointTogether(t, []*memLedger{a, b}, [][]Record{{event1("ev-1", "acct-1", 5, 0, 0)}, {event1("ev-1", "acct-1", 5, 1, 0)}})
 	if got := a.balance("acct-1"); got.Amount != 5 || got.Count != 1 {
 		t.Errorf("balance %+v, want 5 counted once", got)
 	}

@@ -379,52 +379,56 @@ func (p *planner) classify() {
 // seeded like risky ones: a stored row is written as an absolute value
 // (it is locked), a missing one stays a delta.
 func lockOrder(r riskySet, agg *aggregate, fresh []*record, route router) riskySet {
-	all := riskySet{}
+	last := make([]*lockKey, route.Participants()) // each participant's last risky key
+	r.each(func(k lockKey) {
+		if l := &last[route.Route(k.key.account)]; *l == nil || k.compare(**l) > 0 {
+			*l = &k
+		}
+	})
+	var all riskySet
 	all.balances, all.windows, all.adjusts = agg.riskyKeys(fresh, true)
-	type last struct {
-		balance balanceKey
-		window  windowKey
-		adjust  windowKey
-		// which: the latest table with a risky key (0: none, 1: balances,
-		// 2: windows, 3: adjustments)
-		which int
-	}
-	lasts := make([]last, route.Participants())
-	for k := range r.adjusts {
-		l := &lasts[route.Route(k.account)]
-		if l.which < 3 || compareWindowKey(k, l.adjust) > 0 {
-			l.which, l.adjust = 3, k
-		}
-	}
-	for k := range r.windows {
-		l := &lasts[route.Route(k.account)]
-		if l.which < 2 || l.which == 2 && compareWindowKey(k, l.window) > 0 {
-			l.which, l.window = 2, k
-		}
-	}
-	for k := range r.balances {
-		l := &lasts[route.Route(k.account)]
-		if l.which < 1 || l.which == 1 && compareBalanceKey(k, l.balance) > 0 {
-			l.which, l.balance = 1, k
-		}
-	}
 	out := riskySet{balances: map[balanceKey]bool{}, windows: map[windowKey]bool{}, adjusts: map[windowKey]bool{}}
-	for k := range all.balances {
-		if l := lasts[route.Route(k.account)]; l.which > 1 || l.which == 1 && compareBalanceKey(k, l.balance) <= 0 {
-			out.balances[k] = true
+	all.each(func(k lockKey) {
+		if l := last[route.Route(k.key.account)]; l != nil && k.compare(*l) <= 0 {
+			out.add(k)
 		}
-	}
-	for k := range all.windows {
-		if l := lasts[route.Route(k.account)]; l.which > 2 || l.which == 2 && compareWindowKey(k, l.window) <= 0 {
-			out.windows[k] = true
-		}
-	}
-	for k := range all.adjusts {
-		if l := lasts[route.Route(k.account)]; l.which == 3 && compareWindowKey(k, l.adjust) <= 0 {
-			out.adjusts[k] = true
-		}
-	}
+	})
 	return out
+}
+
+// lockKey is a row's place in a participant's lock order: the table, in
+// the order its writes take them, then the key (a balance's as a window
+// key without a start).
+type lockKey struct {
+	table int // 0: balances, 1: windows, 2: adjustments
+	key   windowKey
+}
+
+func (x lockKey) compare(y lockKey) int {
+	return cmp.Or(cmp.Compare(x.table, y.table), compareWindowKey(x.key, y.key))
+}
+
+func (s riskySet) each(fn func(lockKey)) {
+	for k := range s.balances {
+		fn(lockKey{0, windowKey{k.account, k.currency, 0}})
+	}
+	for k := range s.windows {
+		fn(lockKey{1, k})
+	}
+	for k := range s.adjusts {
+		fn(lockKey{2, k})
+	}
+}
+
+func (s riskySet) add(k lockKey) {
+	switch k.table {
+	case 0:
+		s.balances[balanceKey{k.key.account, k.key.currency}] = true
+	case 1:
+		s.windows[k.key] = true
+	default:
+		s.adjusts[k.key] = true
+	}
 }
 
 // seedKeys groups the risky keys by the participant that owns the account,
