@@ -30,12 +30,27 @@ import (
 // lookup never waits for a branch: drivertest's
 // Store/LookupsReadCommittedRowsOnly). Nor does it hold anything up: the
 // poll loop hands ids over without waiting (they are dropped when
-// readAheadQueue chunks per connection are waiting already), a statement
-// is bounded by readAheadTimeout, and a chunk polled before the last
-// barrier is dropped unread (its claim is under way). In a catch-up it is
-// off: records buffered there are claimed seconds later in checkpoints of
-// many thousands of keys whose claims run in parallel already, and pages
-// read that early would be evicted before the claim.
+// readAheadQueue ids per connection are waiting already), a statement
+// is bounded by readAheadTimeout, and a chunk whose checkpoint is over is
+// dropped unread.
+//
+// What a live claim still misses is what the read-ahead had not read by
+// the barrier: the ids polled in its last moments (each miss is a
+// synchronous read in the claiming branch, two with a previous
+// generation, one after another in key order), and, in an instance that
+// starts on a log it is caught up with, the whole first checkpoint's ids
+// if the read-ahead waited for a checkpoint to read the generations. So
+// a chunk polled before a barrier is still read after it, while its
+// claim is under way (the other connections put several reads in flight
+// for the claim's misses); a poll's ids are spread over the connections
+// in chunks of at least readAheadMinChunk rather than read in one
+// statement; and before the first checkpoint the read-ahead reads the
+// generations itself (firstGenerations).
+//
+// In a catch-up it is off: records buffered there are claimed seconds
+// later in checkpoints of many thousands of keys whose claims run in
+// parallel already, and pages read that early would be evicted before
+// the claim.
 //
 // It pays only when the pool keeps what it read until the barrier, about
 // one 16 KiB leaf per new id of an interval (docs/performance.md,
@@ -43,13 +58,16 @@ import (
 // and gains nothing. DedupReadAheadConns sets its connections (0: off).
 
 const (
-	// readAheadChunk is the most ids per statement, so that several
-	// connections share a poll's ids and the disk has that many reads in
-	// flight.
-	readAheadChunk = 256
-	// readAheadQueue is how many chunks may wait per connection; beyond,
-	// ids are dropped (the claim reads them itself).
-	readAheadQueue = 8
+	// readAheadChunk is the most ids per statement, and readAheadMinChunk
+	// the fewest a poll's ids are split into (fewer per chunk would cost a
+	// statement per few ids): a poll's ids are shared by all connections,
+	// so that the disk has that many reads in flight.
+	readAheadChunk    = 256
+	readAheadMinChunk = 16
+	// readAheadQueue is how many ids may wait per connection; beyond,
+	// they are dropped (the claim reads them itself). Bounded in ids, not
+	// chunks, so that small polls split in small chunks cannot fill it.
+	readAheadQueue = 8 * readAheadChunk
 	// readAheadTimeout bounds one statement.
 	readAheadTimeout = 2 * time.Second
 )
@@ -70,10 +88,16 @@ type readAhead struct {
 	// first): a stale one costs a lookup in a table the claim no longer
 	// reads, nothing else.
 	generations func() *driver.KeyGenerations
-	conns       int
-	chunks      chan aheadChunk
-	barriers    atomic.Uint64 // barriers passed
-	stats       *Stats
+	// first is read from the control server when no checkpoint has read
+	// the generations yet (an instance that starts on a log it is caught
+	// up with: its first checkpoint's ids would otherwise all be
+	// dropped, and it would be the slowest of its live phase).
+	first    firstGenerations
+	conns    int
+	chunks   chan aheadChunk
+	queued   atomic.Int64 // ids in chunks
+	barriers atomic.Uint64 // barriers passed
+	stats    *Stats
 }
 
 // aheadChunk is ids polled after barrier number barrier.
@@ -82,12 +106,48 @@ type aheadChunk struct {
 	ids     []string
 }
 
-func newReadAhead(cfg Config, pools []driver.Store, place placement, generations func() *driver.KeyGenerations, stats *Stats) *readAhead {
+// generationsReader reads the generations' state (txsink.Sink).
+type generationsReader interface {
+	KeyGenerations(ctx context.Context) (driver.KeyGenerations, error)
+}
+
+func newReadAhead(cfg Config, pools []driver.Store, place placement, generations func() *driver.KeyGenerations, control generationsReader, stats *Stats) *readAhead {
 	if cfg.DedupReadAheadConns <= 0 {
 		return nil
 	}
 	return &readAhead{log: cfg.Logger, pools: pools, place: place, clock: cfg.Clock, generations: generations,
-		conns: cfg.DedupReadAheadConns, chunks: make(chan aheadChunk, cfg.DedupReadAheadConns*readAheadQueue), stats: stats}
+		first: firstGenerations{control: control}, conns: cfg.DedupReadAheadConns,
+		chunks: make(chan aheadChunk, cfg.DedupReadAheadConns*readAheadQueue/readAheadMinChunk), stats: stats}
+}
+
+// firstGenerations reads the generations once for the read-ahead, until a
+// checkpoint has; after a failure it tries again no sooner than
+// firstGenerationsRetry later (the chunks meanwhile are dropped: the
+// claims read their keys themselves).
+type firstGenerations struct {
+	control generationsReader
+	mu      sync.Mutex
+	read    *driver.KeyGenerations
+	failed  time.Time
+}
+
+const firstGenerationsRetry = time.Second
+
+func (f *firstGenerations) get(ctx context.Context) *driver.KeyGenerations {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.read != nil || f.control == nil || time.Since(f.failed) < firstGenerationsRetry {
+		return f.read
+	}
+	rctx, cancel := context.WithTimeout(ctx, readAheadTimeout)
+	defer cancel()
+	s, err := f.control.KeyGenerations(rctx)
+	if err != nil {
+		f.failed = time.Now()
+		return nil
+	}
+	f.read = &s
+	return f.read
 }
 
 // offer hands the ids of a poll to the connections, without waiting. ids
@@ -97,10 +157,16 @@ func (a *readAhead) offer(ids []string) {
 		return
 	}
 	b := a.barriers.Load()
+	size := min(max((len(ids)+a.conns-1)/a.conns, readAheadMinChunk), readAheadChunk)
 	for len(ids) > 0 {
-		n := min(len(ids), readAheadChunk)
+		n := min(len(ids), size)
+		if a.queued.Load()+int64(n) > int64(a.conns*readAheadQueue) {
+			a.stats.ReadAheadDropped.Add(int64(len(ids)))
+			return
+		}
 		select {
 		case a.chunks <- aheadChunk{barrier: b, ids: ids[:n:n]}:
+			a.queued.Add(int64(n))
 		default:
 			a.stats.ReadAheadDropped.Add(int64(len(ids)))
 			return
@@ -110,7 +176,7 @@ func (a *readAhead) offer(ids []string) {
 }
 
 // barrier says that a barrier passed: what was polled before it is being
-// claimed.
+// claimed, and what was polled before the barrier before it was claimed.
 func (a *readAhead) barrier() {
 	if a != nil {
 		a.barriers.Add(1)
@@ -130,7 +196,11 @@ func (a *readAhead) run(ctx context.Context) {
 				case <-ctx.Done():
 					return
 				case c := <-a.chunks:
-					if c.barrier != a.barriers.Load() {
+					a.queued.Add(-int64(len(c.ids)))
+					// c's checkpoint is sealed at barrier c.barrier+1;
+					// one sealed later means it is over (at most one is
+					// in flight).
+					if a.barriers.Load() > c.barrier+1 {
 						a.stats.ReadAheadDropped.Add(int64(len(c.ids)))
 						continue
 					}
@@ -146,6 +216,9 @@ func (a *readAhead) run(ctx context.Context) {
 // server.
 func (a *readAhead) read(ctx context.Context, ids []string) {
 	s := a.generations()
+	if s == nil {
+		s = a.first.get(ctx)
+	}
 	if s == nil {
 		a.stats.ReadAheadDropped.Add(int64(len(ids)))
 		return

@@ -184,13 +184,14 @@ func TestReadAheadLooksUpLiveIDsOnlyWhileCaughtUp(t *testing.T) {
 // queue full, every event still counts (the ids are dropped), and each
 // statement was bounded by readAheadTimeout.
 func TestReadAheadNeverHoldsUpCheckpoints(t *testing.T) {
-	w := startAheadWorld(t, true, func(c *Config) { c.MaxPollRecords = 1 })
+	w := startAheadWorld(t, true, func(c *Config) { c.MaxPollRecords = 500 })
 	w.produce(t, 2)
 	w.waitCounted(t, 2)
 	st := w.p.Stats()
-	for i := range 40 { // more polls than the connections and the queue hold
-		w.produce(t, 1)
-		w.waitCounted(t, int64(2+i+1))
+	const polls, size = 12, 500 // more ids than the connections and the queue hold
+	for i := range polls {
+		w.produce(t, size)
+		w.waitCounted(t, int64(2+(i+1)*size))
 	}
 	if st.ReadAhead.Load() != 0 || st.ReadAheadDropped.Load() == 0 {
 		t.Fatalf("%d ids read ahead, %d dropped on a server that never answers; want none read, some dropped", st.ReadAhead.Load(), st.ReadAheadDropped.Load())
@@ -217,4 +218,83 @@ func TestReadAheadConnsBounded(t *testing.T) {
 	if err := cfg.validate(); err != nil {
 		t.Errorf("DedupReadAheadConns %d refused: %v", MaxReadAheadConns, err)
 	}
+}
+
+// onePlace puts every key on participant 0 of server 0.
+type onePlace struct{}
+
+func (onePlace) Route(string) int  { return 0 }
+func (onePlace) Participants() int { return 1 }
+func (onePlace) ServerOf(int) int  { return 0 }
+
+// Property: a poll's ids are shared by the connections (in chunks of at
+// least readAheadMinChunk), and a chunk polled before the last barrier is
+// still read, for the claim under way; one polled before the barrier
+// before that is dropped unread, its checkpoint being over.
+func TestReadAheadReadsForTheClaimUnderWay(t *testing.T) {
+	cfg := testConfig(&env{brokers: []string{"127.0.0.1:1"}, topic: "t"})
+	cfg.DedupReadAheadConns = 4
+	cfg.Clock = time.Now
+	rec := &lookupRecorder{Store: memdriver.New(memdriver.Options{}).As("billing"), looked: map[string][]driver.Generation{}}
+	var st Stats
+	a := newReadAhead(cfg, []driver.Store{rec}, onePlace{}, func() *driver.KeyGenerations { return &driver.KeyGenerations{Emptied: -1} }, nil, &st)
+	ids := func(prefix string, n int) []string {
+		var out []string
+		for i := range n {
+			out = append(out, fmt.Sprintf("%s-%03d", prefix, i))
+		}
+		return out
+	}
+	a.offer(ids("over", 10)) // claimed by the checkpoint sealed at barrier 1
+	a.barrier()
+	a.barrier()
+	under := ids("under", 64) // claimed by the one sealed at barrier 3, under way
+	a.offer(under)
+	a.barrier()
+	if got := len(a.chunks); got != 1+4 {
+		t.Fatalf("%d chunks queued, want 1 of 10 ids and the 64 ids spread over the 4 connections", got)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); a.run(ctx) }()
+	testenv.Eventually(t, 10*time.Second, "every chunk read or dropped", func() (bool, string) {
+		n := st.ReadAhead.Load() + st.ReadAheadDropped.Load()
+		return n == 74, fmt.Sprintf("%d of 74 ids read or dropped", n)
+	})
+	cancel()
+	<-done
+	for _, id := range under {
+		if len(rec.lookedUp(id)) == 0 {
+			t.Fatalf("%s, polled before the last barrier, was not read for the claim under way", id)
+		}
+	}
+	for _, id := range ids("over", 10) {
+		if g := rec.lookedUp(id); len(g) != 0 {
+			t.Fatalf("%s of a checkpoint that is over was read (generations %v)", id, g)
+		}
+	}
+	if st.ReadAhead.Load() != 64 || st.ReadAheadDropped.Load() != 10 {
+		t.Fatalf("%d read, %d dropped; want 64 and 10", st.ReadAhead.Load(), st.ReadAheadDropped.Load())
+	}
+}
+
+// Property: an instance that starts on a log it is caught up with reads
+// ahead the ids of its first checkpoint too, before any checkpoint has
+// read the generations (it reads them itself).
+func TestReadAheadBeforeTheFirstCheckpoint(t *testing.T) {
+	w := startAheadWorld(t, false, func(c *Config) { c.CheckpointInterval = time.Hour })
+	w.p.DeferCheckpoint()
+	first := w.produce(t, 3)
+	testenv.Eventually(t, 10*time.Second, "the first ids read ahead", func() (bool, string) {
+		var read []string
+		for _, id := range first {
+			if g := w.store.lookedUp(id); slices.Equal(g, []driver.Generation{0}) {
+				read = append(read, id)
+			}
+		}
+		st := w.p.Stats()
+		return len(read) == len(first), fmt.Sprintf("read ahead in generation 0: %v (stats: %d read, %d dropped)", read, st.ReadAhead.Load(), st.ReadAheadDropped.Load())
+	})
+	w.p.ForceCheckpoint()
+	w.waitCounted(t, 3)
 }
