@@ -51,6 +51,7 @@ type options struct {
 	ltmKeys          int64   // and its stored keys
 	ltmOrdered       bool    // and its ids in production order instead of random
 	ltmLiveRate      float64 // and its live phase's rate
+	ltmOldPct        int     // and its innodb_old_blocks_pct (0: the server's)
 	liveRate         float64
 	liveSeconds      time.Duration
 	timeout          time.Duration
@@ -145,6 +146,7 @@ func main() {
 	flag.Int64Var(&o.lsKeys, "large-state-keys", 2_000_000, "dedup keys already stored when the large-state variant starts")
 	flag.Int64Var(&o.ltmPool, "ltm-pool", 128<<20, "innodb_buffer_pool_size (bytes) of the larger-than-memory variant's measurements (MySQL 8.4's default); the server's own is restored after it")
 	flag.Int64Var(&o.ltmKeys, "ltm-keys", 11_500_000, "dedup keys (random UUIDs) stored before each measurement of the larger-than-memory variant: at least 10 × -ltm-pool of table")
+	flag.IntVar(&o.ltmOldPct, "ltm-old-blocks-pct", 80, "innodb_old_blocks_pct of the larger-than-memory variant's measurements, so that the old sublist of its small pool holds two intervals of its live ids' leaves, as a production pool's does at MySQL's 37% (docs/performance.md); 0: the server's; the server's own is restored after it")
 	flag.Float64Var(&o.ltmLiveRate, "ltm-live-rate", 2500, "records/s of the larger-than-memory variant's live phase: what its disk serves with half its IOPS to spare (docs/performance.md); 0: -live-rate")
 	flag.BoolVar(&o.ltmOrdered, "ltm-ordered", false, "larger-than-memory variant with billing-gen's ordered ids (e-<seed>-<n>) and the stored keys in a region of their own, as ids in time order are: the A/B of the key layout")
 	flag.Float64Var(&o.liveRate, "live-rate", 5000, "records/s produced during the live (latency) phase")
@@ -167,6 +169,9 @@ func main() {
 	flag.IntVar(&o.hostileEvents, "hostile-events", 20_000, "hostile variant: valid events padded to just under MAX_PAYLOAD_BYTES")
 	flag.IntVar(&o.hostileJunkEvery, "hostile-junk-every", 40, "hostile variant: one junk record of 1 MiB per this many events")
 	flag.Parse()
+	if o.ltmOldPct != 0 && (o.ltmOldPct < 5 || o.ltmOldPct > 95) {
+		fatalf("-ltm-old-blocks-pct: %d is outside InnoDB's 5–95 (0: the server's)", o.ltmOldPct)
+	}
 	for _, d := range splitList(decisions) {
 		n, err := strconv.Atoi(d)
 		if err != nil || n < 1 || n > 256 {
@@ -382,9 +387,10 @@ func run(ctx context.Context, o *options) error {
 		"three-instances": {name: "three-instances", accounts: o.accounts, instances: 3,
 			note: "the service as three processes in one consumer group on one backlog and one ledger (repeats of an event on two partitions: two instances claim one key); aborted checkpoints by cause"},
 		"larger-than-memory": {name: "larger-than-memory", accounts: o.accounts, preload: o.ltmKeys, randomIDs: !o.ltmOrdered,
-			pool:     poolSetting{measure: o.ltmPool, preload: max(1<<30, 256*o.ltmKeys)}, // the preload holds the table in memory: about twice its 118-128 bytes per key
+			pool:     poolSetting{measure: o.ltmPool, preload: max(1<<30, 256*o.ltmKeys), oldPct: o.ltmOldPct}, // the preload holds the table in memory: about twice its 118-128 bytes per key
 			liveRate: o.ltmLiveRate,
-			note:     fmt.Sprintf("innodb_buffer_pool_size %d MiB, %d dedup keys stored beforehand, live phase %.0f records/s; %s", o.ltmPool>>20, o.ltmKeys, max(o.ltmLiveRate, 0), map[bool]string{false: "random UUID event ids (billing-gen -random-ids), the stored keys' of the same shape", true: "-ltm-ordered: billing-gen's ordered ids, the stored keys in a region of their own"}[o.ltmOrdered])},
+			note: fmt.Sprintf("innodb_buffer_pool_size %d MiB, innodb_old_blocks_pct %s, %d dedup keys stored beforehand, live phase %.0f records/s; %s", o.ltmPool>>20,
+				map[bool]string{true: strconv.Itoa(o.ltmOldPct), false: "the server's"}[o.ltmOldPct > 0], o.ltmKeys, max(o.ltmLiveRate, 0), map[bool]string{false: "random UUID event ids (billing-gen -random-ids), the stored keys' of the same shape", true: "-ltm-ordered: billing-gen's ordered ids, the stored keys in a region of their own"}[o.ltmOrdered])},
 		"hostile": {name: "hostile", accounts: 1000, hostile: true,
 			note: fmt.Sprintf("%d valid events padded to MAX_PAYLOAD_BYTES, one junk record of 1 MiB per %d; service mode only", o.hostileEvents, o.hostileJunkEvery)},
 	}
@@ -464,13 +470,17 @@ func runVariant(ctx context.Context, o *options, v variant, runID string, adm *k
 	}
 
 	if v.pool.measure > 0 {
-		orig, restore, err := shrinkPool(ctx, o.admin, v.pool.measure)
+		orig, restore, err := shrinkPool(ctx, o.admin, v.pool.measure, v.pool.oldPct)
 		if err != nil {
 			return info, nil, err
 		}
 		defer restore()
 		v.pool.preload = max(v.pool.preload, orig)
-		fmt.Printf("   innodb_buffer_pool_size %d MiB for the variant (the server's %d MiB restored after it; %d MiB while keys are preloaded)\n", v.pool.measure>>20, orig>>20, v.pool.preload>>20)
+		fmt.Printf("   innodb_buffer_pool_size %d MiB for the variant (the server's %d MiB restored after it; %d MiB while keys are preloaded)", v.pool.measure>>20, orig>>20, v.pool.preload>>20)
+		if v.pool.oldPct > 0 {
+			fmt.Printf(", innodb_old_blocks_pct %d", v.pool.oldPct)
+		}
+		fmt.Println()
 	}
 	env := map[string]string{}
 	for k, val := range v.env {
