@@ -95,7 +95,7 @@ type readAhead struct {
 	first    firstGenerations
 	conns    int
 	chunks   chan aheadChunk
-	queued   atomic.Int64 // ids in chunks
+	queued   atomic.Int64  // ids in chunks
 	barriers atomic.Uint64 // barriers passed
 	stats    *Stats
 }
