@@ -377,7 +377,7 @@ func New(cfg Config, sink *txsink.Sink, pools []driver.Store) (*Pipeline, error)
 	p.cl = cl
 	p.adm = kadm.NewClient(cl)
 	p.ckpt = newCheckpointer(cfg, sink, pools, &p.stats)
-	p.ahead = newReadAhead(cfg, pools, sink, p.ckpt.generations.Load, sink, &p.stats)
+	p.ahead = newReadAhead(cfg, pools, sink, p.ckpt.generations.Load, &p.stats)
 	return p, nil
 }
 

@@ -111,12 +111,19 @@ type generationsReader interface {
 	KeyGenerations(ctx context.Context) (driver.KeyGenerations, error)
 }
 
-func newReadAhead(cfg Config, pools []driver.Store, place placement, generations func() *driver.KeyGenerations, control generationsReader, stats *Stats) *readAhead {
+// aheadSink is what the read-ahead needs of the sink: where an id's key
+// lives, and the generations before a checkpoint has read them.
+type aheadSink interface {
+	placement
+	generationsReader
+}
+
+func newReadAhead(cfg Config, pools []driver.Store, sink aheadSink, generations func() *driver.KeyGenerations, stats *Stats) *readAhead {
 	if cfg.DedupReadAheadConns <= 0 {
 		return nil
 	}
-	return &readAhead{log: cfg.Logger, pools: pools, place: place, clock: cfg.Clock, generations: generations,
-		first: firstGenerations{control: control}, conns: cfg.DedupReadAheadConns,
+	return &readAhead{log: cfg.Logger, pools: pools, place: sink, clock: cfg.Clock, generations: generations,
+		first: firstGenerations{control: sink}, conns: cfg.DedupReadAheadConns,
 		chunks: make(chan aheadChunk, cfg.DedupReadAheadConns*readAheadQueue/readAheadMinChunk), stats: stats}
 }
 
@@ -136,7 +143,7 @@ const firstGenerationsRetry = time.Second
 func (f *firstGenerations) get(ctx context.Context) *driver.KeyGenerations {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.read != nil || f.control == nil || time.Since(f.failed) < firstGenerationsRetry {
+	if f.read != nil || time.Since(f.failed) < firstGenerationsRetry {
 		return f.read
 	}
 	rctx, cancel := context.WithTimeout(ctx, readAheadTimeout)

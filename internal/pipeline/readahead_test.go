@@ -220,8 +220,13 @@ func TestReadAheadConnsBounded(t *testing.T) {
 	}
 }
 
-// onePlace puts every key on participant 0 of server 0.
+// onePlace puts every key on participant 0 of server 0, whose generations
+// are the initial ones.
 type onePlace struct{}
+
+func (onePlace) KeyGenerations(context.Context) (driver.KeyGenerations, error) {
+	return driver.KeyGenerations{Emptied: -1}, nil
+}
 
 func (onePlace) Route(string) int  { return 0 }
 func (onePlace) Participants() int { return 1 }
@@ -237,7 +242,7 @@ func TestReadAheadReadsForTheClaimUnderWay(t *testing.T) {
 	cfg.Clock = time.Now
 	rec := &lookupRecorder{Store: memdriver.New(memdriver.Options{}).As("billing"), looked: map[string][]driver.Generation{}}
 	var st Stats
-	a := newReadAhead(cfg, []driver.Store{rec}, onePlace{}, func() *driver.KeyGenerations { return &driver.KeyGenerations{Emptied: -1} }, nil, &st)
+	a := newReadAhead(cfg, []driver.Store{rec}, onePlace{}, func() *driver.KeyGenerations { return &driver.KeyGenerations{Emptied: -1} }, &st)
 	ids := func(prefix string, n int) []string {
 		var out []string
 		for i := range n {
