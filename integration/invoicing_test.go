@@ -20,8 +20,9 @@ import (
 	"github.com/billing/ledger/internal/txsink/mysqldriver"
 )
 
-// Issue 18, item 4: invoicing reads that cannot miss a row. The README's
-// invoicing queries, extracted from the README as written (so that the
+// Issue 18, item 4: invoicing reads that cannot miss a row. The contract's
+// invoicing queries (docs/contract.md, "Invoicing"; the README's before
+// the docs moved), extracted from the page as written (so that the
 // documentation cannot drift from what is tested), run by an invoicer
 // that follows the visible position of the commit log, against
 // checkpoints that commit long after they started:
@@ -44,18 +45,21 @@ import (
 func TestInvoicingQueriesOfTheREADME(t *testing.T) {
 	q := readmeSQL(t)
 	if got, want := normalSQL(q["commit-position"]), normalSQL(mysqldriver.CommitPositionQuery); got != want {
-		t.Fatalf("the README's commit position query is not the one the service runs (mysqldriver.CommitPositionQuery):\n%s\nwant:\n%s", got, want)
+		t.Fatalf("the documented commit position query is not the one the service runs (mysqldriver.CommitPositionQuery):\n%s\nwant:\n%s", got, want)
 	}
 	t.Run("held lock", func(t *testing.T) { invoicingHeldLock(t, q) })
 	t.Run("branch in doubt", func(t *testing.T) { invoicingInDoubt(t, q) })
 	t.Run("sealing over several checkpoints", func(t *testing.T) { invoicingSealing(t, q) })
 }
 
-// readmeSQL returns the README's SQL blocks that follow a marker
+// invoicingDoc is the page whose invoicing queries the test runs.
+const invoicingDoc = "../docs/contract.md"
+
+// readmeSQL returns the invoicing page's SQL blocks that follow a marker
 // "<!-- sql: NAME -->", by name.
 func readmeSQL(t *testing.T) map[string]string {
 	t.Helper()
-	b, err := os.ReadFile("../README.md")
+	b, err := os.ReadFile(invoicingDoc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +70,7 @@ func readmeSQL(t *testing.T) map[string]string {
 	}
 	for _, name := range []string{"commit-position", "closed-period", "adjustments-since", "adjustments-all"} {
 		if out[name] == "" {
-			t.Fatalf("README.md has no SQL block marked %q", name)
+			t.Fatalf("%s has no SQL block marked %q", invoicingDoc, name)
 		}
 	}
 	return out

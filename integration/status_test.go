@@ -562,7 +562,8 @@ func TestReinjectChecksIdentityAndAudits(t *testing.T) {
 }
 
 // stDocMetrics returns the metrics the operator's docs name (README.md,
-// docs/operations.md, docs/production.md): every billing_*, go_sql_* and
+// docs/operations.md, docs/production.md, docs/configuration.md,
+// docs/contract.md): every billing_*, go_sql_* and
 // process_* name, and the billing_kafka_ suffixes listed in the row of
 // billing_kafka_*. Table and account names that look alike are not
 // metrics; the names the docs give as former names must not be exported.
@@ -573,7 +574,7 @@ func stDocMetrics(t *testing.T) (named, former []string) {
 	seen := map[string]bool{}
 	re := regexp.MustCompile(`\b(billing|go_sql|process)_[a-z0-9_]*[a-z0-9]\b`)
 	suffix := regexp.MustCompile("`([a-z_]+_total)`")
-	for _, doc := range []string{"../README.md", "../docs/operations.md", "../docs/production.md"} {
+	for _, doc := range []string{"../README.md", "../docs/operations.md", "../docs/production.md", "../docs/configuration.md", "../docs/contract.md"} {
 		b, err := os.ReadFile(doc)
 		if err != nil {
 			t.Fatal(err)

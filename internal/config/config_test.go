@@ -386,44 +386,80 @@ func TestWithReadsAsLoad(t *testing.T) {
 	}
 }
 
-// TestReadmeShowsTheDefaults: the README's configuration table shows each
-// variable's default as its tag (the one home of the default) spells it.
-func TestReadmeShowsTheDefaults(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+// settingsReference is the operators' reference of every setting; the
+// README shows the few every deployment sets, in the same table format.
+const settingsReference = "../../docs/configuration.md"
+
+// settingRows returns the settings a doc's tables show, by name, with
+// the default each row shows.
+func settingRows(t *testing.T, path string) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	row := regexp.MustCompile("(?m)^\\| `([A-Z0-9_]+)` \\| (`([^`]*)`)? \\|")
 	shown := map[string]string{}
-	for _, m := range row.FindAllStringSubmatch(string(readme), -1) {
+	for _, m := range row.FindAllStringSubmatch(string(b), -1) {
 		shown[m[1]] = m[3]
 	}
+	return shown
+}
+
+// TestReadmeShowsTheDefaults: the settings reference (docs/configuration.md)
+// has a row for every variable, and it and the README's table of the
+// settings every deployment sets show each variable's default as its tag
+// (the one home of the default) spells it; the README's rows are
+// settings.
+func TestReadmeShowsTheDefaults(t *testing.T) {
 	typ := reflect.TypeOf(Config{})
+	tags := map[string]string{}
 	for i := 0; i < typ.NumField(); i++ {
-		name := typ.Field(i).Tag.Get("envconfig")
-		got, ok := shown[name]
+		tags[typ.Field(i).Tag.Get("envconfig")] = typ.Field(i).Tag.Get("default")
+	}
+	ref := settingRows(t, settingsReference)
+	for name, want := range tags {
+		got, ok := ref[name]
 		if !ok {
-			t.Errorf("README.md has no row for %s", name)
+			t.Errorf("%s has no row for %s", settingsReference, name)
 			continue
 		}
-		if want := typ.Field(i).Tag.Get("default"); got != want {
+		if got != want {
+			t.Errorf("%s shows the default of %s as %q, its tag is %q", settingsReference, name, got, want)
+		}
+	}
+	for name := range ref {
+		if _, ok := tags[name]; !ok {
+			t.Errorf("%s has a row for %s, which is not a setting", settingsReference, name)
+		}
+	}
+	readme := settingRows(t, "../../README.md")
+	if len(readme) < 5 {
+		t.Fatalf("README.md shows %d settings: its table of the settings every deployment sets is gone", len(readme))
+	}
+	for name, got := range readme {
+		want, ok := tags[name]
+		switch {
+		case !ok:
+			t.Errorf("README.md has a row for %s, which is not a setting", name)
+		case got != want:
 			t.Errorf("README.md shows the default of %s as %q, its tag is %q", name, got, want)
 		}
 	}
 }
 
-// The README's configuration table is the operators' reference: every
-// variable must be in it.
+// The settings reference is the operators' reference: every variable must
+// be in it.
 func TestReadmeListsEveryVariable(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+	ref, err := os.ReadFile(settingsReference)
 	if err != nil {
 		t.Fatal(err)
 	}
 	typ := reflect.TypeOf(Config{})
 	for i := 0; i < typ.NumField(); i++ {
 		name := typ.Field(i).Tag.Get("envconfig")
-		if !strings.Contains(string(readme), "`"+name+"`") {
-			t.Errorf("README.md does not document %s", name)
+		if !strings.Contains(string(ref), "`"+name+"`") {
+			t.Errorf("%s does not document %s", settingsReference, name)
 		}
 	}
 }
@@ -473,7 +509,13 @@ func TestDocsNameOnlyRealSettings(t *testing.T) {
 	notSettings := map[string]bool{"LOG_START": true, "LOG_END": true}
 	re := regexp.MustCompile(`\b(KAFKA|MYSQL|CHECKPOINT|DEDUP|BILLING|WINDOW|LEDGER|MAX|DEAD_LETTER|RECOVERY|DECISION|HTTP|READY|LIVENESS|HEALTH|METRICS|SHUTDOWN|LOG|ALLOW)_[A-Z0-9_]*[A-Z0-9]\b`)
 	found := 0
-	for _, doc := range []string{"../../README.md", "../../docs/operations.md", "../../docs/production.md", "../../docs/periods.md"} {
+	// The pages that speak of the service's settings (docker.md and
+	// chaos.md also name other programs' variables: the images', the
+	// local services' ports).
+	docs := []string{"README.md", "docs/configuration.md", "docs/contract.md", "docs/design.md", "docs/testing.md",
+		"docs/operations.md", "docs/production.md", "docs/periods.md", "docs/changelog.md", "docs/performance.md"}
+	for _, doc := range docs {
+		doc = "../../" + doc
 		b, err := os.ReadFile(doc)
 		if err != nil {
 			t.Fatal(err)
