@@ -18,10 +18,9 @@ import (
 	"time"
 
 	"github.com/billing/ledger/internal/config"
+	"github.com/billing/ledger/internal/metrics"
 	"github.com/billing/ledger/internal/pipeline"
 	"github.com/billing/ledger/internal/service"
-	"github.com/billing/ledger/internal/txsink"
-	"github.com/billing/ledger/internal/txsink/mysqldriver"
 )
 
 // Several instances (the three-instances variant): the service mode, but
@@ -39,7 +38,9 @@ import (
 //
 // The catch-up is measured as in the service mode, over the checkpoints
 // of all of them merged in commit order; so is the live phase. Aborted
-// attempts are grouped by cause (abortCause).
+// attempts are grouped by cause, as the service's
+// billing_checkpoint_aborts_total labels them (metrics.AbortCause), and
+// phase.
 
 // modeInstance is a child running one of several service instances.
 const modeInstance = "instance"
@@ -53,7 +54,7 @@ type instCkpt struct {
 	Counted int       `json:"counted"`
 	Decided bool      `json:"decided"`
 	Failed  bool      `json:"failed,omitempty"` // aborted: not decided, with an error
-	Cause   string    `json:"cause,omitempty"`  // abortCause of a failed one
+	Cause   string    `json:"cause,omitempty"`  // metrics.AbortCause of a failed one, and its phase
 	Err     string    `json:"err,omitempty"`
 	LatMs   []float64 `json:"lat_ms,omitempty"` // live: timestamp → commit of its records
 }
@@ -84,34 +85,6 @@ func sharedUnits(units []unit, allIn time.Time) []unit {
 	}
 	i, _ := slices.BinarySearchFunc(units, allIn, func(u unit, t time.Time) int { return u.end.Compare(t) })
 	return units[max(i-1, 0):]
-}
-
-// abortCause names why a checkpoint attempt failed, for grouping: the
-// protocol's typed errors first (fenced: a partition moved to another
-// instance, a rebalance; aborted by a recoverer; the frontier moved), then
-// the MySQL error kind of billing_mysql_errors_total (lock_wait_timeout,
-// deadlock, ...), then a context's end (the instance stopping or
-// CHECKPOINT_TIMEOUT), else "other".
-func abortCause(err error) string {
-	switch {
-	case err == nil:
-		return ""
-	case errors.Is(err, txsink.ErrFenced):
-		return "fenced"
-	case errors.Is(err, txsink.ErrAborted):
-		return "aborted by recovery"
-	case errors.Is(err, txsink.ErrFrontierMoved):
-		return "frontier moved"
-	case errors.Is(err, txsink.ErrOutcomeUnknown):
-		return "outcome unknown"
-	}
-	if kind, ok := mysqldriver.ErrorKind(err); ok {
-		return kind
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return "canceled"
-	}
-	return "other"
 }
 
 // causeCount is how many aborted attempts one cause (in one phase of the
@@ -181,8 +154,8 @@ func instanceChild(spec childSpec, cfg config.Config, cmds <-chan string) (child
 				if info.Err != nil {
 					ck.Err = info.Err.Error()
 				}
-				if info.Err != nil && !info.Decided {
-					ck.Failed, ck.Cause = true, abortCause(info.Err)
+				if cause := metrics.AbortCause(info); cause != "" {
+					ck.Failed, ck.Cause = true, cause
 					if info.FailedPhase != "" {
 						ck.Cause += " in " + info.FailedPhase
 					}
