@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bufio"
@@ -248,26 +248,26 @@ func measureInstances(ctx context.Context, o *options, v variant, runID, topic, 
 	}
 	short := fmt.Sprintf("service%d", rep)
 	dbName := strings.ReplaceAll(fmt.Sprintf("bench_%s_%s_%s", runID, v.name, short), "-", "_")
-	if err := createDatabase(ctx, o.admin, dbName); err != nil {
+	if err := createDatabase(ctx, o.Admin, dbName); err != nil {
 		return fail(err)
 	}
-	if !o.keep {
-		defer dropDatabase(o.admin, dbName)
+	if !o.Keep {
+		defer dropDatabase(o.Admin, dbName)
 	}
-	dsn, err := databaseDSN(o.admin, dbName, true)
+	dsn, err := databaseDSN(o.Admin, dbName, true)
 	if err != nil {
 		return fail(err)
 	}
-	spec := childSpec{Mode: modeInstance, Brokers: o.brokers, Topic: topic, Group: fmt.Sprintf("bench-%s-%s-%s", runID, v.name, short),
-		DSN: dsn, Records: total, Ends: ends, ServiceEnv: env, Timeout: o.timeout, MemLimit: o.memLimit,
+	spec := childSpec{Mode: modeInstance, Brokers: o.Brokers, Topic: topic, Group: fmt.Sprintf("bench-%s-%s-%s", runID, v.name, short),
+		DSN: dsn, Records: total, Ends: ends, ServiceEnv: env, Timeout: o.Timeout, MemLimit: o.MemLimit,
 		LiveTopic: liveTopic(topic, short, runID, rep)}
 	if err := createTopic(ctx, adm, spec.LiveTopic, len(ends)); err != nil {
 		return fail(err)
 	}
-	if !o.keep {
+	if !o.Keep {
 		defer deleteTopic(adm, spec.LiveTopic)
 	}
-	if waited, _, _, err := settle(ctx, o.admin, 2*time.Minute); err != nil {
+	if waited, _, _, err := settle(ctx, o.Admin, 2*time.Minute); err != nil {
 		return fail(err)
 	} else if waited > time.Second {
 		fmt.Printf("   (waited %s for the server's purge to catch up)\n", waited.Round(100*time.Millisecond))
@@ -309,11 +309,11 @@ func measureInstances(ctx context.Context, o *options, v variant, runID, topic, 
 		watch[name] = pid
 	}
 	for i := range v.instances {
-		logf, err := os.Create(filepath.Join(o.out, fmt.Sprintf("%s-%s-i%d.log", v.name, short, i+1)))
+		logf, err := os.Create(filepath.Join(o.Out, fmt.Sprintf("%s-%s-i%d.log", v.name, short, i+1)))
 		if err != nil {
 			return fail(err)
 		}
-		cmd := exec.Command(self, "-child", string(specJSON))
+		cmd := exec.Command(self, "-"+ChildFlag, string(specJSON))
 		cmd.Stderr = logf
 		stdin, err := cmd.StdinPipe()
 		if err != nil {
@@ -445,7 +445,7 @@ func measureInstances(ctx context.Context, o *options, v variant, runID, topic, 
 	}
 	finish := func() {
 		send("stop")
-		_, _ = wait(func() bool { return len(exited) == len(kids) }, o.timeout+time.Minute, true)
+		_, _ = wait(func() bool { return len(exited) == len(kids) }, o.Timeout+time.Minute, true)
 		ir.Aborted, ir.LiveAbort = groupCauses(catchUp), groupCauses(live)
 		for _, r := range ir.PeakRSSMiB {
 			m.Result.PeakRSSMiB = max(m.Result.PeakRSSMiB, r)
@@ -458,7 +458,7 @@ func measureInstances(ctx context.Context, o *options, v variant, runID, topic, 
 			m.Result.Failed += c.Count
 		}
 	}
-	caughtUp, err := wait(func() bool { return committed >= total }, o.timeout, false)
+	caughtUp, err := wait(func() bool { return committed >= total }, o.Timeout, false)
 	m.Result.CatchUpS = time.Since(began).Seconds()
 	ir.Cores = cpu.cores()
 	m.Result.CPU = map[string]float64{"mysql": ir.Cores["mysql"], "kafka": ir.Cores["kafka"], "cpu stall": ir.Cores["cpu stall"]}
@@ -493,12 +493,12 @@ func measureInstances(ctx context.Context, o *options, v variant, runID, topic, 
 		return m
 	}
 	m.Ledger = check(ctx, o, dbName, expected, topic)
-	n, err := liveProducer(ctx, o.brokers, spec.LiveTopic, fmt.Sprintf("live-%s-%s", runID, short), v.live(o), o.liveSeconds, v.accounts, o.dupRatio, o.seed, v.randomIDs)
+	n, err := liveProducer(ctx, o.Brokers, spec.LiveTopic, fmt.Sprintf("live-%s-%s", runID, short), v.live(o), o.LiveDuration, v.accounts, o.DupRatio, o.Seed, v.randomIDs)
 	if err != nil {
 		m.Err = "live producer: " + err.Error()
 	}
 	m.Result.LiveRecords = n
-	ok, err := wait(func() bool { return liveCommitted >= n }, o.timeout, false)
+	ok, err := wait(func() bool { return liveCommitted >= n }, o.Timeout, false)
 	if err != nil {
 		m.Err = err.Error()
 	}
