@@ -64,6 +64,7 @@ type Metrics struct {
 	ckptDuration   prometheus.Histogram
 	phaseDuration  *prometheus.HistogramVec
 	ckptFailures   *prometheus.CounterVec
+	ckptAborts     *prometheus.CounterVec
 	e2eLatency     prometheus.Histogram
 	mysqlErrors    *prometheus.CounterVec
 	isolations     *prometheus.CounterVec
@@ -176,6 +177,11 @@ func New(o Options) *Metrics {
 		Help: "Duration of each phase of committed checkpoints.", Buckets: durationBuckets}, []string{"phase"})
 	m.ckptFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "checkpoint_failures_total",
 		Help: "Checkpoint attempts that failed, by the phase that failed. Before decide the checkpoint is aborted and replayed; in commit it is decided and recovery rolls it forward."}, []string{"phase"})
+	m.ckptAborts = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "checkpoint_aborts_total",
+		Help: "Checkpoint attempts aborted (failed before their decision: rolled back, then retried or replayed), by cause: fenced, aborted_by_recovery, frontier_moved, outcome_unknown, a MySQL error kind of billing_mysql_errors_total, canceled (CHECKPOINT_TIMEOUT or stopping), other. They sum to billing_checkpoints_total{outcome=\"aborted\"}."}, []string{"cause"})
+	for _, c := range AbortCauses() {
+		m.ckptAborts.WithLabelValues(c)
+	}
 	m.e2eLatency = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Name: "end_to_end_latency_seconds",
 		Help: "From a record's Kafka timestamp (set by the producer or the broker) to the commit of the checkpoint covering it: end-to-end latency, producer clock skew included.", Buckets: latencyBuckets})
 	m.mysqlErrors = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "mysql_errors_total",
@@ -221,7 +227,7 @@ func New(o Options) *Metrics {
 	for _, s := range samples {
 		m.sampleFailures.WithLabelValues(s)
 	}
-	m.reg.MustRegister(m.deadLetters, m.ckptDuration, m.phaseDuration, m.ckptFailures, m.e2eLatency, m.mysqlErrors, m.isolations, m.oversizedRows, m.lag,
+	m.reg.MustRegister(m.deadLetters, m.ckptDuration, m.phaseDuration, m.ckptFailures, m.ckptAborts, m.e2eLatency, m.mysqlErrors, m.isolations, m.oversizedRows, m.lag,
 		m.dlWaiting, m.inDoubt, m.inDoubtAge, m.foreignInDoubt, m.purgeHistory, m.unapplied, m.unappliedAge, m.dedupRows, m.sampleFailures)
 	if o.Process {
 		m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -305,6 +311,9 @@ func (m *Metrics) OnCheckpoint(info pipeline.CheckpointInfo) {
 		if kind, ok := mysqldriver.ErrorKind(info.Err); ok {
 			m.mysqlErrors.WithLabelValues(kind).Inc()
 		}
+	}
+	if cause := AbortCause(info); cause != "" {
+		m.ckptAborts.WithLabelValues(cause).Inc()
 	}
 	if tl := (*stmt.TooLargeError)(nil); errors.As(info.Err, &tl) {
 		m.oversizedRows.Inc()

@@ -170,10 +170,10 @@ func (c *Checkpointer) EventTimeDue() bool { return c.eventTimeDue.Load() }
 // partitions and offsets it covered, so that a checkpoint that keeps
 // failing on the same records can be found.
 func (c *Checkpointer) report(info CheckpointInfo) {
+	if info.Aborted() {
+		c.stats.Aborts.Add(1)
+	}
 	if info.Err != nil {
-		if !info.Decided {
-			c.stats.Aborts.Add(1)
-		}
 		lvl := c.log.Warn
 		if info.Retrying {
 			lvl = c.log.Info

@@ -246,6 +246,13 @@ type CheckpointInfo struct {
 	skipped bool // a checkpoint without records that found nothing to do
 }
 
+// Aborted reports whether the attempt failed before its decision: nothing
+// of it committed, and its records are retried or replayed. A decided
+// checkpoint whose late XA COMMIT failed is not aborted (recovery rolls it
+// forward). Stats.Aborts counts these attempts; metrics labels them by
+// cause.
+func (info CheckpointInfo) Aborted() bool { return info.Err != nil && !info.Decided }
+
 // Stats are running totals of what the pipeline has committed.
 type Stats struct {
 	Consumed       atomic.Int64 // records taken from Kafka (a replay counts again)

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"strings"
@@ -90,7 +90,7 @@ func TestResizeDone(t *testing.T) {
 // larger-than-memory service, its state and its rate over the default
 // variant's service of the same repetition.
 func TestRenderTableIOAndState(t *testing.T) {
-	o := &options{naiveBatch: 1, sinkChunk: 1}
+	o := &options{Config: Config{NaiveBatch: 1, SinkChunk: 1}}
 	io := &innodbIO{PoolReads: 300, ReadRequests: 4000}
 	st := &stateInfo{Pool: 32 << 20, Before: stateSize{Rows: 10, DataIndex: 400 << 20, File: 1000}, After: stateSize{Rows: 10, DataIndex: 400 << 20, File: 1000}}
 	row := func(v, mode string, rate float64, io *innodbIO, st *stateInfo) measurement {

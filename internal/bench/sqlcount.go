@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bytes"
@@ -27,8 +27,6 @@ type sqlCounter struct {
 	total  int64
 }
 
-var roundTrips = &sqlCounter{byKind: map[string]int64{}}
-
 func (c *sqlCounter) add(kind string) {
 	c.mu.Lock()
 	c.byKind[kind]++
@@ -44,19 +42,25 @@ func (c *sqlCounter) snapshot() (int64, map[string]int64) {
 }
 
 // registerCountingNet makes countingNet dialable by go-sql-driver/mysql in
-// this process.
-func registerCountingNet() {
+// this process (the driver's registry is the process's: a child process
+// registers it once) and returns the counter of its connections' commands.
+func registerCountingNet() *sqlCounter {
+	rt := &sqlCounter{byKind: map[string]int64{}}
 	mysql.RegisterDialContext(countingNet, func(ctx context.Context, addr string) (net.Conn, error) {
 		var d net.Dialer
 		c, err := d.DialContext(ctx, "tcp", addr)
 		if err != nil {
 			return nil, err
 		}
-		return &countingConn{Conn: c}, nil
+		return &countingConn{Conn: c, rt: rt}, nil
 	})
+	return rt
 }
 
-type countingConn struct{ net.Conn }
+type countingConn struct {
+	net.Conn
+	rt *sqlCounter
+}
 
 // Write sees every packet the driver sends, whole: go-sql-driver/mysql
 // writes one packet (4-byte header: 3 bytes length, 1 byte sequence id)
@@ -64,7 +68,7 @@ type countingConn struct{ net.Conn }
 func (c *countingConn) Write(b []byte) (int, error) {
 	if len(b) >= 5 && b[3] == 0 {
 		if kind := classify(b[4], b[5:]); kind != "" {
-			roundTrips.add(kind)
+			c.rt.add(kind)
 		}
 	}
 	return c.Conn.Write(b)

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -50,7 +50,7 @@ func backgroundLoad(n int) (func(), error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(self, "-child", "burn")
+	cmd := exec.Command(self, "-"+ChildFlag, childBurn)
 	cmd.Env = append(os.Environ(), fmt.Sprintf("BENCH_BURN=%d", n), fmt.Sprintf("GOMAXPROCS=%d", n))
 	if err := cmd.Start(); err != nil {
 		return nil, err
@@ -65,10 +65,10 @@ func backgroundLoad(n int) (func(), error) {
 // events of just under MAX_PAYLOAD_BYTES and junk of 1 MiB, n records in
 // all, and writes its expected ledger.
 func produceHostile(ctx context.Context, o *options, adm *kadm.Client, topic, expected string) (time.Duration, error) {
-	if _, err := adm.CreateTopic(ctx, int32(o.partitions), -1, map[string]*string{"max.message.bytes": ptr("8388608")}, topic); err != nil {
+	if _, err := adm.CreateTopic(ctx, int32(o.Partitions), -1, map[string]*string{"max.message.bytes": ptr("8388608")}, topic); err != nil {
 		return 0, err
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(o.brokers...), kgo.DefaultProduceTopic(topic), kgo.ProducerBatchMaxBytes(8<<20),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(o.Brokers...), kgo.DefaultProduceTopic(topic), kgo.ProducerBatchMaxBytes(8<<20),
 		kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
 	if err != nil {
 		return 0, err
@@ -82,7 +82,7 @@ func produceHostile(ctx context.Context, o *options, adm *kadm.Client, topic, ex
 	if err != nil {
 		return 0, err
 	}
-	rng := rand.New(rand.NewPCG(o.seed, 0x686f7374))
+	rng := rand.New(rand.NewPCG(o.Seed, 0x686f7374))
 	at := time.Date(2026, 11, 29, 13, 0, 0, 0, time.UTC)
 	pad := strings.Repeat("p", o.svc.MaxPayloadBytes-300)
 	junk := make([]byte, 1<<20)
@@ -101,8 +101,8 @@ func produceHostile(ctx context.Context, o *options, adm *kadm.Client, topic, ex
 			}
 		})
 	}
-	for i := range o.hostileEvents {
-		if i%o.hostileJunkEvery == 0 {
+	for i := range o.HostileEvents {
+		if i%o.HostileJunkEvery == 0 {
 			for j := range junk {
 				junk[j] = byte(rng.IntN(256))
 			}
@@ -135,16 +135,16 @@ func ptr[T any](v T) *T { return &v }
 // partition row, check the epoch, write the offset, insert the decision)
 // for -decisions-duration.
 func decisionRates(ctx context.Context, o *options) error {
-	fmt.Printf("decision rate of the control server (%s each):\n", o.decisionsD)
+	fmt.Printf("decision rate of the control server (%s each):\n", o.DecisionsDuration)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "coordinators\tdecisions/s\tp50\tp99\tmysql cores\t")
-	for _, k := range o.decisions {
+	for _, k := range o.Decisions {
 		name := fmt.Sprintf("bench_decisions_%d_%x", k, time.Now().UnixNano()&0xffffff)
-		if err := createDatabase(ctx, o.admin, name); err != nil {
+		if err := createDatabase(ctx, o.Admin, name); err != nil {
 			return err
 		}
 		rate, p50, p99, cores, err := decisionRate(ctx, o, name, k)
-		dropDatabase(o.admin, name)
+		dropDatabase(o.Admin, name)
 		if err != nil {
 			return err
 		}
@@ -154,7 +154,7 @@ func decisionRates(ctx context.Context, o *options) error {
 }
 
 func decisionRate(ctx context.Context, o *options, db string, k int) (rate, p50, p99, cores float64, err error) {
-	dsn, err := databaseDSN(o.admin, db, false)
+	dsn, err := databaseDSN(o.Admin, db, false)
 	if err != nil {
 		return 0, 0, 0, 0, err
 	}
@@ -172,7 +172,7 @@ func decisionRate(ctx context.Context, o *options, db string, k int) (rate, p50,
 		sinks = append(sinks, s)
 	}
 	cpu := newCPUMeter(o.watch)
-	deadline := time.Now().Add(o.decisionsD)
+	deadline := time.Now().Add(o.DecisionsDuration)
 	lat := make([][]float64, k)
 	errs := make([]error, k)
 	var wg sync.WaitGroup
@@ -200,5 +200,5 @@ func decisionRate(ctx context.Context, o *options, db string, k int) (rate, p50,
 		all = append(all, lat[i]...)
 	}
 	slices.Sort(all)
-	return float64(len(all)) / o.decisionsD.Seconds(), quantile(all, 0.5), quantile(all, 0.99), cpu.cores()["mysql"], nil
+	return float64(len(all)) / o.DecisionsDuration.Seconds(), quantile(all, 0.5), quantile(all, 0.99), cpu.cores()["mysql"], nil
 }

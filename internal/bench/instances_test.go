@@ -1,43 +1,10 @@
-package main
+package bench
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"testing"
 	"time"
-
-	"github.com/go-sql-driver/mysql"
-
-	"github.com/billing/ledger/internal/txsink"
 )
-
-// TestAbortCause: each failure a checkpoint of several instances can meet
-// is named by its cause, however deeply it is wrapped.
-func TestAbortCause(t *testing.T) {
-	wrap := func(err error) error {
-		return fmt.Errorf("checkpoint: %w", &txsink.PhaseError{Phase: "prepare", Err: &txsink.StatementError{Participant: 1, Err: fmt.Errorf("dedup claim: %w", err)}})
-	}
-	for _, c := range []struct {
-		err  error
-		want string
-	}{
-		{nil, ""},
-		{wrap(&mysql.MySQLError{Number: 1205, Message: "Lock wait timeout exceeded; try restarting transaction"}), "lock_wait_timeout"},
-		{wrap(&mysql.MySQLError{Number: 1213, Message: "Deadlock found when trying to get lock"}), "deadlock"},
-		{wrap(&txsink.FencedError{Partition: 3, HeldEpoch: 1, StoredEpoch: 2}), "fenced"},
-		{wrap(txsink.ErrAborted), "aborted by recovery"},
-		{wrap(&txsink.FrontierMovedError{}), "frontier moved"},
-		{wrap(txsink.ErrOutcomeUnknown), "outcome unknown"},
-		{wrap(context.Canceled), "canceled"},
-		{wrap(mysql.ErrInvalidConn), "connection"},
-		{wrap(errors.New("something else")), "other"},
-	} {
-		if got := abortCause(c.err); got != c.want {
-			t.Errorf("abortCause(%v) = %q, want %q", c.err, got, c.want)
-		}
-	}
-}
 
 // TestGroupCauses: failed attempts only, counted by cause, the most
 // frequent first, ties by name.

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bufio"
@@ -90,7 +90,7 @@ func machineInfo(ctx context.Context, o *options, adm *kadm.Client) machine {
 	}
 	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	if db, err := adminDB(o.admin); err == nil {
+	if db, err := adminDB(o.Admin); err == nil {
 		_ = db.QueryRowContext(cctx, "SELECT VERSION(), @@GLOBAL.max_allowed_packet").Scan(&m.MySQL, &m.Packet)
 		db.Close()
 	}
@@ -130,10 +130,10 @@ func serviceSummary(o *options) map[string]string {
 
 func optionSummary(o *options) map[string]any {
 	return map[string]any{
-		"events": o.events, "accounts": o.accounts, "many_accounts": o.manyAcc, "partitions": o.partitions,
-		"dup_ratio": o.dupRatio, "zipf_s": o.zipfS, "seed": o.seed, "naive_batch": o.naiveBatch,
-		"naive_wait": o.naiveWait.String(), "sink_chunk": o.sinkChunk, "live_rate": o.liveRate,
-		"live_duration": o.liveSeconds.String(), "timeout": o.timeout.String(), "service_env": o.serviceEnv,
+		"events": o.Events, "accounts": o.Accounts, "many_accounts": o.ManyAccounts, "partitions": o.Partitions,
+		"dup_ratio": o.DupRatio, "zipf_s": o.ZipfS, "seed": o.Seed, "naive_batch": o.NaiveBatch,
+		"naive_wait": o.NaiveWait.String(), "sink_chunk": o.SinkChunk, "live_rate": o.LiveRate,
+		"live_duration": o.LiveDuration.String(), "timeout": o.Timeout.String(), "service_env": o.ServiceEnv,
 	}
 }
 
@@ -155,14 +155,14 @@ func renderTable(o *options, infos []variantInfo, ms []measurement) string {
 	memLimit := "none"
 	if v, ok := os.LookupEnv("GOMEMLIMIT"); ok {
 		memLimit = "GOMEMLIMIT=" + v
-	} else if o.memLimit > 0 {
-		memLimit = fmt.Sprintf("%d MiB", o.memLimit>>20)
+	} else if o.MemLimit > 0 {
+		memLimit = fmt.Sprintf("%d MiB", o.MemLimit>>20)
 	}
 	fmt.Fprintf(&b, "service Go soft memory limit: %s; naive: batch %d records or %s; sink-only: %d records per checkpoint; live phase: %.0f records/s for %s\n",
-		memLimit, o.naiveBatch, o.naiveWait, o.sinkChunk, o.liveRate, o.liveSeconds)
+		memLimit, o.NaiveBatch, o.NaiveWait, o.SinkChunk, o.LiveRate, o.LiveDuration)
 	for _, in := range infos {
 		live := ""
-		if in.LiveRate != o.liveRate {
+		if in.LiveRate != o.LiveRate {
 			live = fmt.Sprintf("; live phase %.0f records/s", in.LiveRate)
 		}
 		fmt.Fprintf(&b, "variant %s: %d records, %d accounts, DEDUP_CACHE_KEYS %d, %d dedup keys preloaded; produced in %.1fs%s\n",

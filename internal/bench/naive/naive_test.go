@@ -11,7 +11,7 @@ import (
 	"github.com/jmoiron/sqlx"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/billing/ledger/cmd/billing-bench/internal/naive"
+	"github.com/billing/ledger/internal/bench/naive"
 	"github.com/billing/ledger/internal/failpoint"
 	"github.com/billing/ledger/internal/pipeline"
 	"github.com/billing/ledger/internal/service"

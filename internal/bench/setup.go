@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"cmp"
@@ -24,7 +24,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/billing/ledger/cmd/billing-bench/internal/naive"
+	"github.com/billing/ledger/internal/bench/naive"
 	"github.com/billing/ledger/internal/ledgercheck"
 	"github.com/billing/ledger/internal/metrics"
 	"github.com/billing/ledger/internal/txsink/mysqldriver"
@@ -59,7 +59,7 @@ func generate(ctx context.Context, o *options, v variant, topic, expected string
 	// variant's, -service-env last, as runVariant applies them) decide
 	// what the expected ledger holds.
 	setting := func(name, def string) string {
-		if x, ok := o.serviceEnv[name]; ok {
+		if x, ok := o.ServiceEnv[name]; ok {
 			return x
 		}
 		if x, ok := v.env[name]; ok {
@@ -68,12 +68,12 @@ func generate(ctx context.Context, o *options, v variant, topic, expected string
 		return def
 	}
 	args := []string{
-		"-brokers", strings.Join(o.brokers, ","), "-topic", topic, "-create-topic", "-partitions", strconv.Itoa(o.partitions),
-		"-events", strconv.FormatInt(o.events, 10), "-accounts", strconv.Itoa(v.accounts), "-zipf-s", fmt.Sprint(o.zipfS),
-		"-dup-ratio", fmt.Sprint(o.dupRatio), "-conflict-ratio", "0", "-malformed-ratio", "0", "-aborted-ratio", "0",
+		"-brokers", strings.Join(o.Brokers, ","), "-topic", topic, "-create-topic", "-partitions", strconv.Itoa(o.Partitions),
+		"-events", strconv.FormatInt(o.Events, 10), "-accounts", strconv.Itoa(v.accounts), "-zipf-s", fmt.Sprint(o.ZipfS),
+		"-dup-ratio", fmt.Sprint(o.DupRatio), "-conflict-ratio", "0", "-malformed-ratio", "0", "-aborted-ratio", "0",
 		"-overflow-cases", "0", "-window", setting("BILLING_WINDOW", o.svc.BillingWindow), "-timezone", setting("BILLING_TIMEZONE", o.svc.BillingTimezone),
-		"-seed", strconv.FormatUint(o.seed, 10),
-		"-max-in-flight", "100000", "-progress", "none", "-expected", expected, "-timeout", o.timeout.String(),
+		"-seed", strconv.FormatUint(o.Seed, 10),
+		"-max-in-flight", "100000", "-progress", "none", "-expected", expected, "-timeout", o.Timeout.String(),
 	}
 	if v.randomIDs {
 		args = append(args, "-random-ids")
@@ -87,7 +87,7 @@ func generate(ctx context.Context, o *options, v variant, topic, expected string
 		setting("LEDGER_ENTRIES_RETENTION", o.svc.LedgerEntriesRetention.String()) == "" {
 		args = append(args, "-ledger-entries")
 	}
-	cmd := exec.CommandContext(ctx, o.gen, args...)
+	cmd := exec.CommandContext(ctx, o.Gen, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	start := time.Now()
 	if err := cmd.Run(); err != nil {
@@ -455,29 +455,6 @@ func settle(ctx context.Context, admin string, maxWait time.Duration) (waited ti
 		prepared++
 	}
 	return time.Since(start), history, prepared, rows.Err()
-}
-
-// parsePacket reads a max_allowed_packet size: bytes, or a number with K,
-// M or G (binary units). The server accepts 1 KiB to 1 GiB in multiples of
-// 1 KiB; anything else is refused here rather than rounded there.
-func parsePacket(s string) (int64, error) {
-	mult := int64(1)
-	switch {
-	case strings.HasSuffix(s, "K"):
-		mult, s = 1<<10, strings.TrimSuffix(s, "K")
-	case strings.HasSuffix(s, "M"):
-		mult, s = 1<<20, strings.TrimSuffix(s, "M")
-	case strings.HasSuffix(s, "G"):
-		mult, s = 1<<30, strings.TrimSuffix(s, "G")
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n <= 0 || n > (1<<30)/mult {
-		return 0, fmt.Errorf("want a size from 1K to 1G, e.g. 1M")
-	}
-	if n *= mult; n%1024 != 0 {
-		return 0, fmt.Errorf("%d bytes is not a multiple of 1 KiB", n)
-	}
-	return n, nil
 }
 
 // setServerPacket sets the server's global max_allowed_packet for the run:

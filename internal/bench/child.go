@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bufio"
@@ -20,7 +20,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/billing/ledger/cmd/billing-bench/internal/naive"
+	"github.com/billing/ledger/internal/bench/naive"
 	"github.com/billing/ledger/internal/config"
 	"github.com/billing/ledger/internal/event"
 	"github.com/billing/ledger/internal/pipeline"
@@ -200,9 +200,46 @@ func (c *collector) waitFor(n int64, timeout time.Duration) bool {
 	return true
 }
 
+// ChildFlag is the flag under which Run re-executes the running binary:
+// `<binary> -child <arg>`, arg for Child.
+const ChildFlag = "child"
+
+// childBurn is the arg of the background load's process (-load).
+const childBurn = "burn"
+
+// Child is the child process's side of Run: arg is what the parent passed
+// after -child. It runs one measurement and reports it on stdout, or
+// spins as the background load until killed.
+func Child(arg string) error {
+	if arg == childBurn {
+		burn()
+		return nil
+	}
+	var spec childSpec
+	if err := json.Unmarshal([]byte(arg), &spec); err != nil {
+		return &specError{err}
+	}
+	return child(spec)
+}
+
+// specError is a -child arg that is not a measurement's spec.
+type specError struct{ err error }
+
+func (e *specError) Error() string { return e.err.Error() }
+func (e *specError) Unwrap() error { return e.err }
+
+// ChildExitCode is the exit status of a child that Child failed with err:
+// 2 when its arg was not a spec (a usage error), 1 otherwise.
+func ChildExitCode(err error) int {
+	if _, ok := errors.AsType[*specError](err); ok {
+		return 2
+	}
+	return 1
+}
+
 // child runs one mode and writes its reports to stdout.
 func child(spec childSpec) error {
-	registerCountingNet()
+	roundTrips := registerCountingNet()
 	dsn := spec.DSN
 	if dsn == "" {
 		dsn = "bench:bench@tcp(127.0.0.1:3306)/unused"
@@ -228,9 +265,9 @@ func child(spec childSpec) error {
 	case modeConsume:
 		res, err = consumeOnly(spec)
 	case modeSink:
-		res, err = sinkOnly(spec, cfg)
+		res, err = sinkOnly(spec, cfg, roundTrips)
 	case modeNaive, modeService:
-		res, err = streaming(spec, cfg, cmds)
+		res, err = streaming(spec, cfg, cmds, roundTrips)
 	case modeInstance:
 		res, err = instanceChild(spec, cfg, cmds)
 	default:
@@ -425,7 +462,7 @@ func openLedger(ctx context.Context, cfg config.Config, onCheckpoint func(pipeli
 // limit). Only the checkpoints are timed: the units are laid end to end on
 // a clock that stops while the next checkpoint's records are read and
 // decoded.
-func sinkOnly(spec childSpec, cfg config.Config) (childResult, error) {
+func sinkOnly(spec childSpec, cfg config.Config, roundTrips *sqlCounter) (childResult, error) {
 	var res childResult
 	next, invalid, closeSource, err := sinkSource(spec, cfg)
 	if err != nil {
@@ -688,7 +725,7 @@ func start(spec childSpec, cfg config.Config, topic, group string, col *collecto
 // workload topic, then, on an empty topic of its own (so that no live
 // record ever reaches another mode's catch-up), a fresh instance in the
 // same process and database, fed live by the parent.
-func streaming(spec childSpec, cfg config.Config, cmds <-chan string) (childResult, error) {
+func streaming(spec childSpec, cfg config.Config, cmds <-chan string, roundTrips *sqlCounter) (childResult, error) {
 	var res childResult
 	col := newCollector()
 	var steady *steadyKeys
@@ -706,7 +743,7 @@ func streaming(spec childSpec, cfg config.Config, cmds <-chan string) (childResu
 	stopProfile := startCPUProfile(spec.CPUProfile)
 	cpu := newCPUMeter(spec.Watch)
 	iom := newIOMeter(spec.DSN)
-	var mark startMark // storing the steady keys is not the catch-up's
+	mark := startMark{roundTrips: roundTrips} // storing the steady keys is not the catch-up's
 	mark.take()
 	vis, err := watchVisibility(cfg)
 	if err != nil {
@@ -820,14 +857,15 @@ func streaming(spec childSpec, cfg config.Config, cmds <-chan string) (childResu
 
 // startMark is when a catch-up starts and the SQL round trips so far.
 type startMark struct {
-	mu    sync.Mutex
-	at    time.Time
-	rt    int64
-	kinds map[string]int64
+	roundTrips *sqlCounter
+	mu         sync.Mutex
+	at         time.Time
+	rt         int64
+	kinds      map[string]int64
 }
 
 func (m *startMark) take() {
-	rt, kinds := roundTrips.snapshot()
+	rt, kinds := m.roundTrips.snapshot()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.at, m.rt, m.kinds = time.Now(), rt, kinds

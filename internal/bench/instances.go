@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bufio"
@@ -18,10 +18,9 @@ import (
 	"time"
 
 	"github.com/billing/ledger/internal/config"
+	"github.com/billing/ledger/internal/metrics"
 	"github.com/billing/ledger/internal/pipeline"
 	"github.com/billing/ledger/internal/service"
-	"github.com/billing/ledger/internal/txsink"
-	"github.com/billing/ledger/internal/txsink/mysqldriver"
 )
 
 // Several instances (the three-instances variant): the service mode, but
@@ -39,7 +38,9 @@ import (
 //
 // The catch-up is measured as in the service mode, over the checkpoints
 // of all of them merged in commit order; so is the live phase. Aborted
-// attempts are grouped by cause (abortCause).
+// attempts are grouped by cause, as the service's
+// billing_checkpoint_aborts_total labels them (metrics.AbortCause), and
+// phase.
 
 // modeInstance is a child running one of several service instances.
 const modeInstance = "instance"
@@ -53,7 +54,7 @@ type instCkpt struct {
 	Counted int       `json:"counted"`
 	Decided bool      `json:"decided"`
 	Failed  bool      `json:"failed,omitempty"` // aborted: not decided, with an error
-	Cause   string    `json:"cause,omitempty"`  // abortCause of a failed one
+	Cause   string    `json:"cause,omitempty"`  // metrics.AbortCause of a failed one, and its phase
 	Err     string    `json:"err,omitempty"`
 	LatMs   []float64 `json:"lat_ms,omitempty"` // live: timestamp → commit of its records
 }
@@ -84,34 +85,6 @@ func sharedUnits(units []unit, allIn time.Time) []unit {
 	}
 	i, _ := slices.BinarySearchFunc(units, allIn, func(u unit, t time.Time) int { return u.end.Compare(t) })
 	return units[max(i-1, 0):]
-}
-
-// abortCause names why a checkpoint attempt failed, for grouping: the
-// protocol's typed errors first (fenced: a partition moved to another
-// instance, a rebalance; aborted by a recoverer; the frontier moved), then
-// the MySQL error kind of billing_mysql_errors_total (lock_wait_timeout,
-// deadlock, ...), then a context's end (the instance stopping or
-// CHECKPOINT_TIMEOUT), else "other".
-func abortCause(err error) string {
-	switch {
-	case err == nil:
-		return ""
-	case errors.Is(err, txsink.ErrFenced):
-		return "fenced"
-	case errors.Is(err, txsink.ErrAborted):
-		return "aborted by recovery"
-	case errors.Is(err, txsink.ErrFrontierMoved):
-		return "frontier moved"
-	case errors.Is(err, txsink.ErrOutcomeUnknown):
-		return "outcome unknown"
-	}
-	if kind, ok := mysqldriver.ErrorKind(err); ok {
-		return kind
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return "canceled"
-	}
-	return "other"
 }
 
 // causeCount is how many aborted attempts one cause (in one phase of the
@@ -181,8 +154,8 @@ func instanceChild(spec childSpec, cfg config.Config, cmds <-chan string) (child
 				if info.Err != nil {
 					ck.Err = info.Err.Error()
 				}
-				if info.Err != nil && !info.Decided {
-					ck.Failed, ck.Cause = true, abortCause(info.Err)
+				if cause := metrics.AbortCause(info); cause != "" {
+					ck.Failed, ck.Cause = true, cause
 					if info.FailedPhase != "" {
 						ck.Cause += " in " + info.FailedPhase
 					}
@@ -275,26 +248,26 @@ func measureInstances(ctx context.Context, o *options, v variant, runID, topic, 
 	}
 	short := fmt.Sprintf("service%d", rep)
 	dbName := strings.ReplaceAll(fmt.Sprintf("bench_%s_%s_%s", runID, v.name, short), "-", "_")
-	if err := createDatabase(ctx, o.admin, dbName); err != nil {
+	if err := createDatabase(ctx, o.Admin, dbName); err != nil {
 		return fail(err)
 	}
-	if !o.keep {
-		defer dropDatabase(o.admin, dbName)
+	if !o.Keep {
+		defer dropDatabase(o.Admin, dbName)
 	}
-	dsn, err := databaseDSN(o.admin, dbName, true)
+	dsn, err := databaseDSN(o.Admin, dbName, true)
 	if err != nil {
 		return fail(err)
 	}
-	spec := childSpec{Mode: modeInstance, Brokers: o.brokers, Topic: topic, Group: fmt.Sprintf("bench-%s-%s-%s", runID, v.name, short),
-		DSN: dsn, Records: total, Ends: ends, ServiceEnv: env, Timeout: o.timeout, MemLimit: o.memLimit,
+	spec := childSpec{Mode: modeInstance, Brokers: o.Brokers, Topic: topic, Group: fmt.Sprintf("bench-%s-%s-%s", runID, v.name, short),
+		DSN: dsn, Records: total, Ends: ends, ServiceEnv: env, Timeout: o.Timeout, MemLimit: o.MemLimit,
 		LiveTopic: liveTopic(topic, short, runID, rep)}
 	if err := createTopic(ctx, adm, spec.LiveTopic, len(ends)); err != nil {
 		return fail(err)
 	}
-	if !o.keep {
+	if !o.Keep {
 		defer deleteTopic(adm, spec.LiveTopic)
 	}
-	if waited, _, _, err := settle(ctx, o.admin, 2*time.Minute); err != nil {
+	if waited, _, _, err := settle(ctx, o.Admin, 2*time.Minute); err != nil {
 		return fail(err)
 	} else if waited > time.Second {
 		fmt.Printf("   (waited %s for the server's purge to catch up)\n", waited.Round(100*time.Millisecond))
@@ -336,11 +309,11 @@ func measureInstances(ctx context.Context, o *options, v variant, runID, topic, 
 		watch[name] = pid
 	}
 	for i := range v.instances {
-		logf, err := os.Create(filepath.Join(o.out, fmt.Sprintf("%s-%s-i%d.log", v.name, short, i+1)))
+		logf, err := os.Create(filepath.Join(o.Out, fmt.Sprintf("%s-%s-i%d.log", v.name, short, i+1)))
 		if err != nil {
 			return fail(err)
 		}
-		cmd := exec.Command(self, "-child", string(specJSON))
+		cmd := exec.Command(self, "-"+ChildFlag, string(specJSON))
 		cmd.Stderr = logf
 		stdin, err := cmd.StdinPipe()
 		if err != nil {
@@ -472,7 +445,7 @@ func measureInstances(ctx context.Context, o *options, v variant, runID, topic, 
 	}
 	finish := func() {
 		send("stop")
-		_, _ = wait(func() bool { return len(exited) == len(kids) }, o.timeout+time.Minute, true)
+		_, _ = wait(func() bool { return len(exited) == len(kids) }, o.Timeout+time.Minute, true)
 		ir.Aborted, ir.LiveAbort = groupCauses(catchUp), groupCauses(live)
 		for _, r := range ir.PeakRSSMiB {
 			m.Result.PeakRSSMiB = max(m.Result.PeakRSSMiB, r)
@@ -485,7 +458,7 @@ func measureInstances(ctx context.Context, o *options, v variant, runID, topic, 
 			m.Result.Failed += c.Count
 		}
 	}
-	caughtUp, err := wait(func() bool { return committed >= total }, o.timeout, false)
+	caughtUp, err := wait(func() bool { return committed >= total }, o.Timeout, false)
 	m.Result.CatchUpS = time.Since(began).Seconds()
 	ir.Cores = cpu.cores()
 	m.Result.CPU = map[string]float64{"mysql": ir.Cores["mysql"], "kafka": ir.Cores["kafka"], "cpu stall": ir.Cores["cpu stall"]}
@@ -520,12 +493,12 @@ func measureInstances(ctx context.Context, o *options, v variant, runID, topic, 
 		return m
 	}
 	m.Ledger = check(ctx, o, dbName, expected, topic)
-	n, err := liveProducer(ctx, o.brokers, spec.LiveTopic, fmt.Sprintf("live-%s-%s", runID, short), v.live(o), o.liveSeconds, v.accounts, o.dupRatio, o.seed, v.randomIDs)
+	n, err := liveProducer(ctx, o.Brokers, spec.LiveTopic, fmt.Sprintf("live-%s-%s", runID, short), v.live(o), o.LiveDuration, v.accounts, o.DupRatio, o.Seed, v.randomIDs)
 	if err != nil {
 		m.Err = "live producer: " + err.Error()
 	}
 	m.Result.LiveRecords = n
-	ok, err := wait(func() bool { return liveCommitted >= n }, o.timeout, false)
+	ok, err := wait(func() bool { return liveCommitted >= n }, o.Timeout, false)
 	if err != nil {
 		m.Err = err.Error()
 	}
