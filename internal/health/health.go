@@ -16,11 +16,12 @@ const (
 	PathHealthz = "/healthz"
 	PathReadyz  = "/readyz"
 	PathMetrics = "/metrics"
+	PathWaits   = "/waits" // the instance's waits in progress (package waits)
 )
 
 // Paths lists every path the service serves (manifests are checked
 // against it).
-func Paths() []string { return []string{PathHealthz, PathReadyz, PathMetrics} }
+func Paths() []string { return []string{PathHealthz, PathReadyz, PathMetrics, PathWaits} }
 
 // Options configure a Monitor.
 type Options struct {

@@ -2,11 +2,13 @@ package service
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"time"
 
 	"github.com/billing/ledger/internal/health"
+	"github.com/billing/ledger/internal/waits"
 )
 
 // Limits of the metrics and health server: a client that trickles its
@@ -40,8 +42,11 @@ func newHTTPServer(h http.Handler) *http.Server {
 //	/readyz   readiness (health.Monitor.Ready): 200 when the instance can
 //	          do its job, 503 with the reason otherwise (startup phases
 //	          included), and 503 once a shutdown started;
-//	/metrics  Prometheus metrics.
-func handler(ctx context.Context, mon *health.Monitor, metrics http.Handler) http.Handler {
+//	/metrics  Prometheus metrics;
+//	/waits    the instance's waits in progress (package waits), as JSON:
+//	          what each waits for, since when (`billing status` shows
+//	          them).
+func handler(ctx context.Context, mon *health.Monitor, metrics http.Handler, ws *waits.Set) http.Handler {
 	mux := http.NewServeMux()
 	answer := func(w http.ResponseWriter, ok bool, why string) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -67,5 +72,12 @@ func handler(ctx context.Context, mon *health.Monitor, metrics http.Handler) htt
 		answer(w, ok, why)
 	})
 	mux.Handle("GET "+health.PathMetrics, metrics)
+	mux.HandleFunc("GET "+health.PathWaits, func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		_ = json.NewEncoder(w).Encode(struct {
+			Waits []waits.Info `json:"waits"`
+		}{Waits: append([]waits.Info{}, ws.Current()...)})
+	})
 	return mux
 }

@@ -25,7 +25,7 @@ func TestHandler(t *testing.T) {
 	m := metrics.New(metrics.Options{})
 	mon := health.New(health.Options{ReadyMaxAge: time.Minute, MaxStall: 5 * time.Minute, CheckInterval: time.Second})
 	ctx, cancel := context.WithCancel(context.Background())
-	h := handler(ctx, mon, m.Handler())
+	h := handler(ctx, mon, m.Handler(), nil)
 	get := func(path string) (int, string) {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
