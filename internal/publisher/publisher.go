@@ -106,6 +106,9 @@ type Publisher struct {
 	// published counts the transactions committed (tests, metrics).
 	published atomic.Int64
 	active    atomic.Bool
+	// repair is the wait for an operator's repair after a refusal (nil:
+	// none); Run's goroutine only.
+	repair *waits.Wait
 }
 
 // New returns a publisher of the ledger's changelog over its control
@@ -152,12 +155,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 			p.log.Warn("cannot release the changelog lease", "err", err)
 		}
 	}()
-	var repair *waits.Wait
-	defer func() {
-		if repair != nil {
-			repair.End()
-		}
-	}()
+	defer p.repaired()
 	backoff := p.cfg.Poll
 	for ctx.Err() == nil {
 		wait := max(p.cfg.Poll, p.cfg.Lease/3) // another holds the lease
@@ -174,17 +172,13 @@ func (p *Publisher) Run(ctx context.Context) error {
 				backoff = p.cfg.Poll // it published: a new failure starts over
 			}
 			if refused(err) {
-				if repair == nil {
+				if p.repair == nil {
 					p.log.Error("the changelog cannot be published until it is repaired (docs/production.md, \"The changelog's topics\")", "err", err)
-					repair = p.cfg.Waits.Begin("an operator to repair the changelog (docs/production.md, \"The changelog's topics\")")
+					p.repair = p.cfg.Waits.Begin("an operator to repair the changelog (docs/production.md, \"The changelog's topics\")")
 				}
-				repair.Still(err.Error())
+				p.repair.Still(err.Error())
 				wait = refusedRetry
 				break
-			}
-			if repair != nil {
-				repair.End()
-				repair = nil
 			}
 			if ctx.Err() == nil {
 				p.log.Warn("changelog publishing stopped; starting again", "err", err, "after", backoff)
@@ -196,6 +190,14 @@ func (p *Publisher) Run(ctx context.Context) error {
 		}
 	}
 	return ctx.Err()
+}
+
+// repaired ends the wait for a repair, if any: a session got past it.
+func (p *Publisher) repaired() {
+	if p.repair != nil {
+		p.repair.End()
+		p.repair = nil
+	}
 }
 
 // refusedRetry is how often a refused publisher looks again.
@@ -263,6 +265,7 @@ func (p *Publisher) session(ctx context.Context) error {
 	if err := p.catchUpBookkeeping(ctx, st.Published, pos); err != nil {
 		return err
 	}
+	p.repaired() // past every refusal of a session's start
 	renewed := time.Now()
 	renew := func() error {
 		if time.Since(renewed) <= p.cfg.Lease/3 {
