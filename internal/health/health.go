@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/billing/ledger/internal/pipeline"
+	"github.com/billing/ledger/internal/waits"
 )
 
 // The service's HTTP endpoints.
@@ -16,7 +17,7 @@ const (
 	PathHealthz = "/healthz"
 	PathReadyz  = "/readyz"
 	PathMetrics = "/metrics"
-	PathWaits   = "/waits" // the instance's waits in progress (package waits)
+	PathWaits   = waits.Path // the instance's waits in progress
 )
 
 // Paths lists every path the service serves (manifests are checked

@@ -2,7 +2,6 @@ package service
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"time"
@@ -72,12 +71,6 @@ func handler(ctx context.Context, mon *health.Monitor, metrics http.Handler, ws 
 		answer(w, ok, why)
 	})
 	mux.Handle("GET "+health.PathMetrics, metrics)
-	mux.HandleFunc("GET "+health.PathWaits, func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Cache-Control", "no-store")
-		_ = json.NewEncoder(w).Encode(struct {
-			Waits []waits.Info `json:"waits"`
-		}{Waits: append([]waits.Info{}, ws.Current()...)})
-	})
+	mux.Handle("GET "+health.PathWaits, ws.Handler())
 	return mux
 }

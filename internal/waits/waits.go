@@ -1,12 +1,18 @@
 package waits
 
 import (
+	"encoding/json"
 	"log/slog"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 )
+
+// Path is the instance's HTTP endpoint listing its waits (Current, as
+// JSON: {"waits": [Info…]}).
+const Path = "/waits"
 
 // Defaults of a Set's logging.
 const (
@@ -129,4 +135,18 @@ func (s *Set) Current() []Info {
 		return strings.Compare(a.What, b.What)
 	})
 	return out
+}
+
+// List is the body of the Path endpoint.
+type List struct {
+	Waits []Info `json:"waits"`
+}
+
+// Handler serves Current as a List.
+func (s *Set) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		_ = json.NewEncoder(w).Encode(List{Waits: append([]Info{}, s.Current()...)})
+	})
 }
