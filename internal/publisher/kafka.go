@@ -88,22 +88,43 @@ func ensureTopics(ctx context.Context, cl *kgo.Client, cfg Config) error {
 	if err := createTopic(ctx, adm, 1, cfg.Replication, topic, &compact); err != nil {
 		return err
 	}
-	details, err := adm.ListTopics(ctx, topic)
+	d, err := describeTopic(ctx, adm, topic)
 	if err != nil {
-		return fmt.Errorf("publisher: describing topic %s: %w", topic, err)
-	}
-	d, ok := details[topic]
-	if ok && d.Err != nil {
-		err = d.Err
-	}
-	if !ok || err != nil {
-		return fmt.Errorf("publisher: describing topic %s: %v", topic, err)
+		return err
 	}
 	if n := len(d.Partitions); n != 1 {
 		return fmt.Errorf("%w: %s has %d partitions; stop the instances, delete it, then run `billing changelog recover-progress`, which creates it with one partition and rebuilds the progress from the changelog's topics (docs/production.md, \"The changelog's topics\")",
 			ErrProgressTopic, topic, n)
 	}
 	return nil
+}
+
+// describeTopic describes a topic that exists or was just created: the
+// brokers' metadata may not know a new topic for a moment (a bounded
+// wait).
+func describeTopic(ctx context.Context, adm *kadm.Client, topic string) (kadm.TopicDetail, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		details, err := adm.ListTopics(ctx, topic)
+		d, ok := details[topic]
+		switch {
+		case err != nil:
+		case !ok:
+			err = kerr.UnknownTopicOrPartition
+		case d.Err != nil:
+			err = d.Err
+		case len(d.Partitions) == 0:
+			err = errors.New("no partition known yet")
+		default:
+			return d, nil
+		}
+		if time.Now().After(deadline) {
+			return d, fmt.Errorf("publisher: describing topic %s: %w", topic, err)
+		}
+		if !sleep(ctx, 100*time.Millisecond) {
+			return d, ctx.Err()
+		}
+	}
 }
 
 func createTopic(ctx context.Context, adm *kadm.Client, partitions int32, replication int16, topic string, policy *string) error {
