@@ -93,7 +93,7 @@ func ensureTopics(ctx context.Context, cl *kgo.Client, cfg Config) error {
 		return err
 	}
 	if n := len(d.Partitions); n != 1 {
-		return fmt.Errorf("%w: %s has %d partitions; stop the instances, delete it, then run `billing changelog recover-progress`, which creates it with one partition and rebuilds the progress from the changelog's topics (docs/production.md, \"The changelog's topics\")",
+		return fmt.Errorf("%w: %s has %d partitions; delete it, then run `billing changelog recover-progress`, which creates it with one partition and rebuilds the progress from the changelog's topics (docs/production.md, \"The changelog's topics\")",
 			ErrProgressTopic, topic, n)
 	}
 	return nil

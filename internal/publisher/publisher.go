@@ -102,7 +102,6 @@ type Publisher struct {
 	control Control
 	servers []Server
 	log     *slog.Logger
-	topics  bool // created or found
 	// published counts the transactions committed (tests, metrics).
 	published atomic.Int64
 	active    atomic.Bool
@@ -230,11 +229,10 @@ func (p *Publisher) session(ctx context.Context) error {
 		return fmt.Errorf("publisher: client: %w", err)
 	}
 	defer cl.Close()
-	if !p.topics {
-		if err := ensureTopics(ctx, cl, p.cfg); err != nil {
-			return err
-		}
-		p.topics = true
+	// Every session: a progress topic deleted and created again by hand
+	// is checked again.
+	if err := ensureTopics(ctx, cl, p.cfg); err != nil {
+		return err
 	}
 	// InitProducerID: the previous holder's open transaction is settled
 	// and the previous holder fenced, before anything is read.

@@ -229,8 +229,11 @@ func lastCheckpoint(ctx context.Context, cl *kgo.Client, cfg Config) (lastEvent,
 	err := eachPartition(ctx, cl, cfg, func(topic string, part int32, end int64) error {
 		return readTail(ctx, cl, topic, part, end, func(r *kgo.Record) (bool, error) {
 			ev, err := decodeSource(cfg, r)
-			if err != nil || !ev.change() {
+			if err != nil {
 				return false, err
+			}
+			if !ev.change() {
+				return true, nil // the snapshot: every change of the enabling follows it
 			}
 			if ev.Source.CommitSeq > last.Seq {
 				last = lastEvent{Seq: ev.Source.CommitSeq, Gtrid: ev.Source.Checkpoint}
