@@ -127,6 +127,6 @@ func RecoverChangelogProgress(ctx context.Context, cfg config.Config, log *slog.
 		servers[i] = d.Server(i)
 	}
 	pcfg := PublisherConfig(cfg, c, log)
-	pcfg.Ledger, pcfg.Instance = ledger, "billing changelog recover-progress"
+	pcfg.Ledger, pcfg.Instance, pcfg.Waits = ledger, "billing changelog recover-progress", waits.New(log)
 	return publisher.RecoverProgress(ctx, pcfg, d.Control(), servers, write)
 }
