@@ -89,7 +89,11 @@ func recoverProgressCmd(args []string, stdout, stderr io.Writer) int {
 
 // printRecovery says what recover-progress found and did.
 func printRecovery(w io.Writer, r publisher.Recovery) {
-	if !r.Lost {
+	switch {
+	case !r.Lost && r.Found == nil:
+		fmt.Fprintf(w, "no progress record, and none is lost (MySQL's published hint %d: nothing published since the enabling): nothing to recover\n", r.Hint)
+		return
+	case !r.Lost:
 		fmt.Fprintf(w, "the progress record is there (%s): nothing to recover\n", progressText(r.Found))
 		return
 	}
