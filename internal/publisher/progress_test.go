@@ -208,3 +208,44 @@ func TestProgressReadReportsAnOpenTransaction(t *testing.T) {
 		t.Errorf("log %q", log)
 	}
 }
+
+// behindControl is a commit log decided through 10 whose changelog is
+// published through published.
+type behindControl struct {
+	Control
+	published int64
+}
+
+func (c *behindControl) Changelog(context.Context) (driver.ChangelogState, error) {
+	return driver.ChangelogState{On: true, Prefix: "cl", From: 1, Published: c.published}, nil
+}
+
+func (c *behindControl) CommitPosition(context.Context) (driver.CommitPosition, error) {
+	return driver.CommitPosition{Visible: 10, Decided: 10}, nil
+}
+
+func (c *behindControl) Commits(context.Context, int64, bool, int) ([]driver.CommitRecord, error) {
+	return []driver.CommitRecord{{Seq: c.published + 1, Age: time.Minute}}, nil
+}
+
+// Checkpoints held by a full backlog are a wait, listed with the reason
+// from the measure that found it full to the one that found it drained.
+func TestBacklogHoldIsAWait(t *testing.T) {
+	ws := waits.New(testenv.Logger())
+	c := &behindControl{}
+	b := NewBacklog(c, 5, time.Second, testenv.Logger(), ws)
+	ctx := context.Background()
+	if err := b.Measure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if cur := ws.Current(); len(cur) != 1 || !strings.Contains(cur[0].What, "backlog") || !strings.Contains(cur[0].Detail, "10 checkpoints not published") {
+		t.Fatalf("a full backlog: waits %+v", cur)
+	}
+	c.published = 9
+	if err := b.Measure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if cur := ws.Current(); len(cur) != 0 {
+		t.Errorf("the backlog drained: waits %+v", cur)
+	}
+}
