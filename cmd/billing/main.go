@@ -56,6 +56,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return deadLetters(args[1:], stdout, stderr)
 	case "periods":
 		return periodsCmd(args[1:], stdout, stderr)
+	case "changelog":
+		return changelogCmd(args[1:], stdout, stderr)
 	case "healthcheck":
 		return healthcheck(args[1:], stdout, stderr)
 	}
@@ -122,6 +124,8 @@ Usage:
   billing deadletters    list | show ID | reinject ID  (billing deadletters --help)
   billing periods        show | change: the ledger's period settings, stored in the
                          ledger; change them with every instance stopped
+  billing changelog     recover-progress: rebuild a lost progress record of the
+                         changelog from its topics (billing changelog --help)
   billing healthcheck    GET /readyz on HTTP_ADDR's port: exit 0 on 200, 1 otherwise
                          (--path /healthz for liveness); for container health checks
   billing version        version, commit and Go version of this build (also --version)

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,13 +24,13 @@ import (
 	"github.com/billing/ledger/internal/txsink/mysqldriver"
 )
 
-// statusCmd runs `billing status [--json] [--timeout D]`: where the ledger
+// statusCmd runs `billing status [--json] [--timeout D] [--instance URL]...`: where the ledger
 // stands. It needs only the Kafka and MySQL settings, runs only SELECT and
 // XA RECOVER, and joins no group (it lists offsets and describes the group
 // with admin requests). A part that could not be read is shown as unknown
 // with its error (exit 3); the rest is printed.
 func statusCmd(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("billing status", "[--json] [--timeout D]",
+	fs := newFlags("billing status", "[--json] [--timeout D] [--instance URL]...",
 		`Prints where the ledger of KAFKA_TOPIC and KAFKA_GROUP stands, changing nothing:
 per partition the log start (the oldest record retention kept), the stored
 position (partition_offsets.next_offset; "start" = from the start of the log,
@@ -36,6 +38,13 @@ position (partition_offsets.next_offset; "start" = from the start of the log,
 (instance id) and its epoch, and the group member it is assigned to; the last
 committed checkpoint and its age; the commit log's visible position; the XA
 branches in doubt; and the dead letters not re-injected, by reason. Needs only the Kafka and MySQL settings.
+
+It also lists what instances wait for, and since when (their /waits endpoint:
+the commit log settling at a start, an open Kafka transaction, the changelog's
+backlog holding checkpoints, a changelog waiting for an operator's repair):
+the instances given with --instance (the base URL of their HTTP_ADDR), else
+the one on this host's HTTP_ADDR (as billing healthcheck), whose silence is
+only said.
 
 A part that could not be read (MySQL refused the account, a broker did not
 answer) is shown as "unknown" with its error, never guessed. A topic the
@@ -52,6 +61,8 @@ Exit status:
 `)
 	asJSON := fs.Bool("json", false, "print the report as JSON (a document is printed whatever could be read)")
 	timeout := fs.Duration("timeout", 30*time.Second, "bound on collecting the report")
+	var instances stringsFlag
+	fs.Var(&instances, "instance", "base URL of an instance's HTTP endpoints whose waits to list (repeatable); unanswered: part unknown")
 	if _, code, done := fs.parse(args, 0, stdout, stderr); done {
 		return code
 	}
@@ -66,6 +77,13 @@ Exit status:
 			fmt.Fprintln(stderr, "billing status:", err)
 			return exitUnreadable
 		}
+		asked, required := []string(instances), true
+		if len(asked) == 0 {
+			if base, ok := localInstance(); ok {
+				asked, required = []string{base}, false
+			}
+		}
+		r.AddWaits(ctx, &http.Client{Timeout: 5 * time.Second}, asked, required)
 		if *asJSON {
 			enc := json.NewEncoder(stdout)
 			enc.SetIndent("", "  ")
@@ -228,6 +246,9 @@ func printStatus(w io.Writer, r *ledgerstatus.Report) error {
 			c.VisibleSeq, c.DecidedSeq, c.Unapplied, c.RetainedFrom, sealed)
 	}
 	writeChangelog(w, r)
+	if err := writeWaits(w, r); err != nil {
+		return err
+	}
 
 	switch {
 	case r.InDoubtError != "":
@@ -329,4 +350,59 @@ func writeChangelog(w io.Writer, r *ledgerstatus.Report) {
 		fmt.Fprint(w, "; no publisher holds the lease")
 	}
 	fmt.Fprint(w, "\n\n")
+}
+
+// stringsFlag is a repeatable string flag.
+type stringsFlag []string
+
+func (f *stringsFlag) String() string { return strings.Join(*f, ",") }
+
+func (f *stringsFlag) Set(s string) error {
+	*f = append(*f, s)
+	return nil
+}
+
+// localInstance is the base URL of the instance on this host, from
+// HTTP_ADDR as billing healthcheck reads it; false when HTTP_ADDR is empty
+// (no endpoints).
+func localInstance() (string, bool) {
+	addr, ok := os.LookupEnv("HTTP_ADDR")
+	if !ok {
+		addr = ":8080"
+	}
+	u, err := healthURL(addr, "/")
+	if err != nil {
+		return "", false
+	}
+	return strings.TrimSuffix(u, "/"), true
+}
+
+// writeWaits writes what each instance asked waits for, and since when.
+func writeWaits(w io.Writer, r *ledgerstatus.Report) error {
+	for _, iw := range r.Waits {
+		who := safetext.Text(iw.Instance, 256)
+		switch {
+		case iw.Error != "" && iw.Optional:
+			fmt.Fprintf(w, "waits: no instance answered at %s (%s); --instance URL asks one\n\n", who, safetext.Text(iw.Error, 512))
+			continue
+		case iw.Error != "":
+			fmt.Fprintf(w, "waits of %s: unknown (%s)\n\n", who, safetext.Text(iw.Error, 1024))
+			continue
+		case len(iw.Waits) == 0:
+			fmt.Fprintf(w, "waits of %s: none\n\n", who)
+			continue
+		}
+		fmt.Fprintf(w, "waits of %s: %d\n", who, len(iw.Waits))
+		tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+		fmt.Fprintln(tw, "WAITING FOR\tSINCE\tFOR\tLAST SEEN")
+		for _, x := range iw.Waits {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", safetext.Text(x.What, 256), x.Since.UTC().Format(time.RFC3339),
+				(time.Duration(x.Seconds * float64(time.Second))).Round(time.Second), orDash(safetext.Text(x.Detail, 512)))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		fmt.Fprintln(w)
+	}
+	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/billing/ledger/internal/pipeline"
+	"github.com/billing/ledger/internal/waits"
 )
 
 // The service's HTTP endpoints.
@@ -16,11 +17,12 @@ const (
 	PathHealthz = "/healthz"
 	PathReadyz  = "/readyz"
 	PathMetrics = "/metrics"
+	PathWaits   = waits.Path // the instance's waits in progress
 )
 
 // Paths lists every path the service serves (manifests are checked
 // against it).
-func Paths() []string { return []string{PathHealthz, PathReadyz, PathMetrics} }
+func Paths() []string { return []string{PathHealthz, PathReadyz, PathMetrics, PathWaits} }
 
 // Options configure a Monitor.
 type Options struct {

@@ -109,6 +109,9 @@ type Report struct {
 	// when PeriodsError says why they could not be read.
 	Periods      *Periods `json:"periods"`
 	PeriodsError string   `json:"periods_error,omitempty"`
+	// Waits are the waits in progress of the instances asked (AddWaits):
+	// what each waits for and since when.
+	Waits []InstanceWaits `json:"waits,omitempty"`
 
 	Problems []string `json:"problems,omitempty"`
 }

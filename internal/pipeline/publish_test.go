@@ -68,7 +68,7 @@ func newLedgerWithoutChangelog(t *testing.T) *publishLedger {
 // instance's start does.
 func (l *publishLedger) enable() (driver.ChangelogState, error) {
 	tables := []publisher.Tables{l.ds[0].(*memdriver.Server), l.ds[1].(*memdriver.Server)}
-	return publisher.Enable(context.Background(), l.control, tables, "cl", time.Now())
+	return publisher.Enable(context.Background(), l.control, tables, "cl", time.Now(), nil)
 }
 
 // pipeline starts an instance with the changelog on (checkpoints held by
@@ -151,7 +151,7 @@ func (l *publishLedger) publisherOf(t *testing.T, name, fps string, maxEvents in
 // polled every interval) until the test ends, and waits for it to stop.
 func (l *publishLedger) backlog(t *testing.T, max int64, interval time.Duration) *publisher.Backlog {
 	t.Helper()
-	b := publisher.NewBacklog(l.control, max, interval, testenv.Logger())
+	b := publisher.NewBacklog(l.control, max, interval, testenv.Logger(), nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); b.Run(ctx) }()

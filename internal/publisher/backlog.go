@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/billing/ledger/internal/waits"
 )
 
 // Backlog watches, on every instance, how far the changelog's publishing
@@ -18,6 +20,8 @@ type Backlog struct {
 	max      int64
 	interval time.Duration
 	log      *slog.Logger
+	waits    *waits.Set
+	held     *waits.Wait // while checkpoints are held
 
 	mu       sync.Mutex
 	behind   int64
@@ -27,9 +31,10 @@ type Backlog struct {
 }
 
 // NewBacklog returns a watcher of the backlog bounded by max checkpoints,
-// measured every interval.
-func NewBacklog(control Control, max int64, interval time.Duration, log *slog.Logger) *Backlog {
-	return &Backlog{control: control, max: max, interval: interval, log: log}
+// measured every interval; while it holds the checkpoints, that wait is
+// reported in ws.
+func NewBacklog(control Control, max int64, interval time.Duration, log *slog.Logger, ws *waits.Set) *Backlog {
+	return &Backlog{control: control, max: max, interval: interval, log: log, waits: ws}
 }
 
 // Run measures until ctx ends.
@@ -50,10 +55,21 @@ func (b *Backlog) Measure(ctx context.Context) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.err = err
-	if err == nil {
-		b.behind, b.lag, b.measured = behind, lag, true
+	if err != nil {
+		return err
 	}
-	return err
+	b.behind, b.lag, b.measured = behind, lag, true
+	switch why := holdReason(behind, b.max); {
+	case why != "" && b.held == nil:
+		b.held = b.waits.Begin("the changelog's backlog to drain below CHANGELOG_MAX_BACKLOG (checkpoints are held)")
+		fallthrough
+	case why != "":
+		b.held.Still(why)
+	case b.held != nil:
+		b.held.End()
+		b.held = nil
+	}
+	return nil
 }
 
 func measure(ctx context.Context, c Control) (int64, time.Duration, error) {

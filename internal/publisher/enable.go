@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/billing/ledger/internal/txsink/driver"
+	"github.com/billing/ledger/internal/waits"
 )
 
 // Enabler is what turning the changelog on reads and writes on the
@@ -35,7 +36,10 @@ type Tables interface {
 // enabling: every decision up to the check applied and the tables empty,
 // and the enabling numbered right after them; or, once every decision
 // before the enabling is applied, the tables still empty.
-func Enable(ctx context.Context, c Enabler, servers []Tables, prefix string, now time.Time) (driver.ChangelogState, error) {
+//
+// Waiting for the decisions to be applied is reported in ws (a decided
+// branch on a server that does not answer holds it).
+func Enable(ctx context.Context, c Enabler, servers []Tables, prefix string, now time.Time, ws *waits.Set) (driver.ChangelogState, error) {
 	st, err := c.Changelog(ctx)
 	if err != nil {
 		return st, err
@@ -46,7 +50,7 @@ func Enable(ctx context.Context, c Enabler, servers []Tables, prefix string, now
 	if st.On && !st.Snapshot {
 		return st, nil
 	}
-	pos, err := settled(ctx, c, st.From-1)
+	pos, err := settled(ctx, c, st.From-1, ws)
 	if err != nil {
 		return st, err
 	}
@@ -67,7 +71,7 @@ func Enable(ctx context.Context, c Enabler, servers []Tables, prefix string, now
 		if st.From != pos.Decided+1 {
 			// Decisions came between the check and the enabling: check
 			// again once they are applied.
-			return Enable(ctx, c, servers, prefix, now)
+			return Enable(ctx, c, servers, prefix, now, ws)
 		}
 	}
 	if !empty {
@@ -81,10 +85,18 @@ func Enable(ctx context.Context, c Enabler, servers []Tables, prefix string, now
 }
 
 // settled waits until every decision up to at least through is applied
-// (through < 0: every decision so far), and returns the position.
+// (through < 0: every decision so far), and returns the position. Only
+// the recovery of the decided checkpoints (an instance's, on servers that
+// answer) ends the wait: it is reported in ws.
 func settled(ctx context.Context, c interface {
 	CommitPosition(ctx context.Context) (driver.CommitPosition, error)
-}, through int64) (driver.CommitPosition, error) {
+}, through int64, ws *waits.Set) (driver.CommitPosition, error) {
+	var w *waits.Wait
+	defer func() {
+		if w != nil {
+			w.End()
+		}
+	}()
 	for {
 		pos, err := c.CommitPosition(ctx)
 		if err != nil {
@@ -93,6 +105,14 @@ func settled(ctx context.Context, c interface {
 		if pos.Visible == pos.Decided || pos.Visible >= through && through >= 0 {
 			return pos, nil
 		}
+		if w == nil {
+			target := "the decided position"
+			if through >= 0 {
+				target = fmt.Sprint(through)
+			}
+			w = ws.Begin(fmt.Sprintf("the commit log's visible position to reach %s (every decided checkpoint before it applied on every server)", target))
+		}
+		w.Still(fmt.Sprintf("visible %d, decided %d: checkpoint %d not applied yet", pos.Visible, pos.Decided, pos.Visible+1))
 		if !sleep(ctx, 50*time.Millisecond) {
 			return pos, ctx.Err()
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/billing/ledger/internal/changelog"
 	"github.com/billing/ledger/internal/failpoint"
 	"github.com/billing/ledger/internal/txsink/driver"
+	"github.com/billing/ledger/internal/waits"
 )
 
 // Failpoint names of the publisher's steps, in order (package failpoint).
@@ -75,6 +76,9 @@ type Config struct {
 	Batch      int
 	Failpoints *failpoint.Set
 	Logger     *slog.Logger
+	// Waits are the instance's waits (package waits); the publisher's
+	// are logged and listed there.
+	Waits *waits.Set
 	// Now is the clock of the snapshot's events (ts_ms); time.Now when
 	// nil.
 	Now func() time.Time
@@ -98,10 +102,12 @@ type Publisher struct {
 	control Control
 	servers []Server
 	log     *slog.Logger
-	topics  bool // created or found
 	// published counts the transactions committed (tests, metrics).
 	published atomic.Int64
 	active    atomic.Bool
+	// repair is the wait for an operator's repair after a refusal (nil:
+	// none); Run's goroutine only.
+	repair *waits.Wait
 }
 
 // New returns a publisher of the ledger's changelog over its control
@@ -134,9 +140,12 @@ var errLeaseLost = errors.New("publisher: the lease was lost")
 
 // Run publishes until ctx ends: it waits for the lease, then publishes
 // (a session) until the lease is lost, the producer is fenced or an error
-// occurs, and starts again. It releases the lease when it returns; it
-// returns only ctx's end, or a refusal it cannot get past (the progress
-// lost, the commit log pruned).
+// occurs, and starts again. It releases the lease when it returns, which
+// is only at ctx's end. A refusal (refused: the progress lost, the commit
+// log pruned, a progress topic of several partitions) publishes nothing
+// until an operator repairs it (docs/production.md, "The changelog's
+// topics"): it is logged as an error, then as a wait (p.cfg.Waits), and
+// tried again every refusedRetry, so that the repair needs no restart.
 func (p *Publisher) Run(ctx context.Context) error {
 	defer func() {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -145,6 +154,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 			p.log.Warn("cannot release the changelog lease", "err", err)
 		}
 	}()
+	defer p.repaired()
 	backoff := p.cfg.Poll
 	for ctx.Err() == nil {
 		wait := max(p.cfg.Poll, p.cfg.Lease/3) // another holds the lease
@@ -160,9 +170,14 @@ func (p *Publisher) Run(ctx context.Context) error {
 			if p.Transactions() > before {
 				backoff = p.cfg.Poll // it published: a new failure starts over
 			}
-			if errors.Is(err, ErrProgressLost) || errors.Is(err, ErrCommitLogPruned) {
-				p.log.Error("the changelog cannot be published", "err", err)
-				return err
+			if refused(err) {
+				if p.repair == nil {
+					p.log.Error("the changelog cannot be published until it is repaired (docs/production.md, \"The changelog's topics\")", "err", err)
+					p.repair = p.cfg.Waits.Begin("an operator to repair the changelog (docs/production.md, \"The changelog's topics\")")
+				}
+				p.repair.Still(err.Error())
+				wait = refusedRetry
+				break
 			}
 			if ctx.Err() == nil {
 				p.log.Warn("changelog publishing stopped; starting again", "err", err, "after", backoff)
@@ -174,6 +189,23 @@ func (p *Publisher) Run(ctx context.Context) error {
 		}
 	}
 	return ctx.Err()
+}
+
+// repaired ends the wait for a repair, if any: a session got past it.
+func (p *Publisher) repaired() {
+	if p.repair != nil {
+		p.repair.End()
+		p.repair = nil
+	}
+}
+
+// refusedRetry is how often a refused publisher looks again.
+const refusedRetry = 5 * time.Second
+
+// refused says whether err is a refusal that only an operator's repair
+// ends.
+func refused(err error) bool {
+	return errors.Is(err, ErrProgressLost) || errors.Is(err, ErrCommitLogPruned) || errors.Is(err, ErrProgressTopic)
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {
@@ -192,25 +224,15 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // from Kafka, the bookkeeping a previous session left undone redone, then
 // transaction after transaction.
 func (p *Publisher) session(ctx context.Context) error {
-	cl, err := kgo.NewClient(append(append([]kgo.Opt(nil), p.cfg.KafkaOpts...),
-		kgo.TransactionalID(TransactionalID(p.cfg.Ledger, p.cfg.Prefix)),
-		kgo.TransactionTimeout(p.cfg.TxnTimeout),
-		// Java's default partitioner for keyed records (murmur2 of the
-		// key): any client puts a key's events on the same partition.
-		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
-		kgo.RequiredAcks(kgo.AllISRAcks()),
-		kgo.MaxBufferedBytes(64<<20),
-		kgo.ProducerBatchMaxBytes(1<<20),
-	)...)
+	cl, err := kgo.NewClient(producerOpts(p.cfg)...)
 	if err != nil {
 		return fmt.Errorf("publisher: client: %w", err)
 	}
 	defer cl.Close()
-	if !p.topics {
-		if err := ensureTopics(ctx, cl, p.cfg); err != nil {
-			return err
-		}
-		p.topics = true
+	// Every session: a progress topic deleted and created again by hand
+	// is checked again.
+	if err := ensureTopics(ctx, cl, p.cfg); err != nil {
+		return err
 	}
 	// InitProducerID: the previous holder's open transaction is settled
 	// and the previous holder fenced, before anything is read.
@@ -241,6 +263,7 @@ func (p *Publisher) session(ctx context.Context) error {
 	if err := p.catchUpBookkeeping(ctx, st.Published, pos); err != nil {
 		return err
 	}
+	p.repaired() // past every refusal of a session's start
 	renewed := time.Now()
 	renew := func() error {
 		if time.Since(renewed) <= p.cfg.Lease/3 {
@@ -421,7 +444,7 @@ func (p *Publisher) transaction(ctx context.Context, cl *kgo.Client, next Progre
 	if err := events(func(r *kgo.Record) { cl.Produce(ctx, r, done) }); err != nil {
 		return err
 	}
-	cl.Produce(ctx, &kgo.Record{Topic: ProgressTopic(p.cfg.Prefix), Partition: 0, Key: []byte(ProgressKey), Value: encodeProgress(next)}, done)
+	cl.Produce(ctx, &kgo.Record{Topic: ProgressTopic(p.cfg.Prefix), Partition: progressPartition, Key: []byte(ProgressKey), Value: encodeProgress(next)}, done)
 	if err := cl.Flush(ctx); err != nil {
 		return err
 	}

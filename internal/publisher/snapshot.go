@@ -294,7 +294,7 @@ func (p *Publisher) snapshot(ctx context.Context, cl *kgo.Client, enc *changelog
 	}
 	// Every checkpoint before the enabling applied: the rows read hold
 	// them all.
-	if _, err := settled(ctx, p.control, pos.From-1); err != nil {
+	if _, err := settled(ctx, p.control, pos.From-1, p.cfg.Waits); err != nil {
 		return pos, err
 	}
 	limit := max(1, min(p.cfg.MaxEvents/2, 10_000)) // a sealed window is two events
@@ -319,7 +319,7 @@ func (p *Publisher) snapshot(ctx context.Context, cl *kgo.Client, enc *changelog
 		if err != nil {
 			return pos, err
 		}
-		if _, err := settled(ctx, p.control, cp.Decided); err != nil {
+		if _, err := settled(ctx, p.control, cp.Decided, p.cfg.Waits); err != nil {
 			return pos, err
 		}
 		if err := p.readFirsts(ctx, f, sp.Server, cp.Decided); err != nil {

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -12,6 +13,8 @@ import (
 	"github.com/billing/ledger/internal/failpoint"
 	"github.com/billing/ledger/internal/metrics"
 	"github.com/billing/ledger/internal/publisher"
+	"github.com/billing/ledger/internal/txsink/mysqldriver"
+	"github.com/billing/ledger/internal/waits"
 )
 
 // changelogParts are the changelog's parts of one instance (issue 20,
@@ -34,7 +37,12 @@ func PublisherConfig(cfg config.Config, c *conns, log *slog.Logger) publisher.Co
 // openChangelog turns the ledger's changelog on, or checks it is on with
 // this prefix (publisher.Enable), before the pipeline starts; nil without
 // CHANGELOG_TOPIC_PREFIX.
-func openChangelog(ctx context.Context, cfg config.Config, c *conns, l *Ledger, fps *failpoint.Set, log *slog.Logger) (*changelogParts, error) {
+//
+// It also creates the changelog's topics that are missing and refuses a
+// progress topic of several partitions (publisher.EnsureTopics): such an
+// instance stops at its start, saying how to repair it. Its waits (the
+// commit log settling, the backlog, the publisher's) are reported in ws.
+func openChangelog(ctx context.Context, cfg config.Config, c *conns, l *Ledger, fps *failpoint.Set, log *slog.Logger, ws *waits.Set) (*changelogParts, error) {
 	if cfg.ChangelogTopicPrefix == "" {
 		return nil, nil
 	}
@@ -44,15 +52,18 @@ func openChangelog(ctx context.Context, cfg config.Config, c *conns, l *Ledger, 
 		tables, servers = append(tables, l.Driver.Server(i)), append(servers, l.Driver.Server(i))
 	}
 	control := l.Driver.Control()
-	st, err := publisher.Enable(ctx, control, tables, cfg.ChangelogTopicPrefix, l.Clock.Now())
+	pcfg := PublisherConfig(cfg, c, log)
+	pcfg.Ledger, pcfg.Instance, pcfg.Failpoints, pcfg.Waits = l.Sink.Ledger(), l.Sink.Instance(), fps, ws
+	if err := publisher.EnsureTopics(ctx, pcfg); err != nil {
+		return nil, err
+	}
+	st, err := publisher.Enable(ctx, control, tables, cfg.ChangelogTopicPrefix, l.Clock.Now(), ws)
 	if err != nil {
 		return nil, err
 	}
 	log.Info("changelog on", "prefix", st.Prefix, "from", st.From, "published", st.Published, "enabled_at", st.EnabledAt)
-	pcfg := PublisherConfig(cfg, c, log)
-	pcfg.Ledger, pcfg.Instance, pcfg.Failpoints = l.Sink.Ledger(), l.Sink.Instance(), fps
 	return &changelogParts{
-		backlog: publisher.NewBacklog(control, int64(cfg.ChangelogMaxBacklog), time.Second, log),
+		backlog: publisher.NewBacklog(control, int64(cfg.ChangelogMaxBacklog), time.Second, log, ws),
 		pub:     publisher.New(pcfg, control, servers),
 	}, nil
 }
@@ -62,7 +73,7 @@ func openChangelog(ctx context.Context, cfg config.Config, c *conns, l *Ledger, 
 // find them on every instance.
 func (cp *changelogParts) register(m *metrics.Metrics) {
 	if cp == nil {
-		cp = &changelogParts{backlog: publisher.NewBacklog(nil, 1, 0, nil)}
+		cp = &changelogParts{backlog: publisher.NewBacklog(nil, 1, 0, nil, nil)}
 	}
 	gauge := func(name, help string, v func() float64) {
 		m.Registry().MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "billing", Name: name, Help: help}, v))
@@ -85,4 +96,37 @@ func (cp *changelogParts) register(m *metrics.Metrics) {
 			}
 			return 0
 		})
+}
+
+// RecoverChangelogProgress runs `billing changelog recover-progress`:
+// publisher.RecoverProgress on the ledger of cfg (its servers, its
+// identity, CHANGELOG_TOPIC_PREFIX), writing the rebuilt record when
+// write is set.
+func RecoverChangelogProgress(ctx context.Context, cfg config.Config, log *slog.Logger, write bool) (publisher.Recovery, error) {
+	if cfg.ChangelogTopicPrefix == "" {
+		return publisher.Recovery{}, fmt.Errorf("CHANGELOG_TOPIC_PREFIX is not set: the changelog of which prefix?")
+	}
+	c, err := resolveConns(cfg, log)
+	if err != nil {
+		return publisher.Recovery{}, err
+	}
+	d, err := mysqldriver.Open(ctx, c.dsns, mysqldriver.Options{LockWaitTimeout: cfg.MySQLLockWaitTimeout, MaxConns: 2})
+	if err != nil {
+		return publisher.Recovery{}, err
+	}
+	defer d.Close()
+	ledger, _, ok, err := d.View().Identity(ctx)
+	if err != nil {
+		return publisher.Recovery{}, err
+	}
+	if !ok {
+		return publisher.Recovery{}, fmt.Errorf("the ledger has no identity yet: no instance ever ran on it")
+	}
+	servers := make([]publisher.Server, d.Len())
+	for i := range servers {
+		servers[i] = d.Server(i)
+	}
+	pcfg := PublisherConfig(cfg, c, log)
+	pcfg.Ledger, pcfg.Instance, pcfg.Waits = ledger, "billing changelog recover-progress", waits.New(log)
+	return publisher.RecoverProgress(ctx, pcfg, d.Control(), servers, write)
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/billing/ledger/internal/health"
+	"github.com/billing/ledger/internal/waits"
 )
 
 // Limits of the metrics and health server: a client that trickles its
@@ -40,8 +41,11 @@ func newHTTPServer(h http.Handler) *http.Server {
 //	/readyz   readiness (health.Monitor.Ready): 200 when the instance can
 //	          do its job, 503 with the reason otherwise (startup phases
 //	          included), and 503 once a shutdown started;
-//	/metrics  Prometheus metrics.
-func handler(ctx context.Context, mon *health.Monitor, metrics http.Handler) http.Handler {
+//	/metrics  Prometheus metrics;
+//	/waits    the instance's waits in progress (package waits), as JSON:
+//	          what each waits for, since when (`billing status` shows
+//	          them).
+func handler(ctx context.Context, mon *health.Monitor, metrics http.Handler, ws *waits.Set) http.Handler {
 	mux := http.NewServeMux()
 	answer := func(w http.ResponseWriter, ok bool, why string) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -67,5 +71,6 @@ func handler(ctx context.Context, mon *health.Monitor, metrics http.Handler) htt
 		answer(w, ok, why)
 	})
 	mux.Handle("GET "+health.PathMetrics, metrics)
+	mux.Handle("GET "+health.PathWaits, ws.Handler())
 	return mux
 }

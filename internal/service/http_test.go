@@ -15,6 +15,7 @@ import (
 	"github.com/billing/ledger/internal/health"
 	"github.com/billing/ledger/internal/metrics"
 	"github.com/billing/ledger/internal/pipeline"
+	"github.com/billing/ledger/internal/waits"
 )
 
 // TestHandler: the endpoints answer from the monitor's state, startup
@@ -25,7 +26,8 @@ func TestHandler(t *testing.T) {
 	m := metrics.New(metrics.Options{})
 	mon := health.New(health.Options{ReadyMaxAge: time.Minute, MaxStall: 5 * time.Minute, CheckInterval: time.Second})
 	ctx, cancel := context.WithCancel(context.Background())
-	h := handler(ctx, mon, m.Handler())
+	ws := waits.New(nil)
+	h := handler(ctx, mon, m.Handler(), ws)
 	get := func(path string) (int, string) {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
@@ -48,6 +50,14 @@ func TestHandler(t *testing.T) {
 	if code, body := get("/readyz"); code != 200 || !strings.Contains(body, "ready: standby") {
 		t.Errorf("/readyz = %d %q", code, body)
 	}
+	if code, body := get("/waits"); code != 200 || body != "{\"waits\":[]}\n" {
+		t.Errorf("/waits with none = %d %q", code, body)
+	}
+	w := ws.Begin("something")
+	if code, body := get("/waits"); code != 200 || !strings.Contains(body, `"what":"something"`) {
+		t.Errorf("/waits = %d %q", code, body)
+	}
+	w.End()
 	if code, _ := get("/nope"); code != 404 {
 		t.Errorf("/nope = %d", code)
 	}

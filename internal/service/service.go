@@ -27,6 +27,7 @@ import (
 	"github.com/billing/ledger/internal/mysqlconn"
 	"github.com/billing/ledger/internal/periods"
 	"github.com/billing/ledger/internal/pipeline"
+	"github.com/billing/ledger/internal/waits"
 )
 
 // DefaultMemoryLimit is the Go runtime's soft memory limit of a service
@@ -101,8 +102,9 @@ func run(ctx context.Context, cfg config.Config, o Options, log *slog.Logger) er
 	// HTTP_ADDR is a startup error.
 	mon := health.New(health.Options{ReadyMaxAge: cfg.ReadyMaxAge, MaxStall: cfg.LiveMaxAge, CheckInterval: cfg.HealthCheck})
 	m := metrics.New(metrics.Options{Topic: cfg.KafkaTopic, Group: cfg.KafkaGroup, CheckpointTimeout: cfg.CheckpointTimeout, Process: true})
+	ws := waits.New(log) // the waits without a bound of their own: logged, and listed on /waits
 	if cfg.HTTPAddr != "" {
-		stopHTTP, err := serveHTTP(ctx, cfg.HTTPAddr, mon, m, log)
+		stopHTTP, err := serveHTTP(ctx, cfg.HTTPAddr, mon, m, ws, log)
 		if err != nil {
 			return err
 		}
@@ -126,7 +128,7 @@ func run(ctx context.Context, cfg config.Config, o Options, log *slog.Logger) er
 		return err
 	}
 	mon.SetPhase("turning the changelog on")
-	cl, err := openChangelog(ctx, cfg, c, l, fps, log)
+	cl, err := openChangelog(ctx, cfg, c, l, fps, log, ws)
 	if err != nil {
 		return err
 	}
@@ -231,14 +233,14 @@ func newPipeline(cfg config.Config, c *conns, l *Ledger, stored periods.Stored, 
 	return pipeline.New(pcfg, l.Sink, l.Driver.Stores())
 }
 
-// serveHTTP serves /metrics, /healthz and /readyz on addr until the
+// serveHTTP serves /metrics, /healthz, /readyz and /waits on addr until the
 // returned function stops it (bounded by two seconds).
-func serveHTTP(ctx context.Context, addr string, mon *health.Monitor, m *metrics.Metrics, log *slog.Logger) (stop func(), err error) {
+func serveHTTP(ctx context.Context, addr string, mon *health.Monitor, m *metrics.Metrics, ws *waits.Set, log *slog.Logger) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("HTTP_ADDR: %w", err)
 	}
-	srv := newHTTPServer(handler(ctx, mon, m.Handler()))
+	srv := newHTTPServer(handler(ctx, mon, m.Handler(), ws))
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
@@ -246,7 +248,7 @@ func serveHTTP(ctx context.Context, addr string, mon *health.Monitor, m *metrics
 			log.Error("http server failed", "addr", addr, "err", err)
 		}
 	}()
-	log.Info("serving /metrics, /healthz and /readyz", "addr", ln.Addr().String())
+	log.Info("serving /metrics, /healthz, /readyz and /waits", "addr", ln.Addr().String())
 	return func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()

@@ -1,0 +1,69 @@
+package ledgerstatus
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/billing/ledger/internal/waits"
+)
+
+// InstanceWaits are one instance's waits in progress, as its /waits
+// endpoint lists them (package waits): the waits of the service without a
+// bound of their own (the commit log settling at a start, an open Kafka
+// transaction, the changelog's backlog holding checkpoints, a changelog
+// that waits for an operator's repair).
+type InstanceWaits struct {
+	Instance string `json:"instance"` // the base URL asked
+	// Optional: asked by default (the instance on this host), not by
+	// name; its silence is no problem of the report.
+	Optional bool         `json:"optional,omitempty"`
+	Waits    []waits.Info `json:"waits"`
+	// Error says why the instance's waits are unknown.
+	Error string `json:"error,omitempty"`
+}
+
+// AddWaits asks each instance (the base URL of its HTTP endpoints,
+// HTTP_ADDR) for its waits and adds them to the report. An instance that
+// does not answer is a problem of the report when required, else only
+// said (the instance of this host asked by default may not run here).
+func (r *Report) AddWaits(ctx context.Context, client *http.Client, instances []string, required bool) {
+	for _, base := range instances {
+		iw := InstanceWaits{Instance: base, Optional: !required}
+		ws, err := fetchWaits(ctx, client, base)
+		if err != nil {
+			iw.Error = err.Error()
+			if required {
+				r.Problems = append(r.Problems, "waits of "+base+": "+iw.Error)
+			}
+		}
+		iw.Waits = ws
+		r.Waits = append(r.Waits, iw)
+	}
+}
+
+func fetchWaits(ctx context.Context, client *http.Client, base string) ([]waits.Info, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(base, "/")+waits.Path, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s: %s", waits.Path, resp.Status)
+	}
+	var body waits.List
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&body); err != nil {
+		return nil, fmt.Errorf("%s: %w", waits.Path, err)
+	}
+	if body.Waits == nil {
+		body.Waits = []waits.Info{}
+	}
+	return body.Waits, nil
+}
