@@ -182,10 +182,11 @@ type firsts struct {
 	limit   int
 	shedAt  int // bytes at which the index sheds: limit, or twice what pin kept
 	gtrids  map[string]bool
-	// reads counts the readings from the enabling (tests, logs).
-	reads int
-	vals  []changelog.Value
-	key   []byte
+	// reads counts the readings from the enabling, peak the most bytes
+	// held (tests, logs).
+	reads, peak int
+	vals        []changelog.Value
+	key         []byte
 }
 
 func newFirsts(from int64, limit int) *firsts {
@@ -228,6 +229,7 @@ func (f *firsts) add(server int, c changelog.Change) error {
 	k := string(f.key)
 	f.before[k] = b
 	f.bytes += entryCost(k, b)
+	f.peak = max(f.peak, f.bytes)
 	if f.bytes > f.shedAt {
 		f.shed()
 	}
@@ -236,7 +238,7 @@ func (f *firsts) add(server int, c changelog.Change) error {
 
 // shed drops the keys the scan passed without reading them (none but a
 // row deleted since), then the largest keys past pin until the index holds
-// half its limit, and lowers horizon to the largest kept.
+// three quarters of its limit, and lowers horizon to the largest kept.
 func (f *firsts) shed() {
 	keys := make([]string, 0, len(f.before))
 	for k, b := range f.before {
@@ -248,7 +250,7 @@ func (f *firsts) shed() {
 	}
 	slices.Sort(keys)
 	n := len(keys)
-	for n > 0 && f.bytes > f.limit/2 && keys[n-1] > f.pin {
+	for n > 0 && f.bytes > f.limit/4*3 && keys[n-1] > f.pin {
 		n--
 		f.bytes -= entryCost(keys[n], f.before[keys[n]])
 	}
@@ -257,7 +259,10 @@ func (f *firsts) shed() {
 		kept[k] = f.before[k]
 	}
 	f.before = kept
-	f.shedAt = max(f.limit, 2*f.bytes)
+	f.shedAt = f.limit
+	if f.bytes > f.limit/4*3 {
+		f.shedAt = 2 * f.bytes // what pin keeps: shed again only once it doubled
+	}
 	f.horizon = max(f.at, f.pin)
 	if n > 0 {
 		f.horizon = max(f.horizon, keys[n-1])
@@ -427,43 +432,12 @@ func (p *Publisher) snapshot(ctx context.Context, cl *kgo.Client, enc *changelog
 	limit := max(1, min(p.cfg.MaxEvents/2, 10_000)) // a sealed window is two events
 	f := newFirsts(pos.From, p.cfg.SnapshotIndexBytes)
 	for pos.Snapshot != nil {
-		sp := *pos.Snapshot
-		table, _ := changelog.Lookup(sp.Table)
-		rows, last, err := scanChunk(ctx, p.servers[sp.Server], sp, limit)
-		if err != nil {
-			return pos, err
-		}
-		// Every decision that can have written a row read is made by now;
-		// once applied, the outbox holds each of their changes.
-		cp, err := p.control.CommitPosition(ctx)
-		if err != nil {
-			return pos, err
-		}
-		if _, err := settled(ctx, p.control, cp.Decided); err != nil {
-			return pos, err
-		}
-		f.at, f.pin = posKey(sp), posKey(sp)
-		if n := len(rows); n > 0 && !table.Append {
-			f.pin = rows[n-1].Key
-		}
-		if !table.Append && !f.covers(f.pin) {
-			f.reset()
-			p.log.Info("the snapshot reads the outbox again from the enabling: the keys changed since ahead of the scan exceed CHANGELOG_SNAPSHOT_INDEX_BYTES",
-				"server", sp.Server, "table", sp.Table, "reads", f.reads+1)
-		}
-		if err := p.readFirsts(ctx, f, cp.Decided); err != nil {
-			return pos, err
-		}
-		changes, err := snapshotChanges(table, rows, f)
+		changes, nextSnap, err := p.snapshotChunk(ctx, f, *pos.Snapshot, limit)
 		if err != nil {
 			return pos, err
 		}
 		next := pos
-		if len(rows) < limit {
-			next.Snapshot = nextTable(sp, len(p.servers))
-		} else {
-			next.Snapshot = &SnapshotPos{Server: sp.Server, Table: sp.Table, After: last}
-		}
+		next.Snapshot = nextSnap
 		src := changelog.Source{Version: p.cfg.Version, Name: p.cfg.Prefix, Ledger: p.cfg.Ledger,
 			CommitSeq: pos.Seq, TsMs: p.cfg.Now().UnixMilli(), Snapshot: "true"}
 		if err := p.transaction(ctx, cl, next, func(produce func(*kgo.Record)) error {
@@ -494,6 +468,46 @@ func (p *Publisher) snapshot(ctx context.Context, cl *kgo.Client, enc *changelog
 	}
 	p.log.Info("the snapshot of the ledger's rows is published", "as_of", pos.Seq, "outbox_reads", f.reads)
 	return pos, nil
+}
+
+// snapshotChunk reads the chunk of up to limit rows at sp and returns its
+// r events, corrected by f (read on through every decision that can have
+// written a row read), and where the snapshot goes next.
+func (p *Publisher) snapshotChunk(ctx context.Context, f *firsts, sp SnapshotPos, limit int) ([]changelog.Change, *SnapshotPos, error) {
+	table, _ := changelog.Lookup(sp.Table)
+	rows, last, err := scanChunk(ctx, p.servers[sp.Server], sp, limit)
+	if err != nil {
+		return nil, nil, err
+	}
+	// Every decision that can have written a row read is made by now;
+	// once applied, the outbox holds each of their changes.
+	cp, err := p.control.CommitPosition(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := settled(ctx, p.control, cp.Decided); err != nil {
+		return nil, nil, err
+	}
+	f.at, f.pin = posKey(sp), posKey(sp)
+	if n := len(rows); n > 0 && !table.Append {
+		f.pin = rows[n-1].Key
+	}
+	if !table.Append && !f.covers(f.pin) {
+		f.reset()
+		p.log.Info("the snapshot reads the outbox again from the enabling: the keys changed since, ahead of the scan, exceed CHANGELOG_SNAPSHOT_INDEX_BYTES",
+			"server", sp.Server, "table", sp.Table, "reads", f.reads+1)
+	}
+	if err := p.readFirsts(ctx, f, cp.Decided); err != nil {
+		return nil, nil, err
+	}
+	changes, err := snapshotChanges(table, rows, f)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(rows) < limit {
+		return changes, nextTable(sp, len(p.servers)), nil
+	}
+	return changes, &SnapshotPos{Server: sp.Server, Table: sp.Table, After: last}, nil
 }
 
 // keepLease calls renew (which renews the lease every third of its term)
