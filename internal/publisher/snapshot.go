@@ -41,6 +41,12 @@ import (
 // one Kafka transaction with the progress record, which carries where the
 // snapshot stands: a publisher that takes over goes on from there (the
 // outbox's first changes are found again by reading it from From).
+//
+// The outbox is read into an index (firsts) once per session, for every
+// server and table, bounded by CHANGELOG_SNAPSHOT_INDEX_BYTES: past the
+// bound it holds the keys nearest ahead of the scan and is read again
+// once the scan passes them. The lease is renewed throughout (keepLease):
+// a chunk may take longer than it.
 
 // snapshotTables are the tables a snapshot reads on each server, in order.
 var snapshotTables = []string{changelog.AccountBalances, changelog.BillingWindows, changelog.WindowAdjustments, changelog.LedgerEntries}
