@@ -207,6 +207,14 @@ func snapshotChangedWindows(t *testing.T, keys, bound, chunks int) {
 	if grew := peak - base; grew > uint64(3*bound+64<<20) {
 		t.Errorf("the heap grew by %d MiB while the index was bounded by %d MiB", grew>>20, bound>>20)
 	}
-	t.Logf("%d keys changed: %d r events to key %d, index peak %d MiB (bound %d MiB), heap +%d MiB, outbox read %d times (%d rows) in %s",
-		keys, reads, want-1, f.peak>>20, bound>>20, (peak-base)>>20, f.reads, w.outboxReads, time.Since(started).Round(time.Millisecond))
+	// What the index retains, garbage collected: about what it counts.
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	retained := int64(ms.HeapAlloc) - int64(base)
+	if retained > int64(bound+16<<20) {
+		t.Errorf("the index retains %d MiB on the heap, bound %d MiB", retained>>20, bound>>20)
+	}
+	t.Logf("%d keys changed: %d r events to key %d, index peak %d MiB (bound %d MiB) holding %d keys (%d MiB retained), heap peak +%d MiB, outbox read %d times (%d rows) in %s",
+		keys, reads, want-1, f.peak>>20, bound>>20, len(f.before), retained>>20, (peak-base)>>20, f.reads, w.outboxReads, time.Since(started).Round(time.Millisecond))
+	runtime.KeepAlive(f)
 }
