@@ -170,8 +170,8 @@ func entryCost(key string, before []byte) int { return len(key) + len(before) + 
 // neither held nor added; once the scan needs one of them (a chunk whose
 // last key is past horizon) the index is read again from the enabling.
 // Keys up to pin (the chunk being corrected) are never dropped, so the
-// index holds at most limit bytes, or one chunk's changed keys when they
-// alone are more.
+// index holds at most limit bytes, or twice one chunk's changed keys when
+// they alone are more.
 //
 // It is exact: every key in (at, horizon] has its first change since the
 // enabling through commit_seq through held, because every change through
@@ -494,7 +494,7 @@ func (p *Publisher) snapshotChunk(ctx context.Context, f *firsts, sp SnapshotPos
 	if _, err := settled(ctx, p.control, cp.Decided); err != nil {
 		return nil, nil, err
 	}
-	f.at, f.pin = posKey(sp), posKey(sp)
+	f.at, f.pin, f.shedAt = posKey(sp), posKey(sp), f.limit
 	if n := len(rows); n > 0 && !table.Append {
 		f.pin = rows[n-1].Key
 	}
