@@ -82,6 +82,7 @@ type Config struct {
 	ChangelogTopicPartitions  int           `envconfig:"CHANGELOG_TOPIC_PARTITIONS" default:"-1" desc:"partitions of the changelog topics created when missing (-1: the brokers' num.partitions); the progress topic has one"`
 	ChangelogTopicReplication int           `envconfig:"CHANGELOG_TOPIC_REPLICATION" default:"-1" desc:"replication factor of the changelog topics created when missing (-1: the brokers' default.replication.factor)"`
 	ChangelogLease            time.Duration `envconfig:"CHANGELOG_LEASE" default:"10s" desc:"term of the changelog publisher's lease (one instance publishes, renewing it every third of this); another instance takes over once it ran out; Kafka's transactional id fences the one it replaced"`
+	ChangelogSnapshotIndex    int           `envconfig:"CHANGELOG_SNAPSHOT_INDEX_BYTES" default:"67108864" desc:"bound on what the snapshot of a ledger that already held rows keeps of the changes since the changelog was enabled (each changed key's first before-image, for the keys ahead of its scan); past it the outbox is read again from the enabling as the scan goes on (docs/changelog.md)"`
 
 	HTTPAddr        string        `envconfig:"HTTP_ADDR" default:":8080" desc:"address of /metrics, /healthz and /readyz; empty disables"`
 	ReadyMaxAge     time.Duration `envconfig:"READY_MAX_CHECKPOINT_AGE" default:"60s" desc:"/readyz fails when the last checkpoint is older than this while records wait to be checkpointed"`
@@ -394,6 +395,9 @@ func (c *Config) changelogProblems() []string {
 	}
 	if c.ChangelogLease < time.Second {
 		bad("CHANGELOG_LEASE must be at least 1s, got %s", c.ChangelogLease)
+	}
+	if c.ChangelogSnapshotIndex < 1<<20 {
+		bad("CHANGELOG_SNAPSHOT_INDEX_BYTES must be at least 1048576 (1 MiB), got %d", c.ChangelogSnapshotIndex)
 	}
 	return p
 }

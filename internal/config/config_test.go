@@ -184,6 +184,7 @@ func TestValidate(t *testing.T) {
 		{"changelog partitions", map[string]string{"CHANGELOG_TOPIC_PREFIX": "cl", "CHANGELOG_TOPIC_PARTITIONS": "0"}, "CHANGELOG_TOPIC_PARTITIONS must be -1 or"},
 		{"changelog replication", map[string]string{"CHANGELOG_TOPIC_PREFIX": "cl", "CHANGELOG_TOPIC_REPLICATION": "-2"}, "CHANGELOG_TOPIC_REPLICATION must be -1 or"},
 		{"changelog lease", map[string]string{"CHANGELOG_TOPIC_PREFIX": "cl", "CHANGELOG_LEASE": "100ms"}, "CHANGELOG_LEASE must be at least 1s"},
+		{"changelog snapshot index", map[string]string{"CHANGELOG_TOPIC_PREFIX": "cl", "CHANGELOG_SNAPSHOT_INDEX_BYTES": "1000"}, "CHANGELOG_SNAPSHOT_INDEX_BYTES must be at least 1048576"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -129,7 +129,7 @@ func (l *publishLedger) publisherOf(t *testing.T, name, fps string, maxEvents in
 	}
 	p = publisher.New(publisher.Config{Prefix: "cl", Ledger: "ledger-1", Instance: name, Version: "test",
 		KafkaOpts: []kgo.Opt{kgo.SeedBrokers(l.kc.ListenAddrs()...)}, Partitions: 3, Replication: 1, MaxEvents: maxEvents,
-		TxnTimeout: 10 * time.Second, Lease: 600 * time.Millisecond, Poll: 20 * time.Millisecond, Batch: 16,
+		TxnTimeout: 10 * time.Second, Lease: 600 * time.Millisecond, Poll: 20 * time.Millisecond, Batch: 16, SnapshotIndexBytes: 1,
 		Failpoints: set, Logger: testenv.Logger()}, l.control, l.outbox)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

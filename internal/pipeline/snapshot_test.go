@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,7 +14,10 @@ import (
 
 	"github.com/billing/ledger/internal/changelog"
 	"github.com/billing/ledger/internal/changelogtest"
+	"github.com/billing/ledger/internal/publisher"
 	"github.com/billing/ledger/internal/testenv"
+	"github.com/billing/ledger/internal/txsink/driver"
+	"github.com/billing/ledger/internal/txsink/memdriver"
 )
 
 // The changelog turned on for a ledger that already holds rows (issue 20
@@ -164,4 +169,154 @@ func snapshotReads(t *testing.T, l *publishLedger) map[string]int {
 			}
 		})
 	}
+}
+
+// slowScans is a server whose table scans take delay each (a large
+// ledger's chunk, a slow server), and which counts the reads of each
+// outbox row while the snapshot is pending.
+type slowScans struct {
+	publisher.Server
+	delay   time.Duration
+	control *memdriver.Server
+	mu      sync.Mutex
+	reads   map[driver.OutboxChunk]int
+}
+
+func (s *slowScans) ScanBalances(ctx context.Context, after *driver.BalanceKey, limit int) ([]driver.BalanceRow, error) {
+	time.Sleep(s.delay)
+	return s.Server.ScanBalances(ctx, after, limit)
+}
+func (s *slowScans) ScanWindows(ctx context.Context, after *driver.WindowKey, limit int) ([]driver.WindowRow, error) {
+	time.Sleep(s.delay)
+	return s.Server.ScanWindows(ctx, after, limit)
+}
+func (s *slowScans) ScanAdjustments(ctx context.Context, after *driver.WindowKey, limit int) ([]driver.AdjustmentRow, error) {
+	time.Sleep(s.delay)
+	return s.Server.ScanAdjustments(ctx, after, limit)
+}
+func (s *slowScans) ScanEntries(ctx context.Context, after *driver.EntryKey, limit int) ([]driver.EntryRow, error) {
+	time.Sleep(s.delay)
+	return s.Server.ScanEntries(ctx, after, limit)
+}
+func (s *slowScans) ReadOutbox(ctx context.Context, chunks []driver.OutboxChunk) ([][]byte, error) {
+	if st, err := s.control.Changelog(ctx); err == nil && st.Snapshot {
+		s.mu.Lock()
+		for _, c := range chunks {
+			s.reads[c]++
+		}
+		s.mu.Unlock()
+	}
+	return s.Server.ReadOutbox(ctx, chunks)
+}
+
+// leases records who was granted the publisher's lease.
+type leases struct {
+	*memdriver.Server
+	mu      sync.Mutex
+	holders []string
+}
+
+func (l *leases) LeaseChangelog(ctx context.Context, owner string, ttl time.Duration) (bool, error) {
+	held, err := l.Server.LeaseChangelog(ctx, owner, ttl)
+	if held {
+		l.mu.Lock()
+		if n := len(l.holders); n == 0 || l.holders[n-1] != owner {
+			l.holders = append(l.holders, owner)
+		}
+		l.mu.Unlock()
+	}
+	return held, err
+}
+
+// A snapshot whose every chunk takes longer than the publisher's lease
+// (each table scan 1.5 leases): the publisher renews the lease while it
+// works, so the second instance never takes it over and nothing is
+// fenced; the outbox is read once for the whole snapshot (not once per
+// server and table); the changelog is still every change once.
+func TestSnapshotChunksLongerThanTheLease(t *testing.T) {
+	l := newLedgerWithoutChangelog(t)
+	prod, err := kgo.NewClient(kgo.SeedBrokers(l.kc.ListenAddrs()...), kgo.DefaultProduceTopic("billing"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	base := time.Now().UTC().Add(-24 * time.Hour).Truncate(time.Hour)
+	n := 0
+	produce := func(count int) {
+		var recs []*kgo.Record
+		for range count {
+			acct := fmt.Sprintf("acct-%d", n%20)
+			v, _ := json.Marshal(ev{fmt.Sprintf("e-%d", n), acct, int64(n%50 + 1), "EUR", base.Add(time.Duration(n) * time.Minute).Format(time.RFC3339Nano)})
+			recs = append(recs, &kgo.Record{Key: []byte(acct), Value: v, Partition: int32(n % 2)})
+			n++
+		}
+		if err := prod.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stopOld := l.pipeline(t, "old", "", nil)
+	produce(100)
+	testenv.Eventually(t, 60*time.Second, "the ledger's first events counted", func() (bool, string) {
+		return l.counted() == 100, fmt.Sprintf("%d counted", l.counted())
+	})
+	stopOld()
+	if st, err := l.enable(); err != nil || !st.Snapshot {
+		t.Fatalf("enabled %+v (%v), want a snapshot pending", st, err)
+	}
+	backlog := l.backlog(t, 1000, 20*time.Millisecond)
+	stop := l.pipeline(t, "i1", "", backlog)
+	produce(100) // changes since the enabling, for the snapshot to correct
+	testenv.Eventually(t, 60*time.Second, "the events since the enabling counted", func() (bool, string) {
+		return l.counted() == 200, fmt.Sprintf("%d counted", l.counted())
+	})
+	stop()
+
+	const lease = 300 * time.Millisecond
+	control := &leases{Server: l.control}
+	var servers []publisher.Server
+	var slow []*slowScans
+	for _, s := range l.outbox {
+		sl := &slowScans{Server: s, delay: lease * 3 / 2, control: l.control, reads: map[driver.OutboxChunk]int{}}
+		slow, servers = append(slow, sl), append(servers, sl)
+	}
+	run := func(name string) *publisher.Publisher {
+		p := publisher.New(publisher.Config{Prefix: "cl", Ledger: "ledger-1", Instance: name, Version: "test",
+			KafkaOpts: []kgo.Opt{kgo.SeedBrokers(l.kc.ListenAddrs()...)}, Partitions: 3, Replication: 1, MaxEvents: 100_000,
+			TxnTimeout: 10 * time.Second, Lease: lease, Poll: 20 * time.Millisecond, Batch: 16, Logger: testenv.Logger()}, control, servers)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- p.Run(ctx) }()
+		t.Cleanup(func() {
+			cancel()
+			if err := <-done; err != context.Canceled {
+				t.Errorf("publisher %s: %v", name, err)
+			}
+		})
+		return p
+	}
+	a := run("a")
+	testenv.Eventually(t, 10*time.Second, "the first publisher holds the lease", func() (bool, string) { return a.Active(), "" })
+	b := run("b")
+	started := time.Now()
+	l.waitPublished(t)
+	took := time.Since(started)
+	l.checkChangelog(t)
+	control.mu.Lock()
+	holders := slices.Clone(control.holders)
+	control.mu.Unlock()
+	if !slices.Equal(holders, []string{"a"}) || b.Transactions() != 0 {
+		t.Errorf("the lease went to %v, the second publisher committed %d transactions: the snapshot's publisher lost its lease", holders, b.Transactions())
+	}
+	rows, most := 0, 0
+	for _, s := range slow {
+		s.mu.Lock()
+		for _, c := range s.reads {
+			rows, most = rows+1, max(most, c)
+		}
+		s.mu.Unlock()
+	}
+	if rows == 0 || most != 1 {
+		t.Errorf("%d outbox rows read during the snapshot, one of them %d times: want every one once", rows, most)
+	}
+	t.Logf("snapshot and changes published in %s by %v (%d transactions); %d outbox rows read during the snapshot, each at most %d times", took.Round(time.Millisecond), holders, a.Transactions(), rows, most)
 }

@@ -82,6 +82,11 @@ type Config struct {
 	// Now is the clock of the snapshot's events (ts_ms); time.Now when
 	// nil.
 	Now func() time.Time
+
+	// SnapshotIndexBytes bounds what the snapshot of an existing ledger
+	// holds of the outbox (CHANGELOG_SNAPSHOT_INDEX_BYTES, snapshot.go's
+	// firsts); 64 MiB when 0.
+	SnapshotIndexBytes int
 }
 
 // TransactionalID is the one transactional id of every publisher of a
@@ -121,6 +126,9 @@ func New(cfg Config, control Control, servers []Server) *Publisher {
 	}
 	if cfg.Batch <= 0 {
 		cfg.Batch = 256
+	}
+	if cfg.SnapshotIndexBytes <= 0 {
+		cfg.SnapshotIndexBytes = 64 << 20
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now

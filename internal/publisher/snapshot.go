@@ -1,11 +1,10 @@
 package publisher
 
 import (
-	"cmp"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -42,6 +41,12 @@ import (
 // one Kafka transaction with the progress record, which carries where the
 // snapshot stands: a publisher that takes over goes on from there (the
 // outbox's first changes are found again by reading it from From).
+//
+// The outbox is read into an index (firsts) once per session, for every
+// server and table, bounded by CHANGELOG_SNAPSHOT_INDEX_BYTES: past the
+// bound it holds the keys nearest ahead of the scan and is read again
+// once the scan passes them. The lease is renewed throughout (keepLease):
+// a chunk may take longer than it.
 
 // snapshotTables are the tables a snapshot reads on each server, in order.
 var snapshotTables = []string{changelog.AccountBalances, changelog.BillingWindows, changelog.WindowAdjustments, changelog.LedgerEntries}
@@ -101,96 +106,216 @@ func validSnapshot(sp SnapshotPos, servers int) error {
 	return fmt.Errorf("publisher: the snapshot's progress names table %q", sp.Table)
 }
 
-// scanned is one row a snapshot chunk read: its binary row, its record
-// key and, for a ledger entry, the checkpoint that wrote it.
+// scanned is one row a snapshot chunk read: its binary row, its key in
+// the scan's order (sortKey) and, for a ledger entry, the checkpoint that
+// wrote it.
 type scanned struct {
 	Raw        []byte
 	Key        string
 	Checkpoint string
 }
 
-// firsts is what the outbox holds of one table of one server since the
-// enabling: each changed key's first before-image (nil: created since),
-// and the checkpoints it read (through a commit_seq). Keys the scan has
-// passed (up to after) are not kept: their r events are out. So it holds
-// at most the keys ahead of the scan that the checkpoints since the
-// enabling changed, themselves bounded by CHANGELOG_MAX_BACKLOG.
+// sortKey appends the key of a row of table (balances, windows or
+// adjustments) on server to b, as bytes that order as the snapshot reads
+// the rows: the server, the table (TableID numbers them in snapshotTables'
+// order), then the primary key in the tables' order, bytewise (VARBINARY
+// account ids, ascii_bin currencies), then window_start. A string is
+// written with each 0x00 as 0x00 0xff and ended by 0x00 0x01, so that a
+// prefix orders first; a time as its microseconds with the sign bit
+// flipped, big-endian.
+func sortKey(b []byte, server int, table changelog.TableID, account, currency []byte, start int64, withStart bool) []byte {
+	b = binary.BigEndian.AppendUint32(b, uint32(server))
+	b = append(b, byte(table))
+	for _, s := range [][]byte{account, currency} {
+		for _, c := range s {
+			if c == 0 {
+				b = append(b, 0, 0xff)
+			} else {
+				b = append(b, c)
+			}
+		}
+		b = append(b, 0, 1)
+	}
+	if withStart {
+		b = binary.BigEndian.AppendUint64(b, uint64(start)^1<<63)
+	}
+	return b
+}
+
+// posKey is where the scan stands at sp, as a sortKey: every key up to it
+// is read (sp.After nil: only the prefix of sp's table, before its first
+// key).
+func posKey(sp SnapshotPos) string {
+	t, _ := changelog.Lookup(sp.Table)
+	if sp.After == nil || t.Append {
+		return string(sortKey(nil, sp.Server, t.ID, nil, nil, 0, false)[:5])
+	}
+	return string(sortKey(nil, sp.Server, t.ID, []byte(sp.After.Account), []byte(sp.After.Currency),
+		sp.After.Start.UnixMicro(), t.ID != changelog.TBalances))
+}
+
+// entryCost is what the index counts for a key it holds: the key, the
+// before-image and the map's own share (its slot, the string and slice
+// headers, the allocations' rounding).
+func entryCost(key string, before []byte) int { return len(key) + len(before) + 96 }
+
+// firsts is what the snapshot knows of the outbox since the enabling,
+// for every server and table at once: each changed key's first
+// before-image (nil: created since), for the keys ahead of the scan
+// (after at) up to horizon, and the checkpoints it read (through a
+// commit_seq). It is read once per session, then only the checkpoints
+// decided since are added, while every changed key ahead of the scan fits
+// in limit bytes (entryCost). When they do not, the largest keys are
+// dropped and horizon lowered to the largest kept: keys past it are
+// neither held nor added; once the scan needs one of them (a chunk whose
+// last key is past horizon) the index is read again from the enabling.
+// Keys up to pin (the chunk being corrected) are never dropped, so the
+// index holds at most limit bytes, or twice one chunk's changed keys when
+// they alone are more.
+//
+// It is exact: every key in (at, horizon] has its first change since the
+// enabling through commit_seq through held, because every change through
+// through was read in commit order and a key in that range is dropped
+// only by lowering horizon below it.
 type firsts struct {
-	table   changelog.Table
-	before  map[string][]byte
-	gtrids  map[string]bool
+	from    int64
 	through int64
-	after   *RowKey
-	vals    []changelog.Value
+	at      string
+	pin     string
+	horizon string // "" while nothing was dropped
+	before  map[string][]byte
+	bytes   int
+	limit   int
+	shedAt  int // bytes at which the index sheds: limit, or twice what pin kept
+	gtrids  map[string]bool
+	// reads counts the readings from the enabling, peak the most bytes
+	// held (tests, logs).
+	reads, peak int
+	vals        []changelog.Value
+	key         []byte
 }
 
-func newFirsts(table string, from int64) *firsts {
-	t, _ := changelog.Lookup(table)
-	return &firsts{table: t, before: map[string][]byte{}, gtrids: map[string]bool{}, through: from - 1}
+func newFirsts(from int64, limit int) *firsts {
+	f := &firsts{from: from, limit: limit}
+	f.reset()
+	return f
 }
 
-// add records a change read from the outbox, in commit order: only a
+// reset empties the index: it is read again from the enabling.
+func (f *firsts) reset() {
+	f.through, f.horizon, f.bytes, f.shedAt = f.from-1, "", 0, f.limit
+	f.before, f.gtrids = map[string][]byte{}, map[string]bool{}
+}
+
+// covers says whether the index holds every changed key up to key.
+func (f *firsts) covers(key string) bool { return f.horizon == "" || key <= f.horizon }
+
+// add records a change read from server's outbox, in commit order: only a
 // key's first change counts.
-func (f *firsts) add(c changelog.Change) error {
-	if c.Table != f.table.ID || f.table.Append {
+func (f *firsts) add(server int, c changelog.Change) error {
+	t, ok := changelog.ByID(c.Table)
+	if !ok || t.Append {
 		return nil
 	}
-	if behind, err := f.passed(c.After); err != nil || behind {
+	var err error
+	if f.vals, err = changelog.DecodeRow(t, c.After, f.vals); err != nil {
 		return err
 	}
-	key, err := changelog.RawKey(f.table, c.After)
-	if err != nil {
-		return err
+	f.key = sortKey(f.key[:0], server, t.ID, f.vals[0].S, f.vals[1].S, f.vals[2].I, t.ID != changelog.TBalances)
+	if string(f.key) <= f.at || !f.covers(string(f.key)) {
+		return nil // passed (its r event is out), or past the horizon
 	}
-	if _, ok := f.before[key]; !ok {
-		var b []byte
-		if c.Before != nil {
-			b = append([]byte{}, c.Before...) // c aliases the outbox row
-		}
-		f.before[key] = b
+	if _, ok := f.before[string(f.key)]; ok {
+		return nil
+	}
+	var b []byte
+	if c.Before != nil {
+		b = append([]byte{}, c.Before...) // c aliases the outbox row
+	}
+	k := string(f.key)
+	f.before[k] = b
+	f.bytes += entryCost(k, b)
+	f.peak = max(f.peak, f.bytes)
+	if f.bytes > f.shedAt {
+		f.shed()
 	}
 	return nil
 }
 
-// passed says whether the scan has passed the key of raw, a row of the
-// table: in the tables' primary-key order, bytewise (VARBINARY account
-// ids, ascii_bin currencies), then window_start.
-func (f *firsts) passed(raw []byte) (bool, error) {
-	if f.after == nil {
-		return false, nil
+// shed drops the keys the scan passed without reading them (none but a
+// row deleted since), then the largest keys past pin until the index holds
+// three quarters of its limit, and lowers horizon to the largest kept.
+func (f *firsts) shed() {
+	keys := make([]string, 0, len(f.before))
+	for k, b := range f.before {
+		if k <= f.at {
+			f.bytes -= entryCost(k, b)
+			continue
+		}
+		keys = append(keys, k)
 	}
-	var err error
-	if f.vals, err = changelog.DecodeRow(f.table, raw, f.vals); err != nil {
-		return false, err
+	slices.Sort(keys)
+	n := len(keys)
+	for n > 0 && f.bytes > f.limit/4*3 && keys[n-1] > f.pin {
+		n--
+		f.bytes -= entryCost(keys[n], f.before[keys[n]])
 	}
-	c := cmp.Or(strings.Compare(string(f.vals[0].S), f.after.Account), strings.Compare(string(f.vals[1].S), f.after.Currency))
-	if c == 0 && f.table.ID != changelog.TBalances {
-		c = cmp.Compare(f.vals[2].I, f.after.Start.UnixMicro())
+	kept := make(map[string][]byte, n)
+	for _, k := range keys[:n] {
+		kept[k] = f.before[k]
 	}
-	return c <= 0, nil
+	f.before = kept
+	f.shedAt = f.limit
+	if f.bytes > f.limit/4*3 {
+		f.shedAt = 2 * f.bytes // what pin keeps: shed again only once it doubled
+	}
+	f.horizon = max(f.at, f.pin)
+	if n > 0 {
+		f.horizon = max(f.horizon, keys[n-1])
+	}
 }
 
-// snapshotChanges are the r events of a chunk of rows read, corrected by
-// what the outbox holds (f, read through every decision made after the
-// rows were read). A key looked up is forgotten: the scan reads it once.
-func snapshotChanges(rows []scanned, f *firsts) ([]changelog.Change, error) {
+// first is the first before-image of key since the enabling (changed:
+// there is a change of it), forgotten once looked up: the scan reads a
+// key once.
+func (f *firsts) first(key string) (before []byte, changed bool, err error) {
+	if key <= f.at || !f.covers(key) {
+		return nil, false, fmt.Errorf("publisher: snapshot key %x outside the index (%x, %x]", key, f.at, f.horizon)
+	}
+	before, changed = f.before[key]
+	if changed {
+		delete(f.before, key)
+		f.bytes -= entryCost(key, before)
+	}
+	return before, changed, nil
+}
+
+// snapshotChanges are the r events of a chunk of rows read of table,
+// corrected by what the outbox holds (f, read through every decision made
+// after the rows were read).
+func snapshotChanges(table changelog.Table, rows []scanned, f *firsts) ([]changelog.Change, error) {
 	var out []changelog.Change
 	closed, _ := changelog.Lookup(changelog.ClosedWindows)
 	for _, r := range rows {
 		img := r.Raw
-		if f.table.Append {
+		if table.Append {
 			if f.gtrids[r.Checkpoint] {
 				continue // written since the enabling: its c event follows
 			}
-		} else if b, changed := f.before[r.Key]; changed {
-			delete(f.before, r.Key)
-			if b == nil {
-				continue // created since the enabling: its c event follows
+		} else {
+			b, changed, err := f.first(r.Key)
+			if err != nil {
+				return nil, err
 			}
-			img = b
+			if changed {
+				if b == nil {
+					continue // created since the enabling: its c event follows
+				}
+				img = b
+			}
 		}
-		out = append(out, changelog.Change{Table: f.table.ID, Op: changelog.OpRead, After: img})
-		if f.table.ID == changelog.TWindows {
+		out = append(out, changelog.Change{Table: table.ID, Op: changelog.OpRead, After: img})
+		if table.ID == changelog.TWindows {
 			sealed, err := changelog.Sealed(img)
 			if err != nil {
 				return nil, err
@@ -208,11 +333,19 @@ func snapshotChanges(rows []scanned, f *firsts) ([]changelog.Change, error) {
 func scanChunk(ctx context.Context, s Tables, sp SnapshotPos, limit int) ([]scanned, *RowKey, error) {
 	var out []scanned
 	var last *RowKey
-	add := func(table string, raw []byte, checkpoint string) error {
-		t, _ := changelog.Lookup(table)
-		k, err := changelog.RawKey(t, raw)
-		out = append(out, scanned{Raw: raw, Key: k, Checkpoint: checkpoint})
-		return err
+	t, _ := changelog.Lookup(sp.Table)
+	var vals []changelog.Value
+	add := func(_ string, raw []byte, checkpoint string) error {
+		r := scanned{Raw: raw, Checkpoint: checkpoint}
+		if !t.Append {
+			var err error
+			if vals, err = changelog.DecodeRow(t, raw, vals); err != nil {
+				return err
+			}
+			r.Key = string(sortKey(nil, sp.Server, t.ID, vals[0].S, vals[1].S, vals[2].I, t.ID != changelog.TBalances))
+		}
+		out = append(out, r)
+		return nil
 	}
 	var err error
 	switch sp.Table {
@@ -287,54 +420,30 @@ func firstErr(errs ...error) error {
 // snapshot publishes the snapshot of an existing ledger from pos, a chunk
 // of rows per Kafka transaction, and returns the position once Kafka holds
 // it in whole (the changes from the enabling on follow). renew keeps the
-// lease.
-func (p *Publisher) snapshot(ctx context.Context, cl *kgo.Client, enc *changelog.Encoder, pos Progress, renew func() error) (Progress, error) {
+// lease: a chunk (the outbox read from the enabling, the wait for the
+// decisions to apply, the transaction) can take longer than the lease, so
+// it is called throughout (keepLease), and the work stops once the lease
+// is lost.
+func (p *Publisher) snapshot(ctx context.Context, cl *kgo.Client, enc *changelog.Encoder, pos Progress, renew func() error) (_ Progress, err error) {
 	if err := validSnapshot(*pos.Snapshot, len(p.servers)); err != nil {
 		return pos, err
 	}
+	ctx, stop := p.keepLease(ctx, renew)
+	defer func() { err = stop(err) }()
 	// Every checkpoint before the enabling applied: the rows read hold
 	// them all.
 	if _, err := settled(ctx, p.control, pos.From-1, p.cfg.Waits); err != nil {
 		return pos, err
 	}
 	limit := max(1, min(p.cfg.MaxEvents/2, 10_000)) // a sealed window is two events
-	var f *firsts
-	server := -1
+	f := newFirsts(pos.From, p.cfg.SnapshotIndexBytes)
 	for pos.Snapshot != nil {
-		if err := renew(); err != nil {
-			return pos, err
-		}
-		sp := *pos.Snapshot
-		if f == nil || f.table.Name != sp.Table || server != sp.Server {
-			f, server = newFirsts(sp.Table, pos.From), sp.Server
-		}
-		f.after = sp.After
-		rows, last, err := scanChunk(ctx, p.servers[sp.Server], sp, limit)
-		if err != nil {
-			return pos, err
-		}
-		// Every decision that can have written a row read is made by now;
-		// once applied, the outbox holds each of their changes.
-		cp, err := p.control.CommitPosition(ctx)
-		if err != nil {
-			return pos, err
-		}
-		if _, err := settled(ctx, p.control, cp.Decided, p.cfg.Waits); err != nil {
-			return pos, err
-		}
-		if err := p.readFirsts(ctx, f, sp.Server, cp.Decided); err != nil {
-			return pos, err
-		}
-		changes, err := snapshotChanges(rows, f)
+		changes, nextSnap, err := p.snapshotChunk(ctx, f, *pos.Snapshot, limit)
 		if err != nil {
 			return pos, err
 		}
 		next := pos
-		if len(rows) < limit {
-			next.Snapshot = nextTable(sp, len(p.servers))
-		} else {
-			next.Snapshot = &SnapshotPos{Server: sp.Server, Table: sp.Table, After: last}
-		}
+		next.Snapshot = nextSnap
 		src := changelog.Source{Version: p.cfg.Version, Name: p.cfg.Prefix, Ledger: p.cfg.Ledger,
 			CommitSeq: pos.Seq, TsMs: p.cfg.Now().UnixMilli(), Snapshot: "true"}
 		if err := p.transaction(ctx, cl, next, func(produce func(*kgo.Record)) error {
@@ -363,13 +472,90 @@ func (p *Publisher) snapshot(ctx context.Context, cl *kgo.Client, enc *changelog
 		}
 		pos = next
 	}
-	p.log.Info("the snapshot of the ledger's rows is published", "as_of", pos.Seq)
+	p.log.Info("the snapshot of the ledger's rows is published", "as_of", pos.Seq, "outbox_reads", f.reads)
 	return pos, nil
 }
 
-// readFirsts reads into f the outbox of server through commit_seq
+// snapshotChunk reads the chunk of up to limit rows at sp and returns its
+// r events, corrected by f (read on through every decision that can have
+// written a row read), and where the snapshot goes next.
+func (p *Publisher) snapshotChunk(ctx context.Context, f *firsts, sp SnapshotPos, limit int) ([]changelog.Change, *SnapshotPos, error) {
+	table, _ := changelog.Lookup(sp.Table)
+	rows, last, err := scanChunk(ctx, p.servers[sp.Server], sp, limit)
+	if err != nil {
+		return nil, nil, err
+	}
+	// Every decision that can have written a row read is made by now;
+	// once applied, the outbox holds each of their changes.
+	cp, err := p.control.CommitPosition(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := settled(ctx, p.control, cp.Decided, p.cfg.Waits); err != nil {
+		return nil, nil, err
+	}
+	f.at, f.pin, f.shedAt = posKey(sp), posKey(sp), f.limit
+	if n := len(rows); n > 0 && !table.Append {
+		f.pin = rows[n-1].Key
+	}
+	if !table.Append && !f.covers(f.pin) {
+		f.reset()
+		p.log.Info("the snapshot reads the outbox again from the enabling: the keys changed since, ahead of the scan, exceed CHANGELOG_SNAPSHOT_INDEX_BYTES",
+			"server", sp.Server, "table", sp.Table, "reads", f.reads+1)
+	}
+	if err := p.readFirsts(ctx, f, cp.Decided); err != nil {
+		return nil, nil, err
+	}
+	changes, err := snapshotChanges(table, rows, f)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(rows) < limit {
+		return changes, nextTable(sp, len(p.servers)), nil
+	}
+	return changes, &SnapshotPos{Server: sp.Server, Table: sp.Table, After: last}, nil
+}
+
+// keepLease calls renew (which renews the lease every third of its term)
+// every sixth of the term from a goroutine of its own, until stop; a
+// failed renewal cancels the returned context, and stop then returns that
+// failure instead of the error the work ended with.
+func (p *Publisher) keepLease(ctx context.Context, renew func() error) (context.Context, func(error) error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(max(p.cfg.Lease/6, 10*time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if err := renew(); err != nil {
+					cancel(err)
+					return
+				}
+			}
+		}
+	}()
+	return ctx, func(err error) error {
+		cause := context.Cause(ctx)
+		cancel(nil)
+		<-done
+		if err != nil && cause != nil {
+			return cause
+		}
+		return err
+	}
+}
+
+// readFirsts reads into f the outbox of every server through commit_seq
 // through (every decision up to it applied), in commit order.
-func (p *Publisher) readFirsts(ctx context.Context, f *firsts, server int, through int64) error {
+func (p *Publisher) readFirsts(ctx context.Context, f *firsts, through int64) error {
+	if f.through == f.from-1 && f.through < through {
+		f.reads++
+	}
 	for f.through < through {
 		from := f.through + 1
 		recs, err := p.control.Commits(ctx, from, false, int(min(int64(p.cfg.Batch), through-f.through)))
@@ -381,27 +567,32 @@ func (p *Publisher) readFirsts(ctx context.Context, f *firsts, server int, throu
 		}
 		order := map[string]int{}
 		var gtrids []string
+		upTo := f.through
 		for _, r := range recs {
 			if r.Seq > through {
 				break
 			}
 			order[r.Gtrid] = len(gtrids)
 			gtrids = append(gtrids, r.Gtrid)
-			f.through = r.Seq
+			upTo = r.Seq
 		}
-		idx, err := p.servers[server].OutboxIndex(ctx, gtrids)
-		if err != nil {
-			return err
-		}
-		slices.SortStableFunc(idx, func(a, b driver.OutboxChunk) int { return order[a.Checkpoint] - order[b.Checkpoint] })
-		for _, c := range idx {
-			if err := p.eachChange(ctx, server, c, f.add); err != nil {
+		for s, o := range p.servers {
+			idx, err := o.OutboxIndex(ctx, gtrids)
+			if err != nil {
 				return err
+			}
+			slices.SortStableFunc(idx, func(a, b driver.OutboxChunk) int { return order[a.Checkpoint] - order[b.Checkpoint] })
+			add := func(c changelog.Change) error { return f.add(s, c) }
+			for _, c := range idx {
+				if err := p.eachChange(ctx, s, c, add); err != nil {
+					return err
+				}
 			}
 		}
 		for _, g := range gtrids {
 			f.gtrids[g] = true
 		}
+		f.through = upTo
 	}
 	return nil
 }

@@ -3,7 +3,6 @@ package publisher
 import (
 	"reflect"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -56,15 +55,12 @@ func TestSnapshotChanges(t *testing.T) {
 	rows := func(raws ...[]byte) []scanned {
 		var out []scanned
 		for _, r := range raws {
-			k, err := changelog.RawKey(tw, r)
-			if err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, scanned{Raw: r, Key: k})
+			out = append(out, scanned{Raw: r, Key: rowKey(t, 0, tw, r)})
 		}
 		return out
 	}
-	f := newFirsts(changelog.BillingWindows, 5)
+	f := newFirsts(5, 1<<20)
+	f.at = posKey(SnapshotPos{Table: changelog.BillingWindows})
 	for _, c := range []changelog.Change{
 		changelog.Update(changelog.TWindows, win("changed", 10, false), win("changed", 11, false)),
 		changelog.Update(changelog.TWindows, win("changed", 11, false), win("changed", 12, true)), // not the first: ignored
@@ -72,11 +68,11 @@ func TestSnapshotChanges(t *testing.T) {
 		changelog.Update(changelog.TWindows, win("sealed-since", 3, false), win("sealed-since", 3, true)),
 		changelog.Update(changelog.TBalances, nil, changelog.BalanceRow(nil, driver.BalanceRow{BalanceKey: driver.BalanceKey{Account: "other", Currency: "EUR"}})),
 	} {
-		if err := f.add(c); err != nil {
+		if err := f.add(0, c); err != nil {
 			t.Fatal(err)
 		}
 	}
-	got, err := snapshotChanges(rows(win("as-read", 7, true), win("changed", 12, true), win("created", 1, false), win("sealed-since", 3, true)), f)
+	got, err := snapshotChanges(tw, rows(win("as-read", 7, true), win("changed", 12, true), win("created", 1, false), win("sealed-since", 3, true)), f)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,46 +85,67 @@ func TestSnapshotChanges(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("changes:\n%v\nwant\n%v", got, want)
 	}
-	if len(f.before) != 0 {
-		t.Errorf("%d keys still held after their rows were read", len(f.before))
+	if len(f.before) != 0 || f.bytes != 0 {
+		t.Errorf("%d keys (%d bytes) still held after their rows were read", len(f.before), f.bytes)
 	}
 
 	// Keys the scan has passed are not kept (their r events are out): the
-	// held images are only of keys ahead, in the tables' key order.
-	fa := newFirsts(changelog.BillingWindows, 5)
-	fa.after = &RowKey{Account: "m", Currency: "EUR", Start: at}
-	for _, acct := range []string{"a", "m", "mm", "z", "M"} {
-		if err := fa.add(changelog.Update(changelog.TWindows, win(acct, 1, false), win(acct, 2, false))); err != nil {
+	// held images are only of keys ahead, in the tables' key order, and
+	// of this server's tables after this one or the next server's.
+	fa := newFirsts(5, 1<<20)
+	fa.at = posKey(SnapshotPos{Server: 1, Table: changelog.BillingWindows, After: &RowKey{Account: "m", Currency: "EUR", Start: at}})
+	for _, acct := range []string{"a", "m", "mm", "z", "M", "m\x00"} {
+		if err := fa.add(1, changelog.Update(changelog.TWindows, win(acct, 1, false), win(acct, 2, false))); err != nil {
 			t.Fatal(err)
 		}
 	}
 	earlier := changelog.WindowRow(nil, driver.WindowRow{WindowKey: driver.WindowKey{Account: "m", Currency: "EUR", Start: at.Add(-time.Hour)}, UpdatedAt: at})
 	later := changelog.WindowRow(nil, driver.WindowRow{WindowKey: driver.WindowKey{Account: "m", Currency: "EUR", Start: at.Add(time.Hour)}, UpdatedAt: at})
 	for _, raw := range [][]byte{earlier, later} {
-		if err := fa.add(changelog.Update(changelog.TWindows, nil, raw)); err != nil {
+		if err := fa.add(1, changelog.Update(changelog.TWindows, nil, raw)); err != nil {
 			t.Fatal(err)
 		}
 	}
+	balance := func(acct string) []byte {
+		return changelog.BalanceRow(nil, driver.BalanceRow{BalanceKey: driver.BalanceKey{Account: acct, Currency: "EUR"}, UpdatedAt: at})
+	}
+	for s, acct := range []string{"server-0", "server-1", "server-2"} {
+		if err := fa.add(s, changelog.Update(changelog.TBalances, nil, balance(acct))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tb, _ := changelog.Lookup(changelog.AccountBalances)
+	wantHeld := []string{rowKey(t, 1, tw, later), rowKey(t, 1, tw, win("m\x00", 2, false)), rowKey(t, 1, tw, win("mm", 2, false)),
+		rowKey(t, 1, tw, win("z", 2, false)), rowKey(t, 2, tb, balance("server-2"))}
 	var held []string
 	for k := range fa.before {
 		held = append(held, k)
 	}
 	slices.Sort(held)
-	if len(held) != 3 || !strings.Contains(held[0], `"m"`) || !strings.Contains(held[1], `"mm"`) || !strings.Contains(held[2], `"z"`) {
-		t.Errorf("held %v, want the keys after m/EUR/%s only: m's later window, mm, z", held, at)
+	if !reflect.DeepEqual(held, wantHeld) {
+		t.Errorf("held %q,\nwant the keys after m/EUR/%s only: m's later window, m\\x00, mm, z, server 2's balance %q", held, at, wantHeld)
 	}
 
 	te, _ := changelog.Lookup(changelog.LedgerEntries)
 	entry := func(off int64, cp string) scanned {
 		raw := changelog.EntryRow(nil, driver.EntryRow{Topic: "billing", Entry: driver.Entry{Offset: off, EventID: "e", Account: "a",
 			Currency: "EUR", OccurredAt: at, WindowStart: at}, Checkpoint: cp, CreatedAt: at})
-		k, _ := changelog.RawKey(te, raw)
-		return scanned{Raw: raw, Key: k, Checkpoint: cp}
+		return scanned{Raw: raw, Checkpoint: cp}
 	}
-	fe := newFirsts(changelog.LedgerEntries, 5)
+	fe := newFirsts(5, 1<<20)
 	fe.gtrids["since"] = true
-	got, err = snapshotChanges([]scanned{entry(1, "before"), entry(2, "since")}, fe)
+	got, err = snapshotChanges(te, []scanned{entry(1, "before"), entry(2, "since")}, fe)
 	if err != nil || len(got) != 1 || !reflect.DeepEqual(got[0].After, entry(1, "before").Raw) {
 		t.Errorf("entries: %v, %v; want only the one written before the enabling", got, err)
 	}
+}
+
+// rowKey is the sortKey of raw, a row of t on server.
+func rowKey(t *testing.T, server int, tb changelog.Table, raw []byte) string {
+	t.Helper()
+	v, err := changelog.DecodeRow(tb, raw, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(sortKey(nil, server, tb.ID, v[0].S, v[1].S, v[2].I, tb.ID != changelog.TBalances))
 }

@@ -31,7 +31,8 @@ type changelogParts struct {
 func PublisherConfig(cfg config.Config, c *conns, log *slog.Logger) publisher.Config {
 	return publisher.Config{Prefix: cfg.ChangelogTopicPrefix, Version: buildinfo.Get().Version, KafkaOpts: c.kopts,
 		Partitions: int32(cfg.ChangelogTopicPartitions), Replication: int16(cfg.ChangelogTopicReplication),
-		MaxEvents: cfg.ChangelogTxnMaxEvents, TxnTimeout: cfg.ChangelogTxnTimeout, Lease: cfg.ChangelogLease, Logger: log}
+		MaxEvents: cfg.ChangelogTxnMaxEvents, TxnTimeout: cfg.ChangelogTxnTimeout, Lease: cfg.ChangelogLease, Logger: log,
+		SnapshotIndexBytes: cfg.ChangelogSnapshotIndex}
 }
 
 // openChangelog turns the ledger's changelog on, or checks it is on with
