@@ -90,12 +90,12 @@ type step struct {
 	lookups  []lookup            // lookup: in participant order
 	seeds    []seedKeys          // seed: by participant
 	works    []work              // write: by participant
+	seal     sealRange           // write: the windows to seal (to zero: none)
+	decision decision            // decide
 	// turnFrom (write): the participants from this one on write their
 	// sums one after the other, in participant order (beside other
 	// instances: lockOrder); Participants() (alone): none do.
 	turnFrom int
-	seal     sealRange // write: the windows to seal (to zero: none)
-	decision decision  // decide
 }
 
 // lookup is one participant's contested ids, on its server's pool.
@@ -378,8 +378,10 @@ func (p *planner) classify() {
 // adjustment is. The seed runs participant after participant, and the
 // writes of the participants from the last risky key's on take their
 // rows one participant after the other (executor.go, write), so every
-// lock a checkpoint takes is after every one it holds (but for a row
-// created by the write step, see docs/performance.md).
+// lock a checkpoint takes is after every one it holds, but for the insert
+// of a row its seed found missing: READ COMMITTED locks no row that does
+// not exist, so that row is locked only when the write step creates it,
+// after the seed's later keys (docs/performance.md: what remains).
 //
 // Seeded alone, the risky keys are a subset of the written ones, and two
 // instances' checkpoints that count on the same accounts (a repeat on
