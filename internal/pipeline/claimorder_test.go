@@ -17,7 +17,7 @@ import (
 // lockGate orders two instances' locking statements key by key: for each
 // key one instance locks first, and the other one's statement over it
 // waits (at most hold) until that statement returned. Keys are event ids
-// (claims) and "balance/" + account (seeds).
+// (claims) and "balance/" + account (seeds and balance writes).
 type lockGate struct {
 	hold time.Duration
 	// beforeWrite, if set, runs before each balance write of inst
@@ -106,6 +106,12 @@ func (s gatedStore) WriteBalances(ctx context.Context, rows []driver.Balance, no
 	if s.gate.beforeWrite != nil {
 		s.gate.beforeWrite(s.inst)
 	}
+	ks := make([]string, len(rows))
+	for i, r := range rows {
+		ks[i] = "balance/" + r.Account
+	}
+	s.gate.before(s.inst, ks)
+	defer s.gate.after(s.inst, ks)
 	return s.StoreTx.WriteBalances(ctx, rows, now)
 }
 
@@ -157,15 +163,27 @@ func TestClaimsOfTwoInstancesCannotDeadlockAcrossBranches(t *testing.T) {
 // branches participants, its statements passed through gate.
 func gatedInstance(t *testing.T, cl *memdriver.Cluster, gate *lockGate, inst string, branches int) *memLedger {
 	t.Helper()
-	m := &memLedger{servers: []*memdriver.Cluster{cl}, epoch: map[int32]int64{}, offsets: map[int32]int64{}}
-	s := cl.As("billing")
+	return gatedInstanceOn(t, []*memdriver.Cluster{cl}, gate, inst, branches)
+}
+
+// gatedInstanceOn is gatedInstance on the servers cls (the first one the
+// control server), with branches participants on each.
+func gatedInstanceOn(t *testing.T, cls []*memdriver.Cluster, gate *lockGate, inst string, branches int) *memLedger {
+	t.Helper()
+	m := &memLedger{servers: cls, epoch: map[int32]int64{}, offsets: map[int32]int64{}}
+	var servers []driver.Server
+	var stores []driver.Store
+	for _, cl := range cls {
+		s := cl.As("billing")
+		servers, stores = append(servers, gatedServer{s, gate, inst}), append(stores, s)
+	}
 	sink, err := txsink.New(context.Background(), txsink.Config{Branches: branches, Group: "g", Topic: "billing", StepTimeout: 5 * time.Second, Logger: testenv.Logger()},
-		s, []driver.Server{gatedServer{s, gate, inst}})
+		cls[0].As("billing"), servers)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(sink.Close)
-	if m.ck, err = NewCheckpointer(memConfig(m), sink, []driver.Store{s}); err != nil {
+	if m.ck, err = NewCheckpointer(memConfig(m), sink, stores); err != nil {
 		t.Fatal(err)
 	}
 	m.ck.alone.Store(false) // instances of one ledger: each holds some partitions
@@ -229,6 +247,105 @@ func TestSeedsOfTwoInstancesLockInWriteOrder(t *testing.T) {
 	})
 	if x, y := a.balance("acct-x"), a.balance("acct-y"); x.Amount != 4 || x.Count != 4 || y.Amount != 1 || y.Count != 5 {
 		t.Errorf("balances %+v and %+v, want 4 in 4 events and 1 in 5", x, y)
+	}
+}
+
+// twoServers is a ledger on two in-memory servers (a branch on each: two
+// participants) for two gated instances A and B, and an account whose
+// balance routes to each participant: acct[0] to server 0, acct[1] to
+// server 1. Both balances exist (a locking read of a missing row locks
+// nothing).
+func twoServers(t *testing.T, gate *lockGate, lockWait time.Duration) (a, b *memLedger, acct [2]string) {
+	t.Helper()
+	cls := []*memdriver.Cluster{memdriver.New(memdriver.Options{AttachPrepared: true, LockWait: lockWait}),
+		memdriver.New(memdriver.Options{AttachPrepared: true, LockWait: lockWait})}
+	a, b = gatedInstanceOn(t, cls, gate, "A", 1), gatedInstanceOn(t, cls, gate, "B", 1)
+	for i := 0; acct[0] == "" || acct[1] == ""; i++ {
+		id := fmt.Sprintf("acct-%d", i)
+		if p := a.sink.Route(id); acct[p] == "" {
+			acct[p] = id
+		}
+	}
+	if ok, err := a.checkpoint(t, event1("first-0", acct[0], 1, 0, 0), event1("first-1", acct[1], 1, 0, 0)); !ok || err != nil {
+		t.Fatalf("first checkpoint: decided %v, %v", ok, err)
+	}
+	gate.claimed = map[string]chan struct{}{} // its statements are not the ones the test orders
+	return a, b, acct
+}
+
+// Two instances of one ledger on two servers count on the same two
+// accounts, X on server 0 and Y on server 1, both risky in both
+// checkpoints (each account's running sum goes up and back). A seeds X
+// first, B seeds Y first. Had the participants seeded in parallel, A
+// would hold X and wait for Y on server 1 while B holds Y and waits for X
+// on server 0: two waits on two servers, a cycle neither sees, ended only
+// by the lock wait timeout, both attempts aborted. The seeds take one
+// order over every participant (server 0's locks before server 1's), so B
+// waits for X holding nothing: no attempt fails, and every event counts
+// once.
+func TestSeedsOfTwoInstancesLockInOneOrderAcrossServers(t *testing.T) {
+	const lockWait = 2 * time.Second
+	// hold: A's seed and A's write each wait it out once, within B's wait
+	gate := &lockGate{hold: lockWait / 4, first: map[string]string{}, claimed: map[string]chan struct{}{}}
+	a, b, acct := twoServers(t, gate, lockWait)
+	x, y := acct[0], acct[1]
+	gate.first["balance/"+x], gate.first["balance/"+y] = "A", "B"
+
+	checkpointTogether(t, []*memLedger{a, b}, [][]Record{
+		{event1("a-1", x, 5, 0, 0), event1("a-2", x, -5, 0, 0), event1("a-3", y, 5, 0, 0), event1("a-4", y, -5, 0, 0)},
+		{event1("b-1", x, 5, 1, 0), event1("b-2", x, -5, 1, 0), event1("b-3", x, 3, 1, 0), event1("b-4", y, 5, 1, 0), event1("b-5", y, -5, 1, 0)},
+	})
+	if bx, by := a.balance(x), a.balance(y); bx.Amount != 4 || bx.Count != 6 || by.Amount != 1 || by.Count != 5 {
+		t.Errorf("balances %+v and %+v, want 4 in 6 events and 1 in 5", bx, by)
+	}
+}
+
+// A seed and another instance's writes across two servers: A's checkpoint
+// seeds X (server 0, risky) and adds to Y (server 1); B's only adds to X
+// and Y. A seeds X first, B writes Y first. Had B written its
+// participants in parallel, B would hold Y and wait for X while A's write
+// of Y waits for B: a cycle no server sees, ended by the lock wait
+// timeout. Beside other instances the writes that take rows no seed
+// locked go participant after participant, after the seeds: B waits for X
+// holding nothing, and no attempt fails.
+func TestWritesOfTwoInstancesLockInOneOrderAcrossServers(t *testing.T) {
+	const lockWait = 2 * time.Second
+	// hold: A's seed and A's write each wait it out once, within B's wait
+	gate := &lockGate{hold: lockWait / 4, first: map[string]string{}, claimed: map[string]chan struct{}{}}
+	a, b, acct := twoServers(t, gate, lockWait)
+	x, y := acct[0], acct[1]
+	gate.first["balance/"+x], gate.first["balance/"+y] = "A", "B"
+
+	checkpointTogether(t, []*memLedger{a, b}, [][]Record{
+		{event1("a-1", x, 5, 0, 0), event1("a-2", x, -5, 0, 0), event1("a-3", y, 2, 0, 0)},
+		{event1("b-1", x, 3, 1, 0), event1("b-2", y, 4, 1, 0)},
+	})
+	if bx, by := a.balance(x), a.balance(y); bx.Amount != 4 || bx.Count != 4 || by.Amount != 7 || by.Count != 3 {
+		t.Errorf("balances %+v and %+v, want 4 in 4 events and 7 in 3", bx, by)
+	}
+}
+
+// The seed widens over participants: A's checkpoint has a risky key on Y
+// (server 1) and adds to X (server 0), which comes before Y in the lock
+// order; B's only adds to X and Y. B writes X first, A seeds Y first. Had
+// A seeded Y alone, it would hold Y and then write X, which B holds while
+// it waits for Y: a cycle across the servers. A's seed locks every key up
+// to its last risky one over every participant, X too, in order: A waits
+// for X holding nothing, and no attempt fails.
+func TestSeedsWidenOverParticipants(t *testing.T) {
+	const lockWait = 2 * time.Second
+	// hold: A's seed and A's write each wait it out once, within B's wait
+	gate := &lockGate{hold: lockWait / 4, first: map[string]string{}, claimed: map[string]chan struct{}{}}
+	a, b, acct := twoServers(t, gate, lockWait)
+	x, y := acct[0], acct[1]
+	gate.first["balance/"+x], gate.first["balance/"+y] = "B", "A"
+
+	checkpointTogether(t, []*memLedger{a, b}, [][]Record{
+		{event1("a-1", x, 2, 0, 0), event1("a-2", y, 5, 0, 0), event1("a-3", y, -5, 0, 0)},
+		{event1("b-1", x, 3, 1, 0), event1("b-2", y, 4, 1, 0)},
+	})
+	if bx, by := a.balance(x), a.balance(y); bx.Amount != 6 || bx.Count != 3 || by.Amount != 5 || by.Count != 4 {
+		t.Errorf("balances %+v and %+v, want 6 in 3 events and 5 in 4", bx, by)
 	}
 }
 

@@ -257,7 +257,12 @@ func (x *execution) lookup(ctx context.Context, g driver.Generation, ls []lookup
 }
 
 // seed reads the risky keys' stored sums under row locks, each participant
-// in its branch, in parallel.
+// in its branch: in parallel when alone, beside other instances one
+// participant after the other, in participant order, as the claims (and
+// for the same reason: two branches are two transactions, and a cycle
+// through them is one no server sees). With the keys lockOrder widened,
+// every lock an instance's seed takes is then after every one it holds,
+// in one order over every participant.
 func (x *execution) seed(ctx context.Context, seeds []seedKeys) ([]seededSums, error) {
 	var participants []int
 	for i := range seeds {
@@ -265,34 +270,68 @@ func (x *execution) seed(ctx context.Context, seeds []seedKeys) ([]seededSums, e
 			participants = append(participants, i)
 		}
 	}
+	rounds := [][]int{participants}
+	if x.p.cfg.shared {
+		rounds = nil
+		for _, p := range participants {
+			rounds = append(rounds, []int{p})
+		}
+	}
 	out := make([]seededSums, len(seeds))
-	err := x.tx.Each(ctx, participants, func(ctx context.Context, b *txsink.Branch) error {
-		k, s := &seeds[b.Participant], &out[b.Participant]
-		return b.Read(func(st driver.StoreTx) (err error) {
-			if len(k.balances) > 0 {
-				if s.balances, err = st.LockBalances(ctx, k.balances); err != nil {
-					return err
+	for _, ps := range rounds {
+		err := x.tx.Each(ctx, ps, func(ctx context.Context, b *txsink.Branch) error {
+			k, s := &seeds[b.Participant], &out[b.Participant]
+			return b.Read(func(st driver.StoreTx) (err error) {
+				if len(k.balances) > 0 {
+					if s.balances, err = st.LockBalances(ctx, k.balances); err != nil {
+						return err
+					}
 				}
-			}
-			if len(k.windows) > 0 {
-				if s.windows, err = st.LockWindows(ctx, k.windows); err != nil {
-					return err
+				if len(k.windows) > 0 {
+					if s.windows, err = st.LockWindows(ctx, k.windows); err != nil {
+						return err
+					}
 				}
-			}
-			if len(k.adjusts) > 0 {
-				s.adjusts, err = st.LockAdjustments(ctx, k.adjusts)
-			}
-			return err
+				if len(k.adjusts) > 0 {
+					s.adjusts, err = st.LockAdjustments(ctx, k.adjusts)
+				}
+				return err
+			})
 		})
-	})
-	return out, err
+		if err != nil {
+			return out, err
+		}
+	}
+	return out, nil
 }
 
-// write runs every participant's share in its branch, in parallel; the
-// sealing comes after the branch's own writes (they are all in windows
-// the frontier keeps open, never in the ones sealed here), and with the
-// changelog the branch's changes go to the outbox last, in the same
-// branch.
+// turns makes the writers from participant from on write their sums in
+// turn, in participant order: a writer's turn begins once the previous
+// one's sums are written (or it failed).
+type turns struct {
+	wait, done []chan struct{} // by participant; nil: not in turn
+}
+
+func newTurns(n, from int, writers []int) turns {
+	t := turns{wait: make([]chan struct{}, n), done: make([]chan struct{}, n)}
+	var prev chan struct{}
+	for _, p := range writers {
+		if p < from {
+			continue
+		}
+		t.wait[p], t.done[p] = prev, make(chan struct{})
+		prev = t.done[p]
+	}
+	return t
+}
+
+// write runs every participant's share in its branch, in parallel, but
+// for the sums of the participants from st.turnFrom on, which take their
+// turns (beside other instances: their rows are locked in one order,
+// lockOrder); the sealing comes after the branch's own writes (they are
+// all in windows the frontier keeps open, never in the ones sealed here),
+// and with the changelog the branch's changes go to the outbox last, in
+// the same branch.
 func (x *execution) write(ctx context.Context, st step, now time.Time) ([]sealResult, error) {
 	sealed := make([]sealResult, len(st.works))
 	took := make([]time.Duration, len(st.works))
@@ -303,9 +342,10 @@ func (x *execution) write(ctx context.Context, st step, now time.Time) ([]sealRe
 			writers = append(writers, i)
 		}
 	}
+	turns := newTurns(len(st.works), st.turnFrom, writers)
 	err := x.tx.Each(ctx, writers, func(ctx context.Context, b *txsink.Branch) error {
 		w := &st.works[b.Participant]
-		if err := x.writeRows(ctx, b, w, now); err != nil {
+		if err := x.writeRows(ctx, b, w, turns.wait[b.Participant], turns.done[b.Participant], now); err != nil {
 			return err
 		}
 		s := &sealed[b.Participant]
@@ -340,21 +380,46 @@ func (x *execution) write(ctx context.Context, st step, now time.Time) ([]sealRe
 // writeRows writes one participant's rows, each table only when it has
 // rows: a branch counts as written (and is prepared) only once a
 // statement changed something. Adding a table adds a line here and its
-// driver method.
-func (x *execution) writeRows(ctx context.Context, b *txsink.Branch, w *work, now time.Time) error {
+// driver method. In turn (done not nil), its sums (balances, windows,
+// adjustments) are written once wait is closed (nil: at once), and done
+// is closed after them, or when it fails.
+func (x *execution) writeRows(ctx context.Context, b *txsink.Branch, w *work, wait, done chan struct{}, now time.Time) error {
 	gtrid, topic, g := x.info.Gtrid, x.c.cfg.Topic, x.p.generation()
+	turnOver := func() {
+		if done != nil {
+			close(done)
+			done = nil
+		}
+	}
+	defer turnOver()
+	inTurn := false
 	for _, step := range []struct {
-		n  int
-		fn func(st driver.StoreTx) error
+		n    int
+		sums bool // in turn
+		fn   func(st driver.StoreTx) error
 	}{
-		{len(w.unclaim), func(st driver.StoreTx) error { return st.UnclaimKeys(ctx, g, w.unclaim) }},
-		{len(w.replace), func(st driver.StoreTx) error { return st.ReplaceKeys(ctx, g, w.replace, now) }},
-		{len(w.balances), func(st driver.StoreTx) error { return st.WriteBalances(ctx, w.balances, now) }},
-		{len(w.windows), func(st driver.StoreTx) error { return st.WriteWindows(ctx, w.windows, now) }},
-		{len(w.adjusts), func(st driver.StoreTx) error { return st.WriteAdjustments(ctx, w.adjusts, gtrid, now) }},
-		{len(w.entries), func(st driver.StoreTx) error { return st.WriteEntries(ctx, topic, gtrid, w.entries, now) }},
-		{len(w.dead), func(st driver.StoreTx) error { return st.WriteDeadLetters(ctx, topic, gtrid, w.dead, now) }},
+		{len(w.unclaim), false, func(st driver.StoreTx) error { return st.UnclaimKeys(ctx, g, w.unclaim) }},
+		{len(w.replace), false, func(st driver.StoreTx) error { return st.ReplaceKeys(ctx, g, w.replace, now) }},
+		{len(w.balances), true, func(st driver.StoreTx) error { return st.WriteBalances(ctx, w.balances, now) }},
+		{len(w.windows), true, func(st driver.StoreTx) error { return st.WriteWindows(ctx, w.windows, now) }},
+		{len(w.adjusts), true, func(st driver.StoreTx) error { return st.WriteAdjustments(ctx, w.adjusts, gtrid, now) }},
+		{len(w.entries), false, func(st driver.StoreTx) error { return st.WriteEntries(ctx, topic, gtrid, w.entries, now) }},
+		{len(w.dead), false, func(st driver.StoreTx) error { return st.WriteDeadLetters(ctx, topic, gtrid, w.dead, now) }},
 	} {
+		if step.sums && !inTurn && done != nil {
+			inTurn = true
+			if wait != nil {
+				select {
+				case <-wait:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+		}
+		if !step.sums && inTurn {
+			turnOver()
+			inTurn = false
+		}
 		if step.n == 0 {
 			continue
 		}

@@ -37,11 +37,13 @@ import (
 //	           (no I/O)
 //	seed       read the stored sums of the risky keys under row locks
 //	           (beside other instances, every key written up to the last
-//	           risky one: lockOrder)
+//	           risky one, participant after participant: lockOrder)
 //	aggregate  count the new events, checking overflow per event (no I/O)
 //	write      every participant's rows (dedup keys, journal, balances,
 //	           windows, adjustments, entries, dead letters) and, on the
-//	           first participant of each server, the sealing
+//	           first participant of each server, the sealing (beside
+//	           other instances the sums of the participants from the last
+//	           seeded one's on in turn: lockOrder)
 //	decide     prepare, decide on the cuts, the frontier change and the
 //	           generation claimed in, commit
 //
@@ -90,6 +92,10 @@ type step struct {
 	works    []work              // write: by participant
 	seal     sealRange           // write: the windows to seal (to zero: none)
 	decision decision            // decide
+	// turnFrom (write): the participants from this one on write their
+	// sums one after the other, in participant order (beside other
+	// instances: lockOrder); Participants() (alone): none do.
+	turnFrom int
 }
 
 // lookup is one participant's contested ids, on its server's pool.
@@ -363,61 +369,81 @@ func (p *planner) classify() {
 	p.next = step{kind: stepSeed, seeds: p.seedKeys()}
 }
 
-// lockOrder widens the risky keys so that a participant's seed locks, in
-// the order its writes take them (balances, windows, adjustments, each in
-// key order), every key it will write up to its last risky one: all its
-// balances when a window is risky, all its balances and windows when an
-// adjustment is. Its writes then lock only keys after every key it holds.
+// lockOrder widens the risky keys so that the seed locks, in one order
+// over every participant (participant, then the table in the order the
+// writes take them: balances, windows, adjustments, then the key), every
+// key the checkpoint will write up to its last risky one: every key of
+// the participants before that key's, and of its participant every
+// balance when a window is risky, every balance and window when an
+// adjustment is. The seed runs participant after participant, and the
+// writes of the participants from the last risky key's on take their
+// rows one participant after the other (executor.go, write), so every
+// lock a checkpoint takes is after every one it holds, but for the insert
+// of a row its seed found missing: READ COMMITTED locks no row that does
+// not exist, so that row is locked only when the write step creates it,
+// after the seed's later keys (docs/performance.md: what remains).
 //
 // Seeded alone, the risky keys are a subset of the written ones, and two
 // instances' checkpoints that count on the same accounts (a repeat on
 // another partition, counted by whoever claims it first) can lock them in
 // two orders: B's seed locks Y, A's seed locks X and waits for Y, B's
-// write of X waits for A, and InnoDB ends one of them with a deadlock
-// (1213): an aborted attempt without a fault (issue 21: three instances).
-// Widened, B's seed waits for X holding nothing. The widened keys are
-// seeded like risky ones: a stored row is written as an absolute value
-// (it is locked), a missing one stays a delta.
+// write of X waits for A. On one participant InnoDB ends one of them with
+// a deadlock (1213); across two participants (two branches: two
+// transactions, on two servers or one) no server sees the cycle, and both
+// wait out the lock wait timeout. Widened, B's seed waits for X holding
+// nothing. The widened keys are seeded like risky ones: a stored row is
+// written as an absolute value (it is locked), a missing one stays a
+// delta.
 func lockOrder(r riskySet, agg *aggregate, fresh []*record, route router) riskySet {
-	last := make([]*lockKey, route.Participants()) // each participant's last risky key
-	r.each(func(k lockKey) {
-		if l := &last[route.Route(k.key.account)]; *l == nil || k.compare(**l) > 0 {
-			*l = &k
-		}
-	})
+	last := r.last(route)
+	if last == nil {
+		return r
+	}
 	var all riskySet
 	all.balances, all.windows, all.adjusts = agg.riskyKeys(fresh, true)
 	out := riskySet{balances: map[balanceKey]bool{}, windows: map[windowKey]bool{}, adjusts: map[windowKey]bool{}}
-	all.each(func(k lockKey) {
-		if l := last[route.Route(k.key.account)]; l != nil && k.compare(*l) <= 0 {
+	all.each(route, func(k lockKey) {
+		if k.compare(*last) <= 0 {
 			out.add(k)
 		}
 	})
 	return out
 }
 
-// lockKey is a row's place in a participant's lock order: the table, in
-// the order its writes take them, then the key (a balance's as a window
-// key without a start).
+// lockKey is a row's place in the one lock order: its participant, the
+// table, in the order the writes take them, then the key (a balance's as
+// a window key without a start).
 type lockKey struct {
-	table int // 0: balances, 1: windows, 2: adjustments
-	key   windowKey
+	participant int
+	table       int // 0: balances, 1: windows, 2: adjustments
+	key         windowKey
 }
 
 func (x lockKey) compare(y lockKey) int {
-	return cmp.Or(cmp.Compare(x.table, y.table), compareWindowKey(x.key, y.key))
+	return cmp.Or(cmp.Compare(x.participant, y.participant), cmp.Compare(x.table, y.table), compareWindowKey(x.key, y.key))
 }
 
-func (s riskySet) each(fn func(lockKey)) {
+func (s riskySet) each(route router, fn func(lockKey)) {
 	for k := range s.balances {
-		fn(lockKey{0, windowKey{k.account, k.currency, 0}})
+		fn(lockKey{route.Route(k.account), 0, windowKey{k.account, k.currency, 0}})
 	}
 	for k := range s.windows {
-		fn(lockKey{1, k})
+		fn(lockKey{route.Route(k.account), 1, k})
 	}
 	for k := range s.adjusts {
-		fn(lockKey{2, k})
+		fn(lockKey{route.Route(k.account), 2, k})
 	}
+}
+
+// last is the set's last key in the lock order (nil: it is empty).
+func (s riskySet) last(route router) *lockKey {
+	var last *lockKey
+	s.each(route, func(k lockKey) {
+		if last == nil || k.compare(*last) > 0 {
+			last = &k
+		}
+	})
+	return last
 }
 
 func (s riskySet) add(k lockKey) {
@@ -505,7 +531,21 @@ func (p *planner) planWrites() {
 	for _, d := range p.o.dead {
 		p.tally.deadLetters[d.Reason]++
 	}
-	p.next = step{kind: stepWrite, works: works, seal: seal}
+	p.next = step{kind: stepWrite, works: works, seal: seal, turnFrom: p.turnFrom()}
+}
+
+// turnFrom is the first participant whose writes take rows no seed
+// locked: beside other instances, from it on the participants write
+// their sums in turn, in participant order, after every row the seed
+// locked (lockOrder); the ones before it hold every row they write.
+func (p *planner) turnFrom() int {
+	if !p.cfg.shared {
+		return p.cfg.route.Participants()
+	}
+	if l := p.risky.last(p.cfg.route); l != nil {
+		return l.participant
+	}
+	return 0
 }
 
 // afterWrites plans the decision: the frontier is raised to what the
