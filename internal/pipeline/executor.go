@@ -305,7 +305,8 @@ func (x *execution) write(ctx context.Context, st step, now time.Time) ([]sealRe
 	}
 	err := x.tx.Each(ctx, writers, func(ctx context.Context, b *txsink.Branch) error {
 		w := &st.works[b.Participant]
-		if err := x.writeRows(ctx, b, w, now); err != nil {
+		kept, err := x.writeRows(ctx, b, w, now)
+		if err != nil {
 			return err
 		}
 		s := &sealed[b.Participant]
@@ -326,8 +327,7 @@ func (x *execution) write(ctx context.Context, st step, now time.Time) ([]sealRe
 		if !x.p.cfg.changelog {
 			return nil
 		}
-		var err error
-		changes[b.Participant], err = x.writeOutbox(ctx, b, w, s.rows, now)
+		changes[b.Participant], err = x.writeOutbox(ctx, b, w, kept, s.rows, now)
 		return err
 	})
 	for _, n := range changes {
@@ -340,8 +340,9 @@ func (x *execution) write(ctx context.Context, st step, now time.Time) ([]sealRe
 // writeRows writes one participant's rows, each table only when it has
 // rows: a branch counts as written (and is prepared) only once a
 // statement changed something. Adding a table adds a line here and its
-// driver method.
-func (x *execution) writeRows(ctx context.Context, b *txsink.Branch, w *work, now time.Time) error {
+// driver method. It returns the keys of the ledger entries that were
+// stored already (a replay of the topic) and were kept as they were.
+func (x *execution) writeRows(ctx context.Context, b *txsink.Branch, w *work, now time.Time) (kept []driver.EntryKey, err error) {
 	gtrid, topic, g := x.info.Gtrid, x.c.cfg.Topic, x.p.generation()
 	for _, step := range []struct {
 		n  int
@@ -352,24 +353,27 @@ func (x *execution) writeRows(ctx context.Context, b *txsink.Branch, w *work, no
 		{len(w.balances), func(st driver.StoreTx) error { return st.WriteBalances(ctx, w.balances, now) }},
 		{len(w.windows), func(st driver.StoreTx) error { return st.WriteWindows(ctx, w.windows, now) }},
 		{len(w.adjusts), func(st driver.StoreTx) error { return st.WriteAdjustments(ctx, w.adjusts, gtrid, now) }},
-		{len(w.entries), func(st driver.StoreTx) error { return st.WriteEntries(ctx, topic, gtrid, w.entries, now) }},
+		{len(w.entries), func(st driver.StoreTx) (err error) {
+			kept, err = st.WriteEntries(ctx, topic, gtrid, w.entries, now)
+			return err
+		}},
 		{len(w.dead), func(st driver.StoreTx) error { return st.WriteDeadLetters(ctx, topic, gtrid, w.dead, now) }},
 	} {
 		if step.n == 0 {
 			continue
 		}
 		if err := b.Write(step.fn); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return nil
+	return kept, nil
 }
 
 // writeOutbox writes the participant's changes (its rows', and its
 // sealing's) to the outbox, packed into rows within its server's budget.
 // It returns how many changes it wrote.
-func (x *execution) writeOutbox(ctx context.Context, b *txsink.Branch, w *work, sealed []driver.WindowRow, now time.Time) (int, error) {
-	changes := append(rowChanges(w, &x.p.images, x.info.Gtrid, x.c.cfg.Topic, now), sealChanges(sealed, now)...)
+func (x *execution) writeOutbox(ctx context.Context, b *txsink.Branch, w *work, kept []driver.EntryKey, sealed []driver.WindowRow, now time.Time) (int, error) {
+	changes := append(rowChanges(w, &x.p.images, kept, x.info.Gtrid, x.c.cfg.Topic, now), sealChanges(sealed, now)...)
 	if len(changes) == 0 {
 		return 0, nil
 	}

@@ -945,3 +945,6 @@ func testForgetCommits(t *testing.T, ctx context.Context, f Fixture) {
 		t.Fatalf("after pruning the next number is %d, want %d", s, seqs[2]+1)
 	}
 }
+
+// noKept is the error of a WriteEntries that keeps nothing stored.
+func noKept(_ []driver.EntryKey, err error) error { return err }
