@@ -155,7 +155,7 @@ func listDeadLetters(ctx context.Context, cfg config.Config, log *slog.Logger, r
 	defer closeAll(dbs)
 	var all []dlRow
 	for i, db := range dbs {
-		rows, err := deadletters.List(ctx, db, deadletters.Filter{Reason: reason, Pending: pending, Limit: limit})
+		rows, err := mysqldriver.NewLetters(db).List(ctx, deadletters.Filter{Reason: reason, Pending: pending, Limit: limit})
 		if err != nil {
 			return fmt.Errorf("server %d: %w", i, err)
 		}

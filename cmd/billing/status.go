@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -125,11 +124,11 @@ func collectStatus(ctx context.Context, cfg config.Config, log *slog.Logger) (*l
 		return nil, err
 	}
 	defer cl.Close()
-	servers := make([]*sql.DB, len(dbs))
+	letters := make(ledgerstatus.ServerLetters, len(dbs))
 	for i, db := range dbs {
-		servers[i] = db.DB
+		letters[i] = mysqldriver.NewLetters(db)
 	}
-	r := ledgerstatus.Collect(ctx, ledgerstatus.Sources{View: mysqldriver.NewView(dbs...), Letters: ledgerstatus.PoolLetters(servers),
+	r := ledgerstatus.Collect(ctx, ledgerstatus.Sources{View: mysqldriver.NewView(dbs...), Letters: letters,
 		Kafka: kadm.NewClient(cl), Topic: cfg.KafkaTopic, Group: cfg.KafkaGroup, Log: log,
 		Environment: ledgerstatus.Periods{Windows: cfg.Period().String(), WindowsClose: cfg.WindowCloseAfter > 0},
 		ServerError: func(i int, err error) error { return mysqldriver.AccessDenied(dsns[i], err) }})

@@ -10,6 +10,7 @@ import (
 	"github.com/billing/ledger/internal/event"
 	"github.com/billing/ledger/internal/failpoint"
 	"github.com/billing/ledger/internal/ledgerclock"
+	"github.com/billing/ledger/internal/ledgerstatus"
 	"github.com/billing/ledger/internal/periods"
 	"github.com/billing/ledger/internal/txsink"
 	"github.com/billing/ledger/internal/txsink/mysqldriver"
@@ -99,4 +100,14 @@ func (l *Ledger) Periods(ctx context.Context, cfg config.Config, log *slog.Logge
 	log.Info("period settings (the ledger's)", "windows", schedule.String(), "windows_close", stored.Current().Close,
 		"window_close_after", time.Duration(cfg.WindowCloseAfter), "max_event_time_skew", cfg.MaxEventTimeSkew)
 	return stored, schedule, nil
+}
+
+// serverLetters are the dead letters of the driver's servers, the control
+// server first.
+func serverLetters(d *mysqldriver.Driver) ledgerstatus.ServerLetters {
+	out := make(ledgerstatus.ServerLetters, d.Len())
+	for i := range out {
+		out[i] = d.Server(i).Letters()
+	}
+	return out
 }
