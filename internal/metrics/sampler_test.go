@@ -2,7 +2,6 @@ package metrics
 
 import (
 	"context"
-	"database/sql"
 	"testing"
 	"time"
 
@@ -32,7 +31,7 @@ func TestSamplerReadsTheCommitLog(t *testing.T) {
 		}
 	}
 	m, _, _ := newTest(t)
-	s := &Sampler{View: mysqldriver.NewView(db), Letters: ledgerstatus.ServerLetters{mysqldriver.NewLetters(db)}, Servers: []*sql.DB{db.DB}, Topic: "billing-events", Group: "billing-ledger", Interval: time.Second, Timeout: 10 * time.Second}
+	s := &Sampler{View: mysqldriver.NewView(db), Letters: ledgerstatus.ServerLetters{mysqldriver.NewLetters(db)}, Servers: []Stats{mysqldriver.NewStats(db)}, Topic: "billing-events", Group: "billing-ledger", Interval: time.Second, Timeout: 10 * time.Second}
 	s.Sample(ctx, m)
 	if v, ok := sum(t, m, "billing_commit_log_unapplied"); !ok || v != 1 {
 		t.Errorf("billing_commit_log_unapplied = %v (present %v), want 1", v, ok)

@@ -172,7 +172,7 @@ func run(ctx context.Context, cfg config.Config, o Options, log *slog.Logger) er
 	if cfg.HTTPAddr != "" { // nobody asks otherwise
 		bg.Go(func() { mon.Run(bgctx) })
 		sampler := &metrics.Sampler{
-			Kafka: adm, View: l.Driver.View(), Letters: serverLetters(l.Driver), Servers: servers,
+			Kafka: adm, View: l.Driver.View(), Letters: serverLetters(l.Driver), Servers: serverStats(l.Driver),
 			Topic: cfg.KafkaTopic, Group: cfg.KafkaGroup, Owner: l.Sink.Instance(),
 			Interval: cfg.MetricsSample, Timeout: min(cfg.MetricsSample, 10*time.Second), Logger: log,
 		}

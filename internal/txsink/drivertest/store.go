@@ -28,6 +28,7 @@ var storeTests = []struct {
 	{"Store/AdjustmentsNameTheirCheckpoint", testAdjustments},
 	{"Store/EntriesAndDeadLettersKeepTheStoredRow", testKeepStored},
 	{"Store/WindowStartsOfTheCommittedRows", testWindowStarts},
+	{"Store/ServerCounters", testStats},
 	{"Store/IdentifiersOfAnyBytesRoundTrip", testCharsets},
 	{"Store/StatementSizesFromMaxAllowedPacket", testPacketSizes},
 	{"Store/DeadLettersOfAnySize", testDeadLetterSizes},

@@ -2,6 +2,7 @@ package drivertest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -63,5 +64,46 @@ func testWindowStarts(t *testing.T, ctx context.Context, f Fixture) {
 	}
 	if got, err := w.LatestWindowStart(ctx); err != nil || !got.Equal(starts[5]) || got.Location() != time.UTC {
 		t.Errorf("LatestWindowStart = %v, %v, want %v", got, err, starts[5])
+	}
+}
+
+// stats is what the metrics sample of each server besides the ledger's
+// view (package metrics): every Store implements it.
+type stats interface {
+	PurgeHistory(ctx context.Context) (int64, error)
+	DedupRows(ctx context.Context) (int64, error)
+}
+
+// Property (server counters): DedupRows estimates the rows of every
+// generation's key table and of no other table: 0 on an empty ledger,
+// never more than the keys stored (MariaDB keeps the estimate live, MySQL
+// 8.4 may lag); PurgeHistory reads for the suite's account.
+func testStats(t *testing.T, ctx context.Context, f Fixture) {
+	s, ok := f.Store.(stats)
+	if !ok {
+		t.Fatalf("%T does not read the server's counters", f.Store)
+	}
+	if n, err := s.DedupRows(ctx); err != nil || n != 0 {
+		t.Fatalf("DedupRows of an empty ledger = %d, %v", n, err)
+	}
+	later := clock().Add(time.Hour)
+	commit(t, ctx, f, func(tx driver.StoreTx) error {
+		_, err := tx.ClaimKeys(ctx, 0, keys("s0", 30, later))
+		if err == nil {
+			_, err = tx.ClaimKeys(ctx, 1, keys("s1", 20, later))
+		}
+		var bals []driver.Balance
+		for i := range 200 { // rows of another table, which must not count
+			bals = append(bals, driver.Balance{BalanceKey: driver.BalanceKey{Account: fmt.Sprint("acct-", i), Currency: "EUR"}, Amount: 1, Count: 1})
+		}
+		return errors.Join(err, tx.WriteBalances(ctx, bals, later))
+	})
+	n, err := s.DedupRows(ctx)
+	must(t, err)
+	if n < 0 || n > 50 {
+		t.Errorf("DedupRows = %d, want at most the 50 keys stored", n)
+	}
+	if h, err := s.PurgeHistory(ctx); err != nil || h < 0 {
+		t.Errorf("PurgeHistory = %d, %v", h, err)
 	}
 }
