@@ -193,3 +193,16 @@ func binary32(b []byte) []byte {
 	copy(out, b)
 	return out
 }
+
+// SeedDeadLetter stores a committed dead letter of topic as it is (no
+// column is cut), created at created by checkpoint, and returns its id:
+// the tests of the operator's tools set up rows a checkpoint could not
+// write (a payload cut shorter than its size says, another topic).
+func (c *Cluster) SeedDeadLetter(topic, checkpoint string, d driver.DeadLetter, created time.Time) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.autoInc[tDeadLetters]++
+	r := driver.DeadLetterRow{ID: c.autoInc[tDeadLetters], Topic: topic, DeadLetter: d, Checkpoint: checkpoint, CreatedAt: datetime(created)}
+	c.rows[tDeadLetters][positionID(tDeadLetters, topic, d.Partition, d.Offset).key] = r
+	return r.ID
+}
