@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -12,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/billing/ledger/internal/config"
 	"github.com/billing/ledger/internal/ledgercheck"
 )
 
@@ -31,14 +33,10 @@ type options struct {
 	params       map[string]string
 }
 
-// envOr returns the environment variable's value, or def when it is unset
-// or empty.
-func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
-}
+// localBrokers are the brokers of a development machine: the service
+// requires KAFKA_BROKERS and has no default for it, the generator takes
+// these when neither -brokers nor KAFKA_BROKERS names any.
+const localBrokers = "127.0.0.1:9092"
 
 // usageText is -help's description, before the flags.
 const usageText = `Usage of billing-gen:
@@ -82,8 +80,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		zone       string
 		skew       time.Duration
 	)
-	fs.StringVar(&brokers, "brokers", envOr("KAFKA_BROKERS", "127.0.0.1:9092"), "comma-separated Kafka seed brokers (env KAFKA_BROKERS)")
-	fs.StringVar(&o.gen.Topic, "topic", envOr("KAFKA_TOPIC", "billing-events"), "topic to produce to (env KAFKA_TOPIC)")
+	env := config.Unchecked()
+	fs.StringVar(&brokers, "brokers", cmp.Or(strings.Join(env.KafkaBrokers, ","), localBrokers), "comma-separated Kafka seed brokers (env KAFKA_BROKERS)")
+	fs.StringVar(&o.gen.Topic, "topic", cmp.Or(env.KafkaTopic, config.Defaults().KafkaTopic), "topic to produce to (env KAFKA_TOPIC)")
 	fs.Int64Var(&o.gen.Events, "events", 10000, "valid distinct billable events to produce")
 	fs.Float64Var(&o.rate, "rate", 0, "records per second (0 = as fast as possible)")
 	fs.IntVar(&o.gen.Accounts, "accounts", 1000, "number of accounts")

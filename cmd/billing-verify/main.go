@@ -14,6 +14,7 @@ import (
 
 	"github.com/jmoiron/sqlx"
 
+	"github.com/billing/ledger/internal/config"
 	"github.com/billing/ledger/internal/ledgercheck"
 	"github.com/billing/ledger/internal/mysqlconn"
 	"github.com/billing/ledger/internal/periods"
@@ -86,7 +87,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		dsn    string
 		shards listFlag
 	)
-	fs.StringVar(&dsn, "dsn", os.Getenv("MYSQL_DSN"), "MySQL DSN of the (first) server (env MYSQL_DSN)")
+	env := config.Unchecked()
+	fs.StringVar(&dsn, "dsn", env.MySQLDSN, "MySQL DSN of the (first) server (env MYSQL_DSN)")
 	fs.Var(&shards, "shard-dsns", "DSNs of further servers; repeatable or comma-separated (env MYSQL_SHARD_DSNS)")
 	fs.StringVar(&o.expectedPath, "expected", "expected.json", "expected-ledger file written by billing-gen")
 	fs.StringVar(&o.topic, "topic", "", "only count dead letters of this Kafka topic (default: all)")
@@ -103,7 +105,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	set := false
 	fs.Visit(func(f *flag.Flag) { set = set || f.Name == "shard-dsns" })
 	if !set {
-		shards = splitList(os.Getenv("MYSQL_SHARD_DSNS"))
+		shards = env.MySQLShardDSNs
 	}
 	// The same server listed twice would double every row: drop repeats.
 	seen := map[string]bool{}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -78,7 +77,7 @@ snapshot, but the two ledgers are read one after the other.
 		// would compare none of a ledger of another topic and call it
 		// EXACT.
 		topic, scope := "", "every topic (KAFKA_TOPIC is not set)"
-		if v, ok := os.LookupEnv("KAFKA_TOPIC"); ok && v != "" {
+		if config.Environment()["KAFKA_TOPIC"] != "" {
 			topic, scope = cfg.KafkaTopic, "topic "+cfg.KafkaTopic
 		}
 		bar := newTermProgress(stderr, isTerminal(stderr), "reading this ledger", "rows", -1)

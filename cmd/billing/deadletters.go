@@ -153,9 +153,25 @@ func listDeadLetters(ctx context.Context, cfg config.Config, log *slog.Logger, r
 		return err
 	}
 	defer closeAll(dbs)
-	var all []dlRow
+	servers := make([]letterLister, len(dbs))
 	for i, db := range dbs {
-		rows, err := deadletters.List(ctx, db, deadletters.Filter{Reason: reason, Pending: pending, Limit: limit})
+		servers[i] = mysqldriver.NewLetters(db)
+	}
+	return printDeadLetters(ctx, servers, reason, limit, pending, stdout)
+}
+
+// letterLister lists one server's dead letters (mysqldriver.Letters,
+// memdriver's Server.Letters).
+type letterLister interface {
+	List(ctx context.Context, f deadletters.Filter) ([]deadletters.Row, error)
+}
+
+// printDeadLetters lists the dead letters of servers (the control server
+// first), newest first, at most limit.
+func printDeadLetters(ctx context.Context, servers []letterLister, reason string, limit int, pending bool, stdout io.Writer) error {
+	var all []dlRow
+	for i, l := range servers {
+		rows, err := l.List(ctx, deadletters.Filter{Reason: reason, Pending: pending, Limit: limit})
 		if err != nil {
 			return fmt.Errorf("server %d: %w", i, err)
 		}
@@ -218,7 +234,13 @@ func showDeadLetter(ctx context.Context, cfg config.Config, log *slog.Logger, id
 		return err
 	}
 	defer closeAll(dbs)
-	r, err := reinject.Load(ctx, pools(dbs), id)
+	return printDeadLetter(ctx, pools(dbs), id, maxBytes, out, stdout)
+}
+
+// printDeadLetter shows dead letter id of servers (the control server
+// first).
+func printDeadLetter(ctx context.Context, servers []reinject.Server, id reinject.ID, maxBytes int, out string, stdout io.Writer) error {
+	r, err := reinject.Load(ctx, servers, id)
 	if err != nil {
 		return err
 	}

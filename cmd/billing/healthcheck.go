@@ -6,16 +6,18 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 	"time"
+
+	"github.com/billing/ledger/internal/config"
 )
 
 // healthcheck runs `billing healthcheck [--path P] [--timeout D]`, the
 // container health check of images without a shell or curl: it GETs
 // http://127.0.0.1:<port of HTTP_ADDR><P> (P is /readyz by default) and
-// exits 0 on 200, 1 otherwise. It reads only HTTP_ADDR (default :8080), not
-// the whole configuration, so it works in any container of the service.
+// exits 0 on 200, 1 otherwise. It uses only HTTP_ADDR (its default is the
+// service's) and checks no other setting, so it works in any container of
+// the service.
 func healthcheck(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("billing healthcheck", "[--path /readyz] [--timeout 4s]",
 		"GETs http://127.0.0.1:<port of HTTP_ADDR><path> and exits 0 on 200, 1 otherwise:\nthe health check of containers without a shell or curl. Reads only HTTP_ADDR.\n")
@@ -24,11 +26,7 @@ func healthcheck(args []string, stdout, stderr io.Writer) int {
 	if _, code, done := fs.parse(args, 0, stdout, stderr); done {
 		return code
 	}
-	addr, ok := os.LookupEnv("HTTP_ADDR")
-	if !ok {
-		addr = ":8080"
-	}
-	url, err := healthURL(addr, *path)
+	url, err := healthURL(config.Unchecked().HTTPAddr, *path)
 	if err != nil {
 		fmt.Fprintln(stderr, "billing healthcheck:", err)
 		return 1

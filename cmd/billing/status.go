@@ -2,13 +2,11 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -143,11 +141,11 @@ func collectStatus(ctx context.Context, cfg config.Config, log *slog.Logger) (*l
 		return nil, err
 	}
 	defer cl.Close()
-	servers := make([]*sql.DB, len(dbs))
+	letters := make(ledgerstatus.ServerLetters, len(dbs))
 	for i, db := range dbs {
-		servers[i] = db.DB
+		letters[i] = mysqldriver.NewLetters(db)
 	}
-	r := ledgerstatus.Collect(ctx, ledgerstatus.Sources{View: mysqldriver.NewView(dbs...), Letters: ledgerstatus.PoolLetters(servers),
+	r := ledgerstatus.Collect(ctx, ledgerstatus.Sources{View: mysqldriver.NewView(dbs...), Letters: letters,
 		Kafka: kadm.NewClient(cl), Topic: cfg.KafkaTopic, Group: cfg.KafkaGroup, Log: log,
 		Environment: ledgerstatus.Periods{Windows: cfg.Period().String(), WindowsClose: cfg.WindowCloseAfter > 0},
 		ServerError: func(i int, err error) error { return mysqldriver.AccessDenied(dsns[i], err) }})
@@ -366,11 +364,7 @@ func (f *stringsFlag) Set(s string) error {
 // HTTP_ADDR as billing healthcheck reads it; false when HTTP_ADDR is empty
 // (no endpoints).
 func localInstance() (string, bool) {
-	addr, ok := os.LookupEnv("HTTP_ADDR")
-	if !ok {
-		addr = ":8080"
-	}
-	u, err := healthURL(addr, "/")
+	u, err := healthURL(config.Unchecked().HTTPAddr, "/")
 	if err != nil {
 		return "", false
 	}

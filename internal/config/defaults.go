@@ -65,6 +65,20 @@ func (c Config) With(vars map[string]string) (Config, error) {
 	return c, nil
 }
 
+// Unchecked reads every setting as Load does, none of them required and
+// none checked (a value that does not parse is left zero, as LoadScope
+// leaves a setting outside its scope): for the tools whose flags take a
+// setting from the environment when no flag gives it (billing-gen,
+// billing-verify) and for the commands that use one setting alone
+// (billing healthcheck), each of which checks what it uses itself. The
+// defaults are the tags', as everywhere.
+func Unchecked() Config {
+	// No setting is in the empty scope: none is required, no parse
+	// failure or check is reported (every check names its settings).
+	c, _ := LoadScope(Scope{})
+	return c
+}
+
 // Environment returns the settings the process environment sets (variable
 // name → value), for With.
 func Environment() map[string]string {

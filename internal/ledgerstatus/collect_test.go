@@ -99,7 +99,21 @@ func TestCollectReadsTheLedgerThroughTheView(t *testing.T) {
 	control.Cluster().StorePeriods(driver.PeriodRow{Seq: 1, Window: "day", Timezone: "Europe/Berlin", Close: true, RecordedAt: claimed, RecordedBy: "inst-a"})
 	k := fakeKafka{ends: listed("events", map[int32]int64{0: 100, 1: 50}), starts: listed("events", map[int32]int64{0: 0, 1: 0}),
 		groups: kadm.DescribedGroups{"billing-ledger": {Group: "billing-ledger", State: "Empty"}}}
-	dead := letters{0: {{Reason: "invalid_json", Count: 2, Oldest: claimed}}, 1: {{Reason: "invalid_json", Count: 1, Oldest: now}}}
+	// Dead letters on both servers, on the in-memory driver: two waiting
+	// on the control server (one re-injected, one of another topic, not
+	// counted), one on the shard.
+	seed := func(i int, tp string, offset int64, at time.Time) int64 {
+		return l.servers[i].Cluster().SeedDeadLetter(tp, "ck", driver.DeadLetter{Partition: 0, Offset: offset, Reason: "invalid_json", Payload: []byte{}}, at)
+	}
+	seed(0, "events", 1, claimed)
+	seed(0, "events", 2, now)
+	seed(0, "other", 3, claimed.Add(-time.Hour))
+	reinjected := seed(0, "events", 4, claimed.Add(-time.Hour))
+	seed(1, "events", 5, now)
+	if ok, err := l.servers[0].Letters().Mark(ctx, &driver.DeadLetterRecord{ID: reinjected}, driver.LetterAudit{At: now, By: "ops"}); err != nil || !ok {
+		t.Fatalf("mark: %v %v", ok, err)
+	}
+	dead := ServerLetters{l.servers[0].Letters(), l.servers[1].Letters()}
 	r := Collect(ctx, Sources{View: memdriver.NewView(l.servers...), Letters: dead, Kafka: k, Topic: "events", Group: "billing-ledger", Now: clock,
 		Environment: Periods{Windows: "environment's, must not show", WindowsClose: false}})
 

@@ -2,7 +2,6 @@ package ledgerstatus
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"slices"
@@ -231,16 +230,21 @@ type Letters interface {
 	Waiting(ctx context.Context, server int, topic string, partitions []int32) ([]Waiting, error)
 }
 
-// PoolLetters counts them on the servers' pools, the control server first
-// (deadletters.CountWaiting).
-type PoolLetters []*sql.DB
+// Counter counts one server's dead letters not re-injected
+// (mysqldriver.Letters, memdriver's Server.Letters).
+type Counter interface {
+	Waiting(ctx context.Context, topic string, partitions []int32) ([]Waiting, error)
+}
+
+// ServerLetters counts them on each server, the control server first.
+type ServerLetters []Counter
 
 // Waiting counts the dead letters waiting on server i.
-func (p PoolLetters) Waiting(ctx context.Context, i int, topic string, partitions []int32) ([]Waiting, error) {
-	if i < 0 || i >= len(p) {
+func (s ServerLetters) Waiting(ctx context.Context, i int, topic string, partitions []int32) ([]Waiting, error) {
+	if i < 0 || i >= len(s) {
 		return nil, fmt.Errorf("no server %d", i)
 	}
-	return deadletters.CountWaiting(ctx, p[i], topic, partitions)
+	return s[i].Waiting(ctx, topic, partitions)
 }
 
 // Waiting is the number of dead letters of one reason not re-injected.

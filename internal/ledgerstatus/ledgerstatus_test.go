@@ -95,8 +95,8 @@ func listed(topic string, m map[int32]int64) kadm.ListedOffsets {
 // unreachable is the view and dead letters of a ledger whose one server
 // refuses every connection.
 func unreachable(t *testing.T) (driver.View, Letters) {
-	db := unreachableDB(t)
-	return mysqldriver.NewView(sqlx.NewDb(db, "mysql")), PoolLetters{db}
+	db := sqlx.NewDb(unreachableDB(t), "mysql")
+	return mysqldriver.NewView(db), ServerLetters{mysqldriver.NewLetters(db)}
 }
 
 func unreachableDB(t *testing.T) *sql.DB {

@@ -30,10 +30,9 @@ type Sampler struct {
 	// reads them.
 	View    driver.View
 	Letters ledgerstatus.Letters
-	// Servers are the servers' pools, the control server first, for what
-	// only the metrics sample from information_schema (the purge history,
-	// the dedup_keys estimate); nil samples neither.
-	Servers      []*sql.DB
+	// Servers are the servers' own counters, the control server first
+	// (the purge history, the dedup_keys estimate); nil samples neither.
+	Servers      []Stats
 	Topic, Group string
 	// Owner is this instance's id (txsink.Sink.Instance): lag and dead
 	// letters are reported for the partitions it owns, so that the
@@ -131,9 +130,9 @@ func (s *Sampler) Sample(ctx context.Context, m *Metrics) {
 			m.SetForeignInDoubt(i, foreign)
 		}
 	}
-	for i, db := range s.Servers {
+	for i, srv := range s.Servers {
 		if !s.noPurge[i] {
-			switch h, err := PurgeHistory(ctx, db); {
+			switch h, err := srv.PurgeHistory(ctx); {
 			case mysqldriver.NeedsProcess(err):
 				// Optional: said once, not counted as a failure.
 				if s.noPurge == nil {
@@ -148,7 +147,7 @@ func (s *Sampler) Sample(ctx context.Context, m *Metrics) {
 				m.SetPurgeHistory(i, h)
 			}
 		}
-		n, err := DedupRows(ctx, db)
+		n, err := srv.DedupRows(ctx)
 		if err != nil {
 			m.SampleFailed(SampleDedupKeys)
 			s.log().Debug("sampling dedup_keys size failed", "server", i, "err", err)
@@ -219,27 +218,19 @@ func (s *Sampler) deadLetters(ctx context.Context, partitions []int32) (map[stri
 	return counts, nil
 }
 
-// PurgeHistory returns the server's undo history not yet purged (the same
-// counter in MySQL 8 and MariaDB; reading it needs PROCESS).
-func PurgeHistory(ctx context.Context, db *sql.DB) (int64, error) {
-	var n int64
-	err := db.QueryRowContext(ctx, `SELECT COUNT FROM information_schema.INNODB_METRICS WHERE NAME = 'trx_rseg_history_len'`).Scan(&n)
-	if err != nil {
-		return 0, fmt.Errorf("purge history: %w", err)
-	}
-	return n, nil
+// Stats is what the sampler reads of one server besides the ledger's
+// view: its own counters (mysqldriver's and memdriver's Server).
+type Stats interface {
+	// PurgeHistory is the undo history not yet purged (needing PROCESS:
+	// mysqldriver.NeedsProcess).
+	PurgeHistory(ctx context.Context) (int64, error)
+	// DedupRows estimates the rows of every generation's key table.
+	DedupRows(ctx context.Context) (int64, error)
 }
 
-// DedupRows returns InnoDB's estimate of the rows in the dedup key tables
-// of the connection's database, every generation's (dedup_keys,
-// dedup_keys_g1, dedup_keys_g2; information_schema.TABLES.TABLE_ROWS:
-// cheap, no scan, approximate).
-func DedupRows(ctx context.Context, db *sql.DB) (int64, error) {
-	var n sql.NullInt64
-	err := db.QueryRowContext(ctx, `SELECT SUM(TABLE_ROWS) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE()
-		AND TABLE_NAME IN ('dedup_keys', 'dedup_keys_g1', 'dedup_keys_g2')`).Scan(&n)
-	if err != nil {
-		return 0, fmt.Errorf("dedup_keys size: %w", err)
-	}
-	return n.Int64, nil
+// PurgeHistory returns the undo history not yet purged of the server db
+// is a pool of (mysqldriver.PurgeHistory), for the tools that hold a pool
+// rather than a driver's server.
+func PurgeHistory(ctx context.Context, db *sql.DB) (int64, error) {
+	return mysqldriver.PurgeHistory(ctx, db)
 }

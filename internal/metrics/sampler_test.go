@@ -2,7 +2,6 @@ package metrics
 
 import (
 	"context"
-	"database/sql"
 	"testing"
 	"time"
 
@@ -32,7 +31,7 @@ func TestSamplerReadsTheCommitLog(t *testing.T) {
 		}
 	}
 	m, _, _ := newTest(t)
-	s := &Sampler{View: mysqldriver.NewView(db), Letters: ledgerstatus.PoolLetters{db.DB}, Servers: []*sql.DB{db.DB}, Topic: "billing-events", Group: "billing-ledger", Interval: time.Second, Timeout: 10 * time.Second}
+	s := &Sampler{View: mysqldriver.NewView(db), Letters: ledgerstatus.ServerLetters{mysqldriver.NewLetters(db)}, Servers: []Stats{mysqldriver.NewStats(db)}, Topic: "billing-events", Group: "billing-ledger", Interval: time.Second, Timeout: 10 * time.Second}
 	s.Sample(ctx, m)
 	if v, ok := sum(t, m, "billing_commit_log_unapplied"); !ok || v != 1 {
 		t.Errorf("billing_commit_log_unapplied = %v (present %v), want 1", v, ok)
@@ -111,7 +110,9 @@ func TestSamplerOnTheView(t *testing.T) {
 	prepare(servers[1], other.Xid(gtrid(4, time.Hour), txsink.Qualifier{Participant: 0, Conn: 1, Ledger: other.ID}))
 
 	letters := &waitingBy{counts: map[int][]ledgerstatus.Waiting{0: {{Reason: "invalid_json", Count: 2}}, 1: {{Reason: "invalid_json", Count: 1}}}}
-	s := &Sampler{View: memdriver.NewView(servers...), Letters: letters, Topic: "billing-events", Group: "billing-ledger", Owner: "me",
+	servers[1].Cluster().SeedJournal(now.Add(time.Hour), []string{"k1", "k2", "k3"})
+	s := &Sampler{View: memdriver.NewView(servers...), Letters: letters, Servers: []Stats{servers[0], servers[1]},
+		Topic: "billing-events", Group: "billing-ledger", Owner: "me",
 		Interval: time.Second, Timeout: 10 * time.Second, Now: clock}
 	s.Sample(ctx, m)
 	if v := value(t, m, "billing_xa_branches_in_doubt", map[string]string{"server": "1"}); v != 2 {
@@ -122,6 +123,12 @@ func TestSamplerOnTheView(t *testing.T) {
 	}
 	if v := value(t, m, "billing_xa_foreign_branches_in_doubt", map[string]string{"server": "1"}); v != 2 {
 		t.Errorf("foreign branches in doubt = %v, want 2 (another ledger's and a forged one)", v)
+	}
+	if v := value(t, m, "billing_dedup_keys_estimate", map[string]string{"server": "1"}); v != 3 {
+		t.Errorf("dedup keys on server 1 = %v, want the 3 stored", v)
+	}
+	if v := value(t, m, "billing_mysql_purge_history_length", map[string]string{"server": "0"}); v != 0 {
+		t.Errorf("purge history on server 0 = %v, want 0 (the in-memory server keeps none)", v)
 	}
 	if v := value(t, m, "billing_dead_letters_waiting", map[string]string{"topic": "billing-events", "reason": "invalid_json"}); v != 3 {
 		t.Errorf("dead letters waiting = %v, want 3", v)

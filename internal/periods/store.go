@@ -2,7 +2,6 @@ package periods
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -135,7 +134,7 @@ func checkRows(ctx context.Context, d *mysqldriver.Driver, instance Settings) ([
 	var problems []string
 	checked := 0
 	for i := range d.Len() {
-		starts, err := windowStarts(ctx, d.Server(i).DB())
+		starts, err := d.Server(i).WindowStarts(ctx, sampled)
 		if err != nil {
 			return nil, 0, fmt.Errorf("server %d: %w", i, err)
 		}
@@ -158,43 +157,6 @@ func checkRows(ctx context.Context, d *mysqldriver.Driver, instance Settings) ([
 	return problems, checked, nil
 }
 
-// windowStarts are up to sampled of the earliest and of the latest distinct
-// window starts of billing_windows, each one lookup on its index.
-func windowStarts(ctx context.Context, db *sqlx.DB) ([]time.Time, error) {
-	var out []time.Time
-	for _, end := range []struct {
-		query string
-		bound time.Time
-	}{
-		{`SELECT MIN(window_start) FROM billing_windows WHERE window_start > ?`, time.Date(999, 12, 31, 0, 0, 0, 0, time.UTC)},
-		{`SELECT MAX(window_start) FROM billing_windows WHERE window_start < ?`, time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC)},
-	} {
-		q, bound := end.query, end.bound
-		for range sampled {
-			var s sql.NullTime
-			if err := db.GetContext(ctx, &s, q, bound); err != nil {
-				return nil, fmt.Errorf("read billing_windows: %w", err)
-			}
-			if !s.Valid {
-				break
-			}
-			out = append(out, s.Time.UTC())
-			bound = s.Time
-		}
-	}
-	return out, nil
-}
-
-// latestWindowStart is the latest window start of billing_windows on db
-// (zero: no row).
-func latestWindowStart(ctx context.Context, db *sqlx.DB) (time.Time, error) {
-	var s sql.NullTime
-	if err := db.GetContext(ctx, &s, `SELECT MAX(window_start) FROM billing_windows`); err != nil {
-		return time.Time{}, fmt.Errorf("read billing_windows: %w", err)
-	}
-	return s.Time.UTC(), nil
-}
-
 // errDryRun rolls a dry run's transaction back.
 var errDryRun = errors.New("dry run")
 
@@ -208,7 +170,7 @@ var errDryRun = errors.New("dry run")
 func Apply(ctx context.Context, d *mysqldriver.Driver, req Change, by string, dryRun bool) (Plan, Definition, error) {
 	var latest time.Time
 	for i := range d.Len() {
-		s, err := latestWindowStart(ctx, d.Server(i).DB())
+		s, err := d.Server(i).LatestWindowStart(ctx)
 		if err != nil {
 			return Plan{}, Definition{}, fmt.Errorf("server %d: %w", i, err)
 		}

@@ -41,8 +41,18 @@ func newImages(seeded []seededSums) images {
 // rowChanges are the changes of one participant's rows, written by the
 // checkpoint gtrid at now (the instant as DATETIME(6) keeps it) for the
 // source topic: a sums row's after is its before (or a new row) with the
-// checkpoint's sums, counts and time; a ledger entry is created.
-func rowChanges(w *work, im *images, gtrid, topic string, now time.Time) []changelog.Change {
+// checkpoint's sums, counts and time; a ledger entry is created, unless
+// it was stored already (kept: a replay of the topic after
+// ALLOW_GROUP_CHANGE counts an event again at the same position), when the
+// stored row stays as it was and nothing changed.
+func rowChanges(w *work, im *images, kept []driver.EntryKey, gtrid, topic string, now time.Time) []changelog.Change {
+	var stored map[driver.EntryKey]bool
+	if len(kept) > 0 {
+		stored = make(map[driver.EntryKey]bool, len(kept))
+		for _, k := range kept {
+			stored[k] = true
+		}
+	}
 	out := make([]changelog.Change, 0, len(w.balances)+len(w.windows)+len(w.adjusts)+len(w.entries))
 	for _, r := range w.balances {
 		k := balanceKey{r.Account, r.Currency}
@@ -72,6 +82,9 @@ func rowChanges(w *work, im *images, gtrid, topic string, now time.Time) []chang
 		out = append(out, changelog.Update(changelog.TAdjustments, before, changelog.AdjustmentRow(nil, after)))
 	}
 	for _, e := range w.entries {
+		if stored[driver.EntryKey{Topic: topic, Partition: e.Partition, Offset: e.Offset}] {
+			continue
+		}
 		e.OccurredAt, e.WindowStart = e.OccurredAt.UTC().Truncate(time.Microsecond), e.WindowStart.UTC()
 		row := driver.EntryRow{Topic: topic, Entry: e, Checkpoint: gtrid, CreatedAt: now}
 		out = append(out, changelog.Change{Table: changelog.TEntries, Op: changelog.OpCreate, After: changelog.EntryRow(nil, row)})

@@ -345,7 +345,8 @@ func (x *execution) write(ctx context.Context, st step, now time.Time) ([]sealRe
 	turns := newTurns(len(st.works), st.turnFrom, writers)
 	err := x.tx.Each(ctx, writers, func(ctx context.Context, b *txsink.Branch) error {
 		w := &st.works[b.Participant]
-		if err := x.writeRows(ctx, b, w, turns.wait[b.Participant], turns.done[b.Participant], now); err != nil {
+		kept, err := x.writeRows(ctx, b, w, turns.wait[b.Participant], turns.done[b.Participant], now)
+		if err != nil {
 			return err
 		}
 		s := &sealed[b.Participant]
@@ -366,8 +367,7 @@ func (x *execution) write(ctx context.Context, st step, now time.Time) ([]sealRe
 		if !x.p.cfg.changelog {
 			return nil
 		}
-		var err error
-		changes[b.Participant], err = x.writeOutbox(ctx, b, w, s.rows, now)
+		changes[b.Participant], err = x.writeOutbox(ctx, b, w, kept, s.rows, now)
 		return err
 	})
 	for _, n := range changes {
@@ -382,8 +382,10 @@ func (x *execution) write(ctx context.Context, st step, now time.Time) ([]sealRe
 // statement changed something. Adding a table adds a line here and its
 // driver method. In turn (done not nil), its sums (balances, windows,
 // adjustments) are written once wait is closed (nil: at once), and done
-// is closed after them, or when it fails.
-func (x *execution) writeRows(ctx context.Context, b *txsink.Branch, w *work, wait, done chan struct{}, now time.Time) error {
+// is closed after them, or when it fails. It returns the keys of the
+// ledger entries that were stored already (a replay of the topic) and
+// were kept as they were.
+func (x *execution) writeRows(ctx context.Context, b *txsink.Branch, w *work, wait, done chan struct{}, now time.Time) (kept []driver.EntryKey, err error) {
 	gtrid, topic, g := x.info.Gtrid, x.c.cfg.Topic, x.p.generation()
 	turnOver := func() {
 		if done != nil {
@@ -403,7 +405,10 @@ func (x *execution) writeRows(ctx context.Context, b *txsink.Branch, w *work, wa
 		{len(w.balances), true, func(st driver.StoreTx) error { return st.WriteBalances(ctx, w.balances, now) }},
 		{len(w.windows), true, func(st driver.StoreTx) error { return st.WriteWindows(ctx, w.windows, now) }},
 		{len(w.adjusts), true, func(st driver.StoreTx) error { return st.WriteAdjustments(ctx, w.adjusts, gtrid, now) }},
-		{len(w.entries), false, func(st driver.StoreTx) error { return st.WriteEntries(ctx, topic, gtrid, w.entries, now) }},
+		{len(w.entries), false, func(st driver.StoreTx) (err error) {
+			kept, err = st.WriteEntries(ctx, topic, gtrid, w.entries, now)
+			return err
+		}},
 		{len(w.dead), false, func(st driver.StoreTx) error { return st.WriteDeadLetters(ctx, topic, gtrid, w.dead, now) }},
 	} {
 		if step.sums && !inTurn && done != nil {
@@ -412,7 +417,7 @@ func (x *execution) writeRows(ctx context.Context, b *txsink.Branch, w *work, wa
 				select {
 				case <-wait:
 				case <-ctx.Done():
-					return ctx.Err()
+					return nil, ctx.Err()
 				}
 			}
 		}
@@ -424,17 +429,17 @@ func (x *execution) writeRows(ctx context.Context, b *txsink.Branch, w *work, wa
 			continue
 		}
 		if err := b.Write(step.fn); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return nil
+	return kept, nil
 }
 
 // writeOutbox writes the participant's changes (its rows', and its
 // sealing's) to the outbox, packed into rows within its server's budget.
 // It returns how many changes it wrote.
-func (x *execution) writeOutbox(ctx context.Context, b *txsink.Branch, w *work, sealed []driver.WindowRow, now time.Time) (int, error) {
-	changes := append(rowChanges(w, &x.p.images, x.info.Gtrid, x.c.cfg.Topic, now), sealChanges(sealed, now)...)
+func (x *execution) writeOutbox(ctx context.Context, b *txsink.Branch, w *work, kept []driver.EntryKey, sealed []driver.WindowRow, now time.Time) (int, error) {
+	changes := append(rowChanges(w, &x.p.images, kept, x.info.Gtrid, x.c.cfg.Topic, now), sealChanges(sealed, now)...)
 	if len(changes) == 0 {
 		return 0, nil
 	}

@@ -28,7 +28,7 @@ import (
 var ErrRefused = errors.New("refused")
 
 // Letters is one server's dead_letters table as re-injection reads and
-// updates it (deadletters.Get, Mark, Restore and Landed on MySQL).
+// updates it (mysqldriver.Letters, memdriver's Server.Letters).
 type Letters interface {
 	// Get reads a dead letter by its id on the server
 	// (deadletters.ErrNotFound when there is none).

@@ -21,83 +21,12 @@ import (
 
 	"github.com/billing/ledger/internal/deadletters"
 	"github.com/billing/ledger/internal/dedup"
+	"github.com/billing/ledger/internal/txsink/driver"
+	"github.com/billing/ledger/internal/txsink/memdriver"
 )
-
-// memLetters is a dead_letters table in memory, with the semantics of
-// package deadletters' statements: Mark is a compare-and-set on the
-// re-injection columns, Restore and Landed act only on the row that still
-// holds their mark (contractTest holds the two to the same behaviour).
-type memLetters struct {
-	mu   sync.Mutex
-	rows map[int64]deadletters.Row
-	next int64
-}
-
-func newMemLetters() *memLetters { return &memLetters{rows: map[int64]deadletters.Row{}} }
-
-func (m *memLetters) insert(r deadletters.Row) int64 {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.next++
-	r.ID = m.next
-	m.rows[r.ID] = r
-	return r.ID
-}
-
-func (m *memLetters) Get(_ context.Context, id int64) (*deadletters.Row, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	r, ok := m.rows[id]
-	if !ok {
-		return nil, deadletters.ErrNotFound
-	}
-	return &r, nil
-}
 
 func sameMark(a, b sql.NullTime) bool {
 	return a.Valid == b.Valid && (!a.Valid || a.Time.Equal(b.Time))
-}
-
-func (m *memLetters) Mark(_ context.Context, r *deadletters.Row, a deadletters.Audit) (bool, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	cur, ok := m.rows[r.ID]
-	if !ok || !sameMark(cur.ReinjectedAt, r.ReinjectedAt) {
-		return false, nil
-	}
-	cur.ReinjectedAt = sql.NullTime{Time: a.At, Valid: true}
-	cur.ReinjectedBy = sql.NullString{String: a.By, Valid: true}
-	cur.ReinjectedForced = sql.NullBool{Bool: a.Forced, Valid: true}
-	cur.ReinjectedSHA256 = slices.Clone(a.SHA256)
-	cur.ReinjectedPartition, cur.ReinjectedOffset = sql.NullInt32{}, sql.NullInt64{}
-	m.rows[r.ID] = cur
-	return true, nil
-}
-
-func (m *memLetters) Restore(_ context.Context, r *deadletters.Row, at time.Time) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	cur, ok := m.rows[r.ID]
-	if !ok || !sameMark(cur.ReinjectedAt, sql.NullTime{Time: at, Valid: true}) {
-		return nil
-	}
-	cur.ReinjectedAt, cur.ReinjectedBy, cur.ReinjectedForced = r.ReinjectedAt, r.ReinjectedBy, r.ReinjectedForced
-	cur.ReinjectedSHA256, cur.ReinjectedPartition, cur.ReinjectedOffset = r.ReinjectedSHA256, r.ReinjectedPartition, r.ReinjectedOffset
-	m.rows[r.ID] = cur
-	return nil
-}
-
-func (m *memLetters) Landed(_ context.Context, id int64, at time.Time, partition int32, offset int64) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	cur, ok := m.rows[id]
-	if !ok || !sameMark(cur.ReinjectedAt, sql.NullTime{Time: at, Valid: true}) {
-		return nil
-	}
-	cur.ReinjectedPartition = sql.NullInt32{Int32: partition, Valid: true}
-	cur.ReinjectedOffset = sql.NullInt64{Int64: offset, Valid: true}
-	m.rows[id] = cur
-	return nil
 }
 
 // memKeys are a server's dedup keys.
@@ -126,10 +55,11 @@ func (failing) ProduceSync(_ context.Context, rs ...*kgo.Record) kgo.ProduceResu
 
 const topic = "billing-events"
 
-// world is a ledger of two servers (dead letters and dedup keys in
-// memory) and a topic of three partitions on kfake.
+// world is a ledger of two servers (dead letters on the in-memory
+// driver, dedup keys in a map) and a topic of three partitions on kfake.
 type world struct {
-	letters []*memLetters
+	servers []*memdriver.Cluster
+	letters []memdriver.Letters
 	keys    []memKeys
 	cluster *kfake.Cluster
 	warned  []string
@@ -153,8 +83,9 @@ func newWorld(t *testing.T) *world {
 	w.r = &Reinjector{Producer: cl, Topic: topic, MaxPayloadBytes: 65536,
 		Warn: func(msg string) { w.warned = append(w.warned, msg) }, Now: func() time.Time { return w.now }}
 	for range 2 {
-		l, k := newMemLetters(), memKeys{}
-		w.letters, w.keys = append(w.letters, l), append(w.keys, k)
+		c, k := memdriver.New(memdriver.Options{}), memKeys{}
+		l := c.As("billing").Letters()
+		w.servers, w.letters, w.keys = append(w.servers, c), append(w.letters, l), append(w.keys, k)
 		w.r.Servers = append(w.r.Servers, Server{Letters: l, Keys: k})
 	}
 	return w
@@ -167,14 +98,25 @@ func payload(id, account string) []byte {
 // letter stores a dead letter of a record at partition/offset on server
 // i and returns its id.
 func (w *world) letter(i int, partition int32, offset int64, eventID string, key, value []byte, reason string) ID {
-	r := deadletters.Row{Topic: topic, Partition: partition, Offset: offset, Reason: reason, Key: key, Payload: value,
-		PayloadSize: int64(len(value)), CreatedAt: w.now.Add(-time.Hour)}
-	if eventID != "" {
-		r.EventID = []byte(eventID)
+	return w.letterOf(i, topic, partition, offset, eventID, key, value, len(value), reason)
+}
+
+// letterOf stores a dead letter of topic tp keeping value of a record of
+// size bytes.
+func (w *world) letterOf(i int, tp string, partition int32, offset int64, eventID string, key, value []byte, size int, reason string) ID {
+	d := driver.DeadLetter{Partition: partition, Offset: offset, Reason: reason, EventID: eventID, Key: key, Payload: value, Size: size,
+		SHA256: sha256.Sum256(value)}
+	return ID{Server: i, N: w.servers[i].SeedDeadLetter(tp, "c", d, w.now.Add(-time.Hour))}
+}
+
+// row reads dead letter id of server i.
+func (w *world) row(t *testing.T, id ID) deadletters.Row {
+	t.Helper()
+	r, err := w.letters[id.Server].Get(t.Context(), id.N)
+	if err != nil {
+		t.Fatal(err)
 	}
-	sum := sha256.Sum256(value)
-	r.PayloadSHA = sum[:]
-	return ID{Server: i, N: w.letters[i].insert(r)}
+	return *r
 }
 
 // consumed reads every record of the topic: as many as its end offsets
@@ -284,18 +226,11 @@ func TestReinjectRefusals(t *testing.T) {
 			return w.letter(0, 0, 1, "", []byte("acct-1"), []byte("{not json"), "invalid_json"), ""
 		}, "does not decode (invalid_json", ""},
 		{"payload cut", func(t *testing.T, w *world) (ID, string) {
-			id := w.letter(0, 0, 1, "e1", []byte("acct-1"), payload("e1", "acct-1")[:20], "payload_too_large")
-			row := w.letters[0].rows[id.N]
-			row.PayloadSize = 100000
-			w.letters[0].rows[id.N] = row
-			return id, ""
+			return w.letterOf(0, topic, 0, 1, "e1", []byte("acct-1"), payload("e1", "acct-1")[:20], 100000, "payload_too_large"), ""
 		}, "only the first 20 of 100000 bytes", ""},
 		{"another topic", func(t *testing.T, w *world) (ID, string) {
-			id := w.letter(0, 0, 1, "e1", []byte("acct-1"), payload("e1", "acct-1"), "invalid_json")
-			row := w.letters[0].rows[id.N]
-			row.Topic = "other-topic"
-			w.letters[0].rows[id.N] = row
-			return id, ""
+			v := payload("e1", "acct-1")
+			return w.letterOf(0, "other-topic", 0, 1, "e1", []byte("acct-1"), v, len(v), "invalid_json"), ""
 		}, "came from topic other-topic", ""},
 		{"unknown", func(t *testing.T, w *world) (ID, string) { return ID{Server: 0, N: 99}, "" }, "no dead letter 99", ""},
 		{"no such server", func(t *testing.T, w *world) (ID, string) { return ID{Server: 5, N: 1}, "" }, "no server 5", ""},
@@ -316,9 +251,10 @@ func TestReinjectRefusals(t *testing.T) {
 		}, "event_id e1 is already counted (dedup key on server 1", "already_counted"},
 		{"already reinjected", func(t *testing.T, w *world) (ID, string) {
 			id := w.letter(0, 1, 1, "e1", []byte("acct-1"), payload("e1", "acct-1"), "rejected_by_database")
-			row := w.letters[0].rows[id.N]
-			row.ReinjectedAt, row.ReinjectedBy = sql.NullTime{Time: w.now.Add(-time.Hour), Valid: true}, sql.NullString{String: "earlier", Valid: true}
-			w.letters[0].rows[id.N] = row
+			row := w.row(t, id)
+			if ok, err := w.letters[0].Mark(t.Context(), &row, deadletters.Audit{At: w.now.Add(-time.Hour), By: "earlier"}); err != nil || !ok {
+				t.Fatalf("mark: %v %v", ok, err)
+			}
 			return id, ""
 		}, "was already reinjected at", "already_reinjected"},
 	} {
@@ -326,7 +262,12 @@ func TestReinjectRefusals(t *testing.T) {
 			for _, force := range []bool{false, true} {
 				w := newWorld(t)
 				id, f := tc.setup(t, w)
-				before := w.letters[0].rows[id.N]
+				var before deadletters.Row
+				if id.Server == 0 {
+					if r, err := w.letters[0].Get(t.Context(), id.N); err == nil {
+						before = *r
+					}
+				}
 				res, err := w.r.Reinject(t.Context(), Request{ID: id, PayloadFile: f, By: "ops", Force: force, Timeout: 5 * time.Second})
 				if !force || tc.forceable == "" {
 					if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), tc.want) {
@@ -335,7 +276,8 @@ func TestReinjectRefusals(t *testing.T) {
 					if n := len(w.consumed(t)); n != 0 {
 						t.Fatalf("force=%v: a refusal produced %d records", force, n)
 					}
-					if after := w.letters[0].rows[id.N]; !sameMark(after.ReinjectedAt, before.ReinjectedAt) {
+					after, _ := w.letters[0].Get(t.Context(), id.N)
+					if after != nil && !sameMark(after.ReinjectedAt, before.ReinjectedAt) {
 						t.Fatalf("force=%v: a refusal marked the row", force)
 					}
 					continue
@@ -346,7 +288,7 @@ func TestReinjectRefusals(t *testing.T) {
 				if !slices.Contains(res.Overridden, tc.forceable) || len(w.warned) == 0 || !strings.Contains(strings.Join(w.warned, "\n"), tc.want) {
 					t.Fatalf("forced: overridden %v, warnings %q; want %s overridden and %q warned", res.Overridden, w.warned, tc.forceable, tc.want)
 				}
-				if row := w.letters[0].rows[id.N]; !row.ReinjectedForced.Bool || !row.ReinjectedOffset.Valid {
+				if row := w.row(t, id); !row.ReinjectedForced.Bool || !row.ReinjectedOffset.Valid {
 					t.Fatalf("forced: audit %+v", row)
 				}
 				if n := len(w.consumed(t)); n != 1 {
@@ -378,7 +320,7 @@ func TestFailedProducePutsTheRowBack(t *testing.T) {
 	if err == nil || errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "broker unreachable") || !strings.Contains(err.Error(), "running reinject again is safe") {
 		t.Fatalf("err %v", err)
 	}
-	if row := w.letters[0].rows[id.N]; row.ReinjectedAt.Valid || row.ReinjectedBy.Valid {
+	if row := w.row(t, id); row.ReinjectedAt.Valid || row.ReinjectedBy.Valid {
 		t.Fatalf("the row keeps the mark of a failed produce: %+v", row)
 	}
 }
@@ -386,12 +328,12 @@ func TestFailedProducePutsTheRowBack(t *testing.T) {
 // readAllFirst holds every Get until n of them have read the row: each
 // of n re-injections then marks a row it read unmarked.
 type readAllFirst struct {
-	*memLetters
+	memdriver.Letters
 	read sync.WaitGroup
 }
 
 func (r *readAllFirst) Get(ctx context.Context, id int64) (*deadletters.Row, error) {
-	row, err := r.memLetters.Get(ctx, id)
+	row, err := r.Letters.Get(ctx, id)
 	r.read.Done()
 	r.read.Wait()
 	return row, err
@@ -405,7 +347,7 @@ func TestConcurrentReinjectionsProduceOnce(t *testing.T) {
 	w.r.Warn = nil
 	id := w.letter(0, 1, 3, "e1", []byte("acct-1"), payload("e1", "acct-1"), "rejected_by_database")
 	const n = 8
-	held := &readAllFirst{memLetters: w.letters[0]}
+	held := &readAllFirst{Letters: w.letters[0]}
 	held.read.Add(n)
 	w.r.Servers[0].Letters = held
 	errs := make([]error, n)

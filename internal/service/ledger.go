@@ -10,6 +10,8 @@ import (
 	"github.com/billing/ledger/internal/event"
 	"github.com/billing/ledger/internal/failpoint"
 	"github.com/billing/ledger/internal/ledgerclock"
+	"github.com/billing/ledger/internal/ledgerstatus"
+	"github.com/billing/ledger/internal/metrics"
 	"github.com/billing/ledger/internal/periods"
 	"github.com/billing/ledger/internal/txsink"
 	"github.com/billing/ledger/internal/txsink/mysqldriver"
@@ -54,7 +56,7 @@ func OpenLedger(ctx context.Context, cfg config.Config, dsns []string, fps *fail
 	// Before the sink reads or writes anything (its identity, first of
 	// all): a missing grant stops the service here, named.
 	phase("checking grants")
-	if err := preflight(ctx, dsns, cfg.MySQLLockWaitTimeout, mysqldriver.Access(PipelineConfig(cfg, nil, log, nil).Features())); err != nil {
+	if err := mysqldriver.Preflight(ctx, dsns, cfg.MySQLLockWaitTimeout, mysqldriver.Access(PipelineConfig(cfg, nil, log, nil).Features())); err != nil {
 		return nil, err
 	}
 	phase("connecting to MySQL")
@@ -99,4 +101,24 @@ func (l *Ledger) Periods(ctx context.Context, cfg config.Config, log *slog.Logge
 	log.Info("period settings (the ledger's)", "windows", schedule.String(), "windows_close", stored.Current().Close,
 		"window_close_after", time.Duration(cfg.WindowCloseAfter), "max_event_time_skew", cfg.MaxEventTimeSkew)
 	return stored, schedule, nil
+}
+
+// serverStats are the counters of the driver's servers the metrics
+// sample, the control server first.
+func serverStats(d *mysqldriver.Driver) []metrics.Stats {
+	out := make([]metrics.Stats, d.Len())
+	for i := range out {
+		out[i] = d.Server(i)
+	}
+	return out
+}
+
+// serverLetters are the dead letters of the driver's servers, the control
+// server first.
+func serverLetters(d *mysqldriver.Driver) ledgerstatus.ServerLetters {
+	out := make(ledgerstatus.ServerLetters, d.Len())
+	for i := range out {
+		out[i] = d.Server(i).Letters()
+	}
+	return out
 }

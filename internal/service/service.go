@@ -22,7 +22,6 @@ import (
 	"github.com/billing/ledger/internal/failpoint"
 	"github.com/billing/ledger/internal/health"
 	"github.com/billing/ledger/internal/ledgerclock"
-	"github.com/billing/ledger/internal/ledgerstatus"
 	"github.com/billing/ledger/internal/metrics"
 	"github.com/billing/ledger/internal/mysqlconn"
 	"github.com/billing/ledger/internal/periods"
@@ -175,7 +174,7 @@ func run(ctx context.Context, cfg config.Config, o Options, log *slog.Logger) er
 	if cfg.HTTPAddr != "" { // nobody asks otherwise
 		bg.Go(func() { mon.Run(bgctx) })
 		sampler := &metrics.Sampler{
-			Kafka: adm, View: l.Driver.View(), Letters: ledgerstatus.PoolLetters(servers), Servers: servers,
+			Kafka: adm, View: l.Driver.View(), Letters: serverLetters(l.Driver), Servers: serverStats(l.Driver),
 			Topic: cfg.KafkaTopic, Group: cfg.KafkaGroup, Owner: l.Sink.Instance(),
 			Interval: cfg.MetricsSample, Timeout: min(cfg.MetricsSample, 10*time.Second), Logger: log,
 		}

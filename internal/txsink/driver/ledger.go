@@ -97,8 +97,10 @@ type StoreTx interface {
 	WriteAdjustments(ctx context.Context, rows []WindowSum, checkpoint string, now time.Time) error
 	// WriteEntries inserts one ledger_entries row per entry, keyed by its
 	// Kafka position in topic; an entry already stored at that position is
-	// kept as it is.
-	WriteEntries(ctx context.Context, topic, checkpoint string, entries []Entry, now time.Time) error
+	// kept as it is, and its key is returned in kept (in no particular
+	// order): the checkpoint created no row there, so its changelog must
+	// not say it did.
+	WriteEntries(ctx context.Context, topic, checkpoint string, entries []Entry, now time.Time) (kept []EntryKey, err error)
 	// WriteDeadLetters inserts the letters, each cut to its columns
 	// (DeadLetter.Columns) with the longest payload prefix a row alone can
 	// carry within the statement budget, keyed by their Kafka position in

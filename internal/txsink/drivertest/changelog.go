@@ -205,7 +205,7 @@ func testScans(t *testing.T, ctx context.Context, f Fixture) {
 	}
 	commit(t, ctx, f, func(tx driver.StoreTx) error {
 		return errors.Join(tx.WriteBalances(ctx, bals, now), tx.WriteWindows(ctx, wins, now), tx.WriteAdjustments(ctx, wins, "c-scan", now),
-			tx.WriteEntries(ctx, "topic-b", "c-scan", entries[:15], now), tx.WriteEntries(ctx, "topic-a", "c-scan", entries[15:], now))
+			noKept(tx.WriteEntries(ctx, "topic-b", "c-scan", entries[:15], now)), noKept(tx.WriteEntries(ctx, "topic-a", "c-scan", entries[15:], now)))
 	})
 	tb := tables(t, ctx, f)
 	for _, page := range []int{1, 7, 1000} {

@@ -58,8 +58,11 @@ type Fixture struct {
 	// Store is the ledger's tables on Server's pools (Server's connections
 	// carry the branches' driver.StoreTx); Tables reads what they hold, as
 	// committed. LockWait is the server's lock wait timeout.
-	Store    driver.Store
-	Tables   func(ctx context.Context) (driver.Tables, error)
+	Store  driver.Store
+	Tables func(ctx context.Context) (driver.Tables, error)
+	// Letters is dead_letters on Server's pools, as the operator's
+	// tools read and update it.
+	Letters  Letters
 	LockWait time.Duration
 	// Packet returns a fixture on the same ledger whose max_allowed_packet
 	// is n bytes (the smaller of the server's and the client's).
@@ -116,6 +119,7 @@ func RunConformanceTests(t *testing.T, h Harness) {
 	}
 	tests = append(tests, storeTests...)
 	tests = append(tests, changelogTests...)
+	tests = append(tests, lettersTests...)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -945,3 +949,6 @@ func testForgetCommits(t *testing.T, ctx context.Context, f Fixture) {
 		t.Fatalf("after pruning the next number is %d, want %d", s, seqs[2]+1)
 	}
 }
+
+// noKept is the error of a WriteEntries that keeps nothing stored.
+func noKept(_ []driver.EntryKey, err error) error { return err }

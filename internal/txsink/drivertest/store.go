@@ -27,6 +27,8 @@ var storeTests = []struct {
 	{"Store/SumsAddSetAndOverflow", testSums},
 	{"Store/AdjustmentsNameTheirCheckpoint", testAdjustments},
 	{"Store/EntriesAndDeadLettersKeepTheStoredRow", testKeepStored},
+	{"Store/WindowStartsOfTheCommittedRows", testWindowStarts},
+	{"Store/ServerCounters", testStats},
 	{"Store/IdentifiersOfAnyBytesRoundTrip", testCharsets},
 	{"Store/StatementSizesFromMaxAllowedPacket", testPacketSizes},
 	{"Store/DeadLettersOfAnySize", testDeadLetterSizes},

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -246,21 +247,49 @@ func testAdjustments(t *testing.T, ctx context.Context, f Fixture) {
 }
 
 // Property (replays): an entry or a dead letter already stored at its
-// Kafka position is kept as it is when a replay writes it again.
+// Kafka position is kept as it is when a replay writes it again, and
+// WriteEntries names exactly the entries it kept (a checkpoint's
+// changelog says it created the others only).
 func testKeepStored(t *testing.T, ctx context.Context, f Fixture) {
 	t0 := clock()
 	e := driver.Entry{Partition: 1, Offset: 7, EventID: "e", Account: "a", Currency: "EUR", Amount: 3, OccurredAt: t0, WindowStart: t0.Truncate(time.Hour)}
 	d := driver.DeadLetter{Partition: 1, Offset: 8, Reason: "invalid_json", Detail: "first", Payload: []byte("x"), Size: 1}
 	commit(t, ctx, f, func(tx driver.StoreTx) error {
-		return errors.Join(tx.WriteEntries(ctx, "topic", "c1", []driver.Entry{e}, t0), tx.WriteDeadLetters(ctx, "topic", "c1", []driver.DeadLetter{d}, t0))
+		kept, err := tx.WriteEntries(ctx, "topic", "c1", []driver.Entry{e}, t0)
+		if err == nil && len(kept) != 0 {
+			err = fmt.Errorf("the first write kept %v, want none", kept)
+		}
+		return errors.Join(err, tx.WriteDeadLetters(ctx, "topic", "c1", []driver.DeadLetter{d}, t0))
 	})
 	e.Amount, d.Detail = 99, "second"
+	// The replay writes the stored entry between new ones, at the same
+	// partition and offset in another topic too.
+	var fresh []driver.Entry
+	for i := range 5 {
+		n := e
+		n.Offset, n.EventID = e.Offset+1+int64(i), fmt.Sprint("new-", i)
+		fresh = append(fresh, n)
+	}
+	replay := append(append(fresh[:2:2], e), fresh[2:]...)
 	commit(t, ctx, f, func(tx driver.StoreTx) error {
-		return errors.Join(tx.WriteEntries(ctx, "topic", "c2", []driver.Entry{e}, t0.Add(time.Minute)),
-			tx.WriteDeadLetters(ctx, "topic", "c2", []driver.DeadLetter{d}, t0.Add(time.Minute)))
+		kept, err := tx.WriteEntries(ctx, "topic", "c2", replay, t0.Add(time.Minute))
+		if want := []driver.EntryKey{{Topic: "topic", Partition: 1, Offset: 7}}; err == nil && !slices.Equal(kept, want) {
+			err = fmt.Errorf("the replay kept %v, want %v", kept, want)
+		}
+		other, err2 := tx.WriteEntries(ctx, "other", "c2", []driver.Entry{e}, t0.Add(time.Minute))
+		if err2 == nil && len(other) != 0 {
+			err2 = fmt.Errorf("a write in another topic kept %v, want none", other)
+		}
+		return errors.Join(err, err2, tx.WriteDeadLetters(ctx, "topic", "c2", []driver.DeadLetter{d}, t0.Add(time.Minute)))
 	})
 	tb := tables(t, ctx, f)
-	if len(tb.Entries) != 1 || tb.Entries[0].Amount != 3 || tb.Entries[0].Checkpoint != "c1" || !tb.Entries[0].CreatedAt.Equal(t0) {
+	var stored []driver.EntryRow
+	for _, r := range tb.Entries {
+		if r.Topic == "topic" && r.Offset == e.Offset {
+			stored = append(stored, r)
+		}
+	}
+	if len(tb.Entries) != 2+len(fresh) || len(stored) != 1 || stored[0].Amount != 3 || stored[0].Checkpoint != "c1" || !stored[0].CreatedAt.Equal(t0) {
 		t.Fatalf("entries %+v, want the first one kept", tb.Entries)
 	}
 	if len(tb.DeadLetters) != 1 || tb.DeadLetters[0].Detail != "first" || tb.DeadLetters[0].Checkpoint != "c1" {

@@ -87,10 +87,14 @@ type ledger struct {
 	packet  int // the server's max_allowed_packet now
 	budget  int // the statement budget as last read (RefreshLimits)
 	trigger func(table string, row any) error
+	// reinjected holds the re-injection columns of dead_letters, by id
+	// (letters.go): only the operator's statements change them.
+	reinjected map[int64]reinjection
 }
 
 func newLedger(packet int) ledger {
-	l := ledger{locks: map[rowID]*txn{}, shared: map[rowID]map[*txn]struct{}{}, live: map[*txn]struct{}{}, packet: packet, budget: stmt.Budget(packet)}
+	l := ledger{locks: map[rowID]*txn{}, shared: map[rowID]map[*txn]struct{}{}, live: map[*txn]struct{}{}, packet: packet, budget: stmt.Budget(packet),
+		reinjected: map[int64]reinjection{}}
 	for i := range l.rows {
 		l.rows[i] = map[string]any{}
 	}

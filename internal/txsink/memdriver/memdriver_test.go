@@ -29,6 +29,7 @@ func (h harness) New(ctx context.Context, t *testing.T) drivertest.Fixture {
 		},
 		Store:    s,
 		Tables:   func(context.Context) (driver.Tables, error) { return c.Tables(), nil },
+		Letters:  s.Letters(),
 		LockWait: opts.LockWait,
 		Legacy: func(_ context.Context, expires time.Time, ids []string) error {
 			c.SeedJournal(expires, ids)

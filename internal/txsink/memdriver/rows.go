@@ -19,14 +19,15 @@ func positionID(t table, topic string, partition int32, offset int64) rowID {
 	return rowID{t, key(topic, strconv.Itoa(int(partition)), intKey(offset))}
 }
 
-func (t storeTx) WriteEntries(ctx context.Context, topic, checkpoint string, entries []driver.Entry, now time.Time) error {
+func (t storeTx) WriteEntries(ctx context.Context, topic, checkpoint string, entries []driver.Entry, now time.Time) ([]driver.EntryKey, error) {
 	c, tx, err := t.begin()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer c.mu.Unlock()
+	var kept []driver.EntryKey
 	fixed := stmt.ArgBytes(topic) + stmt.ArgBytes(checkpoint) + 4*stmt.ArgBytes(now) + 4*stmt.ArgBytes(int64(0)) + stmt.ArgBytes(true) + 32
-	return c.statementsLocked(len(entries), entryText, func(i int) int {
+	err = c.statementsLocked(len(entries), entryText, func(i int) int {
 		return fixed + stmt.ArgBytes(entries[i].EventID) + stmt.ArgBytes(entries[i].Account)
 	}, func(start, end int) error {
 		part := entries[start:end]
@@ -36,14 +37,27 @@ func (t storeTx) WriteEntries(ctx context.Context, topic, checkpoint string, ent
 				return err
 			}
 		}
-		return c.insertNewLocked(ctx, tx, tEntries, len(part), func(i int) rowID {
-			return positionID(tEntries, topic, part[i].Partition, part[i].Offset)
-		}, func(i int) any {
+		id := func(i int) rowID { return positionID(tEntries, topic, part[i].Partition, part[i].Offset) }
+		if err := c.insertNewLocked(ctx, tx, tEntries, len(part), id, func(i int) any {
 			e := part[i]
 			e.OccurredAt, e.WindowStart = datetime(e.OccurredAt), datetime(e.WindowStart)
 			return driver.EntryRow{Topic: topic, Entry: e, Checkpoint: checkpoint, CreatedAt: datetime(now)}
-		})
+		}); err != nil {
+			return err
+		}
+		// The rows another checkpoint stored were kept (the statement's
+		// affected rows count them as 0, as mysqldriver reads them).
+		for i := range part {
+			if r, ok := c.getLocked(tx, id(i)); ok && r.(driver.EntryRow).Checkpoint != checkpoint {
+				kept = append(kept, driver.EntryKey{Topic: topic, Partition: part[i].Partition, Offset: part[i].Offset})
+			}
+		}
+		return nil
 	})
+	if err != nil {
+		return nil, err
+	}
+	return kept, nil
 }
 
 // insertNewLocked inserts n rows unless a row with the same key is stored

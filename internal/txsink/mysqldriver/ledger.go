@@ -169,12 +169,19 @@ const entryHead = `INSERT INTO ledger_entries (kafka_topic, kafka_partition, kaf
 // record.
 const entryTail = ` ON DUPLICATE KEY UPDATE kafka_offset = kafka_offset`
 
-// writeEntries writes one ledger_entries row per counted event.
-// occurred_at is a DATETIME(6): the instant is sent truncated to the
+// writeEntries writes one ledger_entries row per counted event and
+// returns the keys of the rows another checkpoint had stored, which it
+// kept. occurred_at is a DATETIME(6): the instant is sent truncated to the
 // microsecond, as the column keeps it.
-func writeEntries(ctx context.Context, ex stmt.Execer, topic, checkpoint string, entries []driver.Entry, now time.Time) error {
+//
+// A kept row counts 0 in the statement's affected rows (the connection
+// does not ask for found rows, and the update sets a column to itself), an
+// inserted one 1: only a write that affected fewer rows than it sent reads
+// which ones were kept, by primary key under the lock the insert took.
+func writeEntries(ctx context.Context, q branchQuerier, topic, checkpoint string, entries []driver.Entry, now time.Time) ([]driver.EntryKey, error) {
 	fixed := stmt.ArgBytes(topic) + stmt.ArgBytes(checkpoint) + 4*stmt.ArgBytes(now) + 4*stmt.ArgBytes(int64(0)) + stmt.ArgBytes(true) + 32
-	return stmt.Insert(ctx, ex, len(entries), entryHead, "(?,?,?,?,?,?,?,?,?,?,?,?)", entryTail,
+	ex := &affected{Execer: q}
+	err := stmt.Insert(ctx, ex, len(entries), entryHead, "(?,?,?,?,?,?,?,?,?,?,?,?)", entryTail,
 		func(i int) int {
 			return fixed + stmt.ArgBytes(entries[i].EventID) + stmt.ArgBytes(entries[i].Account)
 		},
@@ -183,6 +190,61 @@ func writeEntries(ctx context.Context, ex stmt.Execer, topic, checkpoint string,
 			return []any{topic, e.Partition, e.Offset, e.EventID, e.Account, e.Currency, e.Amount,
 				e.OccurredAt.Truncate(time.Microsecond), e.WindowStart, e.Late, checkpoint, now}
 		})
+	if err != nil || ex.rows == int64(len(entries)) {
+		return nil, err
+	}
+	var kept []driver.EntryKey
+	keptFixed := len(keptHead) + stmt.ArgBytes(topic) + stmt.ArgBytes(checkpoint) + 8
+	err = stmt.Split(len(entries), keptFixed, q.MaxStatementBytes(), func(int) int { return len("(?,?),") + 2*stmt.ArgBytes(int64(0)) }, func(start, end int) error {
+		part := entries[start:end]
+		args := make([]any, 0, 2+2*len(part))
+		args = append(args, topic, checkpoint)
+		for _, e := range part {
+			args = append(args, e.Partition, e.Offset)
+		}
+		var rows []struct {
+			Partition int32 `db:"kafka_partition"`
+			Offset    int64 `db:"kafka_offset"`
+		}
+		if err := q.Select(ctx, &rows, keptHead+strings.Repeat("(?,?),", len(part)-1)+`(?,?))`, args...); err != nil {
+			return err
+		}
+		for _, r := range rows {
+			kept = append(kept, driver.EntryKey{Topic: topic, Partition: r.Partition, Offset: r.Offset})
+		}
+		return nil
+	})
+	return kept, err
+}
+
+const keptHead = `SELECT kafka_partition, kafka_offset FROM ledger_entries FORCE INDEX (PRIMARY) WHERE kafka_topic = ? AND checkpoint_id <> ? AND (kafka_partition, kafka_offset) IN (`
+
+// affected is an execer that adds up the rows its statements affected.
+type affected struct {
+	stmt.Execer
+	rows int64
+}
+
+func (a *affected) Exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	return a.count(a.Execer.Exec(ctx, query, args...))
+}
+
+// ExecPrepared keeps the prepared statements of full chunks (see
+// stmt.Insert) when the execer has them.
+func (a *affected) ExecPrepared(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if p, ok := a.Execer.(preparer); ok {
+		return a.count(p.ExecPrepared(ctx, query, args...))
+	}
+	return a.count(a.Execer.Exec(ctx, query, args...))
+}
+
+func (a *affected) count(r sql.Result, err error) (sql.Result, error) {
+	if err != nil {
+		return r, err
+	}
+	n, err := r.RowsAffected()
+	a.rows += n
+	return r, err
 }
 
 // sealWindows sets closed_at on the open rows of the windows starting in

@@ -50,6 +50,7 @@ func (fixtures) on(ctx context.Context, t *testing.T, dsn string) drivertest.Fix
 		},
 		Store:    d.Server(0),
 		Tables:   func(ctx context.Context) (driver.Tables, error) { return readTables(ctx, db) },
+		Letters:  d.Server(0).Letters(),
 		LockWait: lockWait,
 		Legacy: func(ctx context.Context, expires time.Time, ids []string) error {
 			return storeLegacy(ctx, db.DB, expires, ids)

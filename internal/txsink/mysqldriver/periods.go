@@ -74,3 +74,43 @@ func InsertPeriod(ctx context.Context, ex sqlx.ExecerContext, r driver.PeriodRow
 	n, _ := res.RowsAffected()
 	return n == 1, nil
 }
+
+// WindowStarts returns up to n of the earliest and up to n of the latest
+// distinct window starts of billing_windows on the server, the earliest
+// ascending, then the latest descending (a start can be in both), each
+// one lookup on the index on window_start: what the period settings check
+// on a ledger that has rows and no settings stored (package periods).
+func (s *Server) WindowStarts(ctx context.Context, n int) ([]time.Time, error) {
+	var out []time.Time
+	for _, end := range []struct {
+		query string
+		bound time.Time
+	}{
+		{`SELECT MIN(window_start) FROM billing_windows WHERE window_start > ?`, time.Date(999, 12, 31, 0, 0, 0, 0, time.UTC)},
+		{`SELECT MAX(window_start) FROM billing_windows WHERE window_start < ?`, time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC)},
+	} {
+		q, bound := end.query, end.bound
+		for range n {
+			var start sql.NullTime
+			if err := s.db.GetContext(ctx, &start, q, bound); err != nil {
+				return nil, fmt.Errorf("read billing_windows: %w", err)
+			}
+			if !start.Valid {
+				break
+			}
+			out = append(out, start.Time.UTC())
+			bound = start.Time
+		}
+	}
+	return out, nil
+}
+
+// LatestWindowStart is the latest window start of billing_windows on the
+// server (zero: no row).
+func (s *Server) LatestWindowStart(ctx context.Context) (time.Time, error) {
+	var start sql.NullTime
+	if err := s.db.GetContext(ctx, &start, `SELECT MAX(window_start) FROM billing_windows`); err != nil {
+		return time.Time{}, fmt.Errorf("read billing_windows: %w", err)
+	}
+	return start.Time.UTC(), nil
+}

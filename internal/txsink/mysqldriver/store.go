@@ -111,7 +111,7 @@ func (t tables) WriteAdjustments(ctx context.Context, rows []driver.WindowSum, c
 	return writeWindows(ctx, t.c, tableAdjustments, rows, checkpoint, now)
 }
 
-func (t tables) WriteEntries(ctx context.Context, topic, checkpoint string, entries []driver.Entry, now time.Time) error {
+func (t tables) WriteEntries(ctx context.Context, topic, checkpoint string, entries []driver.Entry, now time.Time) ([]driver.EntryKey, error) {
 	return writeEntries(ctx, t.c, topic, checkpoint, entries, now)
 }
 

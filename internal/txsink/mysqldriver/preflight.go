@@ -1,4 +1,4 @@
-package service
+package mysqldriver
 
 import (
 	"context"
@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/billing/ledger/internal/txsink/mysqldriver"
 )
 
 // grantCheck is a statement that touches no row but needs one privilege on
@@ -17,13 +15,13 @@ import (
 // gives every table the service writes; the UPDATE check sets a column to
 // itself (its first, from information_schema: an account that sees no
 // column of the table lacks the privilege anyway).
-func grantCheck(ctx context.Context, db *sql.DB, a mysqldriver.TableAccess) (string, error) {
+func grantCheck(ctx context.Context, db *sql.DB, a TableAccess) (string, error) {
 	switch a.Privilege {
-	case mysqldriver.Select:
+	case Select:
 		return `SELECT COUNT(*) FROM ` + a.Table + ` WHERE 1=0`, nil
-	case mysqldriver.Insert:
+	case Insert:
 		return `INSERT INTO ` + a.Table + ` SELECT * FROM ` + a.Table + ` WHERE 1=0`, nil
-	case mysqldriver.Update:
+	case Update:
 		var col string
 		err := db.QueryRowContext(ctx, `SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION LIMIT 1`, a.Table).Scan(&col)
 		if errors.Is(err, sql.ErrNoRows) {
@@ -33,9 +31,9 @@ func grantCheck(ctx context.Context, db *sql.DB, a mysqldriver.TableAccess) (str
 			return "", err
 		}
 		return "UPDATE " + a.Table + " SET `" + col + "` = `" + col + "` WHERE 1=0", nil
-	case mysqldriver.Delete:
+	case Delete:
 		return `DELETE FROM ` + a.Table + ` WHERE 1=0`, nil
-	case mysqldriver.Drop:
+	case Drop:
 		return dropCheck(ctx, db, a.Table)
 	}
 	return "", fmt.Errorf("no check for the privilege %s", a.Privilege)
@@ -74,14 +72,14 @@ func dropCheck(ctx context.Context, db *sql.DB, table string) (string, error) {
 }
 
 // preflight checks, on every server, that the account has every privilege
-// that needs (mysqldriver.Access of the configuration's features: the
+// that needs (Access of the configuration's features: the
 // store's declaration of what the service reads and writes) and may run XA RECOVER, so that a
 // missing grant stops the service at start, before it reads or writes
 // anything, with a message naming the privilege and the table, instead of
 // failing every checkpoint or cleanup later. The migrations create every
 // table on every server, so every server is checked alike. No row is read
 // or written.
-func preflight(ctx context.Context, dsns []string, lockWait time.Duration, needs []mysqldriver.TableAccess) error {
+func Preflight(ctx context.Context, dsns []string, lockWait time.Duration, needs []TableAccess) error {
 	for i, dsn := range dsns {
 		if err := preflightServer(ctx, dsn, lockWait, needs); err != nil {
 			return fmt.Errorf("server %d: %w", i, err)
@@ -90,8 +88,8 @@ func preflight(ctx context.Context, dsns []string, lockWait time.Duration, needs
 	return nil
 }
 
-func preflightServer(ctx context.Context, dsn string, lockWait time.Duration, needs []mysqldriver.TableAccess) error {
-	db, err := mysqldriver.OpenDB(dsn, lockWait, 1)
+func preflightServer(ctx context.Context, dsn string, lockWait time.Duration, needs []TableAccess) error {
+	db, err := OpenDB(dsn, lockWait, 1)
 	if err != nil {
 		return err
 	}
@@ -102,7 +100,7 @@ func preflightServer(ctx context.Context, dsn string, lockWait time.Duration, ne
 			_, err = db.ExecContext(ctx, q)
 		}
 		if err != nil {
-			if mysqldriver.Denied(err) || errors.Is(err, errNoColumn) || errors.Is(err, errNoDrop) {
+			if Denied(err) || errors.Is(err, errNoColumn) || errors.Is(err, errNoDrop) {
 				return fmt.Errorf("access denied: the MySQL account %s lacks %s on %s%s: %w (the service needs SELECT, INSERT, UPDATE, DELETE and DROP on its database, see docs/operations.md)",
 					accountOf(ctx, db.DB), a.Privilege, a.Table, neededBy(a.Feature), err)
 			}
@@ -118,8 +116,8 @@ func preflightServer(ctx context.Context, dsn string, lockWait time.Duration, ne
 }
 
 // neededBy names the setting that needs a privilege, if one does.
-func neededBy(f mysqldriver.Feature) string {
-	if f == mysqldriver.FeatureAlways {
+func neededBy(f Feature) string {
+	if f == FeatureAlways {
 		return ""
 	}
 	return " (needed with " + string(f) + ")"
