@@ -43,9 +43,12 @@ import (
 // fence.
 //
 // Positions come from MySQL, never from the group's committed offsets. A
-// failed read or claim leaves the partitions rewinding, their records
-// dropped, and holds the next pass back, doubling from 100 ms to 5 s, so
-// that an outage costs a log line every few seconds, not one per poll.
+// failed step leaves its partitions rewinding, their records dropped, and
+// holds the next pass back, doubling from 100 ms to 5 s, so that an outage
+// costs a log line every few seconds, not one per poll. A pass that gets
+// through (positions read, start offsets listed if needed) starts the
+// backoff over, even if its re-claim failed: a failing re-claim alone is
+// retried every 100 ms.
 // Re-claims back off per partition, doubling from one second to a minute,
 // until the claim holds (see reclaimBackoffFor).
 

@@ -334,95 +334,112 @@ func TestRewindDoesItsIOOutsideTheLockAndHoldsRevokes(t *testing.T) {
 	}
 }
 
-func testRewindHoldsTakeAways(t *testing.T, take func(p *Pipeline, ctx context.Context, parts map[string][]int32)) {
+// rewindRig is a pipeline on kfake and memdriver, one partition, whose
+// settings check waits in the pass once armed.
+type rewindRig struct {
+	t       *testing.T
+	server  *memdriver.Cluster
+	p       *Pipeline
+	prod    *kgo.Client
+	armed   atomic.Bool
+	entered chan struct{} // closed when the armed check is entered
+	release func()        // lets it return
+}
+
+func newRewindRig(t *testing.T) *rewindRig {
 	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "billing"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer kc.Close()
-	server := memdriver.New(memdriver.Options{AttachPrepared: true, LockWait: time.Second})
-	s := server.As("billing")
-	ctx := context.Background()
-	openSink := func(instance string) *txsink.Sink {
-		sink, err := txsink.New(ctx, txsink.Config{Branches: 1, Group: "g", Topic: "billing", StepTimeout: 5 * time.Second,
-			Instance: instance, Logger: testenv.Logger()}, s, []driver.Server{s})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(sink.Close)
-		return sink
-	}
-	var armed atomic.Bool
-	entered, release := make(chan struct{}), make(chan struct{})
-	var releaseOnce sync.Once
-	releaseAll := func() { releaseOnce.Do(func() { close(release) }) }
-	defer releaseAll()
+	t.Cleanup(kc.Close)
+	rg := &rewindRig{t: t, server: memdriver.New(memdriver.Options{AttachPrepared: true, LockWait: time.Second}), entered: make(chan struct{})}
+	released := make(chan struct{})
+	var once sync.Once
+	rg.release = func() { once.Do(func() { close(released) }) }
 	cfg := testConfig(&env{brokers: kc.ListenAddrs(), topic: "billing"})
 	cfg.Group, cfg.RecoveryInterval = "g", time.Hour // no settings check but the claims'
 	cfg.CheckSettings = func(context.Context) error {
-		if armed.CompareAndSwap(true, false) {
-			close(entered)
-			<-release
+		if rg.armed.CompareAndSwap(true, false) {
+			close(rg.entered)
+			<-released
 		}
 		return nil
 	}
-	p, err := New(cfg, openSink("a"), []driver.Store{s})
-	if err != nil {
+	if rg.p, err = New(cfg, rg.sink("a"), []driver.Store{rg.server.As("billing")}); err != nil {
 		t.Fatal(err)
 	}
-	prod, err := kgo.NewClient(kgo.SeedBrokers(kc.ListenAddrs()...), kgo.DefaultProduceTopic("billing"))
-	if err != nil {
+	if rg.prod, err = kgo.NewClient(kgo.SeedBrokers(kc.ListenAddrs()...), kgo.DefaultProduceTopic("billing")); err != nil {
 		t.Fatal(err)
 	}
-	defer prod.Close()
-	produceEvents := func(from, to int) {
-		var recs []*kgo.Record
-		for i := from; i < to; i++ {
-			b, _ := json.Marshal(ev{fmt.Sprintf("e-%d", i), "acct-1", 1, "EUR", t0})
-			recs = append(recs, &kgo.Record{Value: b})
-		}
-		if err := prod.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	counted := func() int64 {
-		var n int64
-		for _, b := range server.Tables().Balances {
-			n += b.Count
-		}
-		return n
-	}
-	rctx, cancel := context.WithCancel(ctx)
+	t.Cleanup(rg.prod.Close)
+	rctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- p.Run(rctx) }()
-	defer func() {
-		releaseAll()
+	go func() { done <- rg.p.Run(rctx) }()
+	t.Cleanup(func() {
+		rg.release()
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("Run: %v", err)
 		}
-	}()
+	})
+	return rg
+}
 
-	produceEvents(0, 3)
+// sink opens a sink on the ledger as instance.
+func (rg *rewindRig) sink(instance string) *txsink.Sink {
+	s := rg.server.As("billing")
+	sink, err := txsink.New(context.Background(), txsink.Config{Branches: 1, Group: "g", Topic: "billing", StepTimeout: 5 * time.Second,
+		Instance: instance, Logger: testenv.Logger()}, s, []driver.Server{s})
+	if err != nil {
+		rg.t.Fatal(err)
+	}
+	rg.t.Cleanup(sink.Close)
+	return sink
+}
+
+// produce produces events e-from … e-(to-1) of one account.
+func (rg *rewindRig) produce(from, to int) {
+	var recs []*kgo.Record
+	for i := from; i < to; i++ {
+		b, _ := json.Marshal(ev{fmt.Sprintf("e-%d", i), "acct-1", 1, "EUR", t0})
+		recs = append(recs, &kgo.Record{Value: b})
+	}
+	if err := rg.prod.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+		rg.t.Fatal(err)
+	}
+}
+
+// counted is the number of events the ledger counts.
+func (rg *rewindRig) counted() int64 {
+	var n int64
+	for _, b := range rg.server.Tables().Balances {
+		n += b.Count
+	}
+	return n
+}
+
+func testRewindHoldsTakeAways(t *testing.T, take func(p *Pipeline, ctx context.Context, parts map[string][]int32)) {
+	rg, ctx := newRewindRig(t), context.Background()
+	rg.produce(0, 3)
 	testenv.Eventually(t, 30*time.Second, "the first events counted", func() (bool, string) {
-		return counted() == 3, fmt.Sprintf("%d counted", counted())
+		return rg.counted() == 3, fmt.Sprintf("%d counted", rg.counted())
 	})
 	// Another instance claims p0 while the group still gives it to a: a's
 	// next checkpoint is fenced, its pass finds p0 taken and claims it
 	// again, then checks the settings, and waits there.
-	if _, err := openSink("woken").Claim(ctx, []int32{0}); err != nil {
+	if _, err := rg.sink("woken").Claim(ctx, []int32{0}); err != nil {
 		t.Fatal(err)
 	}
-	armed.Store(true)
-	produceEvents(3, 5)
+	rg.armed.Store(true)
+	rg.produce(3, 5)
 	select {
-	case <-entered:
+	case <-rg.entered:
 	case <-time.After(30 * time.Second):
 		t.Fatal("no re-claim within 30s")
 	}
 
 	state := make(chan State, 1)
-	go func() { state <- p.State() }()
+	go func() { state <- rg.p.State() }()
 	select {
 	case st := <-state:
 		if len(st.Partitions) != 1 || !st.Partitions[0].Rewind {
@@ -432,32 +449,32 @@ func testRewindHoldsTakeAways(t *testing.T, take func(p *Pipeline, ctx context.C
 		t.Fatal("the pipeline's lock is held during the pass's I/O")
 	}
 
-	revoked := make(chan struct{})
+	taken := make(chan struct{})
 	go func() {
-		take(p, ctx, map[string][]int32{"billing": {0}})
-		close(revoked)
+		take(rg.p, ctx, map[string][]int32{"billing": {0}})
+		close(taken)
 	}()
 	select {
-	case <-revoked:
+	case <-taken:
 		t.Fatal("the partition was taken away while a re-claim was in progress")
 	case <-time.After(300 * time.Millisecond):
 	}
-	releaseAll()
+	rg.release()
 	select {
-	case <-revoked:
+	case <-taken:
 	case <-time.After(30 * time.Second):
 		t.Fatal("the partition was not taken away once the pass was over")
 	}
-	if st := p.State(); len(st.Partitions) != 0 {
+	if st := rg.p.State(); len(st.Partitions) != 0 {
 		t.Errorf("taken away: %+v, want no partition", st.Partitions)
 	}
-	pos, err := openSink("reader").Positions(ctx, []int32{0})
+	pos, err := rg.sink("reader").Positions(ctx, []int32{0})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Claimed again, and every event below the stored position counted
 	// once (a revoke checkpoints what was read again meanwhile).
-	if ps := pos[0]; ps.Owner != "a" || ps.Epoch != 3 || ps.NextOffset != counted() {
-		t.Errorf("stored p0: %+v, %d events counted; want claimed again by a at epoch 3, its events counted", ps, counted())
+	if ps := pos[0]; ps.Owner != "a" || ps.Epoch != 3 || ps.NextOffset != rg.counted() {
+		t.Errorf("stored p0: %+v, %d events counted; want claimed again by a at epoch 3, its events counted", ps, rg.counted())
 	}
 }
