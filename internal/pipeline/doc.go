@@ -14,7 +14,8 @@
 // harness_test.go) runs them as cmd/billing runs the service, on kfake
 // and the in-memory drivers (txsink/memdriver), with no server, in
 // seconds; the integration tests against Kafka and MariaDB remain the
-// proof that the in-memory world is faithful.
+// proof that the in-memory world is faithful. The files of testdata/source/
+// state the source's plan alone (TestSourcePlan, below).
 //
 // # Stream and table
 //
@@ -123,7 +124,27 @@
 // the epoch check, and nothing it prepared commits. The claims only fence;
 // the group's assignment decides who consumes: a partition whose claim was
 // taken while this member still holds it (a paused instance woke up and
-// claimed it late) is claimed again, never dropped (see reclaimLocked).
+// claimed it late) is claimed again, never dropped (see the source's plan).
+//
+// # The source's plan
+//
+// After an aborted checkpoint the source discards what it buffered and
+// rewinds every partition, as the checkpoint does its attempt: a pure plan
+// (sourceplan.go) and its executor (Pipeline.rewind). The plan takes the
+// rewinding partitions and asks, step by step, for what it needs: their
+// positions stored in MySQL (never the group's committed offsets), a
+// re-claim of those whose stored epoch or owner is no longer this
+// instance's (backing off per partition, from a second to a minute), the
+// settings check after it, the log's start offsets for a partition never
+// checkpointed; its outcome says where each partition restarts, and which
+// keep rewinding after a failed step (the next pass held back, 100 ms
+// doubling to 5 s). The executor does the I/O outside the pipeline's lock
+// and applies the outcome under it, to the partitions still held at the
+// epoch the plan saw. One thing stays serialized: a re-claim raises an
+// epoch, which is right only while the group gives the partition to this
+// member, so a pass holds Pipeline.ownMu, which the revoke and loss
+// callbacks take first. The scenario files of testdata/source/ specify the
+// plan by example, without I/O (TestSourcePlan).
 //
 // # Event time and periods that close
 //

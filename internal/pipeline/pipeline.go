@@ -302,8 +302,13 @@ type Pipeline struct {
 	lastSeal time.Time
 	lastTick time.Time // of the last event-time tick (see eventTimeTickLocked)
 
-	rewindAfter   time.Time     // no rewind attempt before (after a failure)
-	rewindBackoff time.Duration // the last failure's backoff; 0 after a success
+	rewindHold rewindHold // when the next rewind pass may start (after failures)
+
+	// ownMu serializes a rewind pass, whose re-claims must happen while
+	// the group still gives the partitions to this member, with the
+	// callbacks that take partitions away (onRevoked, onLost); see
+	// Pipeline.rewind. Taken before mu.
+	ownMu sync.Mutex
 
 	ckpt  *Checkpointer // commits the snapshots the barrier cuts
 	pools []driver.Store

@@ -10,6 +10,7 @@ import (
 
 	"github.com/billing/ledger/internal/deadletters"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/billing/ledger/internal/event"
@@ -36,7 +37,7 @@ type partition struct {
 	// partition is consumed again, and records fetched meanwhile are dropped.
 	rewind bool
 	// reclaimAfter holds back claiming the partition again after its claim
-	// was taken (see reclaimLocked); reclaimBackoff is the last wait.
+	// was taken (see sourceplan.go); reclaimBackoff is the last wait.
 	reclaimAfter   time.Time
 	reclaimBackoff time.Duration
 	// watermark is the partition's stored watermark as of its claim or
@@ -118,7 +119,9 @@ func (p *Pipeline) poll(ctx context.Context) {
 		marks := p.markAheadLocked()
 		p.processLocked(fetches)
 		p.offerAheadLocked(marks)
-		p.rewindLocked(ctx)
+		p.mu.Unlock()
+		p.rewind(ctx)
+		p.mu.Lock()
 		p.maybeSealLocked(ctx)
 		var wait chan struct{}
 		if n, b := p.bufferedLocked(); p.inflight != nil && (n >= 2*p.cfg.CheckpointMaxRecords || b >= 2*p.cfg.CheckpointMaxBytes) {
@@ -262,129 +265,94 @@ func (p *Pipeline) offerAheadLocked(marks map[*partition]int) {
 	p.ahead.offer(ids)
 }
 
-// rewindLocked rereads the committed position of every partition whose
-// buffered state was discarded, and restarts fetching there. A partition
-// whose stored epoch or owner is no longer this instance's was taken over:
-// it is dropped until the group tells this member about it. If MySQL cannot
-// be read, the rewind is retried after a backoff (doubling from 100 ms to
-// 5 s, so that an outage costs a log line every few seconds, not one per
-// poll); the partition's records are dropped meanwhile.
-func (p *Pipeline) rewindLocked(ctx context.Context) {
-	if time.Now().Before(p.rewindAfter) {
-		return
-	}
-	var ids []int32
-	for id, pt := range p.parts {
-		if pt.rewind {
-			ids = append(ids, id)
-		}
-	}
-	if len(ids) == 0 {
+// rewind runs a rewind pass (sourceplan.go): it rereads the stored
+// position of every partition whose buffered state was discarded, claims
+// again the ones taken over while this member still holds them, and
+// restarts fetching there. The plan decides; rewind does the I/O, outside
+// the pipeline's lock (the poll goroutine is the only one that fetches, so
+// nothing is fetched meanwhile for the rewinding partitions, whose records
+// processLocked drops), and applies the outcome under it.
+//
+// The whole pass holds ownMu, which onRevoked and onLost take before
+// taking partitions away: a re-claim raises the partition's epoch, which
+// must happen only while the group still gives it to this member. Claimed
+// after a revoke, it would fence the next owner, which would claim it back
+// from this one at its next checkpoint, an abort on each side. So a revoke
+// waits for the pass, as it waited for the lock when the pass held it.
+func (p *Pipeline) rewind(ctx context.Context) {
+	p.ownMu.Lock()
+	defer p.ownMu.Unlock()
+	p.mu.Lock()
+	pl := newRewindPlan(rewindInputOf(p.parts, time.Now(), p.sink.Instance(), p.rewindHold))
+	p.mu.Unlock()
+	if pl.ready().kind == rewindNothing {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	pos, err := p.sink.Positions(ctx, ids)
-	if err != nil {
-		p.rewindFailedLocked("cannot reread positions; retrying", "partitions", ids, "err", err)
-		return
-	}
-	var fromStart, taken []int32
-	set := map[int32]kgo.EpochOffset{}
-	for _, id := range ids {
-		pt := p.parts[id]
-		ps, ok := pos[id]
-		if !ok || ps.Owner != p.sink.Instance() || ps.Epoch != pt.epoch {
-			taken = append(taken, id)
-			continue
-		}
-		pt.watermark, pt.committedUp = ps.Watermark, ps.CaughtUp
-		if ps.NextOffset == txsink.StartOffset {
-			fromStart = append(fromStart, id)
-			continue
-		}
-		pt.restore(ps)
-		set[id] = kgo.EpochOffset{Epoch: -1, Offset: ps.NextOffset}
-	}
-	for id, ps := range p.reclaimLocked(ctx, taken) {
-		pt := p.parts[id]
-		pt.watermark, pt.committedUp = ps.Watermark, ps.CaughtUp
-		if ps.NextOffset == txsink.StartOffset {
-			fromStart = append(fromStart, id)
-			continue
-		}
-		pt.restore(ps)
-		set[id] = kgo.EpochOffset{Epoch: -1, Offset: ps.NextOffset}
-	}
-	if len(fromStart) == 0 {
-		p.rewindBackoff = 0
-	} else {
-		starts, err := p.adm.ListStartOffsets(ctx, p.cfg.Topic)
-		if err != nil {
-			p.rewindFailedLocked("cannot list start offsets; retrying", "err", err)
-		} else {
-			p.rewindBackoff = 0
-			for _, id := range fromStart {
-				if o, ok := starts.Lookup(p.cfg.Topic, id); ok && o.Err == nil {
-					pt := p.parts[id]
-					pt.position, pt.committed, pt.rewind = txsink.StartOffset, txsink.StartOffset, false
-					set[id] = kgo.EpochOffset{Epoch: -1, Offset: o.Offset}
+	for {
+		st := pl.ready()
+		var r rewindResult
+		switch st.kind {
+		case rewindNothing:
+			return
+		case rewindApply:
+			p.mu.Lock()
+			seeks := applyRewind(p.parts, st.out)
+			p.rewindHold = st.out.hold
+			if len(seeks) > 0 {
+				// Under the lock, from the poll goroutine, before the next
+				// poll: the client skips a partition it no longer
+				// consumes, and the positions just restored drop what an
+				// older fetch still brings (processLocked).
+				set := make(map[int32]kgo.EpochOffset, len(seeks))
+				for id, o := range seeks {
+					set[id] = kgo.EpochOffset{Epoch: -1, Offset: o}
+				}
+				p.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{p.cfg.Topic: set})
+			}
+			p.stats.AssignedParts.Store(int64(len(p.parts)))
+			p.mu.Unlock()
+			p.logRewind(st.out)
+			return
+		case rewindPositions:
+			r.positions, r.err = p.sink.Positions(ctx, st.ids)
+		case rewindClaim:
+			r.positions, r.err = p.sink.Claim(ctx, st.ids)
+		case rewindSettings:
+			r.err = p.checkSettings(ctx)
+		case rewindStarts:
+			var starts kadm.ListedOffsets
+			if starts, r.err = p.adm.ListStartOffsets(ctx, p.cfg.Topic); r.err == nil {
+				r.starts = map[int32]int64{}
+				for _, id := range st.ids {
+					if o, ok := starts.Lookup(p.cfg.Topic, id); ok && o.Err == nil {
+						r.starts[id] = o.Offset
+					}
 				}
 			}
 		}
+		r.now = time.Now()
+		pl.advance(r)
 	}
-	if len(set) > 0 {
-		p.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{p.cfg.Topic: set})
-	}
-	p.stats.AssignedParts.Store(int64(len(p.parts)))
 }
 
-// reclaimLocked claims again the partitions whose stored claim another
-// instance took while this member of the group still holds them: an
-// instance paused between its recovery and its claim, past the session
-// timeout, wakes up and claims a partition the group has meanwhile given
-// here. It soon learns it lost the partition, and drops it; dropping it
-// here too would leave it to nobody. The group's assignment decides who
-// consumes a partition; the claims only fence. Two members each believing
-// the partition theirs (one of them not yet told it lost it) would take
-// the claim from each other at every checkpoint: each partition's re-claims
-// back off, doubling from one second up to a minute, until its claim holds.
-// It returns the positions of the partitions claimed again.
-func (p *Pipeline) reclaimLocked(ctx context.Context, taken []int32) map[int32]txsink.Position {
-	now := time.Now()
-	var due []int32
-	for _, id := range taken {
-		if pt := p.parts[id]; now.After(pt.reclaimAfter) {
-			due = append(due, id)
+// logRewind logs what a pass did: its failures, and the partitions it
+// claimed again.
+func (p *Pipeline) logRewind(out *rewindOutcome) {
+	for _, f := range out.failures {
+		var args []any
+		if f.ids != nil {
+			args = append(args, "partitions", f.ids)
+		}
+		p.log.Warn(f.msg, append(args, "err", f.err, "next_attempt_in", f.next)...)
+	}
+	for _, o := range out.parts {
+		if o.claimed {
+			p.log.Warn("partition claimed by another instance while still assigned here; claimed again",
+				"partition", o.id, "held_epoch", o.epoch, "new_epoch", o.stored.Epoch)
 		}
 	}
-	if len(due) == 0 {
-		return nil
-	}
-	pos, err := p.sink.Claim(ctx, due)
-	if err != nil {
-		p.rewindFailedLocked("cannot claim again partitions taken over while still assigned here; retrying", "partitions", due, "err", err)
-		return nil
-	}
-	if p.checkSettings(ctx) != nil {
-		return nil // stopping: nothing of them is fetched
-	}
-	for _, id := range due {
-		pt := p.parts[id]
-		p.log.Warn("partition claimed by another instance while still assigned here; claimed again",
-			"partition", id, "held_epoch", pt.epoch, "new_epoch", pos[id].Epoch)
-		pt.epoch = pos[id].Epoch
-		pt.reclaimBackoff = min(max(2*pt.reclaimBackoff, time.Second), time.Minute)
-		pt.reclaimAfter = now.Add(pt.reclaimBackoff)
-	}
-	return pos
-}
-
-// rewindFailedLocked logs a failed rewind and holds the next attempt back.
-func (p *Pipeline) rewindFailedLocked(msg string, args ...any) {
-	p.rewindBackoff = min(max(2*p.rewindBackoff, 100*time.Millisecond), 5*time.Second)
-	p.rewindAfter = time.Now().Add(p.rewindBackoff)
-	p.log.Warn(msg, append(args, "next_attempt_in", p.rewindBackoff)...)
 }
 
 // onAssigned runs when the group gives this member new partitions, before
@@ -448,6 +416,8 @@ func (p *Pipeline) onAssigned(ctx context.Context, offsets map[string]map[int32]
 // checkpoints everything buffered, so the next owner resumes exactly where
 // this one stopped, then forgets the revoked partitions.
 func (p *Pipeline) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[string][]int32) {
+	p.ownMu.Lock()
+	defer p.ownMu.Unlock()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	dctx, cancel := context.WithTimeout(ctx, p.cfg.CheckpointTimeout+5*time.Second)
@@ -472,6 +442,8 @@ func (p *Pipeline) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[str
 // partitions any more (their epochs fence it); their buffered state is
 // dropped.
 func (p *Pipeline) onLost(ctx context.Context, _ *kgo.Client, lost map[string][]int32) {
+	p.ownMu.Lock()
+	defer p.ownMu.Unlock()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.inflight != nil {
