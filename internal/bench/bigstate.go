@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// The larger-than-memory variant (issue 21): the dedup table is many times
+// The larger-than-memory variant: the dedup table is many times
 // the server's InnoDB buffer pool, as in production, where a day of keys is
 // terabytes. The bench shrinks the pool for the variant's measurements
 // (SET GLOBAL innodb_buffer_pool_size, online in MariaDB 10.11 and MySQL
@@ -26,7 +26,7 @@ import (
 // before the child starts.
 
 // minStateRatio is how many times the buffer pool the dedup table must be
-// for the variant to show state larger than memory (issue 21's target).
+// for the variant to show state larger than memory.
 const minStateRatio = 10
 
 // poolSetting is the buffer pool of a variant's measurements and of its

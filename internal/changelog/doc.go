@@ -1,5 +1,5 @@
 // Package changelog publishes the ledger's changes to Kafka exactly once
-// (issue 20; the design and the format are in docs/changelog.md).
+// (the design and the format are in docs/changelog.md).
 //
 // The format: Tables are the topics' tables, their columns and primary
 // keys; a change is kept in the outbox in a binary form (Change, rows of

@@ -1,4 +1,4 @@
-// Package changelogtest checks the ledger's changelog (issue 20,
+// Package changelogtest checks the ledger's changelog
 // docs/changelog.md) as a consumer that is not the service would: the
 // format itself is package changelog's.
 //

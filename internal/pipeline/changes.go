@@ -7,7 +7,7 @@ import (
 	"github.com/billing/ledger/internal/txsink/driver"
 )
 
-// The checkpoint's changelog (issue 20, docs/changelog.md): with
+// The checkpoint's changelog (docs/changelog.md): with
 // Config.Changelog every key the checkpoint changes was read under a row
 // lock first (seeded), so each participant knows the row before and
 // writes the row after as an absolute value (or inserts it); its changes

@@ -185,8 +185,8 @@ func (x *execution) fail(ctx context.Context, phase string, err error) Checkpoin
 // decision. That can be longer away than
 // MYSQL_LOCK_WAIT_TIMEOUT, meant to end the cycles nobody sees: the holder
 // may itself wait for a third instance's checkpoint, one checkpoint per
-// instance ahead (issue 21: three instances on 2 cores aborted on a 5 s
-// convoy). Beside other instances the claims therefore wait up to the
+// instance ahead: a convoy of three instances on 2 cores outlasts a 5 s
+// lock wait. Beside other instances the claims therefore wait up to the
 // attempt's own deadline (CHECKPOINT_TIMEOUT), and the branch's bound is
 // set back before its later statements.
 func (x *execution) claim(ctx context.Context, c dedup.Claim, claims [][]driver.DedupKey) ([][]string, []driver.DedupKey, error) {

@@ -134,8 +134,8 @@ type Config struct {
 	// change cannot commit (the change raised the epochs), and one built
 	// on a newer claim passed the check first.
 	CheckSettings func(context.Context) error
-	// Changelog: the instance writes the ledger's changelog (issue 20,
-	// docs/changelog.md): every key a checkpoint changes is read under a
+	// Changelog: the instance writes the ledger's changelog
+	// (docs/changelog.md): every key a checkpoint changes is read under a
 	// row lock first, written absolute or inserted, and the checkpoint's
 	// changes go to the outbox in its branches (changes.go). Run the sink
 	// with txsink.Config.Changelog set alike.

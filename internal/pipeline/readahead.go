@@ -11,7 +11,7 @@ import (
 	"github.com/billing/ledger/internal/txsink/driver"
 )
 
-// Read-ahead of the dedup keys (issue 21). With a dedup table larger than
+// Read-ahead of the dedup keys. With a dedup table larger than
 // the buffer pool and random event ids, nearly every claim of a new key
 // must read its leaf page from disk, synchronously, in the branch that
 // claims it: at the barrier, a live checkpoint's dedup phase waits on the

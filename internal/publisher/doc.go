@@ -1,5 +1,5 @@
-// Package publisher publishes the ledger's changelog (issue 20,
-// docs/changelog.md): the change events the checkpoints wrote to the
+// Package publisher publishes the ledger's changelog
+// (docs/changelog.md): the change events the checkpoints wrote to the
 // outbox (changelog_outbox, inside their XA branches), to Kafka, in Kafka
 // transactions, in the order the checkpoints committed (the commit log's
 // commit_seq), only up to the commit log's visible position, exactly once.

@@ -13,7 +13,7 @@ import (
 	"github.com/billing/ledger/internal/txsink/driver"
 )
 
-// The snapshot of an existing ledger (issue 20 item 4, docs/changelog.md
+// The snapshot of an existing ledger (docs/changelog.md
 // "Turning it on for a ledger that holds rows").
 //
 // The changelog of a ledger enabled at From is every change of the

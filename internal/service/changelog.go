@@ -17,8 +17,8 @@ import (
 	"github.com/billing/ledger/internal/waits"
 )
 
-// changelogParts are the changelog's parts of one instance (issue 20,
-// docs/changelog.md): every instance watches the backlog (it holds the
+// changelogParts are the changelog's parts of one instance
+// (docs/changelog.md): every instance watches the backlog (it holds the
 // checkpoints when full) and runs a publisher, which publishes while it
 // holds the ledger's lease.
 type changelogParts struct {

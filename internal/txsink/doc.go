@@ -23,7 +23,7 @@
 //     frontier checked and raised by the decision;
 //   - commit_log.txt: the commit log in commit order, applied marking
 //     after a crash at each step, the visible position, pruning;
-//   - changelog.txt: with the ledger's changelog on (issue 20), decisions
+//   - changelog.txt: with the ledger's changelog on, decisions
 //     of checkpoints built without it refused at the commit point, and the
 //     commit log pruned only at or below what the changelog's publisher
 //     recorded Kafka holds.
@@ -123,7 +123,7 @@
 //
 // # The changelog's guard
 //
-// With the ledger's changelog on (issue 20), every checkpoint's branches
+// With the ledger's changelog on, every checkpoint's branches
 // write its changes to an outbox, and the decision's UPDATE of the commit
 // log's counter refuses a checkpoint of a sink built without the changelog
 // (Config.Changelog, ErrChangelogOn): the enabling set the flag under that

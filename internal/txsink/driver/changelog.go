@@ -7,7 +7,7 @@ import (
 	"github.com/billing/ledger/internal/stmt"
 )
 
-// The changelog's part of the store (issue 20, docs/changelog.md): the
+// The changelog's part of the store (docs/changelog.md): the
 // outbox a checkpoint's branches write (StoreTx.WriteOutbox), what the
 // publisher reads and deletes of it and the snapshot's scans of the
 // tables (Store), and the ledger's changelog state on the control server

@@ -159,7 +159,7 @@ func (c *claimer) readOthers(ctx context.Context, f Fixture, contested []string)
 	return nil
 }
 
-// Property (claims under different generations, issue 21): two branches
+// Property (claims under different generations): two branches
 // that disagree on the current generation (each inserts into its own and
 // lock-reads the other's, as instances on either side of a rotation would)
 // never both count a key: one's insert precedes the other's read of that
@@ -316,7 +316,7 @@ func prepared(t *testing.T, ctx context.Context, f Fixture, g driver.Generation,
 	}
 }
 
-// Property (emptying and a prepared branch, issue 21): a table a prepared
+// Property (emptying and a prepared branch): a table a prepared
 // branch touched is not emptied under it: the emptying gives up after a
 // bounded wait (about a second, far below the lock wait), changing
 // nothing, while claims in another generation's table go on meanwhile;

@@ -153,7 +153,7 @@ func testPacketSizes(t *testing.T, ctx context.Context, f Fixture) {
 	}
 }
 
-// Property (dead letters of any size, issue 18): whatever the packet and
+// Property (dead letters of any size): whatever the packet and
 // the value's size, a dead letter is written, its payload a prefix of the
 // value of at least a quarter of the packet less 4 KiB (or the whole value
 // when shorter), its size and hash those of the whole value.
