@@ -1,5 +1,5 @@
 // Package changelogtest checks the ledger's changelog
-// docs/changelog.md) as a consumer that is not the service would: the
+// (docs/changelog.md) as a consumer that is not the service would: the
 // format itself is package changelog's.
 //
 //   - Model: what a read_committed consumer must end up with, applying the
