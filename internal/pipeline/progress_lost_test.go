@@ -75,23 +75,8 @@ func lostProgress(t *testing.T, maxEvents int) {
 			TxnTimeout: 10 * time.Second, Lease: 600 * time.Millisecond, Poll: 20 * time.Millisecond, Batch: 16,
 			Logger: testenv.Logger(), Waits: ws}
 	}
-	run := func(p *publisher.Publisher) (stop func()) {
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- p.Run(ctx) }()
-		stopped := false
-		stop = func() {
-			if !stopped {
-				stopped = true
-				cancel()
-				<-done
-			}
-		}
-		t.Cleanup(stop)
-		return stop
-	}
 	a := publisher.New(cfg("a", nil), frozenControl{l.control, &frozen}, servers)
-	stopA := run(a)
+	stopA := runPublisher(t, a)
 
 	prod, err := kgo.NewClient(kgo.SeedBrokers(l.kc.ListenAddrs()...), kgo.DefaultProduceTopic("billing"))
 	if err != nil {
@@ -143,7 +128,7 @@ func lostProgress(t *testing.T, maxEvents int) {
 
 	ws := waits.NewWith(testenv.Logger(), 0, time.Second, time.Now)
 	b := publisher.New(cfg("b", ws), l.control, l.outbox)
-	run(b)
+	runPublisher(t, b)
 	testenv.Eventually(t, 30*time.Second, "the publisher refuses and waits for a repair", func() (bool, string) {
 		cur := ws.Current()
 		return len(cur) == 1 && strings.Contains(cur[0].What, "repair") && strings.Contains(cur[0].Detail, "progress"), fmt.Sprint(cur)
@@ -169,4 +154,21 @@ func lostProgress(t *testing.T, maxEvents int) {
 	if rec, err := publisher.RecoverProgress(ctx, cfg("recover", nil), l.control, l.outbox, true); err != nil || rec.Lost || rec.Written {
 		t.Errorf("second recovery: %+v %v", rec, err)
 	}
+}
+
+// runPublisher runs p until the returned stop (or the test's end).
+func runPublisher(t *testing.T, p *publisher.Publisher) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	stopped := false
+	stop = func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			<-done
+		}
+	}
+	t.Cleanup(stop)
+	return stop
 }
