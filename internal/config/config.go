@@ -15,6 +15,7 @@ import (
 	"github.com/kelseyhightower/envconfig"
 
 	"github.com/billing/ledger/internal/event"
+	"github.com/billing/ledger/internal/event/format"
 	"github.com/billing/ledger/internal/mysqlconn"
 )
 
@@ -69,6 +70,11 @@ type Config struct {
 	LedgerEntriesRetention OptionalDuration `envconfig:"LEDGER_ENTRIES_RETENTION" desc:"empty: keep ledger entries forever; else entries older than this are deleted every DEDUP_CLEANUP_INTERVAL, batches of DEDUP_CLEANUP_BATCH until none is due"`
 	MaxPayloadBytes        int              `envconfig:"MAX_PAYLOAD_BYTES" default:"65536" desc:"larger record values are dead-lettered as payload_too_large"`
 	DeadLetterPayloadBytes int              `envconfig:"DEAD_LETTER_PAYLOAD_BYTES" default:"65536" desc:"a dead letter stores at most this prefix of the record's value, with the whole value's size and SHA-256 (a server with a small max_allowed_packet stores less, at least a quarter of it less 4 KiB)"`
+
+	EventFormat          string   `envconfig:"EVENT_FORMAT" default:"json" desc:"format of record values (of a CloudEvent's data in binary mode): json (docs/formats.md)"`
+	EventFields          string   `envconfig:"EVENT_FIELDS" desc:"where the five values are in a decoded record, comma-separated field=path pairs (account_id=data.customer.id); a field not named is read from its own name at the top level (with CloudEvents, below data); empty: today's names"`
+	EventCloudEvents     bool     `envconfig:"EVENT_CLOUDEVENTS" default:"false" desc:"records are CloudEvents (Kafka protocol binding, structured or binary mode); the event id deduplicated on is the event's source and id"`
+	EventCloudEventTypes []string `envconfig:"EVENT_CLOUDEVENT_TYPES" desc:"with EVENT_CLOUDEVENTS: the CloudEvent types counted, comma separated; records of other types are skipped (counted in billing_records_skipped_total, not dead letters); empty: every type"`
 
 	RecoveryInterval  time.Duration `envconfig:"RECOVERY_INTERVAL" default:"10s" desc:"how often in-doubt XA branches are looked for and resolved"`
 	DecisionRetention time.Duration `envconfig:"DECISION_RETENTION" default:"24h" desc:"checkpoint decision rows older than this, with no branch left in doubt, are deleted"`
@@ -326,6 +332,9 @@ func (c *Config) validate() []string {
 		bad("LEDGER_ENTRIES_RETENTION is set but LEDGER_ENTRIES is false")
 	}
 	p = append(p, c.changelogProblems()...)
+	if _, err := c.EventDecoderOptions(); err != nil {
+		bad("%v", err)
+	}
 	ints := []struct {
 		name     string
 		v, lo, h int
@@ -439,6 +448,21 @@ func (c Config) Period() event.Period {
 	return p
 }
 
+// EventDecoderOptions are the options of the record decoder the EVENT_*
+// settings describe; an error names the setting that is wrong.
+func (c *Config) EventDecoderOptions() (format.Options, error) {
+	m, err := event.ParseMapping(c.EventFields)
+	if err != nil {
+		return format.Options{}, fmt.Errorf("EVENT_FIELDS: %w", err)
+	}
+	o := format.Options{Format: c.EventFormat, Mapping: &m, MaxPayload: c.MaxPayloadBytes,
+		CloudEvents: c.EventCloudEvents, CloudEventTypes: c.EventCloudEventTypes}
+	if _, err := format.New(o); err != nil {
+		return format.Options{}, fmt.Errorf("EVENT_FORMAT, EVENT_FIELDS, EVENT_CLOUDEVENTS, EVENT_CLOUDEVENT_TYPES: %w", err)
+	}
+	return o, nil
+}
+
 // DSNs returns the control server's DSN followed by the shard servers'.
 func (c *Config) DSNs() []string {
 	return append([]string{c.MySQLDSN}, c.MySQLShardDSNs...)
@@ -481,6 +505,7 @@ func ResultSettings() []string {
 		"DEDUP_TTL", "BILLING_WINDOW", "BILLING_TIMEZONE", "WINDOW_CLOSE_AFTER",
 		"LEDGER_ENTRIES", "LEDGER_ENTRIES_RETENTION", "MAX_PAYLOAD_BYTES", "DEAD_LETTER_PAYLOAD_BYTES",
 		"CHANGELOG_TOPIC_PREFIX",
+		"EVENT_FORMAT", "EVENT_FIELDS", "EVENT_CLOUDEVENTS", "EVENT_CLOUDEVENT_TYPES",
 	}
 }
 

@@ -119,6 +119,7 @@ func New(o Options) *Metrics {
 			ConstLabels: prometheus.Labels{"version": o.Build.Version, "commit": o.Build.Commit, "go_version": o.Build.GoVersion}},
 			func() float64 { return 1 }),
 		counter("records_consumed_total", "Records taken from Kafka; a replay after an aborted checkpoint counts again.", func(s *pipeline.Stats) int64 { return s.Consumed.Load() }, nil),
+		counter("records_skipped_total", "Records passed over, neither events nor dead letters: CloudEvents of a type EVENT_CLOUDEVENT_TYPES does not select (a replay counts again).", func(s *pipeline.Stats) int64 { return s.Skipped.Load() }, nil),
 		counter("events_counted_total", "Valid events committed to the ledger (each event once).", func(s *pipeline.Stats) int64 { return s.Counted.Load() }, nil),
 		counter("duplicates_dropped_total", "Repeated event ids dropped in committed checkpoints (dedup hits).", func(s *pipeline.Stats) int64 { return s.Duplicates.Load() }, nil),
 		counter("checkpoints_total", "Checkpoint attempts by outcome.", func(s *pipeline.Stats) int64 { return s.Checkpoints.Load() }, prometheus.Labels{"outcome": "committed"}),

@@ -85,6 +85,11 @@ type Config struct {
 	// MaxPayloadBytes: larger record values are dead-lettered as
 	// payload_too_large without being parsed.
 	MaxPayloadBytes int
+	// Decoder decodes records of another format than the JSON contract's
+	// (internal/event/format); nil: event.Decoder with MaxPayloadBytes.
+	// Its *event.DecodeError is a dead letter, format.ErrSkipped a record
+	// passed over (Stats.Skipped).
+	Decoder RecordDecoder
 	// DeadLetterPayloadBytes bounds the prefix of a record's value a dead
 	// letter stores (0 stores none; the size and SHA-256 of the whole value
 	// are always stored). A server with a small max_allowed_packet may cut
@@ -246,9 +251,16 @@ type CheckpointInfo struct {
 	skipped bool // a checkpoint without records that found nothing to do
 }
 
+// RecordDecoder decodes a record's value and headers into an event
+// (format.Decoder).
+type RecordDecoder interface {
+	Decode(ctx context.Context, value []byte, headers []kgo.RecordHeader) (event.Event, error)
+}
+
 // Stats are running totals of what the pipeline has committed.
 type Stats struct {
 	Consumed       atomic.Int64 // records taken from Kafka (a replay counts again)
+	Skipped        atomic.Int64 // records the decoder passed over (format.ErrSkipped; a replay counts again)
 	Counted        atomic.Int64 // events committed to the ledger
 	Duplicates     atomic.Int64 // repeats dropped in committed checkpoints
 	DeadLetters    atomic.Int64 // dead letters committed
@@ -283,6 +295,7 @@ type Pipeline struct {
 	// assignment (0: unknown); guarded by mu.
 	topicPartitions int
 	dec             *event.Decoder
+	recDec          RecordDecoder // nil: dec
 	stats           Stats
 
 	// mu guards the partition states and the checkpoint in flight. The
@@ -341,12 +354,13 @@ func New(cfg Config, sink *txsink.Sink, pools []driver.Store) (*Pipeline, error)
 		cfg.Clock = time.Now
 	}
 	p := &Pipeline{
-		cfg:   cfg,
-		log:   cfg.Logger,
-		sink:  sink,
-		dec:   event.NewDecoder(cfg.MaxPayloadBytes),
-		parts: map[int32]*partition{},
-		pools: pools,
+		cfg:    cfg,
+		log:    cfg.Logger,
+		sink:   sink,
+		dec:    event.NewDecoder(cfg.MaxPayloadBytes),
+		recDec: cfg.Decoder,
+		parts:  map[int32]*partition{},
+		pools:  pools,
 
 		groupSignal: make(chan struct{}, 1),
 		started:     make(chan struct{}),

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/billing/ledger/internal/event"
+	"github.com/billing/ledger/internal/event/format"
 	"github.com/billing/ledger/internal/txsink"
 )
 
@@ -204,7 +205,19 @@ func (p *Pipeline) processLocked(fetches kgo.Fetches) {
 			return
 		}
 		p.stats.Consumed.Add(1)
-		ev, err := p.dec.Decode(r.Value)
+		var ev event.Event
+		var err error
+		if p.recDec != nil {
+			ev, err = p.recDec.Decode(context.Background(), r.Value, r.Headers)
+			if errors.Is(err, format.ErrSkipped) {
+				// Passed over like a control record: the position moves
+				// past it, nothing else records it.
+				p.stats.Skipped.Add(1)
+				return
+			}
+		} else {
+			ev, err = p.dec.Decode(r.Value)
+		}
 		if err != nil {
 			reason, eventID := "invalid_record", ""
 			var de *event.DecodeError
