@@ -44,7 +44,7 @@ func PipelineConfig(cfg config.Config, kopts []kgo.Opt, log *slog.Logger, onChec
 	dec, _ := EventDecoder(cfg)
 	return pipeline.Config{
 		Decoder: dec,
-		Topic: cfg.KafkaTopic, Group: cfg.KafkaGroup,
+		Topic:   cfg.KafkaTopic, Group: cfg.KafkaGroup,
 		CheckpointInterval: cfg.CheckpointInterval, CheckpointTimeout: cfg.CheckpointTimeout,
 		CheckpointMaxRecords: cfg.CheckpointMaxRecords, CheckpointMaxBytes: cfg.CheckpointMaxBytes, MaxPollRecords: cfg.KafkaMaxPollRecords,
 		DedupTTL: cfg.DedupTTL, DedupCacheKeys: cfg.DedupCacheKeys, DedupReadAheadConns: cfg.DedupReadAheadConns,
