@@ -12,6 +12,10 @@ KAFKA_PORT ?= 9092
 KAFKA_CONTROLLER_PORT ?= 9093
 MYSQL_PORT ?= 3306
 MYSQL2_PORT ?= 3307
+# The schema registry of the Avro tests: ../shared/registry/run beside the
+# clone (CI lays shared/ there), a real Confluent-compatible registry.
+REGISTRY_PORT ?= 18081
+REGISTRY_RUN ?= ../shared/registry/run
 GO_TEST_TIMEOUT ?= 15m
 # Extra `go test` flags, e.g. GOTESTFLAGS=-v or GOTESTFLAGS='-run TestMySQLXA'.
 GOTESTFLAGS ?=
@@ -25,11 +29,12 @@ MYSQL_DSN = root:root@tcp(127.0.0.1:$(MYSQL_PORT))/
 # A second, independent server, for tests that need two (scripts/services.sh
 # starts it as mariadb2).
 MYSQL2_DSN = root:root@tcp(127.0.0.1:$(MYSQL2_PORT))/
+SCHEMA_REGISTRY_URL = http://127.0.0.1:$(REGISTRY_PORT)/apis/ccompat/v7
 
 # scripts/services.sh reads the ports from the environment.
 export KAFKA_PORT KAFKA_CONTROLLER_PORT MYSQL_PORT MYSQL2_PORT
 
-.PHONY: services services-down services-status build vet test test-unit demo
+.PHONY: services services-down services-status registry registry-down build vet test test-unit demo
 
 ## services: start (or reuse) local Kafka and MariaDB under .services/
 services:
@@ -41,6 +46,19 @@ services-down:
 
 services-status:
 	scripts/services.sh status || true
+
+## registry: start (or reuse) the schema registry on REGISTRY_PORT (the
+## first start builds it with Maven, about 90 s)
+registry:
+	@if curl -fs -o /dev/null '$(SCHEMA_REGISTRY_URL)/subjects'; then \
+		echo "registry: reusing $(SCHEMA_REGISTRY_URL)"; \
+	else \
+		'$(REGISTRY_RUN)' start $(REGISTRY_PORT); \
+	fi
+
+## registry-down: stop the registry `make registry` started
+registry-down:
+	'$(REGISTRY_RUN)' stop
 
 build:
 	$(GO) build ./...
@@ -56,9 +74,9 @@ vet:
 
 ## test: everything, integration tests included, against local services,
 ## then the CI-sized chaos run (CHAOS_IN_TEST= skips it)
-test: services
+test: services registry
 	$(GO) vet ./...
-	KAFKA_BROKERS='$(KAFKA_BROKERS)' MYSQL_DSN='$(MYSQL_DSN)' MYSQL2_DSN='$(MYSQL2_DSN)' \
+	KAFKA_BROKERS='$(KAFKA_BROKERS)' MYSQL_DSN='$(MYSQL_DSN)' MYSQL2_DSN='$(MYSQL2_DSN)' SCHEMA_REGISTRY_URL='$(SCHEMA_REGISTRY_URL)' \
 		$(GO) test -count=1 -timeout $(GO_TEST_TIMEOUT) $(GOTESTFLAGS) ./...
 	$(deploy-check)
 	$(if $(CHAOS_IN_TEST),$(call chaos-run,$(CHAOS_IN_TEST),$(CHAOS_TIMEOUT)))

@@ -528,6 +528,11 @@ func TestEventSettingsChecked(t *testing.T) {
 		{map[string]string{"EVENT_FORMAT": "xml"}, "unknown format"},
 		{map[string]string{"EVENT_CLOUDEVENT_TYPES": "a"}, "needs CloudEvents"},
 		{map[string]string{"EVENT_CLOUDEVENTS": "true", "EVENT_FIELDS": "event_id=id"}, "cannot name event_id"},
+		{map[string]string{"EVENT_FORMAT": "avro"}, "needs SCHEMA_REGISTRY_URL"},
+		{map[string]string{"EVENT_FORMAT": "avro", "SCHEMA_REGISTRY_URL": "localhost:8081"}, "not an http or https URL"},
+		{map[string]string{"EVENT_FORMAT": "avro", "SCHEMA_REGISTRY_URL": "http://r:8081", "SCHEMA_REGISTRY_USERNAME": "u"}, "go together"},
+		{map[string]string{"EVENT_FORMAT": "avro", "SCHEMA_REGISTRY_URL": "http://r:8081", "SCHEMA_REGISTRY_TLS_CA_FILE": "config_test.go"}, "not https"},
+		{map[string]string{"EVENT_FORMAT": "avro", "SCHEMA_REGISTRY_URL": "https://r:8081", "SCHEMA_REGISTRY_USERNAME": "u", "SCHEMA_REGISTRY_PASSWORD_FILE": "config_test.go"}, ""},
 	} {
 		env := map[string]string{"KAFKA_BROKERS": "127.0.0.1:9092", "MYSQL_DSN": "u:p@tcp(127.0.0.1:3306)/billing"}
 		maps.Copy(env, c.env)

@@ -120,6 +120,8 @@ func New(o Options) *Metrics {
 			func() float64 { return 1 }),
 		counter("records_consumed_total", "Records taken from Kafka; a replay after an aborted checkpoint counts again.", func(s *pipeline.Stats) int64 { return s.Consumed.Load() }, nil),
 		counter("records_skipped_total", "Records passed over, neither events nor dead letters: CloudEvents of a type EVENT_CLOUDEVENT_TYPES does not select (a replay counts again).", func(s *pipeline.Stats) int64 { return s.Skipped.Load() }, nil),
+		counter("schema_registry_retries_total", "Attempts to fetch the schemas of a poll's records that found the schema registry unavailable (network error, timeout, a status other than 404); the records waited, none was dead-lettered for it.", func(s *pipeline.Stats) int64 { return s.RegistryRetries.Load() }, nil),
+		gauge("schema_registry_unavailable", "1 while the schema registry does not answer and a poll's records wait for it (nothing is counted meanwhile), else 0.", stat(func(s *pipeline.Stats) int64 { return s.RegistryDown.Load() })),
 		counter("events_counted_total", "Valid events committed to the ledger (each event once).", func(s *pipeline.Stats) int64 { return s.Counted.Load() }, nil),
 		counter("duplicates_dropped_total", "Repeated event ids dropped in committed checkpoints (dedup hits).", func(s *pipeline.Stats) int64 { return s.Duplicates.Load() }, nil),
 		counter("checkpoints_total", "Checkpoint attempts by outcome.", func(s *pipeline.Stats) int64 { return s.Checkpoints.Load() }, prometheus.Labels{"outcome": "committed"}),

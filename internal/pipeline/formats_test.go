@@ -1,14 +1,23 @@
 package pipeline
 
 import (
+	"context"
 	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/url"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/hamba/avro/v2"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sr"
 
 	"github.com/billing/ledger/internal/event"
 	"github.com/billing/ledger/internal/event/format"
+	"github.com/billing/ledger/internal/testenv"
 )
 
 // CloudEvents in both modes and a mapping count exactly against Kafka and
@@ -86,4 +95,198 @@ func TestCloudEventsAndMappingCountExactly(t *testing.T) {
 	if n := in.p.Stats().Duplicates.Load(); n != 2 {
 		t.Errorf("duplicates %d, want the 2 repeats across modes", n)
 	}
+}
+
+// proxy forwards TCP connections to target until stopped; started again
+// on the same address it forwards again: a registry "stopped and
+// restarted" as the service sees it.
+type proxy struct {
+	t      *testing.T
+	addr   string
+	target string
+	mu     sync.Mutex
+	ln     net.Listener
+	conns  []net.Conn
+}
+
+func newProxy(t *testing.T, target string) *proxy {
+	p := &proxy{t: t, target: target}
+	p.start()
+	p.addr = p.ln.Addr().String()
+	t.Cleanup(p.stop)
+	return p
+}
+
+func (p *proxy) start() {
+	addr := p.addr
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	p.mu.Lock()
+	p.ln = ln
+	p.mu.Unlock()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.Dial("tcp", p.target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, u)
+			p.mu.Unlock()
+			go func() { io.Copy(u, c); u.Close() }()
+			go func() { io.Copy(c, u); c.Close() }()
+		}
+	}()
+}
+
+func (p *proxy) stop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ln != nil {
+		p.ln.Close()
+		p.ln = nil
+	}
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+const chargeV1 = `{"type":"record","name":"Charge","namespace":"billing","fields":[
+ {"name":"event_id","type":"string"},{"name":"account_id","type":"string"},
+ {"name":"amount","type":{"type":"bytes","logicalType":"decimal","precision":18,"scale":2}},
+ {"name":"currency","type":"string"},
+ {"name":"occurred_at","type":{"type":"long","logicalType":"timestamp-millis"}}]}`
+
+const chargeV2 = `{"type":"record","name":"Charge","namespace":"billing","fields":[
+ {"name":"event_id","type":"string"},{"name":"account_id","type":"string"},
+ {"name":"amount_minor","aliases":["amount"],"type":"long"},
+ {"name":"currency","type":"string"},
+ {"name":"occurred_at","type":{"type":"long","logicalType":"timestamp-micros"}},
+ {"name":"channel","type":"string","default":"web"}]}`
+
+// Avro through the real registry counts exactly against Kafka and MySQL,
+// across a schema change mid-stream and a registry that stops and comes
+// back while the service runs: the records wait for it (the metric says
+// so), none becomes a dead letter for it, and a repeat re-encoded under
+// the newer schema id is a repeat, not a conflicting duplicate.
+func TestAvroCountsExactlyAcrossSchemaChangeAndRegistryOutage(t *testing.T) {
+	regURL := testenv.SchemaRegistry(t)
+	e := newEnv(t, 2)
+	u, err := url.Parse(regURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := newProxy(t, u.Host)
+	proxied := *u
+	proxied.Host = px.addr
+
+	rec, dec := avroCharges(t, regURL, proxied.String(), e.topic+"-value")
+	var first []*kgo.Record
+	for i := range 100 {
+		first = append(first, rec("v1", fmt.Sprintf("a-%d", i), "acct-a", 150))
+	}
+	produce(t, e, first...)
+	in := start(t, e, func(c *Config, _ *sinkConfig) { c.Decoder = dec })
+	waitCounted(t, e.db, 100, 0)
+
+	// The registry goes away; the producer moves to v2, which this
+	// instance has not fetched yet.
+	px.stop()
+	var second []*kgo.Record
+	for i := range 100 {
+		second = append(second, rec("v2", fmt.Sprintf("b-%d", i), "acct-b", 275))
+	}
+	for i := range 10 { // repeats of v1 events, re-encoded under v2
+		second = append(second, rec("v2", fmt.Sprintf("a-%d", i), "acct-a", 150))
+	}
+	produce(t, e, second...)
+	testenv.Eventually(t, 30*time.Second, "the outage noticed", func() (bool, string) {
+		n := in.p.Stats().RegistryRetries.Load()
+		return n >= 2 && in.p.Stats().RegistryDown.Load() == 1, fmt.Sprintf("%d retries", n)
+	})
+	var dead int
+	if err := e.db.Get(&dead, `SELECT COUNT(*) FROM dead_letters`); err != nil || dead != 0 {
+		t.Fatalf("%d dead letters during the outage (%v)", dead, err)
+	}
+	px.start()
+	// One record the registry does not know, after it is back.
+	unknown := rec("v1", "c-0", "acct-a", 1)
+	unknown.Value[1], unknown.Value[2] = 0x7f, 0x7f
+	produce(t, e, unknown)
+	waitCounted(t, e.db, 200, 1)
+	if in.p.Stats().RegistryDown.Load() != 0 {
+		t.Error("the registry is still reported unavailable")
+	}
+	b := balances(t, e.db)
+	if a := b["acct-a/EUR"]; a.Amount != 100*150 || a.Count != 100 {
+		t.Errorf("acct-a: %+v", a)
+	}
+	if a := b["acct-b/EUR"]; a.Amount != 100*275 || a.Count != 100 {
+		t.Errorf("acct-b: %+v", a)
+	}
+	if r := deadReasons(t, e.db); r["unknown_schema"] != 1 {
+		t.Errorf("dead letters %v, want one unknown_schema", r)
+	}
+	if n := in.p.Stats().Duplicates.Load(); n != 10 {
+		t.Errorf("%d duplicates, want the 10 re-encoded repeats", n)
+	}
+}
+
+// avroCharges registers chargeV1 and chargeV2 under subject and returns a
+// producer of records in either version (the Confluent wire format) and a
+// decoder reading them through registryURL (amount_minor=amount).
+func avroCharges(t *testing.T, regURL, registryURL, subject string) (func(version, id, account string, minor int64) *kgo.Record, *format.Decoder) {
+	cl, err := sr.NewClient(sr.URLs(regURL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ids := map[string]int{}
+	schemas := map[string]avro.Schema{}
+	for name, text := range map[string]string{"v1": chargeV1, "v2": chargeV2} {
+		ss, err := cl.CreateSchema(ctx, subject, sr.Schema{Schema: text, Type: sr.TypeAvro})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[name] = ss.ID
+		schemas[name] = avro.MustParse(text)
+	}
+	at, _ := time.Parse(time.RFC3339, t0)
+	rec := func(version, id, account string, minor int64) *kgo.Record {
+		v := map[string]any{"event_id": id, "account_id": account, "currency": "EUR", "occurred_at": at}
+		if version == "v1" {
+			v["amount"] = big.NewRat(minor, 100)
+		} else {
+			v["amount_minor"] = minor
+		}
+		body, err := avro.Marshal(schemas[version], v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var h sr.ConfluentHeader
+		b, _ := h.AppendEncode(nil, ids[version], nil)
+		return &kgo.Record{Key: []byte(account), Value: append(b, body...)}
+	}
+	m, err := event.ParseMapping("amount_minor=amount")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec, err := format.New(format.Options{Format: format.Avro, Mapping: &m, MaxPayload: 4096,
+		Registry: format.RegistryOptions{URL: registryURL, Subject: subject, Timeout: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	return rec, dec
 }

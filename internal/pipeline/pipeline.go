@@ -252,8 +252,14 @@ type CheckpointInfo struct {
 }
 
 // RecordDecoder decodes a record's value and headers into an event
-// (format.Decoder).
+// (format.Decoder). Prepare is called with every poll's records before
+// they are decoded, outside the pipeline's lock: it does the I/O decoding
+// them needs (fetching schemas from a registry), so that Decode needs
+// none. While it returns a format.UnavailableError the poll's records are
+// held (nothing is decoded, nothing is dead-lettered for it) and Prepare
+// is called again after a backoff.
 type RecordDecoder interface {
+	Prepare(ctx context.Context, recs []*kgo.Record) error
 	Decode(ctx context.Context, value []byte, headers []kgo.RecordHeader) (event.Event, error)
 }
 
@@ -261,6 +267,11 @@ type RecordDecoder interface {
 type Stats struct {
 	Consumed       atomic.Int64 // records taken from Kafka (a replay counts again)
 	Skipped        atomic.Int64 // records the decoder passed over (format.ErrSkipped; a replay counts again)
+	// RegistryDown is 1 while the schema registry does not answer and a
+	// poll's records wait for it; RegistryRetries counts the attempts
+	// that found it so.
+	RegistryDown    atomic.Int64
+	RegistryRetries atomic.Int64
 	Counted        atomic.Int64 // events committed to the ledger
 	Duplicates     atomic.Int64 // repeats dropped in committed checkpoints
 	DeadLetters    atomic.Int64 // dead letters committed

@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sr"
 
 	"github.com/billing/ledger/internal/event"
 )
@@ -16,10 +17,15 @@ import (
 // Formats are the values of EVENT_FORMAT.
 const (
 	JSON = "json"
+	Avro = "avro" // Confluent wire format, the schema from the registry
 )
 
 // Formats returns the supported record formats.
-func Formats() []string { return []string{JSON} }
+func Formats() []string { return []string{JSON, Avro} }
+
+// NeedsRegistry reports whether records of format f name their schema in
+// the schema registry (the Confluent wire format).
+func NeedsRegistry(f string) bool { return f == Avro }
 
 // ErrSkipped is returned for a CloudEvent whose type the filter excludes:
 // the record is passed over (counted as skipped), neither an event nor a
@@ -45,6 +51,9 @@ type Options struct {
 	// CloudEventTypes, if not empty, are the CloudEvent types counted;
 	// others are skipped (ErrSkipped).
 	CloudEventTypes []string
+	// Registry is the schema registry of the formats that need one
+	// (NeedsRegistry).
+	Registry RegistryOptions
 }
 
 // Decoder decodes records. It is safe for concurrent use.
@@ -55,6 +64,7 @@ type Decoder struct {
 	body    func(ctx context.Context, value []byte) (any, error)
 	ce      bool
 	types   map[string]struct{}
+	reg     *registry // nil: the format needs none
 }
 
 // New returns a Decoder for opts.
@@ -70,6 +80,12 @@ func New(opts Options) (*Decoder, error) {
 	switch opts.Format {
 	case "", JSON:
 		d.body = jsonTree
+	case Avro:
+		reg, err := newRegistry(opts.Registry, compileAvro(d.limit))
+		if err != nil {
+			return nil, err
+		}
+		d.reg, d.body = reg, d.registryBody
 	default:
 		return nil, fmt.Errorf("format: unknown format %q (one of %s)", opts.Format, strings.Join(Formats(), ", "))
 	}
@@ -96,6 +112,62 @@ func New(opts Options) (*Decoder, error) {
 // Fast reports whether d is the JSON contract's own decoder
 // (event.Decoder): JSON, the default mapping, no envelope.
 func (d *Decoder) Fast() bool { return d.fast != nil }
+
+// registryBody decodes a value in the Confluent wire format: magic byte 0,
+// the schema id (4 bytes, big-endian), the body in the schema's format.
+func (d *Decoder) registryBody(ctx context.Context, value []byte) (any, error) {
+	id, rest, err := wireID(value)
+	if err != nil {
+		return nil, err
+	}
+	body, err := d.reg.lookup(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return body.decode(rest)
+}
+
+func wireID(value []byte) (int, []byte, error) {
+	var h sr.ConfluentHeader
+	id, rest, err := h.DecodeID(value)
+	if err != nil {
+		detail := "not in the Confluent wire format: "
+		if len(value) < 5 {
+			detail += fmt.Sprintf("%d bytes, shorter than the 5-byte header", len(value))
+		} else {
+			detail += fmt.Sprintf("first byte 0x%02x is not the magic byte 0x00", value[0])
+		}
+		return 0, nil, &event.DecodeError{Reason: event.ReasonInvalidEncoding, Detail: detail}
+	}
+	return id, rest, nil
+}
+
+// Prepare makes sure that the schemas the records name are compiled, so
+// that decoding them needs no I/O; it fetches the missing ones from the
+// registry. It returns an *UnavailableError while the registry does not
+// answer: the caller waits and calls it again, and decodes the records
+// only once it returns nil (a schema id the registry does not hold is no
+// error here: its record becomes a dead letter when decoded). Without a
+// registry it does nothing.
+func (d *Decoder) Prepare(ctx context.Context, recs []*kgo.Record) error {
+	if d.reg == nil {
+		return nil
+	}
+	d.reg.begin()
+	for _, r := range recs {
+		if len(r.Value) == 0 || len(r.Value) > d.limit || r.Attrs.IsControl() {
+			continue
+		}
+		id, _, err := wireID(r.Value)
+		if err != nil {
+			continue // in structured CloudEvents, or junk: decoded (or refused) later
+		}
+		if _, err := d.reg.lookup(ctx, id); IsUnavailable(err) {
+			return err
+		}
+	}
+	return nil
+}
 
 func jsonTree(_ context.Context, value []byte) (any, error) {
 	tree, err := event.ParseJSON(value)
