@@ -265,20 +265,20 @@ type RecordDecoder interface {
 
 // Stats are running totals of what the pipeline has committed.
 type Stats struct {
-	Consumed       atomic.Int64 // records taken from Kafka (a replay counts again)
-	Skipped        atomic.Int64 // records the decoder passed over (format.ErrSkipped; a replay counts again)
+	Consumed atomic.Int64 // records taken from Kafka (a replay counts again)
+	Skipped  atomic.Int64 // records the decoder passed over (format.ErrSkipped; a replay counts again)
 	// RegistryDown is 1 while the schema registry does not answer and a
 	// poll's records wait for it; RegistryRetries counts the attempts
 	// that found it so.
 	RegistryDown    atomic.Int64
 	RegistryRetries atomic.Int64
-	Counted        atomic.Int64 // events committed to the ledger
-	Duplicates     atomic.Int64 // repeats dropped in committed checkpoints
-	DeadLetters    atomic.Int64 // dead letters committed
-	Checkpoints    atomic.Int64 // checkpoints committed
-	Aborts         atomic.Int64 // checkpoint attempts aborted
-	LastCheckpoint atomic.Int64 // Unix nanos of the last committed checkpoint
-	AssignedParts  atomic.Int64
+	Counted         atomic.Int64 // events committed to the ledger
+	Duplicates      atomic.Int64 // repeats dropped in committed checkpoints
+	DeadLetters     atomic.Int64 // dead letters committed
+	Checkpoints     atomic.Int64 // checkpoints committed
+	Aborts          atomic.Int64 // checkpoint attempts aborted
+	LastCheckpoint  atomic.Int64 // Unix nanos of the last committed checkpoint
+	AssignedParts   atomic.Int64
 	// Pending is the number of records consumed and not yet covered by a
 	// decided checkpoint (buffered or in flight): 0 means caught up with
 	// everything fetched. PendingBytes is the memory they hold.
