@@ -16,16 +16,18 @@ import (
 
 // Formats are the values of EVENT_FORMAT.
 const (
-	JSON = "json"
-	Avro = "avro" // Confluent wire format, the schema from the registry
+	JSON       = "json"
+	Avro       = "avro"        // Confluent wire format, the schema from the registry
+	Protobuf   = "protobuf"    // Confluent wire format with message indexes
+	JSONSchema = "json-schema" // Confluent wire format, a JSON document
 )
 
 // Formats returns the supported record formats.
-func Formats() []string { return []string{JSON, Avro} }
+func Formats() []string { return []string{JSON, Avro, Protobuf, JSONSchema} }
 
 // NeedsRegistry reports whether records of format f name their schema in
 // the schema registry (the Confluent wire format).
-func NeedsRegistry(f string) bool { return f == Avro }
+func NeedsRegistry(f string) bool { return f == Avro || f == Protobuf || f == JSONSchema }
 
 // ErrSkipped is returned for a CloudEvent whose type the filter excludes:
 // the record is passed over (counted as skipped), neither an event nor a
@@ -82,6 +84,16 @@ func New(opts Options) (*Decoder, error) {
 		d.body = jsonTree
 	case Avro:
 		reg, err := newRegistry(opts.Registry, compileAvro(d.limit))
+		if err != nil {
+			return nil, err
+		}
+		d.reg, d.body = reg, d.registryBody
+	case Protobuf, JSONSchema:
+		compile := compileProto
+		if opts.Format == JSONSchema {
+			compile = compileJSONSchema
+		}
+		reg, err := newRegistry(opts.Registry, compile)
 		if err != nil {
 			return nil, err
 		}
