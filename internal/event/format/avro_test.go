@@ -37,7 +37,7 @@ const avroV2 = `{"type":"record","name":"Charge","namespace":"billing","fields":
  {"name":"channel","type":"string","default":"web"}]}`
 
 // register registers a schema under subject and returns its id.
-func register(t *testing.T, url, subject, text string, typ sr.SchemaType, refs ...sr.SchemaReference) int {
+func register(t testing.TB, url, subject, text string, typ sr.SchemaType, refs ...sr.SchemaReference) int {
 	t.Helper()
 	cl, err := sr.NewClient(sr.URLs(url))
 	if err != nil {
@@ -56,7 +56,7 @@ func wire(id int, body []byte) []byte {
 	return append(b, body...)
 }
 
-func avroRecord(t *testing.T, text string, v map[string]any) []byte {
+func avroRecord(t testing.TB, text string, v map[string]any) []byte {
 	t.Helper()
 	s, err := avro.Parse(text)
 	if err != nil {
