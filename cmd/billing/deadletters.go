@@ -115,7 +115,7 @@ func openServers(cfg config.Config, log *slog.Logger) ([]*sqlx.DB, []string, err
 func dlScope() config.Scope { return slices.Concat(config.MySQLSettings(), config.LogSettings()) }
 
 func dlReinjectScope() config.Scope {
-	return slices.Concat(dlScope(), config.KafkaSettings(), config.Scope{"KAFKA_TOPIC", "MAX_PAYLOAD_BYTES"})
+	return slices.Concat(dlScope(), config.KafkaSettings(), config.Scope{"KAFKA_TOPIC", "MAX_PAYLOAD_BYTES", "EVENT_", "SCHEMA_REGISTRY_"})
 }
 
 func closeAll(dbs []*sqlx.DB) {
@@ -357,8 +357,15 @@ func reinjectAll(ctx context.Context, cfg config.Config, log *slog.Logger, ids [
 		return err
 	}
 	defer cl.Close()
+	dec, err := service.EventDecoder(cfg)
+	if err != nil {
+		return err
+	}
 	r := &reinject.Reinjector{Servers: pools(dbs), Producer: cl, Topic: cfg.KafkaTopic, MaxPayloadBytes: cfg.MaxPayloadBytes, Log: log,
 		Warn: func(msg string) { fmt.Fprintf(stderr, "WARNING: %s\n", msg) }}
+	if dec != nil {
+		r.Decoder = dec
+	}
 	one := func(id reinject.ID) error {
 		req := req
 		req.ID = id
