@@ -22,7 +22,9 @@ import (
 
 // fakeRegistry serves schemas by id (GET /schemas/ids/N and its subjects)
 // in-process, for the benchmarks: a decode after the first never asks it.
-func fakeRegistry(b *testing.B, schemas map[int]sr.Schema) string {
+func fakeRegistry(b *testing.B, schemas map[int]sr.Schema) string { return fakeRegistryF(b, schemas) }
+
+func fakeRegistryF(b testing.TB, schemas map[int]sr.Schema) string {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var id int
 		subjects := strings.HasSuffix(r.URL.Path, "/subjects")
