@@ -3,6 +3,7 @@ package format
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"github.com/hamba/avro/v2"
 	"github.com/twmb/franz-go/pkg/sr"
@@ -17,8 +18,10 @@ import (
 // written against a field's old name reads a producer that renamed it
 // with an alias (Avro's schema evolution).
 type avroBody struct {
-	schema avro.Schema
-	api    avro.API
+	schema  avro.Schema
+	api     avro.API
+	aliases bool // some field of the schema has an alias
+	readers sync.Pool
 }
 
 func compileAvro(limit int) func(context.Context, *sr.Client, sr.Schema) (bodyDecoder, error) {
@@ -41,7 +44,7 @@ func compileAvro(limit int) func(context.Context, *sr.Client, sr.Schema) (bodyDe
 		if err != nil {
 			return nil, err
 		}
-		return &avroBody{schema: schema, api: api}, nil
+		return &avroBody{schema: schema, api: api, aliases: hasAliases(schema, map[string]bool{})}, nil
 	}
 }
 
@@ -49,7 +52,16 @@ func (a *avroBody) decode(b []byte) (any, error) {
 	// Not api.Unmarshal: it takes running out of bytes (a truncated
 	// record) for success.
 	var v any
-	r := avro.NewReader(nil, 0, avro.WithReaderConfig(a.api)).Reset(b)
+	r, _ := a.readers.Get().(*avro.Reader)
+	if r == nil {
+		r = avro.NewReader(nil, 0, avro.WithReaderConfig(a.api))
+	}
+	defer func() {
+		r.Reset(nil)
+		r.Error = nil
+		a.readers.Put(r)
+	}()
+	r.Reset(b)
 	r.ReadVal(a.schema, &v)
 	if r.Error != nil {
 		return nil, &event.DecodeError{Reason: event.ReasonInvalidEncoding, Detail: "avro: " + trim(r.Error.Error())}
@@ -57,10 +69,44 @@ func (a *avroBody) decode(b []byte) (any, error) {
 	if r.Peek(); r.Error == nil {
 		return nil, &event.DecodeError{Reason: event.ReasonInvalidEncoding, Detail: "avro: bytes left after the record"}
 	}
-	if err := addAliases(a.schema, v, 0); err != nil {
-		return nil, err
+	if a.aliases {
+		if err := addAliases(a.schema, v, 0); err != nil {
+			return nil, err
+		}
 	}
 	return v, nil
+}
+
+// hasAliases reports whether a field of s, or of a schema it contains,
+// has an alias (named schemas visited once: a recursive schema ends).
+func hasAliases(s avro.Schema, seen map[string]bool) bool {
+	if n, ok := s.(avro.NamedSchema); ok {
+		if seen[n.FullName()] {
+			return false
+		}
+		seen[n.FullName()] = true
+	}
+	switch s := s.(type) {
+	case *avro.RefSchema:
+		return hasAliases(s.Schema(), seen)
+	case *avro.RecordSchema:
+		for _, f := range s.Fields() {
+			if len(f.Aliases()) > 0 || hasAliases(f.Type(), seen) {
+				return true
+			}
+		}
+	case *avro.UnionSchema:
+		for _, t := range s.Types() {
+			if hasAliases(t, seen) {
+				return true
+			}
+		}
+	case *avro.ArraySchema:
+		return hasAliases(s.Items(), seen)
+	case *avro.MapSchema:
+		return hasAliases(s.Values(), seen)
+	}
+	return false
 }
 
 // addAliases makes every record field reachable by its aliases too.
