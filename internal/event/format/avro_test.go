@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -177,5 +178,27 @@ func TestRegistryOutageIsNotADeadLetter(t *testing.T) {
 	status = http.StatusInternalServerError
 	if _, err := d.Decode(ctx, value, nil); err != nil {
 		t.Errorf("cached schema: %v", err)
+	}
+}
+
+// Render shows a dead letter of a registry format readably: its schema id
+// and the record as JSON, or why it does not decode.
+func TestRenderWireFormat(t *testing.T) {
+	url := testenv.SchemaRegistry(t)
+	subject := testenv.RandomName("render_") + "-value"
+	id := register(t, url, subject, avroV1, sr.TypeAvro)
+	d := newDecoder(t, Options{Format: Avro, Registry: RegistryOptions{URL: url, Subject: subject}})
+	ctx := context.Background()
+	v := wire(id, avroRecord(t, avroV1, map[string]any{"event_id": "e-1", "account_id": "a",
+		"amount": big.NewRat(1, 1000), "currency": "EUR", "occurred_at": want.OccurredAt}))
+	gotID, doc, ok, err := d.Render(ctx, v)
+	if !ok || err != nil || gotID != id || !strings.Contains(string(doc), `"event_id": "e-1"`) || !strings.Contains(string(doc), `"occurred_at": "2026-11-29T13:05:00Z"`) {
+		t.Errorf("render: %d %s %v %v", gotID, doc, ok, err)
+	}
+	if _, _, ok, _ := d.Render(ctx, []byte(base)); ok {
+		t.Error("JSON rendered as the wire format")
+	}
+	if _, _, ok, err := d.Render(ctx, v[:7]); !ok || err == nil {
+		t.Errorf("truncated: %v %v", ok, err)
 	}
 }

@@ -3,6 +3,7 @@ package format
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -179,6 +180,27 @@ func (d *Decoder) Prepare(ctx context.Context, recs []*kgo.Record) error {
 		}
 	}
 	return nil
+}
+
+// Render decodes a record value of a registry format (the Confluent wire
+// format) into JSON for a person to read: its schema id and the decoded
+// record, whatever the mapping makes of it. ok is false for a value not
+// in the wire format, or without a registry format; err says why the
+// record (known to be in the wire format) does not decode.
+func (d *Decoder) Render(ctx context.Context, value []byte) (schemaID int, doc []byte, ok bool, err error) {
+	if d.reg == nil {
+		return 0, nil, false, nil
+	}
+	id, _, werr := wireID(value)
+	if werr != nil {
+		return 0, nil, false, nil
+	}
+	tree, err := d.registryBody(ctx, value)
+	if err != nil {
+		return id, nil, true, err
+	}
+	doc, err = json.MarshalIndent(tree, "", "  ")
+	return id, doc, true, err
 }
 
 func jsonTree(_ context.Context, value []byte) (any, error) {
