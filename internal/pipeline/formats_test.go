@@ -1,19 +1,26 @@
 package pipeline
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"math/big"
 	"net"
 	"net/url"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/bufbuild/protocompile"
 	"github.com/hamba/avro/v2"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sr"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/dynamicpb"
 
 	"github.com/billing/ledger/internal/event"
 	"github.com/billing/ledger/internal/event/format"
@@ -289,4 +296,146 @@ func avroCharges(t *testing.T, regURL, registryURL, subject string) (func(versio
 	}
 
 	return rec, dec
+}
+
+const flatEventProto = `syntax = "proto3";
+package billing.test;
+import "google/protobuf/timestamp.proto";
+message Other { string x = 1; }
+message Event {
+  string event_id = 1;
+  string account_id = 2;
+  int64 amount_minor = 3;
+  string currency = 4;
+  google.protobuf.Timestamp occurred_at = 5;
+}
+`
+
+const flatEventJSONSchema = `{"$schema":"http://json-schema.org/draft-07/schema#","type":"object",
+ "required":["event_id","account_id","amount_minor","currency","occurred_at"],
+ "properties":{"event_id":{"type":"string"},"account_id":{"type":"string"},"amount_minor":{"type":"integer"},
+ "currency":{"type":"string"},"occurred_at":{"type":"string"}}}`
+
+// Protobuf and JSON Schema count exactly against Kafka, MySQL and the real
+// registry, and hostile records of each (truncated, a wrong magic byte, an
+// unknown schema id, the id of another subject, message indexes out of
+// range, nesting past the bound) are dead letters that stall nothing.
+func TestRegistryFormatsCountExactlyWithHostileInput(t *testing.T) {
+	regURL := testenv.SchemaRegistry(t)
+	cl, err := sr.NewClient(sr.URLs(regURL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	otherSubject := testenv.RandomName("other_") + "-value"
+	// Its own content: registries give equal schemas one id, whatever
+	// the subject.
+	other, err := cl.CreateSchema(ctx, otherSubject, sr.Schema{Schema: strings.Replace(flatEventJSONSchema, `"type":"object",`, `"type":"object","title":"other",`, 1), Type: sr.TypeJSON})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := protocompile.Compiler{Resolver: protocompile.WithStandardImports(&protocompile.SourceResolver{
+		Accessor: protocompile.SourceAccessorFromMap(map[string]string{"event.proto": flatEventProto})})}
+	files, err := c.Compile(ctx, "event.proto")
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := files[0].Messages().ByName("Event")
+	at, _ := time.Parse(time.RFC3339, t0)
+	for _, f := range []string{format.Protobuf, format.JSONSchema} {
+		t.Run(f, func(t *testing.T) {
+			e := newEnv(t, 2)
+			s := sr.Schema{Schema: flatEventProto, Type: sr.TypeProtobuf}
+			if f == format.JSONSchema {
+				s = sr.Schema{Schema: flatEventJSONSchema, Type: sr.TypeJSON}
+			}
+			ss, err := cl.CreateSchema(ctx, e.topic+"-value", s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			header := func(id int, index ...int) []byte {
+				var h sr.ConfluentHeader
+				b, _ := h.AppendEncode(nil, id, index)
+				return b
+			}
+			body := func(id string) []byte { return flatEvent(f, md, id, at) }
+			index := []int(nil)
+			if f == format.Protobuf {
+				index = []int{1}
+			}
+			valid := func(id string) []byte { return append(header(ss.ID, index...), body(id)...) }
+			var recs []*kgo.Record
+			for i := range 60 {
+				recs = append(recs, &kgo.Record{Key: []byte("acct-a"), Value: valid(fmt.Sprintf("v-%d", i))})
+			}
+			good := valid("h-0")
+			hostile := [][]byte{
+				good[:len(good)-3],             // truncated
+				append([]byte{7}, good[1:]...), // wrong magic byte
+				{0, 0, 0},                      // shorter than the header
+				append(header(1<<30, index...), body("h-1")...),    // unknown schema id
+				append(header(other.ID, index...), body("h-2")...), // another subject's id
+			}
+			if f == format.Protobuf {
+				hostile = append(hostile, append(header(ss.ID, 9), body("h-3")...), append(header(ss.ID, 1, 4), body("h-4")...))
+			} else {
+				deep := `{"x":` + strings.Repeat("[", 2000) + strings.Repeat("]", 2000) + `,` + string(body("h-5"))[1:]
+				hostile = append(hostile, append(header(ss.ID), deep...))
+			}
+			for _, h := range hostile {
+				recs = append(recs, &kgo.Record{Key: []byte("acct-a"), Value: h})
+			}
+			produce(t, e, recs...)
+			dec, err := format.New(format.Options{Format: f, MaxPayload: 16384,
+				Registry: format.RegistryOptions{URL: regURL, Subject: e.topic + "-value"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			in := start(t, e, func(c *Config, _ *sinkConfig) {
+				c.Decoder = dec
+				c.MaxPayloadBytes, c.DeadLetterPayloadBytes = 16384, 16384
+			})
+			waitCounted(t, e.db, 60, len(hostile))
+			if b := balances(t, e.db)["acct-a/EUR"]; b.Amount != 60*7 {
+				t.Errorf("balance %+v", b)
+			}
+			var payloads [][]byte
+			if err := e.db.Select(&payloads, `SELECT payload FROM dead_letters ORDER BY kafka_offset`); err != nil {
+				t.Fatal(err)
+			}
+			for i, p := range payloads {
+				if !bytes.Equal(p, hostile[i]) {
+					t.Errorf("dead letter %d does not keep the record's bytes: %d bytes, want %d", i, len(p), len(hostile[i]))
+				}
+			}
+			want := map[string]int{"invalid_encoding": 5, "unknown_schema": 2}
+			if f == format.JSONSchema { // truncated JSON and nesting past the bound
+				want = map[string]int{"invalid_encoding": 2, "invalid_json": 2, "unknown_schema": 2}
+			}
+			if got := deadReasons(t, e.db); !maps.Equal(got, want) {
+				t.Errorf("dead letters %v, want %v", got, want)
+			}
+			if n := in.p.Stats().Aborts.Load(); n != 0 {
+				t.Errorf("%d aborted checkpoints", n)
+			}
+		})
+	}
+}
+
+// flatEvent is the event id of account acct-a, 7 EUR at at, in format f
+// (a Protobuf Event of md, or a JSON document), without the wire header.
+func flatEvent(f string, md protoreflect.MessageDescriptor, id string, at time.Time) []byte {
+	if f == format.JSONSchema {
+		return []byte(fmt.Sprintf(`{"event_id":%q,"account_id":"acct-a","amount_minor":7,"currency":"EUR","occurred_at":%q}`, id, at.Format(time.RFC3339)))
+	}
+	m := dynamicpb.NewMessage(md)
+	fs := md.Fields()
+	m.Set(fs.ByName("event_id"), protoreflect.ValueOfString(id))
+	m.Set(fs.ByName("account_id"), protoreflect.ValueOfString("acct-a"))
+	m.Set(fs.ByName("amount_minor"), protoreflect.ValueOfInt64(7))
+	m.Set(fs.ByName("currency"), protoreflect.ValueOfString("EUR"))
+	ts := m.Mutable(fs.ByName("occurred_at")).Message()
+	ts.Set(ts.Descriptor().Fields().ByName("seconds"), protoreflect.ValueOfInt64(at.Unix()))
+	b, _ := proto.Marshal(m)
+	return b
 }
