@@ -353,11 +353,7 @@ func TestRegistryFormatsCountExactlyWithHostileInput(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			header := func(id int, index ...int) []byte {
-				var h sr.ConfluentHeader
-				b, _ := h.AppendEncode(nil, id, index)
-				return b
-			}
+			header := wireHeader
 			body := func(id string) []byte { return flatEvent(f, md, id, at) }
 			index := []int(nil)
 			if f == format.Protobuf {
@@ -437,5 +433,12 @@ func flatEvent(f string, md protoreflect.MessageDescriptor, id string, at time.T
 	ts := m.Mutable(fs.ByName("occurred_at")).Message()
 	ts.Set(ts.Descriptor().Fields().ByName("seconds"), protoreflect.ValueOfInt64(at.Unix()))
 	b, _ := proto.Marshal(m)
+	return b
+}
+
+// wireHeader is the Confluent wire format's header.
+func wireHeader(id int, index ...int) []byte {
+	var h sr.ConfluentHeader
+	b, _ := h.AppendEncode(nil, id, index)
 	return b
 }
