@@ -190,9 +190,10 @@ func TestRenderWireFormat(t *testing.T) {
 	d := newDecoder(t, Options{Format: Avro, Registry: RegistryOptions{URL: url, Subject: subject}})
 	ctx := context.Background()
 	v := wire(id, avroRecord(t, avroV1, map[string]any{"event_id": "e-1", "account_id": "a",
-		"amount": big.NewRat(1, 1000), "currency": "EUR", "occurred_at": want.OccurredAt}))
+		"amount": big.NewRat(1, 4), "currency": "EUR", "occurred_at": want.OccurredAt}))
 	gotID, doc, ok, err := d.Render(ctx, v)
-	if !ok || err != nil || gotID != id || !strings.Contains(string(doc), `"event_id": "e-1"`) || !strings.Contains(string(doc), `"occurred_at": "2026-11-29T13:05:00Z"`) {
+	if !ok || err != nil || gotID != id || !strings.Contains(string(doc), `"event_id": "e-1"`) || !strings.Contains(string(doc), `"occurred_at": "2026-11-29T13:05:00Z"`) ||
+		!strings.Contains(string(doc), `"amount": "0.25"`) {
 		t.Errorf("render: %d %s %v %v", gotID, doc, ok, err)
 	}
 	if _, _, ok, _ := d.Render(ctx, []byte(base)); ok {

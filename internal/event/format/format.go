@@ -3,9 +3,11 @@ package format
 import (
 	"context"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/big"
 	"strings"
 	"unicode/utf8"
 
@@ -199,8 +201,35 @@ func (d *Decoder) Render(ctx context.Context, value []byte) (schemaID int, doc [
 	if err != nil {
 		return id, nil, true, err
 	}
-	doc, err = json.MarshalIndent(tree, "", "  ")
+	doc, err = json.MarshalIndent(readable(tree), "", "  ")
 	return id, doc, true, err
+}
+
+// readable replaces decimals (*big.Rat, which JSON would show as a
+// fraction) by their exact decimal text, and bytes by their hex, in place.
+func readable(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			x[k] = readable(e)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = readable(e)
+		}
+	case *big.Rat:
+		// A decimal's denominator divides a power of ten: find the
+		// digits that show it exactly (a fraction otherwise).
+		for digits := 0; digits <= 64; digits++ {
+			if new(big.Rat).Mul(x, new(big.Rat).SetInt(new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(digits)), nil))).IsInt() {
+				return x.FloatString(digits)
+			}
+		}
+		return x.String()
+	case []byte:
+		return hex.EncodeToString(x)
+	}
+	return v
 }
 
 func jsonTree(_ context.Context, value []byte) (any, error) {
