@@ -203,3 +203,16 @@ func TestRenderWireFormat(t *testing.T) {
 		t.Errorf("truncated: %v %v", ok, err)
 	}
 }
+
+func TestPingRegistry(t *testing.T) {
+	url := testenv.SchemaRegistry(t)
+	if err := PingRegistry(context.Background(), RegistryOptions{URL: url}); err != nil {
+		t.Errorf("registry up: %v", err)
+	}
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	closed := "http://" + ln.Addr().String()
+	ln.Close()
+	if err := PingRegistry(context.Background(), RegistryOptions{URL: closed, Timeout: time.Second}); !IsUnavailable(err) {
+		t.Errorf("registry down: %v", err)
+	}
+}

@@ -211,3 +211,19 @@ func refs(ctx context.Context, cl *sr.Client, s sr.Schema, seen map[string]bool,
 	}
 	return nil
 }
+
+// PingRegistry asks the registry of o for its subjects: nil when it
+// answers, an *UnavailableError when it does not (what the service would
+// wait for).
+func PingRegistry(ctx context.Context, o RegistryOptions) error {
+	r, err := newRegistry(o, nil)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	if _, err := r.cl.Subjects(ctx); err != nil {
+		return &UnavailableError{Err: err}
+	}
+	return nil
+}
