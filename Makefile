@@ -111,7 +111,8 @@ demo:
 ## bench: the service against its limits (Kafka read alone, its SQL alone)
 ## and against the naive at-least-once job, on the services `make services`
 ## starts (override KAFKA_BROKERS / MYSQL_DSN like `make test`). Variants
-## default, large-state, many-accounts, steady-state, changelog and
+## default, avro, protobuf, json-schema (the default workload in each
+## registry format, service mode only, beside the default's rate), large-state, many-accounts, steady-state, changelog and
 ## larger-than-memory (it shrinks the server's innodb_buffer_pool_size for its
 ## measurements and restores it) and three-instances (three service processes
 ## in one group), BENCH_EVENTS each
@@ -123,9 +124,9 @@ demo:
 BENCH_EVENTS ?= 1000000
 BENCH_FLAGS ?=
 .PHONY: bench
-bench: services
+bench: services registry
 	$(GO) build -o bin/ ./cmd/billing-bench ./cmd/billing-gen
-	bin/billing-bench -brokers '$(KAFKA_BROKERS)' -mysql-dsn '$(MYSQL_DSN)' -events $(BENCH_EVENTS) \
+	bin/billing-bench -brokers '$(KAFKA_BROKERS)' -mysql-dsn '$(MYSQL_DSN)' -schema-registry '$(SCHEMA_REGISTRY_URL)' -events $(BENCH_EVENTS) \
 		-out "bin/bench-results/$$(date +%Y%m%d-%H%M%S)" $(BENCH_FLAGS)
 
 # The chaos suite (integration/chaos_test.go, docs/chaos.md): three service

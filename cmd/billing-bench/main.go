@@ -56,6 +56,7 @@ type options struct {
 	liveSeconds      time.Duration
 	timeout          time.Duration
 	gen              string
+	registry         string // SCHEMA_REGISTRY_URL of the format variants
 	out              string
 	profile          bool
 	keep             bool
@@ -74,7 +75,11 @@ type options struct {
 }
 
 type variant struct {
-	name      string
+	name string
+	// format: the workload is in this EVENT_FORMAT (billing-gen -format,
+	// its schema in -schema-registry), measured in service mode only: the
+	// other modes decode the contract's JSON.
+	format    string
 	accounts  int
 	cacheKeys int   // DEDUP_CACHE_KEYS override, 0 = the service's
 	preload   int64 // dedup keys inserted before the run
@@ -136,7 +141,7 @@ func main() {
 	flag.Float64Var(&o.zipfS, "zipf-s", 1.1, "Zipf skew of account popularity")
 	flag.Float64Var(&o.dupRatio, "dup-ratio", 0.05, "fraction of events sent twice")
 	flag.Uint64Var(&o.seed, "seed", 1, "generator seed")
-	flag.StringVar(&variants, "variants", "default,large-state,many-accounts,steady-state,changelog,larger-than-memory,three-instances", "workload variants to run: default, large-state, many-accounts, steady-state, larger-than-memory, three-instances, steady-state-entries, two-servers, hostile, ledger-entries, closing, changelog")
+	flag.StringVar(&variants, "variants", "default,avro,protobuf,json-schema,large-state,many-accounts,steady-state,changelog,larger-than-memory,three-instances", "workload variants to run: default, avro, protobuf, json-schema, large-state, many-accounts, steady-state, larger-than-memory, three-instances, steady-state-entries, two-servers, hostile, ledger-entries, closing, changelog")
 	flag.StringVar(&modes, "modes", "consume-only,sink-only,naive,service", "what to measure per variant")
 	flag.StringVar(&serviceEnv, "service-env", "", "service settings over its defaults, e.g. MYSQL_BRANCHES=1,CHECKPOINT_MAX_RECORDS=20000")
 	flag.IntVar(&o.naiveBatch, "naive-batch", 0, "naive batch size (default: the service's CHECKPOINT_MAX_RECORDS)")
@@ -152,6 +157,7 @@ func main() {
 	flag.Float64Var(&o.liveRate, "live-rate", 5000, "records/s produced during the live (latency) phase")
 	flag.DurationVar(&o.liveSeconds, "live-duration", 15*time.Second, "length of the live phase")
 	flag.DurationVar(&o.timeout, "timeout", 5*time.Minute, "bound on each phase of each measurement")
+	flag.StringVar(&o.registry, "schema-registry", os.Getenv("SCHEMA_REGISTRY_URL"), "schema registry of the avro, protobuf and json-schema variants (env SCHEMA_REGISTRY_URL)")
 	flag.StringVar(&o.gen, "gen", "", "billing-gen binary (default: next to this one, else go build)")
 	flag.StringVar(&o.out, "out", "", "directory for results, logs and profiles (default bench-results/<time>)")
 	flag.BoolVar(&o.profile, "profile", false, "write CPU and heap profiles of the naive and service catch-up")
@@ -203,6 +209,11 @@ func main() {
 		}
 	}
 	o.variants = splitList(variants)
+	for _, v := range o.variants {
+		if (v == "avro" || v == "protobuf" || v == "json-schema") && o.registry == "" {
+			fatalf("-variants %s needs -schema-registry (or SCHEMA_REGISTRY_URL): make bench starts one (make registry)", v)
+		}
+	}
 	o.modes = splitList(modes)
 	o.serviceEnv = map[string]string{}
 	for _, kv := range splitList(serviceEnv) {
@@ -391,6 +402,9 @@ func run(ctx context.Context, o *options) error {
 			liveRate: o.ltmLiveRate,
 			note: fmt.Sprintf("innodb_buffer_pool_size %d MiB, innodb_old_blocks_pct %s, %d dedup keys stored beforehand, live phase %.0f records/s; %s", o.ltmPool>>20,
 				map[bool]string{true: strconv.Itoa(o.ltmOldPct), false: "the server's"}[o.ltmOldPct > 0], o.ltmKeys, max(o.ltmLiveRate, 0), map[bool]string{false: "random UUID event ids (billing-gen -random-ids), the stored keys' of the same shape", true: "-ltm-ordered: billing-gen's ordered ids, the stored keys in a region of their own"}[o.ltmOrdered])},
+		"avro":        formatVariant(o, "avro"),
+		"protobuf":    formatVariant(o, "protobuf"),
+		"json-schema": formatVariant(o, "json-schema"),
 		"hostile": {name: "hostile", accounts: 1000, hostile: true,
 			note: fmt.Sprintf("%d valid events padded to MAX_PAYLOAD_BYTES, one junk record of 1 MiB per %d; service mode only", o.hostileEvents, o.hostileJunkEvery)},
 	}
@@ -426,6 +440,15 @@ func run(ctx context.Context, o *options) error {
 	}
 	fmt.Printf("results, logs and profiles in %s\n", o.out)
 	return nil
+}
+
+// formatVariant is the default variant's workload in a registry format:
+// its service rate is the one to hold against the default's (the JSON
+// contract) in the same run.
+func formatVariant(o *options, f string) variant {
+	return variant{name: f, accounts: o.accounts, format: f,
+		env:  map[string]string{"EVENT_FORMAT": f, "SCHEMA_REGISTRY_URL": o.registry},
+		note: fmt.Sprintf("the default workload with EVENT_FORMAT=%s (billing-gen -format %s, its schema in the registry); service mode only, no live phase (e2e n/a)", f, f)}
 }
 
 func runVariant(ctx context.Context, o *options, v variant, runID string, adm *kadmClient) (variantInfo, []measurement, error) {
@@ -493,7 +516,7 @@ func runVariant(ctx context.Context, o *options, v variant, runID string, adm *k
 		env["DEDUP_CACHE_KEYS"] = fmt.Sprint(v.cacheKeys)
 	}
 	modes := o.modes
-	if v.hostile {
+	if v.hostile || v.format != "" {
 		modes = []string{modeService}
 	}
 	if v.changelog {
@@ -642,7 +665,9 @@ func measure(ctx context.Context, o *options, v variant, mode, runID, topic, exp
 			spec.ServiceEnv["MYSQL_SHARD_DSNS"] = shard
 		}
 	}
-	if svc || mode == modeNaive {
+	// The live phase produces the contract's JSON: a format variant has
+	// none (its e2e latency is the default's, decoding aside).
+	if (svc || mode == modeNaive) && v.format == "" {
 		spec.LiveTopic = liveTopic(topic, short, runID, rep)
 		if err := createTopic(ctx, adm, spec.LiveTopic, len(ends)); err != nil {
 			return fail(err)
@@ -747,8 +772,10 @@ func measure(ctx context.Context, o *options, v variant, mode, runID, topic, exp
 		return m
 	}
 	// caught-up: check the ledger, then the live phase.
-	if !r.TimedOut && r.Err == "" && spec.LiveTopic != "" {
+	if !r.TimedOut && r.Err == "" {
 		m.Ledger = check(ctx, o, dbName, expected, topic)
+	}
+	if !r.TimedOut && r.Err == "" && spec.LiveTopic != "" {
 		fmt.Fprintln(stdin, "live-start")
 		n, err := liveProducer(ctx, o.brokers, spec.LiveTopic, fmt.Sprintf("live-%s-%s", runID, short), v.live(o), o.liveSeconds, v.accounts, o.dupRatio, o.seed, v.randomIDs)
 		if err != nil {
