@@ -3,6 +3,7 @@ package pipeline
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -11,6 +12,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -441,4 +443,40 @@ func wireHeader(id int, index ...int) []byte {
 	var h sr.ConfluentHeader
 	b, _ := h.AppendEncode(nil, id, index)
 	return b
+}
+
+// flakyDecoder is the JSON contract's decoder whose Decode reports the
+// registry unavailable for the first records it is given, as a schema lost
+// from the cache between Prepare and Decode would.
+type flakyDecoder struct {
+	dec   *event.Decoder
+	fails atomic.Int64
+}
+
+func (f *flakyDecoder) Prepare(context.Context, []*kgo.Record) error { return nil }
+
+func (f *flakyDecoder) Decode(_ context.Context, value []byte, _ []kgo.RecordHeader) (event.Event, error) {
+	if f.fails.Add(-1) >= 0 {
+		return event.Event{}, &format.UnavailableError{Err: errors.New("lost from the cache")}
+	}
+	return f.dec.Decode(value)
+}
+
+// A decode that finds the registry unavailable after Prepare never makes a
+// dead letter: the partition is read again from its committed position and
+// every event counts once.
+func TestUnavailableDecodeRereadsThePartition(t *testing.T) {
+	e := newEnv(t, 1)
+	var recs []*kgo.Record
+	for i := range 50 {
+		recs = append(recs, ev{fmt.Sprintf("u-%d", i), "acct-u", 3, "EUR", t0}.record(""))
+	}
+	produce(t, e, recs...)
+	dec := &flakyDecoder{dec: event.NewDecoder(4096)}
+	dec.fails.Store(3)
+	start(t, e, func(c *Config, _ *sinkConfig) { c.Decoder = dec })
+	waitCounted(t, e.db, 50, 0)
+	if b := balances(t, e.db)["acct-u/EUR"]; b.Amount != 150 || b.Count != 50 {
+		t.Errorf("balance %+v", b)
+	}
 }
