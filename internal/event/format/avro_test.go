@@ -179,6 +179,16 @@ func TestRegistryOutageIsNotADeadLetter(t *testing.T) {
 	if _, err := d.Decode(ctx, value, nil); err != nil {
 		t.Errorf("cached schema: %v", err)
 	}
+	// A 404 is believed for missingTTL (a replica may lag behind a new
+	// id), then asked again.
+	status = http.StatusOK
+	if _, err := d.Decode(ctx, wire(8, value[5:]), nil); reasonOf(err) != event.ReasonUnknownSchema {
+		t.Errorf("404 within its TTL: %v", err)
+	}
+	d.reg.missingTTL = 0
+	if got, err := d.Decode(ctx, wire(8, value[5:]), nil); err != nil || got != want {
+		t.Errorf("404 after its TTL, the registry holding it now: %+v %v", got, err)
+	}
 }
 
 // Render shows a dead letter of a registry format readably: its schema id

@@ -53,6 +53,8 @@ type registry struct {
 	subject string
 	timeout time.Duration
 	limit   int
+	// missingTTL: missingTTL, shorter in tests.
+	missingTTL time.Duration
 	// compile turns a schema (with its references resolved through the
 	// client) into the format's decoder of record bodies.
 	compile func(ctx context.Context, cl *sr.Client, s sr.Schema) (bodyDecoder, error)
@@ -67,7 +69,14 @@ type cached struct {
 	body bodyDecoder
 	err  *event.DecodeError // permanent: unknown id, another subject, a schema that does not compile
 	gen  uint64
+	// missing: the registry answered 404, at; asked again after
+	// missingTTL (a replica of the registry may not hold a new id yet).
+	missing bool
+	at      time.Time
 }
+
+// missingTTL is how long a 404 for a schema id is believed.
+const missingTTL = 30 * time.Second
 
 // bodyDecoder decodes the bytes after the wire-format header.
 type bodyDecoder interface {
@@ -96,7 +105,7 @@ func newRegistry(o RegistryOptions, compile func(context.Context, *sr.Client, sr
 	if err != nil {
 		return nil, fmt.Errorf("format: schema registry: %w", err)
 	}
-	return &registry{cl: cl, subject: o.Subject, timeout: o.Timeout, limit: o.CacheSize, compile: compile, cache: map[int]*cached{}}, nil
+	return &registry{cl: cl, subject: o.Subject, timeout: o.Timeout, limit: o.CacheSize, compile: compile, cache: map[int]*cached{}, missingTTL: missingTTL}, nil
 }
 
 // classify tells a registry's answer that the record is at fault for (404:
@@ -104,10 +113,15 @@ func newRegistry(o RegistryOptions, compile func(context.Context, *sr.Client, sr
 func classify(err error, what string) error {
 	var re *sr.ResponseError
 	if errors.As(err, &re) && re.StatusCode == http.StatusNotFound {
-		return &event.DecodeError{Reason: event.ReasonUnknownSchema, Detail: what + ": the registry has none (" + re.Error() + ")"}
+		return &notFound{&event.DecodeError{Reason: event.ReasonUnknownSchema, Detail: what + ": the registry has none (" + re.Error() + ")"}}
 	}
 	return &UnavailableError{Err: err}
 }
+
+// notFound is a 404's dead letter, told apart so that it is asked again.
+type notFound struct{ *event.DecodeError }
+
+func (n *notFound) Unwrap() error { return n.DecodeError }
 
 // lookup returns the compiled schema id, fetching and compiling it once.
 // Errors: *event.DecodeError (permanent, cached) or *UnavailableError (not
@@ -115,7 +129,7 @@ func classify(err error, what string) error {
 func (r *registry) lookup(ctx context.Context, id int) (bodyDecoder, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if c, ok := r.cache[id]; ok {
+	if c, ok := r.cache[id]; ok && !(c.missing && time.Since(c.at) > r.missingTTL) {
 		c.gen = r.gen
 		if c.err != nil {
 			return nil, c.err
@@ -127,9 +141,12 @@ func (r *registry) lookup(ctx context.Context, id int) (bodyDecoder, error) {
 	if err != nil && !errors.As(err, &de) {
 		return nil, err
 	}
-	r.evictLocked()
-	r.cache[id] = &cached{body: body, err: de, gen: r.gen}
-	r.order = append(r.order, id)
+	if _, again := r.cache[id]; !again {
+		r.evictLocked()
+		r.order = append(r.order, id)
+	}
+	var nf *notFound
+	r.cache[id] = &cached{body: body, err: de, gen: r.gen, missing: errors.As(err, &nf), at: time.Now()}
 	if de != nil {
 		return nil, de
 	}
