@@ -16,31 +16,6 @@ import (
 	"github.com/billing/ledger/internal/ledgercheck"
 )
 
-// The schemas billing-gen registers for -format avro, protobuf and
-// json-schema: the contract's five fields under their own names, so the
-// service reads them with the default mapping.
-const (
-	genAvroSchema = `{"type":"record","name":"Event","namespace":"billing.gen","fields":[
- {"name":"event_id","type":"string"},{"name":"account_id","type":"string"},
- {"name":"amount_minor","type":"long"},{"name":"currency","type":"string"},
- {"name":"occurred_at","type":{"type":"long","logicalType":"timestamp-millis"}}]}`
-	genProtoSchema = `syntax = "proto3";
-package billing.gen;
-import "google/protobuf/timestamp.proto";
-message Event {
-  string event_id = 1;
-  string account_id = 2;
-  int64 amount_minor = 3;
-  string currency = 4;
-  google.protobuf.Timestamp occurred_at = 5;
-}
-`
-	genJSONSchema = `{"$schema":"http://json-schema.org/draft-07/schema#","type":"object",
- "required":["event_id","account_id","amount_minor","currency","occurred_at"],
- "properties":{"event_id":{"type":"string"},"account_id":{"type":"string"},"amount_minor":{"type":"integer"},
- "currency":{"type":"string"},"occurred_at":{"type":"string"}}}`
-)
-
 // encoder turns the generator's JSON record values into -format: a value
 // that is a valid event of the JSON contract is written in the format (the
 // Confluent wire format with the registered schema's id); any other value
@@ -73,23 +48,28 @@ func newEncoder(ctx context.Context, f, registryURL, subject string, maxPayload 
 	if err != nil {
 		return nil, err
 	}
-	s := sr.Schema{Schema: genAvroSchema, Type: sr.TypeAvro}
+	// The contract's schema of the format, the one the docs show.
+	text, file, err := format.ContractSchema(f)
+	if err != nil {
+		return nil, err
+	}
+	s := sr.Schema{Schema: text, Type: sr.TypeAvro}
 	switch f {
 	case format.Avro:
-		if e.avro, err = avro.Parse(genAvroSchema); err != nil {
+		if e.avro, err = avro.Parse(text); err != nil {
 			return nil, err
 		}
 	case format.Protobuf:
-		s = sr.Schema{Schema: genProtoSchema, Type: sr.TypeProtobuf}
+		s.Type = sr.TypeProtobuf
 		c := protocompile.Compiler{Resolver: protocompile.WithStandardImports(&protocompile.SourceResolver{
-			Accessor: protocompile.SourceAccessorFromMap(map[string]string{"event.proto": genProtoSchema})})}
-		files, err := c.Compile(ctx, "event.proto")
+			Accessor: protocompile.SourceAccessorFromMap(map[string]string{file: text})})}
+		files, err := c.Compile(ctx, file)
 		if err != nil {
 			return nil, err
 		}
 		e.proto = files[0].Messages().ByName("Event")
 	case format.JSONSchema:
-		s = sr.Schema{Schema: genJSONSchema, Type: sr.TypeJSON}
+		s.Type = sr.TypeJSON
 	}
 	ss, err := cl.CreateSchema(ctx, subject, s)
 	if err != nil {
