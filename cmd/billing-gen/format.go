@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
 
 	"github.com/bufbuild/protocompile"
 	"github.com/hamba/avro/v2"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sr"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -24,6 +27,7 @@ import (
 // too large (malformedReason).
 type encoder struct {
 	format string
+	ce     string // -cloudevents: "", structured or binary
 	id     int
 	dec    *event.Decoder
 	avro   avro.Schema
@@ -33,8 +37,8 @@ type encoder struct {
 // newEncoder registers the format's schema under subject (the registry
 // returns the existing id for a schema it holds).
 // maxPayload is the service's: a larger value is sent as it is.
-func newEncoder(ctx context.Context, f, registryURL, subject string, maxPayload int) (*encoder, error) {
-	e := &encoder{format: f, dec: event.NewDecoder(maxPayload)}
+func newEncoder(ctx context.Context, f, ce, registryURL, subject string, maxPayload int) (*encoder, error) {
+	e := &encoder{format: f, ce: ce, dec: event.NewDecoder(maxPayload)}
 	if !format.NeedsRegistry(f) {
 		if f != format.JSON {
 			return nil, fmt.Errorf("-format: unknown format %q", f)
@@ -79,6 +83,41 @@ func newEncoder(ctx context.Context, f, registryURL, subject string, maxPayload 
 	return e, nil
 }
 
+// CloudEvents of -cloudevents: the source and type of every event (its id
+// is the event id, so the ledger's event id is "billing-gen <id>").
+const (
+	ceSource = "billing-gen"
+	ceType   = "billing.event"
+)
+
+// record returns the Kafka value and headers of value: encoded in the
+// format, then, with -cloudevents, made a CloudEvent in its mode. A
+// malformed value is sent as it is, without headers.
+func (e *encoder) record(value []byte) ([]byte, []kgo.RecordHeader, error) {
+	body, err := e.encode(value)
+	if err != nil || e.ce == "" {
+		return body, nil, err
+	}
+	ev, derr := e.dec.Decode(value)
+	if derr != nil {
+		return value, nil, nil
+	}
+	if e.ce == "binary" {
+		return body, []kgo.RecordHeader{
+			{Key: "ce_specversion", Value: []byte("1.0")}, {Key: "ce_id", Value: []byte(ev.EventID)},
+			{Key: "ce_source", Value: []byte(ceSource)}, {Key: "ce_type", Value: []byte(ceType)},
+		}, nil
+	}
+	env := map[string]any{"specversion": "1.0", "id": ev.EventID, "source": ceSource, "type": ceType}
+	if e.format == format.JSON {
+		env["data"] = json.RawMessage(body)
+	} else {
+		env["data_base64"] = base64.StdEncoding.EncodeToString(body)
+	}
+	b, err := json.Marshal(env)
+	return b, []kgo.RecordHeader{{Key: "content-type", Value: []byte("application/cloudevents+json")}}, err
+}
+
 // encode returns value in the encoder's format.
 func (e *encoder) encode(value []byte) ([]byte, error) {
 	if e.format == format.JSON {
@@ -120,11 +159,17 @@ func (e *encoder) encode(value []byte) ([]byte, error) {
 }
 
 // malformedReason is the dead letter a malformed record of kind k becomes
-// in format f: in the registry formats every kind but the empty and the
-// too-large record lacks the wire format's magic byte.
-func malformedReason(f string, k ledgercheck.MalformedKind) string {
-	if !format.NeedsRegistry(f) || k == ledgercheck.MalformedEmptyPayload || k == ledgercheck.MalformedPayloadTooLarge {
+// in format f (with -cloudevents ce): the empty and the too-large record
+// are refused for their size first; with CloudEvents every other kind has
+// no CloudEvent's headers, and in the registry formats no magic byte.
+func malformedReason(f, ce string, k ledgercheck.MalformedKind) string {
+	switch {
+	case k == ledgercheck.MalformedEmptyPayload || k == ledgercheck.MalformedPayloadTooLarge:
 		return k.Reason()
+	case ce != "":
+		return string(event.ReasonInvalidCloudEvent)
+	case format.NeedsRegistry(f):
+		return string(event.ReasonInvalidEncoding)
 	}
-	return string(event.ReasonInvalidEncoding)
+	return k.Reason()
 }

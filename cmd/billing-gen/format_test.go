@@ -24,33 +24,39 @@ func TestFormatsRoundTripThroughTheServicesDecoder(t *testing.T) {
 	const maxPayload = 4096
 	for _, f := range format.Formats() {
 		subject := testenv.RandomName("gen_") + "-value"
-		enc, err := newEncoder(ctx, f, url, subject, maxPayload)
-		if err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
-		dec, err := format.New(format.Options{Format: f, MaxPayload: maxPayload, Registry: format.RegistryOptions{URL: url, Subject: subject}})
-		if err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
-		for _, style := range []timeStyle{{}, {offset: 3600, millis: true, unknown: true}} {
-			v, err := enc.encode(validPayload(e, style))
+		for _, ce := range []string{"", "structured", "binary"} {
+			enc, err := newEncoder(ctx, f, ce, url, subject, maxPayload)
 			if err != nil {
 				t.Fatalf("%s: %v", f, err)
 			}
-			got, err := dec.Decode(ctx, v, nil)
-			if err != nil || got != want {
-				t.Errorf("%s %+v: %+v %v", f, style, got, err)
-			}
-		}
-		for _, k := range ledgercheck.MalformedKinds() {
-			v, err := enc.encode(malformedPayload(k, e, 1, maxPayload))
+			dec, err := format.New(format.Options{Format: f, CloudEvents: ce != "", MaxPayload: maxPayload, Registry: format.RegistryOptions{URL: url, Subject: subject}})
 			if err != nil {
 				t.Fatalf("%s: %v", f, err)
 			}
-			_, err = dec.Decode(ctx, v, nil)
-			var de *event.DecodeError
-			if !errors.As(err, &de) || string(de.Reason) != malformedReason(f, k) {
-				t.Errorf("%s, malformed %s: %v, want %s", f, k, err, malformedReason(f, k))
+			w := want
+			if ce != "" {
+				w.EventID = ceSource + " " + e.EventID
+			}
+			for _, style := range []timeStyle{{}, {offset: 3600, millis: true, unknown: true}} {
+				v, h, err := enc.record(validPayload(e, style))
+				if err != nil {
+					t.Fatalf("%s: %v", f, err)
+				}
+				got, err := dec.Decode(ctx, v, h)
+				if err != nil || got != w {
+					t.Errorf("%s %s %+v: %+v %v", f, ce, style, got, err)
+				}
+			}
+			for _, k := range ledgercheck.MalformedKinds() {
+				v, h, err := enc.record(malformedPayload(k, e, 1, maxPayload))
+				if err != nil {
+					t.Fatalf("%s: %v", f, err)
+				}
+				_, err = dec.Decode(ctx, v, h)
+				var de *event.DecodeError
+				if !errors.As(err, &de) || string(de.Reason) != malformedReason(f, ce, k) {
+					t.Errorf("%s %s, malformed %s: %v, want %s", f, ce, k, err, malformedReason(f, ce, k))
+				}
 			}
 		}
 	}
