@@ -12,6 +12,10 @@ KAFKA_PORT ?= 9092
 KAFKA_CONTROLLER_PORT ?= 9093
 MYSQL_PORT ?= 3306
 MYSQL2_PORT ?= 3307
+# The schema registry of the Avro tests: ../shared/registry/run beside the
+# clone (CI lays shared/ there), a real Confluent-compatible registry.
+REGISTRY_PORT ?= 18081
+REGISTRY_RUN ?= ../shared/registry/run
 GO_TEST_TIMEOUT ?= 15m
 # Extra `go test` flags, e.g. GOTESTFLAGS=-v or GOTESTFLAGS='-run TestMySQLXA'.
 GOTESTFLAGS ?=
@@ -25,11 +29,12 @@ MYSQL_DSN = root:root@tcp(127.0.0.1:$(MYSQL_PORT))/
 # A second, independent server, for tests that need two (scripts/services.sh
 # starts it as mariadb2).
 MYSQL2_DSN = root:root@tcp(127.0.0.1:$(MYSQL2_PORT))/
+SCHEMA_REGISTRY_URL = http://127.0.0.1:$(REGISTRY_PORT)/apis/ccompat/v7
 
 # scripts/services.sh reads the ports from the environment.
 export KAFKA_PORT KAFKA_CONTROLLER_PORT MYSQL_PORT MYSQL2_PORT
 
-.PHONY: services services-down services-status build vet test test-unit demo
+.PHONY: services services-down services-status registry registry-down build vet test test-unit demo
 
 ## services: start (or reuse) local Kafka and MariaDB under .services/
 services:
@@ -41,6 +46,19 @@ services-down:
 
 services-status:
 	scripts/services.sh status || true
+
+## registry: start (or reuse) the schema registry on REGISTRY_PORT (the
+## first start builds it with Maven, about 90 s)
+registry:
+	@if curl -fs -o /dev/null '$(SCHEMA_REGISTRY_URL)/subjects'; then \
+		echo "registry: reusing $(SCHEMA_REGISTRY_URL)"; \
+	else \
+		'$(REGISTRY_RUN)' start $(REGISTRY_PORT); \
+	fi
+
+## registry-down: stop the registry `make registry` started
+registry-down:
+	'$(REGISTRY_RUN)' stop
 
 build:
 	$(GO) build ./...
@@ -56,9 +74,9 @@ vet:
 
 ## test: everything, integration tests included, against local services,
 ## then the CI-sized chaos run (CHAOS_IN_TEST= skips it)
-test: services
+test: services registry
 	$(GO) vet ./...
-	KAFKA_BROKERS='$(KAFKA_BROKERS)' MYSQL_DSN='$(MYSQL_DSN)' MYSQL2_DSN='$(MYSQL2_DSN)' \
+	KAFKA_BROKERS='$(KAFKA_BROKERS)' MYSQL_DSN='$(MYSQL_DSN)' MYSQL2_DSN='$(MYSQL2_DSN)' SCHEMA_REGISTRY_URL='$(SCHEMA_REGISTRY_URL)' \
 		$(GO) test -count=1 -timeout $(GO_TEST_TIMEOUT) $(GOTESTFLAGS) ./...
 	$(deploy-check)
 	$(if $(CHAOS_IN_TEST),$(call chaos-run,$(CHAOS_IN_TEST),$(CHAOS_TIMEOUT)))
@@ -93,7 +111,8 @@ demo:
 ## bench: the service against its limits (Kafka read alone, its SQL alone)
 ## and against the naive at-least-once job, on the services `make services`
 ## starts (override KAFKA_BROKERS / MYSQL_DSN like `make test`). Variants
-## default, large-state, many-accounts, steady-state, changelog and
+## default, avro, protobuf, json-schema (the default workload in each
+## registry format, service mode only, beside the default's rate), large-state, many-accounts, steady-state, changelog and
 ## larger-than-memory (it shrinks the server's innodb_buffer_pool_size for its
 ## measurements and restores it) and three-instances (three service processes
 ## in one group), BENCH_EVENTS each
@@ -105,9 +124,9 @@ demo:
 BENCH_EVENTS ?= 1000000
 BENCH_FLAGS ?=
 .PHONY: bench
-bench: services
+bench: services registry
 	$(GO) build -o bin/ ./cmd/billing-bench ./cmd/billing-gen
-	bin/billing-bench -brokers '$(KAFKA_BROKERS)' -mysql-dsn '$(MYSQL_DSN)' -events $(BENCH_EVENTS) \
+	bin/billing-bench -brokers '$(KAFKA_BROKERS)' -mysql-dsn '$(MYSQL_DSN)' -schema-registry '$(SCHEMA_REGISTRY_URL)' -events $(BENCH_EVENTS) \
 		-out "bin/bench-results/$$(date +%Y%m%d-%H%M%S)" $(BENCH_FLAGS)
 
 # The chaos suite (integration/chaos_test.go, docs/chaos.md): three service

@@ -8,7 +8,9 @@
 #
 # Environment (defaults in brackets): DEMO_EVENTS [100000], DEMO_INSTANCES
 # [2], DEMO_PARTITIONS [6], DEMO_RATE [0 = as fast as possible],
-# DEMO_SEED [from the clock], KAFKA_PORT [9092], MYSQL_PORT [3306].
+# DEMO_SEED [from the clock], DEMO_FORMAT [json; avro, protobuf or
+# json-schema start the schema registry, ../shared/registry/run, on
+# REGISTRY_PORT [18081]], KAFKA_PORT [9092], MYSQL_PORT [3306].
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -17,6 +19,8 @@ EVENTS=${DEMO_EVENTS:-100000}
 INSTANCES=${DEMO_INSTANCES:-2}
 PARTITIONS=${DEMO_PARTITIONS:-6}
 RATE=${DEMO_RATE:-0}
+FORMAT=${DEMO_FORMAT:-json}
+REGISTRY_PORT=${REGISTRY_PORT:-18081}
 KAFKA_PORT=${KAFKA_PORT:-9092}
 MYSQL_PORT=${MYSQL_PORT:-3306}
 # The run's topic, group, database and log folder: the time, for reading,
@@ -33,6 +37,13 @@ sql() { mariadb -h127.0.0.1 -P"$MYSQL_PORT" -uroot -proot --table "$@"; }
 
 say "services"
 scripts/services.sh up
+if [[ $FORMAT != json ]]; then
+	say "schema registry"
+	export SCHEMA_REGISTRY_URL=http://127.0.0.1:$REGISTRY_PORT/apis/ccompat/v7
+	curl -fs -o /dev/null "$SCHEMA_REGISTRY_URL/subjects" || ../shared/registry/run start "$REGISTRY_PORT"
+fi
+# The service reads it, and so does the generator (-format).
+export EVENT_FORMAT=$FORMAT
 say "build"
 go build -o bin/ ./cmd/billing ./cmd/billing-gen ./cmd/billing-verify
 

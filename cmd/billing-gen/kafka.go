@@ -171,6 +171,10 @@ func produceRun(ctx context.Context, o *options, stdout, stderr io.Writer) (sent
 	if err != nil {
 		return 0, err
 	}
+	enc, err := newEncoder(ctx, cfg.Format, cfg.CloudEvents, o.registryURL, cfg.Topic+"-value", cfg.MaxPayload)
+	if err != nil {
+		return 0, err
+	}
 
 	popts := append(baseOpts(o.brokers),
 		kgo.DefaultProduceTopic(cfg.Topic),
@@ -240,7 +244,12 @@ func produceRun(ctx context.Context, o *options, stdout, stderr io.Writer) (sent
 		n++
 		prog.valid.Store(gen.stats.Valid)
 		prog.sent.Store(n)
-		kr := &kgo.Record{Topic: cfg.Topic, Key: r.key, Value: r.value}
+		value, headers, err := enc.record(r.value)
+		if err != nil {
+			fail(fmt.Errorf("encoding a record as %s: %w", cfg.Format, err))
+			break
+		}
+		kr := &kgo.Record{Topic: cfg.Topic, Key: r.key, Value: value, Headers: headers}
 		if r.kind == kindAborted {
 			if err := ab.add(pctx, kr); err != nil {
 				fail(err)

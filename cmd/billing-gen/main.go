@@ -9,11 +9,13 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/billing/ledger/internal/config"
+	"github.com/billing/ledger/internal/event/format"
 	"github.com/billing/ledger/internal/ledgercheck"
 )
 
@@ -30,6 +32,7 @@ type options struct {
 	timeout      time.Duration
 	seedSet      bool
 	gen          genConfig
+	registryURL  string
 	params       map[string]string
 }
 
@@ -105,6 +108,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.Uint64Var(&seed, "seed", 0, "random seed (default: from the clock; always printed)")
 	fs.IntVar(&o.gen.MaxPayload, "max-payload", 64*1024, "the service's maximum payload in bytes; payload_too_large records exceed it by 6 KiB")
 	fs.BoolVar(&o.gen.RandomIDs, "random-ids", false, "valid events get random-looking UUID ids (a digest of e-<seed>-<n>) instead of e-<seed>-<n>, which sort in production order")
+	fs.StringVar(&o.gen.Format, "format", env.EventFormat, "record format, the service's EVENT_FORMAT: json, avro, protobuf or json-schema (the last three register their schema under <topic>-value in -schema-registry and write the Confluent wire format) (env EVENT_FORMAT)")
+	fs.StringVar(&o.gen.CloudEvents, "cloudevents", "", "write valid events as CloudEvents (the service's EVENT_CLOUDEVENTS=true): structured or binary mode, source billing-gen, type billing.event, the event id as id; malformed records are sent bare (invalid_cloudevent); not with -ledger-entries (the ledger's event ids are then \"billing-gen <id>\")")
+	fs.StringVar(&o.registryURL, "schema-registry", env.SchemaRegistryURL, "schema registry base URL of -format avro, protobuf and json-schema (env SCHEMA_REGISTRY_URL)")
 	fs.StringVar(&o.expectedPath, "expected", "expected.json", "where to write the expected ledger")
 	fs.StringVar(&o.progress, "progress", "auto", "progress display: auto (bar on a terminal, else log lines), bar, log or none")
 	fs.BoolVar(&o.createTopic, "create-topic", false, "create the topic if it does not exist")
@@ -232,6 +238,19 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	if o.timeout <= 0 {
 		bad("-timeout must be positive")
+	}
+	if !slices.Contains(format.Formats(), o.gen.Format) {
+		bad("-format must be one of %s", strings.Join(format.Formats(), ", "))
+	} else if format.NeedsRegistry(o.gen.Format) && o.registryURL == "" {
+		bad("-format %s needs -schema-registry (or SCHEMA_REGISTRY_URL)", o.gen.Format)
+	}
+	switch o.gen.CloudEvents {
+	case "", "structured", "binary":
+	default:
+		bad("-cloudevents must be structured or binary")
+	}
+	if o.gen.CloudEvents != "" && o.gen.Entries {
+		bad("-cloudevents and -ledger-entries: the ledger's event ids are the CloudEvents' (source and id), not the entries the expected file holds")
 	}
 	if o.expectedPath == "" {
 		bad("-expected is empty")

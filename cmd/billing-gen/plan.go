@@ -45,6 +45,12 @@ type genConfig struct {
 	FutureRatio float64
 	Seed        uint64
 	MaxPayload  int // the service's max payload; payload_too_large records exceed it
+	// Format is the service's EVENT_FORMAT, which decides the reason of a
+	// malformed record's dead letter (malformedReason).
+	Format string
+	// CloudEvents is -cloudevents: "", structured or binary (the
+	// service's EVENT_CLOUDEVENTS=true).
+	CloudEvents string
 	// RandomIDs makes valid events' ids random-looking UUIDs (randomID)
 	// instead of e-<tag>-<n>: ids that sort in no relation to the order
 	// they are produced in, as UUIDv4 ids do, so that every new key lands
@@ -511,7 +517,7 @@ func (g *generator) emitPending(p *pending) (record, error) {
 		e, _ := g.newEvent(fmt.Sprintf("m-%s-%d", g.tag, p.counter), g.stats.Valid)
 		r.value = malformedPayload(p.mkind, e, p.counter, g.cfg.MaxPayload)
 		g.stats.Malformed++
-		g.ledger.DeadLetter(p.mkind.Reason())
+		g.ledger.DeadLetter(malformedReason(g.cfg.Format, g.cfg.CloudEvents, p.mkind))
 		return r, nil
 	case kindFuture:
 		// Same key as its correction, which follows it on its partition.

@@ -21,6 +21,7 @@ import (
 
 	"github.com/billing/ledger/internal/config"
 	"github.com/billing/ledger/internal/deadletters"
+	"github.com/billing/ledger/internal/event/format"
 	"github.com/billing/ledger/internal/reinject"
 	"github.com/billing/ledger/internal/safetext"
 	"github.com/billing/ledger/internal/service"
@@ -115,7 +116,7 @@ func openServers(cfg config.Config, log *slog.Logger) ([]*sqlx.DB, []string, err
 func dlScope() config.Scope { return slices.Concat(config.MySQLSettings(), config.LogSettings()) }
 
 func dlReinjectScope() config.Scope {
-	return slices.Concat(dlScope(), config.KafkaSettings(), config.Scope{"KAFKA_TOPIC", "MAX_PAYLOAD_BYTES"})
+	return slices.Concat(dlScope(), config.KafkaSettings(), config.Scope{"KAFKA_TOPIC", "MAX_PAYLOAD_BYTES", "EVENT_", "SCHEMA_REGISTRY_"})
 }
 
 func closeAll(dbs []*sqlx.DB) {
@@ -212,7 +213,7 @@ func pools(dbs []*sqlx.DB) []reinject.Server {
 
 func dlShow(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("billing deadletters show", "ID [--max-bytes N] [--payload-out FILE]",
-		"Shows one dead letter: where it came from, why, the re-injection audit, and its\npayload (verbatim when printable, Go-quoted otherwise).\n")
+		"Shows one dead letter: where it came from, why, the re-injection audit, and its\npayload (verbatim when printable, Go-quoted otherwise; with EVENT_FORMAT avro, protobuf\nor json-schema also its schema id and, if it decodes, the decoded record as JSON).\n")
 	maxBytes := fs.Int("max-bytes", 64<<10, "print at most this many bytes of the payload")
 	out := fs.String("payload-out", "", "write the stored payload, byte for byte, to this new file (for correction and reinject --payload-file)")
 	pos, code, done := fs.parse(args, 1, stdout, stderr)
@@ -223,7 +224,7 @@ func dlShow(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fs.fail(stderr, err)
 	}
-	return dlRun(fs, dlScope(), stdout, stderr, func(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	return dlRun(fs, slices.Concat(dlScope(), config.Scope{"EVENT_", "SCHEMA_REGISTRY_", "KAFKA_TOPIC", "MAX_PAYLOAD_BYTES"}), stdout, stderr, func(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return showDeadLetter(ctx, cfg, log, id, *maxBytes, *out, stdout)
 	})
 }
@@ -234,12 +235,12 @@ func showDeadLetter(ctx context.Context, cfg config.Config, log *slog.Logger, id
 		return err
 	}
 	defer closeAll(dbs)
-	return printDeadLetter(ctx, pools(dbs), id, maxBytes, out, stdout)
+	return printDeadLetter(ctx, cfg, pools(dbs), id, maxBytes, out, stdout)
 }
 
 // printDeadLetter shows dead letter id of servers (the control server
-// first).
-func printDeadLetter(ctx context.Context, servers []reinject.Server, id reinject.ID, maxBytes int, out string, stdout io.Writer) error {
+// first), decoded by cfg's event format where it decodes.
+func printDeadLetter(ctx context.Context, cfg config.Config, servers []reinject.Server, id reinject.ID, maxBytes int, out string, stdout io.Writer) error {
 	r, err := reinject.Load(ctx, servers, id)
 	if err != nil {
 		return err
@@ -278,6 +279,9 @@ func printDeadLetter(ctx context.Context, servers []reinject.Server, id reinject
 		return err
 	}
 	fmt.Fprintln(stdout, renderPayload(r.Payload, maxBytes))
+	if doc := renderDecoded(ctx, cfg, r.Payload); doc != "" {
+		fmt.Fprintln(stdout, doc)
+	}
 	if out != "" {
 		f, err := os.OpenFile(out, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 		if err != nil {
@@ -304,6 +308,32 @@ func payloadSummary(r *deadletters.Row) string {
 		s += ", sha256 " + hex.EncodeToString(r.PayloadSHA)
 	}
 	return s
+}
+
+// renderDecoded shows a payload of a registry format decoded ("" when the
+// format is not one, or the payload not in its wire format): the schema id,
+// then the record as JSON, or why it does not decode.
+func renderDecoded(ctx context.Context, cfg config.Config, payload []byte) string {
+	dec, err := service.EventDecoder(cfg)
+	if err != nil || dec == nil {
+		return ""
+	}
+	d, ok := dec.(*format.Decoder)
+	if !ok {
+		return ""
+	}
+	id, doc, ok, err := d.Render(ctx, payload)
+	switch {
+	case !ok:
+		return ""
+	case err != nil:
+		return fmt.Sprintf("--- decoded (%s, schema id %d): does not decode: %s ---", safetext.Text(cfg.EventFormat, 32), id, safetext.Text(err.Error(), 1024))
+	}
+	text := string(doc)
+	if !safetext.Printable(doc, true) {
+		text = strconv.Quote(text)
+	}
+	return fmt.Sprintf("--- decoded (%s, schema id %d) ---\n%s\n--- end ---", safetext.Text(cfg.EventFormat, 32), id, text)
 }
 
 // renderPayload shows a payload without letting it drive the terminal:
@@ -379,8 +409,15 @@ func reinjectAll(ctx context.Context, cfg config.Config, log *slog.Logger, ids [
 		return err
 	}
 	defer cl.Close()
+	dec, err := service.EventDecoder(cfg)
+	if err != nil {
+		return err
+	}
 	r := &reinject.Reinjector{Servers: pools(dbs), Producer: cl, Topic: cfg.KafkaTopic, MaxPayloadBytes: cfg.MaxPayloadBytes, Log: log,
 		Warn: func(msg string) { fmt.Fprintf(stderr, "WARNING: %s\n", msg) }}
+	if dec != nil {
+		r.Decoder = dec
+	}
 	one := func(id reinject.ID) error {
 		req := req
 		req.ID = id

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"github.com/billing/ledger/internal/config"
 	"strings"
 	"testing"
 	"time"
@@ -100,7 +101,7 @@ func TestDeadLettersShowOneLetter(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	if err := printDeadLetter(ctx, servers, reinject.ID{Server: 1, N: 1}, 1024, "", &out); err != nil {
+	if err := printDeadLetter(ctx, config.Config{}, servers, reinject.ID{Server: 1, N: 1}, 1024, "", &out); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"id:", "1:1", "billing-events/2/11", "missing_field", "event_id:", "s1", "acct-1",
@@ -109,7 +110,7 @@ func TestDeadLettersShowOneLetter(t *testing.T) {
 			t.Errorf("show lacks %q:\n%s", want, out.String())
 		}
 	}
-	if err := printDeadLetter(ctx, servers, reinject.ID{Server: 0, N: 7}, 1024, "", &out); err == nil || !strings.Contains(err.Error(), "no dead letter 7") {
+	if err := printDeadLetter(ctx, config.Config{}, servers, reinject.ID{Server: 0, N: 7}, 1024, "", &out); err == nil || !strings.Contains(err.Error(), "no dead letter 7") {
 		t.Errorf("show of no letter: %v", err)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/billing/ledger/internal/config"
+	"github.com/billing/ledger/internal/event/format"
 	"github.com/billing/ledger/internal/ledgerstatus"
 	"github.com/billing/ledger/internal/safetext"
 	"github.com/billing/ledger/internal/txsink/mysqldriver"
@@ -35,7 +36,10 @@ position (partition_offsets.next_offset; "start" = from the start of the log,
 "-" = never claimed), the log end (last stable offset), the lag, the owner
 (instance id) and its epoch, and the group member it is assigned to; the last
 committed checkpoint and its age; the commit log's visible position; the XA
-branches in doubt; and the dead letters not re-injected, by reason. Needs only the Kafka and MySQL settings.
+branches in doubt; and the dead letters not re-injected, by reason. Needs only the Kafka and MySQL settings;
+with EVENT_FORMAT avro, protobuf or json-schema, the text report also says whether
+SCHEMA_REGISTRY_URL answers (while it does not, records naming a schema the
+service has not compiled yet wait, and nothing is counted).
 
 It also lists what instances wait for, and since when (their /waits endpoint:
 the commit log settling at a start, an open Kafka transaction, the changelog's
@@ -88,6 +92,9 @@ Exit status:
 			err = enc.Encode(r)
 		} else {
 			err = printStatus(stdout, r)
+			if line := registryStatus(ctx, cfg); err == nil && line != "" {
+				_, err = fmt.Fprintln(stdout, line)
+			}
 		}
 		if err != nil {
 			fmt.Fprintln(stderr, "billing status:", err)
@@ -123,7 +130,24 @@ func statusExit(r *ledgerstatus.Report, stderr io.Writer) int {
 // statusScope: status reads the ledger's servers and the brokers, for
 // KAFKA_TOPIC and KAFKA_GROUP.
 func statusScope() config.Scope {
-	return slices.Concat(config.MySQLSettings(), config.KafkaSettings(), config.LogSettings(), config.Scope{"KAFKA_TOPIC", "KAFKA_GROUP"})
+	return slices.Concat(config.MySQLSettings(), config.KafkaSettings(), config.LogSettings(), config.Scope{"KAFKA_TOPIC", "KAFKA_GROUP", "EVENT_", "SCHEMA_REGISTRY_"})
+}
+
+// registryStatus says whether the schema registry of EVENT_FORMAT answers
+// ("" when the format needs none).
+func registryStatus(ctx context.Context, cfg config.Config) string {
+	if !format.NeedsRegistry(cfg.EventFormat) {
+		return ""
+	}
+	o, err := cfg.EventDecoderOptions()
+	if err != nil {
+		return "schema registry: " + safetext.Text(err.Error(), 512)
+	}
+	url := safetext.Text(o.Registry.URL, 256)
+	if err := format.PingRegistry(ctx, o.Registry); err != nil {
+		return fmt.Sprintf("schema registry: %s does not answer: %s (records naming a schema not yet compiled wait for it; nothing is dead-lettered for it)", url, safetext.Text(err.Error(), 512))
+	}
+	return "schema registry: " + url + " answers"
 }
 
 func collectStatus(ctx context.Context, cfg config.Config, log *slog.Logger) (*ledgerstatus.Report, error) {

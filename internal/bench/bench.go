@@ -56,6 +56,7 @@ type Config struct {
 	LiveDuration      time.Duration     // -live-duration
 	Timeout           time.Duration     // -timeout: per phase of each measurement
 	Gen               string            // -gen: the billing-gen binary
+	Registry          string            // -schema-registry: SCHEMA_REGISTRY_URL of the format variants
 	Out               string            // -out
 	Profile           bool              // -profile
 	Keep              bool              // -keep
@@ -123,6 +124,11 @@ func prepare(cfg Config) (*options, error) {
 	if len(o.Brokers) == 0 {
 		return nil, errors.New("-brokers: none")
 	}
+	for _, v := range o.Variants {
+		if (v == "avro" || v == "protobuf" || v == "json-schema") && o.Registry == "" {
+			return nil, fmt.Errorf("-variants %s needs -schema-registry (or SCHEMA_REGISTRY_URL): make bench starts one (make registry)", v)
+		}
+	}
 	svc, err := serviceConfig(o.ServiceEnv, o.Brokers, "bench:bench@tcp(127.0.0.1:3306)/bench")
 	if err != nil {
 		return nil, fmt.Errorf("service configuration: %w", err)
@@ -156,7 +162,11 @@ func prepare(cfg Config) (*options, error) {
 }
 
 type variant struct {
-	name      string
+	name string
+	// format: the workload is in this EVENT_FORMAT (billing-gen -format,
+	// its schema in -schema-registry), measured in service mode only: the
+	// other modes decode the contract's JSON.
+	format    string
 	accounts  int
 	cacheKeys int   // DEDUP_CACHE_KEYS override, 0 = the service's
 	preload   int64 // dedup keys inserted before the run
@@ -304,6 +314,9 @@ func run(ctx context.Context, o *options) error {
 			liveRate: o.LTMLiveRate,
 			note: fmt.Sprintf("innodb_buffer_pool_size %d MiB, innodb_old_blocks_pct %s, %d dedup keys stored beforehand, live phase %.0f records/s; %s", o.LTMPool>>20,
 				map[bool]string{true: strconv.Itoa(o.LTMOldPct), false: "the server's"}[o.LTMOldPct > 0], o.LTMKeys, max(o.LTMLiveRate, 0), map[bool]string{false: "random UUID event ids (billing-gen -random-ids), the stored keys' of the same shape", true: "-ltm-ordered: billing-gen's ordered ids, the stored keys in a region of their own"}[o.LTMOrdered])},
+		"avro":        formatVariant(o, "avro"),
+		"protobuf":    formatVariant(o, "protobuf"),
+		"json-schema": formatVariant(o, "json-schema"),
 		"hostile": {name: "hostile", accounts: 1000, hostile: true,
 			note: fmt.Sprintf("%d valid events padded to MAX_PAYLOAD_BYTES, one junk record of 1 MiB per %d; service mode only", o.HostileEvents, o.HostileJunkEvery)},
 	}
@@ -339,6 +352,15 @@ func run(ctx context.Context, o *options) error {
 	}
 	fmt.Printf("results, logs and profiles in %s\n", o.Out)
 	return nil
+}
+
+// formatVariant is the default variant's workload in a registry format:
+// its service rate is the one to hold against the default's (the JSON
+// contract) in the same run.
+func formatVariant(o *options, f string) variant {
+	return variant{name: f, accounts: o.Accounts, format: f,
+		env:  map[string]string{"EVENT_FORMAT": f, "SCHEMA_REGISTRY_URL": o.Registry},
+		note: fmt.Sprintf("the default workload with EVENT_FORMAT=%s (billing-gen -format %s, its schema in the registry); service mode only, no live phase (e2e n/a)", f, f)}
 }
 
 func runVariant(ctx context.Context, o *options, v variant, runID string, adm *kadmClient) (variantInfo, []measurement, error) {
@@ -406,7 +428,7 @@ func runVariant(ctx context.Context, o *options, v variant, runID string, adm *k
 		env["DEDUP_CACHE_KEYS"] = fmt.Sprint(v.cacheKeys)
 	}
 	modes := o.Modes
-	if v.hostile {
+	if v.hostile || v.format != "" {
 		modes = []string{modeService}
 	}
 	if v.changelog {
@@ -555,7 +577,9 @@ func measure(ctx context.Context, o *options, v variant, mode, runID, topic, exp
 			spec.ServiceEnv["MYSQL_SHARD_DSNS"] = shard
 		}
 	}
-	if svc || mode == modeNaive {
+	// The live phase produces the contract's JSON: a format variant has
+	// none (its e2e latency is the default's, decoding aside).
+	if (svc || mode == modeNaive) && v.format == "" {
 		spec.LiveTopic = liveTopic(topic, short, runID, rep)
 		if err := createTopic(ctx, adm, spec.LiveTopic, len(ends)); err != nil {
 			return fail(err)
@@ -660,8 +684,10 @@ func measure(ctx context.Context, o *options, v variant, mode, runID, topic, exp
 		return m
 	}
 	// caught-up: check the ledger, then the live phase.
-	if !r.TimedOut && r.Err == "" && spec.LiveTopic != "" {
+	if !r.TimedOut && r.Err == "" {
 		m.Ledger = check(ctx, o, dbName, expected, topic)
+	}
+	if !r.TimedOut && r.Err == "" && spec.LiveTopic != "" {
 		fmt.Fprintln(stdin, "live-start")
 		n, err := liveProducer(ctx, o.Brokers, spec.LiveTopic, fmt.Sprintf("live-%s-%s", runID, short), v.live(o), o.LiveDuration, v.accounts, o.DupRatio, o.Seed, v.randomIDs)
 		if err != nil {

@@ -78,6 +78,9 @@ func generate(ctx context.Context, o *options, v variant, topic, expected string
 	if v.randomIDs {
 		args = append(args, "-random-ids")
 	}
+	if v.format != "" {
+		args = append(args, "-format", v.format, "-schema-registry", o.Registry)
+	}
 	if c := setting("WINDOW_CLOSE_AFTER", o.svc.WindowCloseAfter.String()); c != "" {
 		args = append(args, "-close-after", c)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net/url"
 	"os"
 	"reflect"
 	"slices"
@@ -14,7 +15,9 @@ import (
 
 	"github.com/kelseyhightower/envconfig"
 
+	"github.com/billing/ledger/internal/connfiles"
 	"github.com/billing/ledger/internal/event"
+	"github.com/billing/ledger/internal/event/format"
 	"github.com/billing/ledger/internal/mysqlconn"
 )
 
@@ -69,6 +72,22 @@ type Config struct {
 	LedgerEntriesRetention OptionalDuration `envconfig:"LEDGER_ENTRIES_RETENTION" desc:"empty: keep ledger entries forever; else entries older than this are deleted every DEDUP_CLEANUP_INTERVAL, batches of DEDUP_CLEANUP_BATCH until none is due"`
 	MaxPayloadBytes        int              `envconfig:"MAX_PAYLOAD_BYTES" default:"65536" desc:"larger record values are dead-lettered as payload_too_large"`
 	DeadLetterPayloadBytes int              `envconfig:"DEAD_LETTER_PAYLOAD_BYTES" default:"65536" desc:"a dead letter stores at most this prefix of the record's value, with the whole value's size and SHA-256 (a server with a small max_allowed_packet stores less, at least a quarter of it less 4 KiB)"`
+
+	EventFormat          string   `envconfig:"EVENT_FORMAT" default:"json" desc:"format of record values (of a CloudEvent's data in binary mode): json, or avro, protobuf or json-schema (the Confluent wire format, each schema fetched by id from SCHEMA_REGISTRY_URL) (docs/formats.md)"`
+	EventFields          string   `envconfig:"EVENT_FIELDS" desc:"where the five values are in a decoded record, comma-separated field=path pairs (account_id=data.customer.id); a field not named is read from its own name at the top level (with CloudEvents, below data); empty: today's names"`
+	EventCloudEvents     bool     `envconfig:"EVENT_CLOUDEVENTS" default:"false" desc:"records are CloudEvents (Kafka protocol binding, structured or binary mode); the event id deduplicated on is the event's source and id"`
+	EventCloudEventTypes []string `envconfig:"EVENT_CLOUDEVENT_TYPES" desc:"with EVENT_CLOUDEVENTS: the CloudEvent types counted, comma separated; records of other types are skipped (counted in billing_records_skipped_total, not dead letters); empty: every type"`
+
+	SchemaRegistryURL          string        `envconfig:"SCHEMA_REGISTRY_URL" desc:"base URL of the Confluent-compatible schema registry of EVENT_FORMAT=avro, protobuf and json-schema (http or https)"`
+	SchemaRegistryUsername     string        `envconfig:"SCHEMA_REGISTRY_USERNAME" desc:"basic auth user of the schema registry"`
+	SchemaRegistryPassword     string        `envconfig:"SCHEMA_REGISTRY_PASSWORD" desc:"basic auth password of the schema registry (prefer SCHEMA_REGISTRY_PASSWORD_FILE)"`
+	SchemaRegistryPasswordFile string        `envconfig:"SCHEMA_REGISTRY_PASSWORD_FILE" desc:"file holding the schema registry's password (trailing newlines ignored)"`
+	SchemaRegistryTLSCAFile    string        `envconfig:"SCHEMA_REGISTRY_TLS_CA_FILE" desc:"PEM CA bundle trusted for an https schema registry instead of the system roots"`
+	SchemaRegistryTLSCertFile  string        `envconfig:"SCHEMA_REGISTRY_TLS_CERT_FILE" desc:"PEM client certificate for the schema registry (with SCHEMA_REGISTRY_TLS_KEY_FILE)"`
+	SchemaRegistryTLSKeyFile   string        `envconfig:"SCHEMA_REGISTRY_TLS_KEY_FILE" desc:"PEM private key of SCHEMA_REGISTRY_TLS_CERT_FILE"`
+	SchemaRegistrySubject      string        `envconfig:"SCHEMA_REGISTRY_SUBJECT" desc:"the subject every record's schema id must belong to (else the record is a dead letter, unknown_schema); empty: KAFKA_TOPIC-value (TopicNameStrategy)"`
+	SchemaRegistryTimeout      time.Duration `envconfig:"SCHEMA_REGISTRY_TIMEOUT" default:"5s" desc:"bound on one request to the schema registry; a registry that does not answer holds the records (retried with backoff), never dead-letters them"`
+	SchemaRegistryCacheSize    int           `envconfig:"SCHEMA_REGISTRY_CACHE_SIZE" default:"1000" desc:"compiled schemas kept in memory (each fetched by id once)"`
 
 	RecoveryInterval  time.Duration `envconfig:"RECOVERY_INTERVAL" default:"10s" desc:"how often in-doubt XA branches are looked for and resolved"`
 	DecisionRetention time.Duration `envconfig:"DECISION_RETENTION" default:"24h" desc:"checkpoint decision rows older than this, with no branch left in doubt, are deleted"`
@@ -327,6 +346,9 @@ func (c *Config) validate() []string {
 		bad("LEDGER_ENTRIES_RETENTION is set but LEDGER_ENTRIES is false")
 	}
 	p = append(p, c.changelogProblems()...)
+	if _, err := c.EventDecoderOptions(); err != nil {
+		bad("%v", err)
+	}
 	ints := []struct {
 		name     string
 		v, lo, h int
@@ -443,6 +465,67 @@ func (c Config) Period() event.Period {
 	return p
 }
 
+// EventDecoderOptions are the options of the record decoder the EVENT_*
+// settings describe; an error names the setting that is wrong.
+func (c *Config) EventDecoderOptions() (format.Options, error) {
+	m, err := event.ParseMapping(c.EventFields)
+	if err != nil {
+		return format.Options{}, fmt.Errorf("EVENT_FIELDS: %w", err)
+	}
+	o := format.Options{Format: c.EventFormat, Mapping: &m, MaxPayload: c.MaxPayloadBytes,
+		CloudEvents: c.EventCloudEvents, CloudEventTypes: c.EventCloudEventTypes}
+	if format.NeedsRegistry(c.EventFormat) {
+		if o.Registry, err = c.registryOptions(); err != nil {
+			return format.Options{}, err
+		}
+	}
+	if _, err := format.New(o); err != nil {
+		return format.Options{}, fmt.Errorf("EVENT_FORMAT, EVENT_FIELDS, EVENT_CLOUDEVENTS, EVENT_CLOUDEVENT_TYPES: %w", err)
+	}
+	return o, nil
+}
+
+// registryOptions connect to SCHEMA_REGISTRY_URL: its secret and TLS
+// files read, the subject defaulted to the topic's value subject.
+func (c *Config) registryOptions() (format.RegistryOptions, error) {
+	o := format.RegistryOptions{URL: c.SchemaRegistryURL, Username: c.SchemaRegistryUsername, Password: c.SchemaRegistryPassword,
+		Subject: c.SchemaRegistrySubject, Timeout: c.SchemaRegistryTimeout, CacheSize: c.SchemaRegistryCacheSize}
+	if o.URL == "" {
+		return o, fmt.Errorf("EVENT_FORMAT=%s needs SCHEMA_REGISTRY_URL", c.EventFormat)
+	}
+	u, err := url.Parse(o.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return o, fmt.Errorf("SCHEMA_REGISTRY_URL %q is not an http or https URL", o.URL)
+	}
+	if o.Subject == "" {
+		o.Subject = c.KafkaTopic + "-value"
+	}
+	if c.SchemaRegistryPassword != "" && c.SchemaRegistryPasswordFile != "" {
+		return o, errors.New("set SCHEMA_REGISTRY_PASSWORD or SCHEMA_REGISTRY_PASSWORD_FILE, not both")
+	}
+	if c.SchemaRegistryPasswordFile != "" {
+		if o.Password, err = connfiles.ReadSecret(c.SchemaRegistryPasswordFile); err != nil {
+			return o, fmt.Errorf("SCHEMA_REGISTRY_PASSWORD_FILE: %w", err)
+		}
+	}
+	if (o.Password != "") != (o.Username != "") {
+		return o, errors.New("SCHEMA_REGISTRY_USERNAME and a password go together")
+	}
+	files := connfiles.Files{CAFile: c.SchemaRegistryTLSCAFile, CertFile: c.SchemaRegistryTLSCertFile, KeyFile: c.SchemaRegistryTLSKeyFile}
+	if files != (connfiles.Files{}) {
+		if u.Scheme != "https" {
+			return o, errors.New("SCHEMA_REGISTRY_TLS_* files are set but SCHEMA_REGISTRY_URL is not https")
+		}
+		if o.TLS, err = files.Client(""); err != nil {
+			return o, fmt.Errorf("SCHEMA_REGISTRY_TLS_*: %w", err)
+		}
+	}
+	if o.Timeout <= 0 || o.CacheSize < 1 {
+		return o, errors.New("SCHEMA_REGISTRY_TIMEOUT and SCHEMA_REGISTRY_CACHE_SIZE must be positive")
+	}
+	return o, nil
+}
+
 // DSNs returns the control server's DSN followed by the shard servers'.
 func (c *Config) DSNs() []string {
 	return append([]string{c.MySQLDSN}, c.MySQLShardDSNs...)
@@ -485,6 +568,7 @@ func ResultSettings() []string {
 		"DEDUP_TTL", "BILLING_WINDOW", "BILLING_TIMEZONE", "WINDOW_CLOSE_AFTER",
 		"LEDGER_ENTRIES", "LEDGER_ENTRIES_RETENTION", "MAX_PAYLOAD_BYTES", "DEAD_LETTER_PAYLOAD_BYTES",
 		"CHANGELOG_TOPIC_PREFIX",
+		"EVENT_FORMAT", "EVENT_FIELDS", "EVENT_CLOUDEVENTS", "EVENT_CLOUDEVENT_TYPES", "SCHEMA_REGISTRY_SUBJECT",
 	}
 }
 

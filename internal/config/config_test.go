@@ -508,7 +508,7 @@ func TestDocsNameOnlyRealSettings(t *testing.T) {
 	// Words of the docs shaped like settings that are not: columns of
 	// billing status.
 	notSettings := map[string]bool{"LOG_START": true, "LOG_END": true}
-	re := regexp.MustCompile(`\b(KAFKA|MYSQL|CHECKPOINT|DEDUP|BILLING|WINDOW|LEDGER|MAX|DEAD_LETTER|RECOVERY|DECISION|HTTP|READY|LIVENESS|HEALTH|METRICS|SHUTDOWN|LOG|ALLOW)_[A-Z0-9_]*[A-Z0-9]\b`)
+	re := regexp.MustCompile(`\b(KAFKA|MYSQL|CHECKPOINT|DEDUP|BILLING|WINDOW|LEDGER|MAX|DEAD_LETTER|RECOVERY|DECISION|HTTP|READY|LIVENESS|HEALTH|METRICS|SHUTDOWN|LOG|ALLOW|EVENT|SCHEMA_REGISTRY)_[A-Z0-9_]*[A-Z0-9]\b`)
 	found := 0
 	// The pages that speak of the service's settings (docker.md and
 	// chaos.md also name other programs' variables: the images', the
@@ -555,6 +555,34 @@ func TestReadAheadBoundIsThePipelines(t *testing.T) {
 			"DEDUP_READ_AHEAD_CONNS": strconv.Itoa(n)})
 		if _, err := Load(); (err == nil) != ok {
 			t.Errorf("DEDUP_READ_AHEAD_CONNS=%d: %v, want accepted %v", n, err, ok)
+		}
+	}
+}
+
+// The EVENT_* settings are checked at load: a mapping, format or filter no
+// decoder can be built from is refused, naming the setting.
+func TestEventSettingsChecked(t *testing.T) {
+	for _, c := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"EVENT_FIELDS": "account_id=data.customer.id", "EVENT_CLOUDEVENTS": "true", "EVENT_CLOUDEVENT_TYPES": "a,b"}, ""},
+		{map[string]string{"EVENT_FIELDS": "account_id"}, "EVENT_FIELDS"},
+		{map[string]string{"EVENT_FORMAT": "xml"}, "unknown format"},
+		{map[string]string{"EVENT_CLOUDEVENT_TYPES": "a"}, "needs CloudEvents"},
+		{map[string]string{"EVENT_CLOUDEVENTS": "true", "EVENT_FIELDS": "event_id=id"}, "cannot name event_id"},
+		{map[string]string{"EVENT_FORMAT": "avro"}, "needs SCHEMA_REGISTRY_URL"},
+		{map[string]string{"EVENT_FORMAT": "avro", "SCHEMA_REGISTRY_URL": "localhost:8081"}, "not an http or https URL"},
+		{map[string]string{"EVENT_FORMAT": "avro", "SCHEMA_REGISTRY_URL": "http://r:8081", "SCHEMA_REGISTRY_USERNAME": "u"}, "go together"},
+		{map[string]string{"EVENT_FORMAT": "avro", "SCHEMA_REGISTRY_URL": "http://r:8081", "SCHEMA_REGISTRY_TLS_CA_FILE": "config_test.go"}, "not https"},
+		{map[string]string{"EVENT_FORMAT": "avro", "SCHEMA_REGISTRY_URL": "https://r:8081", "SCHEMA_REGISTRY_USERNAME": "u", "SCHEMA_REGISTRY_PASSWORD_FILE": "config_test.go"}, ""},
+	} {
+		env := map[string]string{"KAFKA_BROKERS": "127.0.0.1:9092", "MYSQL_DSN": "u:p@tcp(127.0.0.1:3306)/billing"}
+		maps.Copy(env, c.env)
+		setenv(t, env)
+		_, err := Load()
+		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("%v: %v, want %q", c.env, err, c.want)
 		}
 	}
 }

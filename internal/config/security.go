@@ -48,6 +48,10 @@ func (c *Config) securityProblems() []string {
 		{"MYSQL_TLS_CA_FILE", c.MySQLTLSCAFile},
 		{"MYSQL_TLS_CERT_FILE", c.MySQLTLSCertFile},
 		{"MYSQL_TLS_KEY_FILE", c.MySQLTLSKeyFile},
+		{"SCHEMA_REGISTRY_PASSWORD_FILE", c.SchemaRegistryPasswordFile},
+		{"SCHEMA_REGISTRY_TLS_CA_FILE", c.SchemaRegistryTLSCAFile},
+		{"SCHEMA_REGISTRY_TLS_CERT_FILE", c.SchemaRegistryTLSCertFile},
+		{"SCHEMA_REGISTRY_TLS_KEY_FILE", c.SchemaRegistryTLSKeyFile},
 	}
 	for _, f := range files {
 		if f.path == "" {

@@ -51,6 +51,20 @@ const (
 	// date-time with zone offset as accepted by the decoder, or its UTC
 	// value falls outside years 0000-9999.
 	ReasonInvalidTime Reason = "invalid_time"
+	// ReasonAmountInexact: a decimal amount (major units) has more
+	// non-zero decimals than its currency's minor unit: converting it would
+	// round.
+	ReasonAmountInexact Reason = "amount_inexact"
+	// ReasonUnknownSchema: the record names a schema id the registry does
+	// not hold (or one of another subject).
+	ReasonUnknownSchema Reason = "unknown_schema"
+	// ReasonInvalidEncoding: the record's bytes do not decode in its
+	// format (wire-format header, Avro, Protobuf, a JSON Schema it fails).
+	ReasonInvalidEncoding Reason = "invalid_encoding"
+	// ReasonInvalidCloudEvent: the record is not a CloudEvent of the Kafka
+	// protocol binding (attributes missing or malformed, an unsupported
+	// content type).
+	ReasonInvalidCloudEvent Reason = "invalid_cloudevent"
 )
 
 // Reasons not produced by the decoder but reserved here so that every
@@ -88,6 +102,10 @@ func AllReasons() []Reason {
 		ReasonAmountOutOfRange,
 		ReasonInvalidCurrency,
 		ReasonInvalidTime,
+		ReasonAmountInexact,
+		ReasonUnknownSchema,
+		ReasonInvalidEncoding,
+		ReasonInvalidCloudEvent,
 		ReasonConflictingDuplicate,
 		ReasonAmountOverflow,
 		ReasonRejectedByDatabase,

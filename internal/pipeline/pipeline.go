@@ -85,6 +85,11 @@ type Config struct {
 	// MaxPayloadBytes: larger record values are dead-lettered as
 	// payload_too_large without being parsed.
 	MaxPayloadBytes int
+	// Decoder decodes records of another format than the JSON contract's
+	// (internal/event/format); nil: event.Decoder with MaxPayloadBytes.
+	// Its *event.DecodeError is a dead letter, format.ErrSkipped a record
+	// passed over (Stats.Skipped).
+	Decoder RecordDecoder
 	// DeadLetterPayloadBytes bounds the prefix of a record's value a dead
 	// letter stores (0 stores none; the size and SHA-256 of the whole value
 	// are always stored). A server with a small max_allowed_packet may cut
@@ -253,16 +258,34 @@ type CheckpointInfo struct {
 // cause.
 func (info CheckpointInfo) Aborted() bool { return info.Err != nil && !info.Decided }
 
+// RecordDecoder decodes a record's value and headers into an event
+// (format.Decoder). Prepare is called with every poll's records before
+// they are decoded, outside the pipeline's lock: it does the I/O decoding
+// them needs (fetching schemas from a registry), so that Decode needs
+// none. While it returns a format.UnavailableError the poll's records are
+// held (nothing is decoded, nothing is dead-lettered for it) and Prepare
+// is called again after a backoff.
+type RecordDecoder interface {
+	Prepare(ctx context.Context, recs []*kgo.Record) error
+	Decode(ctx context.Context, value []byte, headers []kgo.RecordHeader) (event.Event, error)
+}
+
 // Stats are running totals of what the pipeline has committed.
 type Stats struct {
-	Consumed       atomic.Int64 // records taken from Kafka (a replay counts again)
-	Counted        atomic.Int64 // events committed to the ledger
-	Duplicates     atomic.Int64 // repeats dropped in committed checkpoints
-	DeadLetters    atomic.Int64 // dead letters committed
-	Checkpoints    atomic.Int64 // checkpoints committed
-	Aborts         atomic.Int64 // checkpoint attempts aborted
-	LastCheckpoint atomic.Int64 // Unix nanos of the last committed checkpoint
-	AssignedParts  atomic.Int64
+	Consumed atomic.Int64 // records taken from Kafka (a replay counts again)
+	Skipped  atomic.Int64 // records the decoder passed over (format.ErrSkipped; a replay counts again)
+	// RegistryDown is 1 while the schema registry does not answer and a
+	// poll's records wait for it; RegistryRetries counts the attempts
+	// that found it so.
+	RegistryDown    atomic.Int64
+	RegistryRetries atomic.Int64
+	Counted         atomic.Int64 // events committed to the ledger
+	Duplicates      atomic.Int64 // repeats dropped in committed checkpoints
+	DeadLetters     atomic.Int64 // dead letters committed
+	Checkpoints     atomic.Int64 // checkpoints committed
+	Aborts          atomic.Int64 // checkpoint attempts aborted
+	LastCheckpoint  atomic.Int64 // Unix nanos of the last committed checkpoint
+	AssignedParts   atomic.Int64
 	// Pending is the number of records consumed and not yet covered by a
 	// decided checkpoint (buffered or in flight): 0 means caught up with
 	// everything fetched. PendingBytes is the memory they hold.
@@ -290,6 +313,7 @@ type Pipeline struct {
 	// assignment (0: unknown); guarded by mu.
 	topicPartitions int
 	dec             *event.Decoder
+	recDec          RecordDecoder // nil: dec
 	stats           Stats
 
 	// mu guards the partition states and the checkpoint in flight. The
@@ -353,12 +377,13 @@ func New(cfg Config, sink *txsink.Sink, pools []driver.Store) (*Pipeline, error)
 		cfg.Clock = time.Now
 	}
 	p := &Pipeline{
-		cfg:   cfg,
-		log:   cfg.Logger,
-		sink:  sink,
-		dec:   event.NewDecoder(cfg.MaxPayloadBytes),
-		parts: map[int32]*partition{},
-		pools: pools,
+		cfg:    cfg,
+		log:    cfg.Logger,
+		sink:   sink,
+		dec:    event.NewDecoder(cfg.MaxPayloadBytes),
+		recDec: cfg.Decoder,
+		parts:  map[int32]*partition{},
+		pools:  pools,
 
 		groupSignal: make(chan struct{}, 1),
 		started:     make(chan struct{}),

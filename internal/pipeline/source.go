@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/billing/ledger/internal/event"
+	"github.com/billing/ledger/internal/event/format"
 	"github.com/billing/ledger/internal/txsink"
 )
 
@@ -114,6 +115,10 @@ func (p *Pipeline) poll(ctx context.Context) {
 			return
 		}
 
+		if !p.prepare(ctx, fetches) {
+			p.cl.AllowRebalance()
+			continue // stopping: the records were not taken, nor their positions
+		}
 		p.mu.Lock()
 		p.collectLocked()
 		marks := p.markAheadLocked()
@@ -136,6 +141,44 @@ func (p *Pipeline) poll(ctx context.Context) {
 			case <-ctx.Done():
 			}
 		}
+	}
+}
+
+// prepare lets the decoder do the I/O the poll's records need (schemas
+// from the registry) before they are decoded under the lock. A registry
+// that does not answer is not the records' fault: they are held, and the
+// decoder asked again after a backoff (doubling from 100 ms to 5 s) until
+// it answers, with a warning per attempt and Stats.RegistryDown set
+// meanwhile. The checkpoint in flight completes; no new one is sealed,
+// which /readyz and /healthz see as the last checkpoint's age. It returns
+// false when ctx ends first.
+func (p *Pipeline) prepare(ctx context.Context, fetches kgo.Fetches) bool {
+	if p.recDec == nil || fetches.Empty() {
+		return true
+	}
+	recs := fetches.Records()
+	backoff := 100 * time.Millisecond
+	for {
+		err := p.recDec.Prepare(ctx, recs)
+		if err == nil {
+			if p.stats.RegistryDown.Swap(0) != 0 {
+				p.log.Info("schema registry answers again; decoding the held records")
+			}
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		p.stats.RegistryDown.Store(1)
+		p.stats.RegistryRetries.Add(1)
+		p.log.Warn("schema registry unavailable: the poll's records wait for it (none is dead-lettered for it)",
+			"records", len(recs), "retry_in", backoff, "err", err)
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return false
+		}
+		backoff = min(2*backoff, 5*time.Second)
 	}
 }
 
@@ -207,7 +250,30 @@ func (p *Pipeline) processLocked(fetches kgo.Fetches) {
 			return
 		}
 		p.stats.Consumed.Add(1)
-		ev, err := p.dec.Decode(r.Value)
+		var ev event.Event
+		var err error
+		if p.recDec != nil {
+			ev, err = p.recDec.Decode(context.Background(), r.Value, r.Headers)
+			if errors.Is(err, format.ErrSkipped) {
+				// Passed over like a control record: the position moves
+				// past it, nothing else records it.
+				p.stats.Skipped.Add(1)
+				return
+			}
+			if format.IsUnavailable(err) {
+				// prepare resolved the record's schema, so only a cache
+				// that lost it since leads here: the record is not at
+				// fault. The partition is read again from its committed
+				// position (its buffer dropped, as after an abort).
+				p.log.Warn("schema registry unavailable while decoding; rereading the partition", "partition", r.Partition, "offset", r.Offset, "err", err)
+				pt.position = r.Offset
+				pt.records, pt.dead, pt.bytes = nil, nil, 0
+				pt.rewind = true
+				return
+			}
+		} else {
+			ev, err = p.dec.Decode(r.Value)
+		}
 		if err != nil {
 			reason, eventID := "invalid_record", ""
 			var de *event.DecodeError

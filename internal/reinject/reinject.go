@@ -20,6 +20,7 @@ import (
 	"github.com/billing/ledger/internal/deadletters"
 	"github.com/billing/ledger/internal/dedup"
 	"github.com/billing/ledger/internal/event"
+	"github.com/billing/ledger/internal/event/format"
 	"github.com/billing/ledger/internal/safetext"
 )
 
@@ -114,6 +115,12 @@ type Reinjector struct {
 	// MaxPayloadBytes is the pipeline's MAX_PAYLOAD_BYTES: a payload is
 	// checked by the decoder the pipeline runs.
 	MaxPayloadBytes int
+	// Decoder is the pipeline's decoder of EVENT_FORMAT (format.Decoder;
+	// nil: the JSON contract's). A dead letter's headers are not kept, so
+	// a CloudEvent in binary mode does not decode here: it is refused.
+	Decoder interface {
+		Decode(ctx context.Context, value []byte, headers []kgo.RecordHeader) (event.Event, error)
+	}
 	// Log receives one line per re-injection (the audit); Warn each
 	// warning for the operator (a check overridden by Force, an audit
 	// that could not be completed). Both may be nil.
@@ -250,7 +257,16 @@ func (r *Reinjector) payload(req Request, row *deadletters.Row) ([]byte, event.E
 	} else if int64(len(row.Payload)) < row.PayloadSize {
 		return nil, event.Event{}, fmt.Errorf("%w: only the first %d of %d bytes of the payload were stored; supply the whole (corrected) payload with --payload-file", ErrRefused, len(row.Payload), row.PayloadSize)
 	}
-	ev, err := event.NewDecoder(r.MaxPayloadBytes).Decode(payload)
+	var ev event.Event
+	var err error
+	if r.Decoder != nil {
+		ev, err = r.Decoder.Decode(context.Background(), payload, nil)
+	} else {
+		ev, err = event.NewDecoder(r.MaxPayloadBytes).Decode(payload)
+	}
+	if format.IsUnavailable(err) {
+		return nil, event.Event{}, fmt.Errorf("cannot check the payload: %w", err)
+	}
 	if err != nil {
 		reason := "invalid"
 		var de *event.DecodeError

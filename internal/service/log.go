@@ -44,7 +44,7 @@ func readableDurations(_ []string, a slog.Attr) slog.Attr {
 // summary is the "stopped" line: the totals of this run and its rate.
 func summary(st *pipeline.Stats, ran time.Duration) []any {
 	counted := st.Counted.Load()
-	return []any{"counted", counted, "checkpoints", st.Checkpoints.Load(), "consumed", st.Consumed.Load(),
+	return []any{"counted", counted, "checkpoints", st.Checkpoints.Load(), "consumed", st.Consumed.Load(), "skipped", st.Skipped.Load(),
 		"duplicates", st.Duplicates.Load(), "dead_letters", st.DeadLetters.Load(), "aborted_checkpoints", st.Aborts.Load(),
 		"in_doubt_resolved", st.RecoveredCommit.Load() + st.RecoveredAbort.Load(),
 		"read_ahead_ids", st.ReadAhead.Load(), "read_ahead_dropped", st.ReadAheadDropped.Load(), "read_ahead_failures", st.ReadAheadFailed.Load(),

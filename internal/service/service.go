@@ -211,6 +211,11 @@ func newPipeline(cfg config.Config, c *conns, l *Ledger, stored periods.Stored, 
 			o.OnCheckpoint(info)
 		}
 	})
+	dec, err := EventDecoder(cfg)
+	if err != nil {
+		return nil, err
+	}
+	pcfg.Decoder = dec
 	pcfg.Failpoints = fps
 	pcfg.Clock = l.Clock.Now
 	pcfg.Window = schedule

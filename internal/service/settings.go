@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/billing/ledger/internal/config"
+	"github.com/billing/ledger/internal/event/format"
 	"github.com/billing/ledger/internal/pipeline"
 	"github.com/billing/ledger/internal/txsink"
 	"github.com/billing/ledger/internal/txsink/mysqldriver"
@@ -38,8 +39,12 @@ func MySQLOptions(cfg config.Config) mysqldriver.Options {
 // are added here. The caller sets what comes from the servers (the
 // ledger's clock and period schedule, the settings check) and the hooks.
 func PipelineConfig(cfg config.Config, kopts []kgo.Opt, log *slog.Logger, onCheckpoint func(pipeline.CheckpointInfo)) pipeline.Config {
+	// Validate refuses settings no decoder can be built from, and the
+	// service builds it again with the error (newPipeline).
+	dec, _ := EventDecoder(cfg)
 	return pipeline.Config{
-		Topic: cfg.KafkaTopic, Group: cfg.KafkaGroup,
+		Decoder: dec,
+		Topic:   cfg.KafkaTopic, Group: cfg.KafkaGroup,
 		CheckpointInterval: cfg.CheckpointInterval, CheckpointTimeout: cfg.CheckpointTimeout,
 		CheckpointMaxRecords: cfg.CheckpointMaxRecords, CheckpointMaxBytes: cfg.CheckpointMaxBytes, MaxPollRecords: cfg.KafkaMaxPollRecords,
 		DedupTTL: cfg.DedupTTL, DedupCacheKeys: cfg.DedupCacheKeys, DedupReadAheadConns: cfg.DedupReadAheadConns,
@@ -56,6 +61,21 @@ func PipelineConfig(cfg config.Config, kopts []kgo.Opt, log *slog.Logger, onChec
 		ProgressInterval: cfg.LogProgress,
 		Changelog:        cfg.ChangelogTopicPrefix != "",
 	}
+}
+
+// EventDecoder is the record decoder the EVENT_* settings describe; nil
+// when they describe the JSON contract, which the pipeline reads with its
+// own decoder (event.Decoder).
+func EventDecoder(cfg config.Config) (pipeline.RecordDecoder, error) {
+	o, err := cfg.EventDecoderOptions()
+	if err != nil {
+		return nil, err
+	}
+	d, err := format.New(o)
+	if err != nil || d.Fast() {
+		return nil, err
+	}
+	return d, nil
 }
 
 // resultSettings are the settings that change what the ledger holds

@@ -1,0 +1,146 @@
+package format
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/big"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/bufbuild/protocompile"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sr"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/dynamicpb"
+
+	"github.com/billing/ledger/internal/event"
+)
+
+// fakeRegistry serves schemas by id (GET /schemas/ids/N and its subjects)
+// in-process, for the benchmarks: a decode after the first never asks it.
+func fakeRegistry(b *testing.B, schemas map[int]sr.Schema) string { return fakeRegistryF(b, schemas) }
+
+func fakeRegistryF(b testing.TB, schemas map[int]sr.Schema) string {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var id int
+		subjects := strings.HasSuffix(r.URL.Path, "/subjects")
+		if _, err := fmt.Sscanf(strings.TrimSuffix(r.URL.Path, "/subjects"), "/schemas/ids/%d", &id); err != nil {
+			http.NotFound(w, r)
+			return
+		}
+		s, ok := schemas[id]
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		if subjects {
+			json.NewEncoder(w).Encode([]string{"bench-value"})
+			return
+		}
+		json.NewEncoder(w).Encode(s)
+	}))
+	b.Cleanup(srv.Close)
+	return srv.URL
+}
+
+var (
+	sinkEvent event.Event
+	sinkErr   error
+)
+
+// BenchmarkDecodeFormats: decode time and allocations per event of each
+// format, the schema compiled and cached (the steady state).
+func BenchmarkDecodeFormats(b *testing.B) {
+	md := flatDescriptor(b)
+	reg := fakeRegistry(b, map[int]sr.Schema{
+		1: {Schema: avroV1},
+		2: {Schema: protoChargeFlat, Type: sr.TypeProtobuf},
+		3: {Schema: jsonSchemaFlat, Type: sr.TypeJSON},
+	})
+	avroValue := wire(1, avroRecord(b, avroV1, map[string]any{"event_id": "e-7f3a", "account_id": "acct-42",
+		"amount": big.NewRat(1250, 100), "currency": "EUR", "occurred_at": want.OccurredAt}))
+	amountMapping, _ := event.ParseMapping("amount_minor=amount")
+	ceHeaders := []kgo.RecordHeader{{Key: "ce_specversion", Value: []byte("1.0")}, {Key: "ce_id", Value: []byte("e-7f3a")},
+		{Key: "ce_source", Value: []byte("/shop")}, {Key: "ce_type", Value: []byte("charge")}}
+	cases := []struct {
+		name    string
+		opts    Options
+		value   []byte
+		headers []kgo.RecordHeader
+	}{
+		{"json", Options{}, []byte(base), nil},
+		{"json_mapped", Options{Mapping: &amountMapping}, []byte(strings.Replace(base, "amount_minor", "amount", 1)), nil},
+		{"cloudevents_binary_json", Options{CloudEvents: true}, []byte(ceData), ceHeaders},
+		{"avro", Options{Format: Avro, Mapping: &amountMapping}, avroValue, nil},
+		{"protobuf", Options{Format: Protobuf}, wireIndex(2, []int{0}, flatProto(b, md)), nil},
+		{"json_schema", Options{Format: JSONSchema}, wire(3, []byte(base)), nil},
+	}
+	ctx := context.Background()
+	for _, c := range cases {
+		c.opts.Registry = RegistryOptions{URL: reg, Subject: "bench-value"}
+		if c.opts.Format == "" {
+			c.opts.Registry = RegistryOptions{}
+		}
+		d, err := New(c.opts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if got, err := d.Decode(ctx, c.value, c.headers); err != nil || got.AmountMinor != 1250 {
+			b.Fatalf("%s: %+v %v", c.name, got, err)
+		}
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(c.value)))
+			for b.Loop() {
+				sinkEvent, sinkErr = d.Decode(ctx, c.value, c.headers)
+			}
+		})
+	}
+}
+
+const protoChargeFlat = `syntax = "proto3";
+package billing.bench;
+import "google/protobuf/timestamp.proto";
+message Event {
+  string event_id = 1;
+  string account_id = 2;
+  int64 amount_minor = 3;
+  string currency = 4;
+  google.protobuf.Timestamp occurred_at = 5;
+}
+`
+
+const jsonSchemaFlat = `{"$schema":"http://json-schema.org/draft-07/schema#","type":"object",
+ "required":["event_id","account_id","amount_minor","currency","occurred_at"],
+ "properties":{"event_id":{"type":"string"},"account_id":{"type":"string"},"amount_minor":{"type":"integer"},
+ "currency":{"type":"string","pattern":"^[A-Z]{3}$"},"occurred_at":{"type":"string"}}}`
+
+func flatDescriptor(tb testing.TB) protoreflect.MessageDescriptor {
+	c := protocompile.Compiler{Resolver: protocompile.WithStandardImports(&protocompile.SourceResolver{
+		Accessor: protocompile.SourceAccessorFromMap(map[string]string{"event.proto": protoChargeFlat})})}
+	files, err := c.Compile(context.Background(), "event.proto")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return files[0].Messages().Get(0)
+}
+
+func flatProto(tb testing.TB, md protoreflect.MessageDescriptor) []byte {
+	m := dynamicpb.NewMessage(md)
+	f := md.Fields()
+	m.Set(f.ByName("event_id"), protoreflect.ValueOfString("e-7f3a"))
+	m.Set(f.ByName("account_id"), protoreflect.ValueOfString("acct-42"))
+	m.Set(f.ByName("amount_minor"), protoreflect.ValueOfInt64(1250))
+	m.Set(f.ByName("currency"), protoreflect.ValueOfString("EUR"))
+	ts := m.Mutable(f.ByName("occurred_at")).Message()
+	ts.Set(ts.Descriptor().Fields().ByName("seconds"), protoreflect.ValueOfInt64(want.OccurredAt.Unix()))
+	b, err := proto.Marshal(m)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return b
+}

@@ -1,0 +1,87 @@
+package format
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/twmb/franz-go/pkg/sr"
+
+	"github.com/billing/ledger/internal/event"
+)
+
+// jsonSchemaBody decodes JSON records of one JSON Schema (the Confluent
+// wire format: magic byte and schema id, then the JSON document): the
+// document is parsed as strictly as the contract's JSON, then validated
+// against the schema (a record that fails it is invalid_encoding, naming
+// where), and read by the mapping.
+type jsonSchemaBody struct {
+	schema *jsonschema.Schema
+}
+
+// jsonSchemaMainURL is where the record's schema is placed; a reference's
+// name is resolved against it, so a "$ref" by that name finds it (what the
+// registries do). Nothing is ever fetched from it.
+const jsonSchemaMainURL = "https://schema-registry.invalid/schemas/record.json"
+
+// noLoader refuses every $ref the registry did not supply: compiling a
+// schema fetches nothing from anywhere else.
+type noLoader struct{}
+
+func (noLoader) Load(url string) (any, error) {
+	return nil, fmt.Errorf("%s is not among the schema's registry references", url)
+}
+
+func compileJSONSchema(ctx context.Context, cl *sr.Client, s sr.Schema) (bodyDecoder, error) {
+	if s.Type != sr.TypeJSON {
+		return nil, &event.DecodeError{Reason: event.ReasonUnknownSchema, Detail: fmt.Sprintf("the schema is %s, not JSON (EVENT_FORMAT=json-schema)", s.Type)}
+	}
+	base, _ := url.Parse(jsonSchemaMainURL)
+	c := jsonschema.NewCompiler()
+	c.DefaultDraft(jsonschema.Draft7) // the registries' default
+	c.UseLoader(noLoader{})
+	add := func(url, text string) error {
+		doc, err := jsonschema.UnmarshalJSON(strings.NewReader(text))
+		if err != nil {
+			return err
+		}
+		return c.AddResource(url, doc)
+	}
+	err := refs(ctx, cl, s, map[string]bool{}, 0, func(ref sr.SchemaReference, rs sr.Schema) error {
+		u, err := url.Parse(ref.Name)
+		if err != nil {
+			return fmt.Errorf("reference %q: %w", ref.Name, err)
+		}
+		return add(base.ResolveReference(u).String(), rs.Schema)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := add(jsonSchemaMainURL, s.Schema); err != nil {
+		return nil, err
+	}
+	sch, err := c.Compile(jsonSchemaMainURL)
+	if err != nil {
+		return nil, err
+	}
+	return &jsonSchemaBody{schema: sch}, nil
+}
+
+func (j *jsonSchemaBody) decode(b []byte) (any, error) {
+	tree, derr := event.ParseJSON(b)
+	if derr != nil {
+		return nil, derr
+	}
+	// The validator reads its own parse of the (now known valid) document.
+	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
+	if err != nil {
+		return nil, &event.DecodeError{Reason: event.ReasonInvalidJSON, Detail: "json: " + trim(err.Error())}
+	}
+	if err := j.schema.Validate(inst); err != nil {
+		return nil, &event.DecodeError{Reason: event.ReasonInvalidEncoding, Detail: "json schema: " + trim(strings.Join(strings.Fields(err.Error()), " "))}
+	}
+	return tree, nil
+}

@@ -1,0 +1,185 @@
+package format
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/bufbuild/protocompile"
+	"github.com/twmb/franz-go/pkg/sr"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/dynamicpb"
+
+	"github.com/billing/ledger/internal/event"
+)
+
+// maxMessageIndexes bounds the message indexes of a Protobuf record's
+// header (the nesting of the message type in its file).
+const maxMessageIndexes = 16
+
+// protoBody decodes Protobuf records of one schema: the message indexes
+// after the schema id pick the message type in the schema's file (the
+// Confluent wire format), the body is decoded with dynamicpb under
+// descriptors compiled from the registry's schema text and its
+// references. The tree has each field by its name (and by its JSON name
+// where that differs), a message google.protobuf.Timestamp as a
+// time.Time, wrapper types as their value, enums by their value names.
+type protoBody struct {
+	file protoreflect.FileDescriptor
+}
+
+const protoMainFile = "registry-schema.proto"
+
+func compileProto(ctx context.Context, cl *sr.Client, s sr.Schema) (bodyDecoder, error) {
+	if s.Type != sr.TypeProtobuf {
+		return nil, &event.DecodeError{Reason: event.ReasonUnknownSchema, Detail: fmt.Sprintf("the schema is %s, not PROTOBUF (EVENT_FORMAT=protobuf)", s.Type)}
+	}
+	srcs := map[string]string{}
+	err := refs(ctx, cl, s, map[string]bool{}, 0, func(ref sr.SchemaReference, rs sr.Schema) error {
+		srcs[ref.Name] = rs.Schema
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if _, taken := srcs[protoMainFile]; taken {
+		return nil, fmt.Errorf("a reference is named %s", protoMainFile)
+	}
+	srcs[protoMainFile] = s.Schema
+	c := protocompile.Compiler{Resolver: protocompile.WithStandardImports(&protocompile.SourceResolver{
+		Accessor: protocompile.SourceAccessorFromMap(srcs)})}
+	files, err := c.Compile(ctx, protoMainFile)
+	if err != nil {
+		return nil, err
+	}
+	return &protoBody{file: files[0]}, nil
+}
+
+func (p *protoBody) decode(b []byte) (any, error) {
+	var h sr.ConfluentHeader
+	index, rest, err := h.DecodeIndex(b, maxMessageIndexes)
+	if err != nil {
+		return nil, &event.DecodeError{Reason: event.ReasonInvalidEncoding, Detail: "protobuf: message indexes: " + err.Error()}
+	}
+	md, err := p.message(index)
+	if err != nil {
+		return nil, err
+	}
+	msg := dynamicpb.NewMessage(md)
+	if err := (proto.UnmarshalOptions{RecursionLimit: event.MaxTreeDepth}).Unmarshal(rest, msg); err != nil {
+		return nil, &event.DecodeError{Reason: event.ReasonInvalidEncoding, Detail: "protobuf: " + trim(err.Error())}
+	}
+	return protoTree(msg, 0)
+}
+
+// message resolves the message indexes: the first picks a top-level
+// message of the file, each next one a message nested in the previous.
+func (p *protoBody) message(index []int) (protoreflect.MessageDescriptor, error) {
+	msgs := p.file.Messages()
+	var md protoreflect.MessageDescriptor
+	for _, i := range index {
+		if i < 0 || i >= msgs.Len() {
+			return nil, &event.DecodeError{Reason: event.ReasonInvalidEncoding,
+				Detail: fmt.Sprintf("protobuf: message indexes %v out of range of the schema's messages", index)}
+		}
+		md = msgs.Get(i)
+		msgs = md.Messages()
+	}
+	if md == nil {
+		return nil, &event.DecodeError{Reason: event.ReasonInvalidEncoding, Detail: "protobuf: no message index"}
+	}
+	return md, nil
+}
+
+func protoTree(m protoreflect.Message, depth int) (any, error) {
+	if depth > event.MaxTreeDepth {
+		return nil, &event.DecodeError{Reason: event.ReasonInvalidEncoding, Detail: fmt.Sprintf("protobuf: nesting deeper than %d levels", event.MaxTreeDepth)}
+	}
+	md := m.Descriptor()
+	switch md.FullName() {
+	case "google.protobuf.Timestamp":
+		fs := md.Fields()
+		secs, nanos := m.Get(fs.ByName("seconds")).Int(), m.Get(fs.ByName("nanos")).Int()
+		if nanos < 0 || nanos > 999999999 {
+			return nil, &event.DecodeError{Reason: event.ReasonInvalidEncoding, Detail: fmt.Sprintf("protobuf: Timestamp nanos %d out of range", nanos)}
+		}
+		return time.Unix(secs, nanos).UTC(), nil
+	case "google.protobuf.StringValue", "google.protobuf.Int64Value", "google.protobuf.Int32Value",
+		"google.protobuf.UInt64Value", "google.protobuf.UInt32Value", "google.protobuf.BoolValue", "google.protobuf.BytesValue":
+		fd := md.Fields().ByName("value")
+		return protoValue(fd, m.Get(fd), depth)
+	}
+	out := map[string]any{}
+	fields := md.Fields()
+	for i := range fields.Len() {
+		fd := fields.Get(i)
+		if fd.HasPresence() && !m.Has(fd) {
+			continue
+		}
+		var v any
+		var err error
+		switch {
+		case fd.IsList():
+			l := m.Get(fd).List()
+			items := make([]any, l.Len())
+			for j := range l.Len() {
+				if items[j], err = protoValue(fd, l.Get(j), depth); err != nil {
+					return nil, err
+				}
+			}
+			v = items
+		case fd.IsMap():
+			mm := map[string]any{}
+			m.Get(fd).Map().Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
+				var e error
+				mm[k.String()], e = protoValue(fd.MapValue(), mv, depth)
+				err = errors.Join(err, e)
+				return err == nil
+			})
+			v = mm
+		default:
+			v, err = protoValue(fd, m.Get(fd), depth)
+		}
+		if err != nil {
+			return nil, err
+		}
+		out[string(fd.Name())] = v
+		if j := fd.JSONName(); j != string(fd.Name()) {
+			if _, taken := out[j]; !taken {
+				out[j] = v
+			}
+		}
+	}
+	return out, nil
+}
+
+func protoValue(fd protoreflect.FieldDescriptor, v protoreflect.Value, depth int) (any, error) {
+	switch fd.Kind() {
+	case protoreflect.BoolKind:
+		return v.Bool(), nil
+	case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind:
+		return int32(v.Int()), nil
+	case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind:
+		return v.Int(), nil
+	case protoreflect.Uint32Kind, protoreflect.Fixed32Kind:
+		return uint32(v.Uint()), nil
+	case protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
+		return v.Uint(), nil
+	case protoreflect.FloatKind, protoreflect.DoubleKind:
+		return v.Float(), nil
+	case protoreflect.StringKind:
+		return v.String(), nil
+	case protoreflect.BytesKind:
+		return v.Bytes(), nil
+	case protoreflect.EnumKind:
+		if ev := fd.Enum().Values().ByNumber(v.Enum()); ev != nil {
+			return string(ev.Name()), nil
+		}
+		return int32(v.Enum()), nil
+	case protoreflect.MessageKind, protoreflect.GroupKind:
+		return protoTree(v.Message(), depth+1)
+	}
+	return nil, nil
+}

@@ -1,0 +1,129 @@
+package format
+
+import (
+	"context"
+	"testing"
+
+	"github.com/bufbuild/protocompile"
+	"github.com/twmb/franz-go/pkg/sr"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/dynamicpb"
+
+	"github.com/billing/ledger/internal/event"
+	"github.com/billing/ledger/internal/testenv"
+)
+
+const protoCommon = `syntax = "proto3";
+package billing;
+message Customer { string id = 1; }
+`
+
+const protoCharge = `syntax = "proto3";
+package billing;
+import "google/protobuf/timestamp.proto";
+import "billing/common.proto";
+message Other { string x = 1; }
+message Charge {
+  string event_id = 1;
+  Customer customer = 2;
+  int64 amount_minor = 3;
+  string currency = 4;
+  google.protobuf.Timestamp occurred_at = 5;
+  message Nested { Nested child = 1; string pad = 2; }
+  Nested nested = 6;
+}
+`
+
+// chargeDescriptor compiles the test's schema locally, to encode records.
+func chargeDescriptor(t *testing.T) protoreflect.MessageDescriptor {
+	t.Helper()
+	c := protocompile.Compiler{Resolver: protocompile.WithStandardImports(&protocompile.SourceResolver{
+		Accessor: protocompile.SourceAccessorFromMap(map[string]string{"billing/common.proto": protoCommon, "charge.proto": protoCharge})})}
+	files, err := c.Compile(context.Background(), "charge.proto")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files[0].Messages().ByName("Charge")
+}
+
+func chargeProto(t *testing.T, md protoreflect.MessageDescriptor, depth int) []byte {
+	t.Helper()
+	m := dynamicpb.NewMessage(md)
+	f := md.Fields()
+	m.Set(f.ByName("event_id"), protoreflect.ValueOfString("e-7f3a"))
+	cust := m.Mutable(f.ByName("customer")).Message()
+	cust.Set(cust.Descriptor().Fields().ByName("id"), protoreflect.ValueOfString("acct-42"))
+	m.Set(f.ByName("amount_minor"), protoreflect.ValueOfInt64(1250))
+	m.Set(f.ByName("currency"), protoreflect.ValueOfString("EUR"))
+	ts := m.Mutable(f.ByName("occurred_at")).Message()
+	ts.Set(ts.Descriptor().Fields().ByName("seconds"), protoreflect.ValueOfInt64(want.OccurredAt.Unix()))
+	n := m.Mutable(f.ByName("nested")).Message()
+	for range depth {
+		n = n.Mutable(n.Descriptor().Fields().ByName("child")).Message()
+	}
+	n.Set(n.Descriptor().Fields().ByName("pad"), protoreflect.ValueOfString("x"))
+	b, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func wireIndex(id int, index []int, body []byte) []byte {
+	var h sr.ConfluentHeader
+	b, _ := h.AppendEncode(nil, id, index)
+	return append(b, body...)
+}
+
+// Protobuf through the real registry: descriptors compiled from the
+// registry's text and its references, the message picked by the message
+// indexes, google.protobuf.Timestamp read as a time; hostile headers and
+// bodies are dead letters.
+func TestProtobufThroughTheRegistry(t *testing.T) {
+	url := testenv.SchemaRegistry(t)
+	commonSubject := testenv.RandomName("common_")
+	register(t, url, commonSubject, protoCommon, sr.TypeProtobuf)
+	subject := testenv.RandomName("proto_") + "-value"
+	id := register(t, url, subject, protoCharge, sr.TypeProtobuf, sr.SchemaReference{Name: "billing/common.proto", Subject: commonSubject, Version: 1})
+	m, err := event.ParseMapping("account_id=customer.id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := newDecoder(t, Options{Format: Protobuf, Mapping: &m, Registry: RegistryOptions{URL: url, Subject: subject}})
+	md := chargeDescriptor(t)
+	ctx := context.Background()
+	good := wireIndex(id, []int{1}, chargeProto(t, md, 3))
+	got, err := d.Decode(ctx, good, nil)
+	if err != nil || got != want || got.Fingerprint() != want.Fingerprint() {
+		t.Fatalf("decode: %+v %v", got, err)
+	}
+	body := chargeProto(t, md, 0)
+	for _, c := range []struct {
+		name  string
+		value []byte
+		want  event.Reason
+	}{
+		{"index out of range", wireIndex(id, []int{7}, body), event.ReasonInvalidEncoding},
+		{"nested index out of range", wireIndex(id, []int{1, 3}, body), event.ReasonInvalidEncoding},
+		{"negative index", wireIndex(id, []int{-1}, body), event.ReasonInvalidEncoding},
+		{"too many indexes", wireIndex(id, make([]int, 40), body), event.ReasonInvalidEncoding},
+		{"the other message", wireIndex(id, []int{0}, body), event.ReasonMissingField},
+		{"truncated", good[:len(good)-4], event.ReasonInvalidEncoding},
+		{"no index", wireIndex(id, nil, nil), event.ReasonInvalidEncoding},
+		{"wrong magic", append([]byte{9}, good[1:]...), event.ReasonInvalidEncoding},
+		{"unknown id", wireIndex(1<<29, []int{1}, body), event.ReasonUnknownSchema},
+		{"nested too deep", wireIndex(id, []int{1}, chargeProto(t, md, 200)), event.ReasonInvalidEncoding},
+	} {
+		_, err := d.Decode(ctx, c.value, nil)
+		if reasonOf(err) != c.want {
+			t.Errorf("%s: %v, want %s", c.name, err, c.want)
+		}
+	}
+	// An Avro schema id under EVENT_FORMAT=protobuf (no subject checked).
+	avroID := register(t, url, testenv.RandomName("avro_"), avroV1, sr.TypeAvro)
+	any := newDecoder(t, Options{Format: Protobuf, Mapping: &m, Registry: RegistryOptions{URL: url}})
+	if _, err := any.Decode(ctx, wireIndex(avroID, []int{1}, body), nil); reasonOf(err) != event.ReasonUnknownSchema {
+		t.Errorf("avro schema under protobuf: %v", err)
+	}
+}
