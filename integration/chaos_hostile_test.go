@@ -12,6 +12,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/billing/ledger/internal/event/format"
 	"github.com/billing/ledger/internal/ledgercheck"
 )
 
@@ -21,7 +22,8 @@ import (
 //   - junk records of 1 MiB and more (payload_too_large: each must become
 //     one dead letter with a bounded prefix, and no statement or buffer may
 //     grow with them);
-//   - invalid JSON padded to just under MAX_PAYLOAD_BYTES (invalid_json);
+//   - invalid JSON padded to just under MAX_PAYLOAD_BYTES (invalid_json;
+//     invalid_encoding in a registry format);
 //   - valid events padded with an unknown field to just under
 //     MAX_PAYLOAD_BYTES, on accounts of their own (each must count once).
 //
@@ -38,6 +40,10 @@ type hostileSource struct {
 	topic   string
 	rng     *rand.Rand
 	at      time.Time // of the first burst's valid events
+	// enc writes the valid events in a registry format (nil: JSON), and
+	// invalidReason is what the invalid records become.
+	enc           *format.Encoder
+	invalidReason string
 
 	mu      sync.Mutex
 	cl      *kgo.Client
@@ -69,7 +75,18 @@ func newHostileSource(t *testing.T, brokers []string, topic string, seed uint64,
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &hostileSource{brokers: brokers, topic: topic, rng: rand.New(rand.NewPCG(seed, 0x686f7374)), ledger: l, at: at}
+	h := &hostileSource{brokers: brokers, topic: topic, rng: rand.New(rand.NewPCG(seed, 0x686f7374)), ledger: l, at: at, invalidReason: "invalid_json"}
+	if format.NeedsRegistry(p.format) {
+		// The bursts' valid events in the instances' format, without the
+		// padding (the format's schema has no field for it); their invalid
+		// records have no magic byte.
+		h.enc, err = format.NewEncoder(context.Background(), p.format, "", p.registry, topic+"-value", hostileMaxPayload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.invalidReason = "invalid_encoding"
+	}
+	return h
 }
 
 // burst produces one burst and records it in the ledger model once Kafka
@@ -108,6 +125,9 @@ func (h *hostileSource) burst(ctx context.Context) (string, error) {
 			AmountMinor: int64(1 + h.rng.IntN(10000)), Currency: "EUR", OccurredAt: at}
 		v, err := json.Marshal(map[string]any{"event_id": ev.EventID, "account_id": ev.AccountID, "amount_minor": ev.AmountMinor,
 			"currency": ev.Currency, "occurred_at": at.Format(time.RFC3339), "padding": strings.Repeat("p", hostileMaxPayload-300)})
+		if err == nil && h.enc != nil {
+			v, _, err = h.enc.Record(v)
+		}
 		if err != nil {
 			return "", err
 		}
@@ -123,7 +143,7 @@ func (h *hostileSource) burst(ctx context.Context) (string, error) {
 		h.ledger.DeadLetter("payload_too_large")
 	}
 	for range hostileInvalid {
-		h.ledger.DeadLetter("invalid_json")
+		h.ledger.DeadLetter(h.invalidReason)
 	}
 	for _, ev := range events {
 		h.ledger.Add(ev)

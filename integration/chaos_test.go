@@ -1,6 +1,7 @@
 package integration_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -60,7 +61,11 @@ import (
 //	                            verification adds its chain check
 //	                            (changelogMatches); the changelog is on
 //	                            unless set here (p "chaos-cl"), and
-//	                            CHANGELOG_TOPIC_PREFIX= (empty) turns it off
+//	                            CHANGELOG_TOPIC_PREFIX= (empty) turns it off;
+//	                            EVENT_FORMAT and SCHEMA_REGISTRY_URL (here
+//	                            or in the suite's environment) make
+//	                            billing-gen and the hostile bursts write
+//	                            that format
 
 // publisherSteps are the changelog publisher's failpoints, in order.
 var publisherSteps = []string{"changelog-before-txn", "changelog-after-produce", "changelog-after-kafka", "changelog-after-bookkeep"}
@@ -637,11 +642,14 @@ func TestChaos(t *testing.T) {
 	}
 }
 
-// chaosPeriod is what the instances' settings say of billing periods, for
-// billing-gen and the hostile bursts.
+// chaosPeriod is what the instances' settings say of billing periods and
+// of the records' format, for billing-gen and the hostile bursts.
 type chaosPeriod struct {
 	window, zone, closeAfter string
 	entries                  bool
+	// format and registry: EVENT_FORMAT and SCHEMA_REGISTRY_URL (empty:
+	// the contract's JSON).
+	format, registry string
 }
 
 func (p chaosPeriod) closing() bool {
@@ -657,6 +665,9 @@ func (p chaosPeriod) args() []string {
 	}
 	if p.entries {
 		args = append(args, "-ledger-entries")
+	}
+	if p.format != "" {
+		args = append(args, "-format", p.format, "-schema-registry", p.registry)
 	}
 	return args
 }
@@ -685,6 +696,9 @@ func chaosServiceEnv(t *testing.T) (map[string]string, chaosPeriod) {
 	if z := env["BILLING_TIMEZONE"]; z != "" {
 		p.zone = z
 	}
+	// The format may come from the suite's own environment, which the
+	// instances inherit, or from CHAOS_SERVICE_ENV.
+	p.format, p.registry = cmp.Or(env["EVENT_FORMAT"], os.Getenv("EVENT_FORMAT")), cmp.Or(env["SCHEMA_REGISTRY_URL"], os.Getenv("SCHEMA_REGISTRY_URL"))
 	if _, err := ledgercheck.NewPeriod(p.window, p.zone); err != nil {
 		t.Fatalf("CHAOS_SERVICE_ENV: %v", err)
 	}

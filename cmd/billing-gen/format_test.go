@@ -25,7 +25,7 @@ func TestFormatsRoundTripThroughTheServicesDecoder(t *testing.T) {
 	for _, f := range format.Formats() {
 		subject := testenv.RandomName("gen_") + "-value"
 		for _, ce := range []string{"", "structured", "binary"} {
-			enc, err := newEncoder(ctx, f, ce, url, subject, maxPayload)
+			enc, err := format.NewEncoder(ctx, f, ce, url, subject, maxPayload)
 			if err != nil {
 				t.Fatalf("%s: %v", f, err)
 			}
@@ -35,10 +35,10 @@ func TestFormatsRoundTripThroughTheServicesDecoder(t *testing.T) {
 			}
 			w := want
 			if ce != "" {
-				w.EventID = ceSource + " " + e.EventID
+				w.EventID = format.EncoderCloudEventSource + " " + e.EventID
 			}
 			for _, style := range []timeStyle{{}, {offset: 3600, millis: true, unknown: true}} {
-				v, h, err := enc.record(validPayload(e, style))
+				v, h, err := enc.Record(validPayload(e, style))
 				if err != nil {
 					t.Fatalf("%s: %v", f, err)
 				}
@@ -48,7 +48,7 @@ func TestFormatsRoundTripThroughTheServicesDecoder(t *testing.T) {
 				}
 			}
 			for _, k := range ledgercheck.MalformedKinds() {
-				v, h, err := enc.record(malformedPayload(k, e, 1, maxPayload))
+				v, h, err := enc.Record(malformedPayload(k, e, 1, maxPayload))
 				if err != nil {
 					t.Fatalf("%s: %v", f, err)
 				}

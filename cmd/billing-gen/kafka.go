@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/billing/ledger/internal/event/format"
 	"github.com/billing/ledger/internal/ledgercheck"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -171,7 +172,7 @@ func produceRun(ctx context.Context, o *options, stdout, stderr io.Writer) (sent
 	if err != nil {
 		return 0, err
 	}
-	enc, err := newEncoder(ctx, cfg.Format, cfg.CloudEvents, o.registryURL, cfg.Topic+"-value", cfg.MaxPayload)
+	enc, err := format.NewEncoder(ctx, cfg.Format, cfg.CloudEvents, o.registryURL, cfg.Topic+"-value", cfg.MaxPayload)
 	if err != nil {
 		return 0, err
 	}
@@ -244,7 +245,7 @@ func produceRun(ctx context.Context, o *options, stdout, stderr io.Writer) (sent
 		n++
 		prog.valid.Store(gen.stats.Valid)
 		prog.sent.Store(n)
-		value, headers, err := enc.record(r.value)
+		value, headers, err := enc.Record(r.value)
 		if err != nil {
 			fail(fmt.Errorf("encoding a record as %s: %w", cfg.Format, err))
 			break

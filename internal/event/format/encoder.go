@@ -1,4 +1,4 @@
-package main
+package format
 
 import (
 	"context"
@@ -15,17 +15,17 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	"github.com/billing/ledger/internal/event"
-	"github.com/billing/ledger/internal/event/format"
-	"github.com/billing/ledger/internal/ledgercheck"
 )
 
-// encoder turns the generator's JSON record values into -format: a value
+// Encoder writes what a producer of a format writes: it turns record
+// values of the JSON contract into the format (billing-gen's -format, the
+// chaos suite's own records). A value
 // that is a valid event of the JSON contract is written in the format (the
 // Confluent wire format with the registered schema's id); any other value
 // (the malformed kinds) is sent as it is, which the service dead-letters
 // as invalid_encoding (no magic byte), or as before when it is empty or
 // too large (malformedReason).
-type encoder struct {
+type Encoder struct {
 	format string
 	ce     string // -cloudevents: "", structured or binary
 	id     int
@@ -34,36 +34,37 @@ type encoder struct {
 	proto  protoreflect.MessageDescriptor
 }
 
-// newEncoder registers the format's schema under subject (the registry
-// returns the existing id for a schema it holds).
-// maxPayload is the service's: a larger value is sent as it is.
-func newEncoder(ctx context.Context, f, ce, registryURL, subject string, maxPayload int) (*encoder, error) {
-	e := &encoder{format: f, ce: ce, dec: event.NewDecoder(maxPayload)}
-	if !format.NeedsRegistry(f) {
-		if f != format.JSON {
-			return nil, fmt.Errorf("-format: unknown format %q", f)
+// NewEncoder registers format f's contract schema under subject (the
+// registry returns the existing id for a schema it holds); ce is "",
+// "structured" or "binary" (CloudEvents). maxPayload is the service's: a
+// larger value is sent as it is.
+func NewEncoder(ctx context.Context, f, ce, registryURL, subject string, maxPayload int) (*Encoder, error) {
+	e := &Encoder{format: f, ce: ce, dec: event.NewDecoder(maxPayload)}
+	if !NeedsRegistry(f) {
+		if f != JSON {
+			return nil, fmt.Errorf("unknown format %q", f)
 		}
 		return e, nil
 	}
 	if registryURL == "" {
-		return nil, fmt.Errorf("-format %s needs -schema-registry", f)
+		return nil, fmt.Errorf("format %s needs a schema registry", f)
 	}
 	cl, err := sr.NewClient(sr.URLs(registryURL))
 	if err != nil {
 		return nil, err
 	}
 	// The contract's schema of the format, the one the docs show.
-	text, file, err := format.ContractSchema(f)
+	text, file, err := ContractSchema(f)
 	if err != nil {
 		return nil, err
 	}
 	s := sr.Schema{Schema: text, Type: sr.TypeAvro}
 	switch f {
-	case format.Avro:
+	case Avro:
 		if e.avro, err = avro.Parse(text); err != nil {
 			return nil, err
 		}
-	case format.Protobuf:
+	case Protobuf:
 		s.Type = sr.TypeProtobuf
 		c := protocompile.Compiler{Resolver: protocompile.WithStandardImports(&protocompile.SourceResolver{
 			Accessor: protocompile.SourceAccessorFromMap(map[string]string{file: text})})}
@@ -72,7 +73,7 @@ func newEncoder(ctx context.Context, f, ce, registryURL, subject string, maxPayl
 			return nil, err
 		}
 		e.proto = files[0].Messages().ByName("Event")
-	case format.JSONSchema:
+	case JSONSchema:
 		s.Type = sr.TypeJSON
 	}
 	ss, err := cl.CreateSchema(ctx, subject, s)
@@ -83,17 +84,17 @@ func newEncoder(ctx context.Context, f, ce, registryURL, subject string, maxPayl
 	return e, nil
 }
 
-// CloudEvents of -cloudevents: the source and type of every event (its id
-// is the event id, so the ledger's event id is "billing-gen <id>").
+// The source and type of every CloudEvent an Encoder writes (its id is the
+// event id, so the ledger's event id is "billing-gen <id>").
 const (
-	ceSource = "billing-gen"
-	ceType   = "billing.event"
+	EncoderCloudEventSource = "billing-gen"
+	EncoderCloudEventType   = "billing.event"
 )
 
-// record returns the Kafka value and headers of value: encoded in the
+// Record returns the Kafka value and headers of value: encoded in the
 // format, then, with -cloudevents, made a CloudEvent in its mode. A
 // malformed value is sent as it is, without headers.
-func (e *encoder) record(value []byte) ([]byte, []kgo.RecordHeader, error) {
+func (e *Encoder) Record(value []byte) ([]byte, []kgo.RecordHeader, error) {
 	body, err := e.encode(value)
 	if err != nil || e.ce == "" {
 		return body, nil, err
@@ -105,11 +106,11 @@ func (e *encoder) record(value []byte) ([]byte, []kgo.RecordHeader, error) {
 	if e.ce == "binary" {
 		return body, []kgo.RecordHeader{
 			{Key: "ce_specversion", Value: []byte("1.0")}, {Key: "ce_id", Value: []byte(ev.EventID)},
-			{Key: "ce_source", Value: []byte(ceSource)}, {Key: "ce_type", Value: []byte(ceType)},
+			{Key: "ce_source", Value: []byte(EncoderCloudEventSource)}, {Key: "ce_type", Value: []byte(EncoderCloudEventType)},
 		}, nil
 	}
-	env := map[string]any{"specversion": "1.0", "id": ev.EventID, "source": ceSource, "type": ceType}
-	if e.format == format.JSON {
+	env := map[string]any{"specversion": "1.0", "id": ev.EventID, "source": EncoderCloudEventSource, "type": EncoderCloudEventType}
+	if e.format == JSON {
 		env["data"] = json.RawMessage(body)
 	} else {
 		env["data_base64"] = base64.StdEncoding.EncodeToString(body)
@@ -118,9 +119,9 @@ func (e *encoder) record(value []byte) ([]byte, []kgo.RecordHeader, error) {
 	return b, []kgo.RecordHeader{{Key: "content-type", Value: []byte("application/cloudevents+json")}}, err
 }
 
-// encode returns value in the encoder's format.
-func (e *encoder) encode(value []byte) ([]byte, error) {
-	if e.format == format.JSON {
+// encode returns value in the encoder's
+func (e *Encoder) encode(value []byte) ([]byte, error) {
+	if e.format == JSON {
 		return value, nil
 	}
 	ev, err := e.dec.Decode(value)
@@ -129,19 +130,19 @@ func (e *encoder) encode(value []byte) ([]byte, error) {
 	}
 	var h sr.ConfluentHeader
 	var index []int
-	if e.format == format.Protobuf {
+	if e.format == Protobuf {
 		index = []int{0}
 	}
 	b, _ := h.AppendEncode(nil, e.id, index)
 	switch e.format {
-	case format.Avro:
+	case Avro:
 		body, err := avro.Marshal(e.avro, map[string]any{"event_id": ev.EventID, "account_id": ev.AccountID,
 			"amount_minor": ev.AmountMinor, "currency": ev.Currency, "occurred_at": ev.OccurredAt})
 		if err != nil {
 			return nil, err
 		}
 		return append(b, body...), nil
-	case format.Protobuf:
+	case Protobuf:
 		m := dynamicpb.NewMessage(e.proto)
 		f := e.proto.Fields()
 		m.Set(f.ByName("event_id"), protoreflect.ValueOfString(ev.EventID))
@@ -156,20 +157,4 @@ func (e *encoder) encode(value []byte) ([]byte, error) {
 	default: // json-schema: the JSON document itself
 		return append(b, value...), nil
 	}
-}
-
-// malformedReason is the dead letter a malformed record of kind k becomes
-// in format f (with -cloudevents ce): the empty and the too-large record
-// are refused for their size first; with CloudEvents every other kind has
-// no CloudEvent's headers, and in the registry formats no magic byte.
-func malformedReason(f, ce string, k ledgercheck.MalformedKind) string {
-	switch {
-	case k == ledgercheck.MalformedEmptyPayload || k == ledgercheck.MalformedPayloadTooLarge:
-		return k.Reason()
-	case ce != "":
-		return string(event.ReasonInvalidCloudEvent)
-	case format.NeedsRegistry(f):
-		return string(event.ReasonInvalidEncoding)
-	}
-	return k.Reason()
 }
