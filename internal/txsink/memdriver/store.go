@@ -333,6 +333,73 @@ func (t storeTx) lockWindows(ctx context.Context, tb table, keys []driver.Window
 	return out, err
 }
 
+// CreateBalances, CreateWindows and CreateAdjustments lock their keys'
+// rows in key order, inserting each missing one at zero, as mysqldriver's
+// upsert that changes nothing does; they return the keys they inserted.
+func (t storeTx) CreateBalances(ctx context.Context, keys []driver.BalanceKey) ([]driver.BalanceKey, error) {
+	keys = slices.SortedFunc(slices.Values(keys), func(a, b driver.BalanceKey) int {
+		return cmp.Or(strings.Compare(a.Account, b.Account), strings.Compare(a.Currency, b.Currency))
+	})
+	ids := make([]rowID, len(keys))
+	for i, k := range keys {
+		ids[i] = balanceID(k)
+	}
+	var created []driver.BalanceKey
+	err := t.create(ctx, ids, func(i int) int { return stmt.ArgBytes(keys[i].Account) + resultBytes }, func(i int) any {
+		created = append(created, keys[i])
+		return driver.BalanceRow{BalanceKey: keys[i], UpdatedAt: createdAt}
+	})
+	return created, err
+}
+
+func (t storeTx) CreateWindows(ctx context.Context, keys []driver.WindowKey) ([]driver.WindowKey, error) {
+	return t.createWindows(ctx, tWindows, keys, func(k driver.WindowKey) any { return driver.WindowRow{WindowKey: k, UpdatedAt: createdAt} })
+}
+
+func (t storeTx) CreateAdjustments(ctx context.Context, keys []driver.WindowKey) ([]driver.WindowKey, error) {
+	return t.createWindows(ctx, tAdjustments, keys, func(k driver.WindowKey) any { return driver.AdjustmentRow{WindowKey: k, UpdatedAt: createdAt} })
+}
+
+func (t storeTx) createWindows(ctx context.Context, tb table, keys []driver.WindowKey, zero func(driver.WindowKey) any) ([]driver.WindowKey, error) {
+	keys = slices.SortedFunc(slices.Values(keys), compareWindowKeys)
+	ids := make([]rowID, len(keys))
+	for i := range keys {
+		keys[i].Start = datetime(keys[i].Start)
+		ids[i] = windowID(tb, keys[i])
+	}
+	var created []driver.WindowKey
+	err := t.create(ctx, ids, func(i int) int { return stmt.ArgBytes(keys[i].Account) + resultBytes }, func(i int) any {
+		created = append(created, keys[i])
+		return zero(keys[i])
+	})
+	return created, err
+}
+
+// createdAt marks a row a Create statement inserted, as mysqldriver's
+// does (its updated_at until the row is written).
+var createdAt = time.Date(1000, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// create locks the rows ids in order, each as soon as no other
+// transaction holds it, and inserts zero(i) where row i is missing.
+func (t storeTx) create(ctx context.Context, ids []rowID, rowBytes func(i int) int, zero func(i int) any) error {
+	c, tx, err := t.begin()
+	if err != nil {
+		return err
+	}
+	defer c.mu.Unlock()
+	return c.statementsLocked(len(ids), 200, rowBytes, func(start, end int) error {
+		for i := start; i < end; i++ {
+			if err := c.lockLocked(ctx, tx, ids[i]); err != nil {
+				return err
+			}
+			if _, ok := c.getLocked(tx, ids[i]); !ok {
+				c.putLocked(tx, ids[i], zero(i))
+			}
+		}
+		return nil
+	})
+}
+
 // sums is one row of an upsert of sums, whatever its table: its key
 // (driver.BalanceKey or driver.WindowKey, as the columns keep it), and the
 // amount and count to add or set.

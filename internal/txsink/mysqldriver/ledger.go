@@ -1,6 +1,7 @@
 package mysqldriver
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
@@ -497,4 +498,87 @@ func utcOrZero(t sql.NullTime) time.Time {
 		return time.Time{}
 	}
 	return t.Time.UTC()
+}
+
+// createdAt is the updated_at of a row createBalances or createWindows
+// inserted: an instant no checkpoint writes (a row created is written,
+// with the checkpoint's time, before its branch is prepared, or the
+// branch rolls back), by which the read after the insert tells the rows
+// it inserted from the stored ones.
+var createdAt = time.Date(1000, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// createBalances locks the balances of keys in key order, inserting the
+// missing ones at zero (one upsert whose update changes nothing: a stored
+// row is locked, and counts 0 in the affected rows, an inserted one 1),
+// and returns the keys it inserted: read back, only if it inserted any,
+// by their mark (createdAt).
+func createBalances(ctx context.Context, q branchQuerier, keys []driver.BalanceKey) ([]driver.BalanceKey, error) {
+	keys = slices.SortedFunc(slices.Values(keys), func(a, b driver.BalanceKey) int {
+		return cmp.Or(strings.Compare(a.Account, b.Account), strings.Compare(a.Currency, b.Currency))
+	})
+	ex := &affected{Execer: q}
+	err := stmt.Insert(ctx, ex, len(keys),
+		`INSERT INTO account_balances (account_id, currency, balance_minor, event_count, updated_at) VALUES `,
+		"(?,?,0,0,?)", ` ON DUPLICATE KEY UPDATE balance_minor = balance_minor`,
+		func(i int) int { return stmt.ArgBytes(keys[i].Account) + resultRowBytes },
+		func(i int) []any { return []any{keys[i].Account, keys[i].Currency, createdAt} })
+	if err != nil || ex.rows == 0 {
+		return nil, err
+	}
+	var created []driver.BalanceKey
+	err = stmt.Split(len(keys), 256, q.MaxStatementBytes(), func(i int) int { return stmt.ArgBytes(keys[i].Account) + 32 }, func(start, end int) error {
+		part := keys[start:end]
+		args := make([]any, 0, 2*len(part)+1)
+		for _, k := range part {
+			args = append(args, k.Account, k.Currency)
+		}
+		var rows []balanceRowSQL
+		q2 := `SELECT account_id, currency FROM account_balances FORCE INDEX (PRIMARY) WHERE (account_id, currency) IN (` +
+			strings.Repeat("(?,?),", len(part)-1) + `(?,?)) AND updated_at = ?`
+		if err := q.Select(ctx, &rows, q2, append(args, createdAt)...); err != nil {
+			return err
+		}
+		for _, r := range rows {
+			created = append(created, r.row().BalanceKey)
+		}
+		return nil
+	})
+	return created, err
+}
+
+// createWindows is createBalances for billing_windows or
+// window_adjustments (a created adjustment's checkpoint_id is NULL until
+// it is written).
+func createWindows(ctx context.Context, q branchQuerier, table string, keys []driver.WindowKey) ([]driver.WindowKey, error) {
+	keys = slices.SortedFunc(slices.Values(keys), func(a, b driver.WindowKey) int {
+		return cmp.Or(strings.Compare(a.Account, b.Account), strings.Compare(a.Currency, b.Currency), a.Start.Compare(b.Start))
+	})
+	ex := &affected{Execer: q}
+	err := stmt.Insert(ctx, ex, len(keys),
+		`INSERT INTO `+table+` (account_id, currency, window_start, amount_minor, event_count, updated_at) VALUES `,
+		"(?,?,?,0,0,?)", ` ON DUPLICATE KEY UPDATE amount_minor = amount_minor`,
+		func(i int) int { return stmt.ArgBytes(keys[i].Account) + resultRowBytes },
+		func(i int) []any { return []any{keys[i].Account, keys[i].Currency, keys[i].Start.UTC(), createdAt} })
+	if err != nil || ex.rows == 0 {
+		return nil, err
+	}
+	var created []driver.WindowKey
+	err = stmt.Split(len(keys), 256, q.MaxStatementBytes(), func(i int) int { return stmt.ArgBytes(keys[i].Account) + 80 }, func(start, end int) error {
+		part := keys[start:end]
+		args := make([]any, 0, 3*len(part)+1)
+		for _, k := range part {
+			args = append(args, k.Account, k.Currency, k.Start.UTC())
+		}
+		var rows []windowRowSQL
+		q2 := `SELECT ` + windowKeyColumns + ` FROM ` + table + ` FORCE INDEX (PRIMARY) WHERE (account_id, currency, window_start) IN (` +
+			strings.Repeat("(?,?,?),", len(part)-1) + `(?,?,?)) AND updated_at = ?`
+		if err := q.Select(ctx, &rows, q2, append(args, createdAt)...); err != nil {
+			return err
+		}
+		for _, r := range rows {
+			created = append(created, r.row().WindowKey)
+		}
+		return nil
+	})
+	return created, err
 }
