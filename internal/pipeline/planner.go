@@ -397,10 +397,7 @@ func (p *planner) classify() {
 // adjustment is. The seed runs participant after participant, and the
 // writes of the participants from the last risky key's on take their
 // rows one participant after the other (executor.go, write), so every
-// lock a checkpoint takes is after every one it holds, but for the insert
-// of a row its seed found missing: READ COMMITTED locks no row that does
-// not exist, so that row is locked only when the write step creates it,
-// after the seed's later keys (docs/performance.md: what remains).
+// lock a checkpoint takes is after every one it holds.
 //
 // Seeded alone, the risky keys are a subset of the written ones, and two
 // instances' checkpoints that count on the same accounts (a repeat on
@@ -411,21 +408,26 @@ func (p *planner) classify() {
 // transactions, on two servers or one) no server sees the cycle, and both
 // wait out the lock wait timeout. Widened, B's seed waits for X holding
 // nothing. The widened keys are seeded like risky ones: a stored row is
-// written as an absolute value (it is locked), a missing one stays a
-// delta.
+// written as an absolute value (it is locked).
 //
-// The exception is closed by creating the rows: beside other instances
-// the seed first inserts, in the same order, a row at zero for every key
-// it seeds that has none (driver.StoreTx.CreateBalances, an upsert that
-// changes no stored row), so that it holds each key, stored or not,
-// before it waits for a later one; a created row is then written as an
-// absolute value, as a stored one, and its change is still a create
-// (changes.go). A created row no counted event ends up writing (every
-// event on it refused for overflow) would be left behind at zero, where
-// the checkpoint alone writes no row: the attempt is aborted (its branch
-// rolls the row back) and retried without creating that key
-// (planConfig.uncreated), which is then locked as before, when it is
-// inserted.
+// READ COMMITTED locks no row that does not exist: a key without a row,
+// only read, would be locked when the write step inserts it, after the
+// seed's later keys. Beside other instances the seed therefore first
+// inserts, in the same order, a row at zero for every key it seeds that
+// has none (driver.StoreTx.CreateBalances, an upsert that changes no
+// stored row, with the changelog as well: it seeds every key), so that it
+// holds each key, stored or not, before it waits for a later one; a
+// created row is then written as an absolute value, as a stored one, and
+// its change is still a create (changes.go). Events summing to zero
+// already leave a row (their count), so only a created row no counted
+// event writes (every event on it refused for overflow) would differ from
+// the checkpoint alone, which writes no row there: the attempt is aborted
+// (its branch rolls the row back) and retried without creating that key
+// (planConfig.uncreated), which is then locked when it is inserted, as
+// before (docs/performance.md: what the order does not cover). In the
+// write step every absolute row is one the seed holds and every delta row
+// a key after all of them, so the order of those statements takes no
+// lock out of order.
 func lockOrder(r riskySet, agg *aggregate, fresh []*record, route router) riskySet {
 	last := r.last(route)
 	if last == nil {
