@@ -115,7 +115,7 @@ func (s gatedStore) WriteBalances(ctx context.Context, rows []driver.Balance, no
 	return s.StoreTx.WriteBalances(ctx, rows, now)
 }
 
-func (s gatedStore) CreateBalances(ctx context.Context, keys []driver.BalanceKey) ([]driver.BalanceKey, error) {
+func (s gatedStore) CreateBalances(ctx context.Context, keys []driver.BalanceKey) ([]driver.BalanceRow, []driver.BalanceKey, error) {
 	ks := make([]string, len(keys))
 	for i, k := range keys {
 		ks[i] = "balance/" + k.Account

@@ -266,9 +266,10 @@ func (x *execution) lookup(ctx context.Context, g driver.Generation, ls []lookup
 // for the same reason: two branches are two transactions, and a cycle
 // through them is one no server sees). With the keys lockOrder widened,
 // every lock an instance's seed takes is then after every one it holds,
-// in one order over every participant: each table's keys are created
-// where missing (which locks them all, stored or not, in key order), then
-// read under the locks held.
+// in one order over every participant: each table's keys are locked and
+// read with the missing ones created (which locks them all, stored or
+// not, in key order), but for the keys an earlier attempt created for
+// nothing, only read (out of order if missing: lockOrder).
 func (x *execution) seed(ctx context.Context, seeds []seedKeys) ([]seededSums, error) {
 	var participants []int
 	for i := range seeds {
@@ -290,33 +291,39 @@ func (x *execution) seed(ctx context.Context, seeds []seedKeys) ([]seededSums, e
 			// A branch that created rows and writes none (an attempt
 			// aborted before its writes) rolls them back at Prepare.
 			return b.Read(func(st driver.StoreTx) (err error) {
+				var rows []driver.BalanceRow
+				var wins []driver.WindowRow
+				var adjs []driver.AdjustmentRow
 				if len(k.create.balances) > 0 {
-					if s.created.balances, err = st.CreateBalances(ctx, k.create.balances); err != nil {
+					if s.balances, s.created.balances, err = st.CreateBalances(ctx, k.create.balances); err != nil {
 						return err
 					}
 				}
 				if len(k.balances) > 0 {
-					if s.balances, err = st.LockBalances(ctx, k.balances); err != nil {
+					if rows, err = st.LockBalances(ctx, k.balances); err != nil {
 						return err
 					}
+					s.balances = append(s.balances, rows...)
 				}
 				if len(k.create.windows) > 0 {
-					if s.created.windows, err = st.CreateWindows(ctx, k.create.windows); err != nil {
+					if s.windows, s.created.windows, err = st.CreateWindows(ctx, k.create.windows); err != nil {
 						return err
 					}
 				}
 				if len(k.windows) > 0 {
-					if s.windows, err = st.LockWindows(ctx, k.windows); err != nil {
+					if wins, err = st.LockWindows(ctx, k.windows); err != nil {
 						return err
 					}
+					s.windows = append(s.windows, wins...)
 				}
 				if len(k.create.adjusts) > 0 {
-					if s.created.adjusts, err = st.CreateAdjustments(ctx, k.create.adjusts); err != nil {
+					if s.adjusts, s.created.adjusts, err = st.CreateAdjustments(ctx, k.create.adjusts); err != nil {
 						return err
 					}
 				}
 				if len(k.adjusts) > 0 {
-					s.adjusts, err = st.LockAdjustments(ctx, k.adjusts)
+					adjs, err = st.LockAdjustments(ctx, k.adjusts)
+					s.adjusts = append(s.adjusts, adjs...)
 				}
 				return err
 			})

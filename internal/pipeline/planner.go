@@ -110,9 +110,10 @@ type lookup struct {
 }
 
 // seedKeys are the risky keys one participant reads under row locks, in
-// key order (the order every writer locks in), and (beside other
-// instances) the ones to create first where they are missing: every one
-// but those an earlier attempt created for nothing (planConfig.uncreated).
+// key order (the order every writer locks in); beside other instances
+// they are in create, to be created where missing and read, but for
+// those an earlier attempt created for nothing (planConfig.uncreated),
+// only read.
 type seedKeys struct {
 	balances         []driver.BalanceKey
 	windows, adjusts []driver.WindowKey
@@ -124,7 +125,9 @@ type createKeys struct {
 	windows, adjusts []driver.WindowKey
 }
 
-func (s *seedKeys) empty() bool { return len(s.balances)+len(s.windows)+len(s.adjusts) == 0 }
+func (s *seedKeys) empty() bool {
+	return len(s.balances)+len(s.windows)+len(s.adjusts)+len(s.create.balances)+len(s.create.windows)+len(s.create.adjusts) == 0
+}
 
 // sealRange is the windows [from, to) whose rows a checkpoint seals, at
 // most max rows per server.
@@ -513,22 +516,14 @@ func (p *planner) seedKeys() []seedKeys {
 			no[k] = true
 		}
 		for i := range seeds {
-			c := &seeds[i].create
-			for _, k := range seeds[i].balances {
-				if !no[lockKey{i, 0, windowKey{k.Account, k.Currency, 0}}] {
-					c.balances = append(c.balances, k)
-				}
-			}
-			for _, k := range seeds[i].windows {
-				if !no[lockKey{i, 1, windowKey{k.Account, k.Currency, k.Start.Unix()}}] {
-					c.windows = append(c.windows, k)
-				}
-			}
-			for _, k := range seeds[i].adjusts {
-				if !no[lockKey{i, 2, windowKey{k.Account, k.Currency, k.Start.Unix()}}] {
-					c.adjusts = append(c.adjusts, k)
-				}
-			}
+			s := &seeds[i]
+			s.balances, s.create.balances = split(s.balances, func(k driver.BalanceKey) bool { return no[lockKey{i, 0, windowKey{k.Account, k.Currency, 0}}] })
+			s.windows, s.create.windows = split(s.windows, func(k driver.WindowKey) bool {
+				return no[lockKey{i, 1, windowKey{k.Account, k.Currency, k.Start.Unix()}}]
+			})
+			s.adjusts, s.create.adjusts = split(s.adjusts, func(k driver.WindowKey) bool {
+				return no[lockKey{i, 2, windowKey{k.Account, k.Currency, k.Start.Unix()}}]
+			})
 		}
 	}
 	for i := range seeds {
@@ -547,6 +542,18 @@ func (p *planner) seedKeys() []seedKeys {
 		slices.SortFunc(c.adjusts, compareWindowKeys)
 	}
 	return seeds
+}
+
+// split splits xs into the elements that keep holds for and the others.
+func split[T any](xs []T, keep func(T) bool) (kept, others []T) {
+	for _, x := range xs {
+		if keep(x) {
+			kept = append(kept, x)
+		} else {
+			others = append(others, x)
+		}
+	}
+	return kept, others
 }
 
 func compareWindowKeys(x, y driver.WindowKey) int {

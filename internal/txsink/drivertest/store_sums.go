@@ -133,14 +133,28 @@ func testCreates(t *testing.T, ctx context.Context, f Fixture) {
 	before := tables(t, ctx, f)
 
 	creator := open(t, ctx, f.Server)
-	cb, err := creator.tx().CreateBalances(ctx, []driver.BalanceKey{bk("create-2"), bk("create-1")})
+	rb, cb, err := creator.tx().CreateBalances(ctx, []driver.BalanceKey{bk("create-2"), bk("create-1")})
 	must(t, err)
-	cw, err := creator.tx().CreateWindows(ctx, []driver.WindowKey{wk("create-2"), wk("create-1")})
+	rw, cw, err := creator.tx().CreateWindows(ctx, []driver.WindowKey{wk("create-2"), wk("create-1")})
 	must(t, err)
-	ca, err := creator.tx().CreateAdjustments(ctx, []driver.WindowKey{wk("create-1"), wk("create-2")})
+	ra, ca, err := creator.tx().CreateAdjustments(ctx, []driver.WindowKey{wk("create-1"), wk("create-2")})
 	must(t, err)
 	if fmt.Sprint(cb) != fmt.Sprint([]driver.BalanceKey{bk("create-2")}) || len(cw) != 1 || cw[0].Account != "create-2" || len(ca) != 1 || ca[0].Account != "create-2" {
 		t.Fatalf("created %v, %v and %v, want create-2's rows only", cb, cw, ca)
+	}
+	// Every key's row, in key order: the stored one as it is, the created
+	// one at zero.
+	if len(rb) != 2 || rb[0].Account != "create-1" || rb[0].Amount != 10 || rb[0].Count != 1 || !rb[0].UpdatedAt.Equal(now) ||
+		rb[1].Account != "create-2" || rb[1].Amount != 0 || rb[1].Count != 0 {
+		t.Errorf("balances read %+v, want create-1's stored row and create-2's at zero", rb)
+	}
+	if len(rw) != 2 || !sameWindow(rw[0], driver.WindowRow{WindowKey: stored.WindowKey, Amount: 3, Count: 1, UpdatedAt: now}) ||
+		rw[1].Account != "create-2" || rw[1].Amount != 0 || rw[1].Count != 0 || !rw[1].ClosedAt.IsZero() {
+		t.Errorf("windows read %+v, want create-1's stored row and create-2's at zero", rw)
+	}
+	if len(ra) != 2 || !sameAdjustment(ra[0], driver.AdjustmentRow{WindowKey: stored.WindowKey, Amount: 3, Count: 1, UpdatedAt: now, Checkpoint: "c-1"}) ||
+		ra[1].Account != "create-2" || ra[1].Amount != 0 || ra[1].Count != 0 {
+		t.Errorf("adjustments read %+v, want create-1's stored row and create-2's at zero", ra)
 	}
 	reader := open(t, ctx, f.Server)
 	read := async(func() error {
@@ -188,13 +202,17 @@ func testCreates(t *testing.T, ctx context.Context, f Fixture) {
 	// A row another branch creates first: the create waits for it and,
 	// that branch committed, did not insert it.
 	other := open(t, ctx, f.Server)
-	if got, err := other.tx().CreateBalances(ctx, []driver.BalanceKey{bk("create-3")}); err != nil || len(got) != 1 {
+	if _, got, err := other.tx().CreateBalances(ctx, []driver.BalanceKey{bk("create-3")}); err != nil || len(got) != 1 {
 		t.Fatalf("created %v, %v; want create-3", got, err)
 	}
 	late := open(t, ctx, f.Server)
 	var got []driver.BalanceKey
 	done := async(func() (err error) {
-		got, err = late.tx().CreateBalances(ctx, []driver.BalanceKey{bk("create-3"), bk("create-4")})
+		var rows []driver.BalanceRow
+		rows, got, err = late.tx().CreateBalances(ctx, []driver.BalanceKey{bk("create-3"), bk("create-4")})
+		if err == nil && (len(rows) != 2 || rows[0].Amount != 7) {
+			err = fmt.Errorf("read %+v, want create-3 as the other branch committed it and create-4 at zero", rows)
+		}
 		return err
 	})
 	blocked(t, done, f.LockWait/4, "a create of a row another branch created")
