@@ -160,10 +160,21 @@ func (l *changelogLedger) tableRows(t *testing.T) map[string][]string {
 // unbroken chain per key (every before is exactly the previous after,
 // updated_at included) and end at exactly the rows stored, entries
 // included.
-func TestOutboxIsTheTablesChangelog(t *testing.T) {
+func TestOutboxIsTheTablesChangelog(t *testing.T) { outboxIsTheTablesChangelog(t, false) }
+
+// The same beside other instances: the seeds lock every key in one
+// order, creating the rows that do not exist yet (lockOrder); a created
+// row's change is a create, and one created for no counted event (an
+// overflow) is rolled back with its attempt.
+func TestOutboxIsTheTablesChangelogBesideOthers(t *testing.T) { outboxIsTheTablesChangelog(t, true) }
+
+func outboxIsTheTablesChangelog(t *testing.T, shared bool) {
 	l := newChangelogLedger(t, 2, 2, 2, func(c *Config) {
 		c.LedgerEntries, c.WindowCloseAfter = true, 30*time.Minute
 	})
+	for _, m := range l.inst {
+		m.ck.alone.Store(!shared)
+	}
 	l.checkpointConcurrently(t, 30)
 	evs, checkpoints := l.outboxEvents(t)
 	model := changelogtest.NewModel()

@@ -23,6 +23,7 @@ var storeTests = []struct {
 	{"Store/LockingReadsWaitForWriters", testLockingReads},
 	{"Store/NoGapLocks", testNoGapLocks},
 	{"Store/CreatesLockStoredAndMissingRows", testCreates},
+	{"Store/CreatesWaitForAnotherBranchsInsert", testCreatesWait},
 	{"Store/LockWaitTimesOut", testLockWaitTimeout},
 	{"Store/LockWaitSetPerBranch", testLockWaitSet},
 	{"Store/SumsAddSetAndOverflow", testSums},

@@ -116,10 +116,9 @@ func testNoGapLocks(t *testing.T, ctx context.Context, f Fixture) {
 // Property (creates): CreateBalances, CreateWindows and CreateAdjustments
 // lock every key's row, a stored one left as it was (its columns, and
 // another branch's locking read waits for it) and a missing one inserted
-// at zero (another branch's insert waits for it), and return the keys
-// they inserted: not a row another branch inserted meanwhile, which they
-// wait for. A row created and written ends as the write alone leaves
-// it; one created and rolled back is gone.
+// at zero (another branch's insert waits for it), and return every key's
+// row, the created ones at zero, and the keys they inserted. A row
+// created and written ends as the write alone leaves it.
 func testCreates(t *testing.T, ctx context.Context, f Fixture) {
 	now := clock()
 	start := now.Truncate(time.Hour)
@@ -198,9 +197,14 @@ func testCreates(t *testing.T, ctx context.Context, f Fixture) {
 			t.Errorf("adjustment %+v, want %+v", a, want)
 		}
 	}
+}
 
-	// A row another branch creates first: the create waits for it and,
-	// that branch committed, did not insert it.
+// Property (creates wait): a row another branch creates first, the
+// create waits for it and, that branch committed, did not insert it;
+// rolled back, the rows a create inserted are gone.
+func testCreatesWait(t *testing.T, ctx context.Context, f Fixture) {
+	now := clock()
+	bk := func(a string) driver.BalanceKey { return driver.BalanceKey{Account: a, Currency: "EUR"} }
 	other := open(t, ctx, f.Server)
 	if _, got, err := other.tx().CreateBalances(ctx, []driver.BalanceKey{bk("create-3")}); err != nil || len(got) != 1 {
 		t.Fatalf("created %v, %v; want create-3", got, err)
