@@ -510,6 +510,13 @@ func (p *planner) seedKeys() []seedKeys {
 		at := p.cfg.route.Route(k.account)
 		seeds[at].adjusts = append(seeds[at].adjusts, k.row())
 	}
+	for i := range seeds {
+		slices.SortFunc(seeds[i].balances, func(x, y driver.BalanceKey) int {
+			return cmp.Or(strings.Compare(x.Account, y.Account), strings.Compare(x.Currency, y.Currency))
+		})
+		slices.SortFunc(seeds[i].windows, compareWindowKeys)
+		slices.SortFunc(seeds[i].adjusts, compareWindowKeys)
+	}
 	if p.cfg.shared {
 		no := map[lockKey]bool{}
 		for _, k := range p.cfg.uncreated {
@@ -525,21 +532,6 @@ func (p *planner) seedKeys() []seedKeys {
 				return no[lockKey{i, 2, windowKey{k.Account, k.Currency, k.Start.Unix()}}]
 			})
 		}
-	}
-	for i := range seeds {
-		slices.SortFunc(seeds[i].balances, func(x, y driver.BalanceKey) int {
-			return cmp.Or(strings.Compare(x.Account, y.Account), strings.Compare(x.Currency, y.Currency))
-		})
-		slices.SortFunc(seeds[i].windows, compareWindowKeys)
-		slices.SortFunc(seeds[i].adjusts, compareWindowKeys)
-	}
-	for i := range seeds {
-		c := &seeds[i].create
-		slices.SortFunc(c.balances, func(x, y driver.BalanceKey) int {
-			return cmp.Or(strings.Compare(x.Account, y.Account), strings.Compare(x.Currency, y.Currency))
-		})
-		slices.SortFunc(c.windows, compareWindowKeys)
-		slices.SortFunc(c.adjusts, compareWindowKeys)
 	}
 	return seeds
 }
