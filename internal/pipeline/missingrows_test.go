@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/billing/ledger/internal/event"
+	"github.com/billing/ledger/internal/txsink/memdriver"
 )
 
 // accountOn is an account without a row whose balance routes to
@@ -58,6 +59,38 @@ func TestMissingRowsLockInOneOrderAcrossServers(t *testing.T) {
 	}
 	if w := a.servers[0].Tables().Windows; len(w) != 2 || w[1].Account != k1 && w[0].Account != k1 {
 		t.Errorf("windows of server 0 %+v, want %s's and %s's", w, acct[0], k1)
+	}
+}
+
+// The same on one participant: A's checkpoint has a risky key on Y
+// (stored) and adds to X (no row), before Y in key order; B's adds to X
+// and Y. Had A's seed only read X, B would insert X and wait for Y, held
+// by A's seed, while A's write of X waits for B: a deadlock the server
+// ends at once (1213; memdriver reports it as well), an attempt aborted.
+// A's seed creates X before it locks Y: B waits for X holding nothing.
+func TestMissingRowsLockInWriteOrder(t *testing.T) {
+	const lockWait = 2 * time.Second
+	cl := memdriver.New(memdriver.Options{AttachPrepared: true, LockWait: lockWait})
+	gate := &lockGate{hold: lockWait / 4, first: map[string]string{}, claimed: map[string]chan struct{}{}}
+	a, b := gatedInstance(t, cl, gate, "A", 1), gatedInstance(t, cl, gate, "B", 1)
+	x, y := "acct-x", "acct-y" // x before y
+	if ok, err := a.checkpoint(t, event1("y-0", y, 1, 0, 0)); !ok || err != nil {
+		t.Fatalf("first checkpoint: decided %v, %v", ok, err)
+	}
+	gate.claimed = map[string]chan struct{}{}
+	gate.first["balance/"+x], gate.first["balance/"+y] = "A", "A"
+	gate.beforeWrite = func(inst string) { // A writes once B waits for a lock
+		for end := time.Now().Add(gate.hold); inst == "A" && cl.LockWaits() == 0 && time.Now().Before(end); {
+			time.Sleep(time.Millisecond)
+		}
+	}
+
+	checkpointTogether(t, []*memLedger{a, b}, [][]Record{
+		{event1("a-1", x, 2, 0, 0), event1("a-2", y, 5, 0, 0), event1("a-3", y, -5, 0, 0)},
+		{event1("b-1", x, 3, 1, 0), event1("b-2", y, 4, 1, 0)},
+	})
+	if bx, by := a.balance(x), a.balance(y); bx.Amount != 5 || bx.Count != 2 || by.Amount != 5 || by.Count != 4 {
+		t.Errorf("balances %+v and %+v, want 5 in 2 events and 5 in 4", bx, by)
 	}
 }
 
