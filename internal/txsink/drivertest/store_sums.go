@@ -234,6 +234,18 @@ func testCreatesWait(t *testing.T, ctx context.Context, f Fixture) {
 	if b, ok := storedBalance(t, ctx, f, "create-3"); !ok || b.Amount != 7 || b.Count != 1 {
 		t.Errorf("balance %+v, want the other branch's 7 in 1 event", b)
 	}
+	// Every row stored: nothing created, each read and locked.
+	again := open(t, ctx, f.Server)
+	rows, created, err := again.tx().CreateBalances(ctx, []driver.BalanceKey{bk("create-3")})
+	if err != nil || len(created) != 0 || len(rows) != 1 || rows[0].Amount != 7 {
+		t.Errorf("create of a stored row: rows %+v, created %v, %v", rows, created, err)
+	}
+	writer := open(t, ctx, f.Server)
+	done = async(func() error {
+		return writer.tx().WriteBalances(ctx, []driver.Balance{balance("create-3", 1, 1, false)}, now)
+	})
+	blocked(t, done, f.LockWait/4, "a write of a stored row another branch's create locked")
+	must(t, errors.Join(again.end(false), <-done, writer.end(false)))
 }
 
 // Property (lock wait timeout): a branch waiting longer than the server's
