@@ -89,7 +89,8 @@ func (a *aggregate) sums(late bool) map[windowKey]*total {
 // without a stored row starts from zero and stays a delta: nothing locks a
 // row that does not exist (READ COMMITTED takes no gap locks), so another
 // transaction may create it meanwhile, and only an adding upsert keeps its
-// contribution.
+// contribution. A row the seed created (beside other instances: lockOrder)
+// is stored, at zero, and locked: absolute.
 func (a *aggregate) seedBalance(k balanceKey, t total) {
 	t.absolute, t.insert = t.exists, a.images && !t.exists
 	a.balances[k] = &t

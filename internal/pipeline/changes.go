@@ -22,6 +22,8 @@ type images struct {
 	adjusts  map[windowKey]driver.AdjustmentRow
 }
 
+// A row the seeding created (beside other instances: lockOrder) has no
+// before image: its change is a create, as when the checkpoint inserts it.
 func newImages(seeded []seededSums) images {
 	im := images{balances: map[balanceKey]driver.BalanceRow{}, windows: map[windowKey]driver.WindowRow{}, adjusts: map[windowKey]driver.AdjustmentRow{}}
 	for _, s := range seeded {
@@ -33,6 +35,15 @@ func newImages(seeded []seededSums) images {
 		}
 		for _, a := range s.adjusts {
 			im.adjusts[windowKey{a.Account, a.Currency, a.Start.Unix()}] = a
+		}
+		for _, k := range s.created.balances {
+			delete(im.balances, balanceKey{k.Account, k.Currency})
+		}
+		for _, k := range s.created.windows {
+			delete(im.windows, windowKey{k.Account, k.Currency, k.Start.Unix()})
+		}
+		for _, k := range s.created.adjusts {
+			delete(im.adjusts, windowKey{k.Account, k.Currency, k.Start.Unix()})
 		}
 	}
 	return im

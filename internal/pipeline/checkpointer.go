@@ -122,7 +122,7 @@ func (c *Checkpointer) run(ctx context.Context, s *snapshot) outcome {
 	var l ladder
 	for {
 		actx, cancel := context.WithTimeout(ctx, c.cfg.CheckpointTimeout)
-		info := c.attempt(actx, s, l.careful, false)
+		info := c.attempt(actx, s, l.careful, false, l.uncreated)
 		cancel()
 		if info.skipped {
 			return outcome{decided: true}

@@ -63,7 +63,7 @@ func (g *lockGate) after(inst string, keys []string) {
 }
 
 // gatedServer, gatedConn and gatedStore pass one instance's claims and
-// balance seeds through the gate.
+// balance seeds (creations and locking reads) through the gate.
 type gatedServer struct {
 	driver.Server
 	gate *lockGate
@@ -113,6 +113,16 @@ func (s gatedStore) WriteBalances(ctx context.Context, rows []driver.Balance, no
 	s.gate.before(s.inst, ks)
 	defer s.gate.after(s.inst, ks)
 	return s.StoreTx.WriteBalances(ctx, rows, now)
+}
+
+func (s gatedStore) CreateBalances(ctx context.Context, keys []driver.BalanceKey) ([]driver.BalanceRow, []driver.BalanceKey, error) {
+	ks := make([]string, len(keys))
+	for i, k := range keys {
+		ks[i] = "balance/" + k.Account
+	}
+	s.gate.before(s.inst, ks)
+	defer s.gate.after(s.inst, ks)
+	return s.StoreTx.CreateBalances(ctx, keys)
 }
 
 func (s gatedStore) LockBalances(ctx context.Context, keys []driver.BalanceKey) ([]driver.BalanceRow, error) {

@@ -33,7 +33,7 @@ type execution struct {
 // if delivering XA COMMIT fails (recovery rolls it forward). A trial stops
 // after the writes and rolls everything back (isolate.go): it only tells
 // whether the writes would succeed.
-func (c *Checkpointer) attempt(ctx context.Context, s *snapshot, careful, trial bool) CheckpointInfo {
+func (c *Checkpointer) attempt(ctx context.Context, s *snapshot, careful, trial bool, uncreated []lockKey) CheckpointInfo {
 	// now is the checkpoint's processing time, on the ledger's clock:
 	// dedup expiries, and every timestamp written. Durations are measured
 	// on the host's monotonic clock (started). With the changelog it is
@@ -44,7 +44,9 @@ func (c *Checkpointer) attempt(ctx context.Context, s *snapshot, careful, trial 
 	if c.cfg.Changelog {
 		now = now.Truncate(time.Microsecond)
 	}
-	p := newPlanner(c.planConfig(careful, trial), s, now, c.cache)
+	cfg := c.planConfig(careful, trial)
+	cfg.uncreated = uncreated
+	p := newPlanner(cfg, s, now, c.cache)
 	c.seq++
 	x := &execution{c: c, p: p, tx: c.sink.Begin(c.seq), mark: started, done: map[string]bool{}}
 	snap := p.snapshot()
@@ -76,6 +78,8 @@ func (x *execution) run(ctx context.Context, now time.Time) CheckpointInfo {
 			return x.info
 		case stepTrialDone:
 			return x.fail(ctx, "trial", nil)
+		case stepUncounted:
+			return x.fail(ctx, st.kind.phase(), &uncountedError{keys: st.uncounted})
 		case stepDecide:
 			return x.decide(ctx, st.decision, now)
 		case stepEventTime:
@@ -262,7 +266,10 @@ func (x *execution) lookup(ctx context.Context, g driver.Generation, ls []lookup
 // for the same reason: two branches are two transactions, and a cycle
 // through them is one no server sees). With the keys lockOrder widened,
 // every lock an instance's seed takes is then after every one it holds,
-// in one order over every participant.
+// in one order over every participant: each table's keys are locked and
+// read with the missing ones created (which locks them all, stored or
+// not, in key order), but for the keys an earlier attempt created for
+// nothing, only read (out of order if missing: lockOrder).
 func (x *execution) seed(ctx context.Context, seeds []seedKeys) ([]seededSums, error) {
 	var participants []int
 	for i := range seeds {
@@ -281,19 +288,42 @@ func (x *execution) seed(ctx context.Context, seeds []seedKeys) ([]seededSums, e
 	for _, ps := range rounds {
 		err := x.tx.Each(ctx, ps, func(ctx context.Context, b *txsink.Branch) error {
 			k, s := &seeds[b.Participant], &out[b.Participant]
+			// A branch that created rows and writes none (an attempt
+			// aborted before its writes) rolls them back at Prepare.
 			return b.Read(func(st driver.StoreTx) (err error) {
+				var rows []driver.BalanceRow
+				var wins []driver.WindowRow
+				var adjs []driver.AdjustmentRow
+				if len(k.create.balances) > 0 {
+					if s.balances, s.created.balances, err = st.CreateBalances(ctx, k.create.balances); err != nil {
+						return err
+					}
+				}
 				if len(k.balances) > 0 {
-					if s.balances, err = st.LockBalances(ctx, k.balances); err != nil {
+					if rows, err = st.LockBalances(ctx, k.balances); err != nil {
+						return err
+					}
+					s.balances = append(s.balances, rows...)
+				}
+				if len(k.create.windows) > 0 {
+					if s.windows, s.created.windows, err = st.CreateWindows(ctx, k.create.windows); err != nil {
 						return err
 					}
 				}
 				if len(k.windows) > 0 {
-					if s.windows, err = st.LockWindows(ctx, k.windows); err != nil {
+					if wins, err = st.LockWindows(ctx, k.windows); err != nil {
+						return err
+					}
+					s.windows = append(s.windows, wins...)
+				}
+				if len(k.create.adjusts) > 0 {
+					if s.adjusts, s.created.adjusts, err = st.CreateAdjustments(ctx, k.create.adjusts); err != nil {
 						return err
 					}
 				}
 				if len(k.adjusts) > 0 {
-					s.adjusts, err = st.LockAdjustments(ctx, k.adjusts)
+					adjs, err = st.LockAdjustments(ctx, k.adjusts)
+					s.adjusts = append(s.adjusts, adjs...)
 				}
 				return err
 			})

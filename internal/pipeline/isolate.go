@@ -117,7 +117,7 @@ type isolation struct {
 // err for any other failure.
 func (is *isolation) refused(ctx context.Context, elems []element) (bool, refusal, error) {
 	is.trials++
-	info := is.c.attempt(ctx, is.s.subset(elems), is.careful, true)
+	info := is.c.attempt(ctx, is.s.subset(elems), is.careful, true, nil)
 	if info.Err == nil {
 		return false, refusal{}, nil
 	}

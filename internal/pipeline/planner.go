@@ -37,8 +37,11 @@ import (
 //	           (no I/O)
 //	seed       read the stored sums of the risky keys under row locks
 //	           (beside other instances, every key written up to the last
-//	           risky one, participant after participant: lockOrder)
+//	           risky one, participant after participant, the missing
+//	           ones created at zero first: lockOrder)
 //	aggregate  count the new events, checking overflow per event (no I/O)
+//	uncounted  (beside other instances) a key the seed created counts no
+//	           event: abort, to be retried without creating it
 //	write      every participant's rows (dedup keys, journal, balances,
 //	           windows, adjustments, entries, dead letters) and, on the
 //	           first participant of each server, the sealing (beside
@@ -62,6 +65,7 @@ const (
 	stepClassify
 	stepSeed
 	stepAggregate
+	stepUncounted
 	stepWrite
 	stepDecide
 	stepSkip
@@ -71,11 +75,11 @@ const (
 // phase is the name of the step's part of CheckpointInfo.Phases, and of
 // FailedPhase when it fails (the decide step's three are the executor's).
 func (k stepKind) phase() string {
-	return [...]string{"eventtime", "dedup", "dedup", "dedup", "dedup", "dedup", "aggregate", "aggregate", "write", "decide", "", "trial"}[k]
+	return [...]string{"eventtime", "dedup", "dedup", "dedup", "dedup", "dedup", "aggregate", "aggregate", "aggregate", "write", "decide", "", "trial"}[k]
 }
 
 func (k stepKind) String() string {
-	return [...]string{"eventTime", "generations", "register", "claim", "lookup", "classify", "seed", "aggregate", "write", "decide", "skip", "trialDone"}[k]
+	return [...]string{"eventTime", "generations", "register", "claim", "lookup", "classify", "seed", "aggregate", "uncounted", "write", "decide", "skip", "trialDone"}[k]
 }
 
 // pure reports a step that needs no I/O: the executor advances at once.
@@ -83,15 +87,16 @@ func (k stepKind) pure() bool { return k == stepClassify || k == stepAggregate }
 
 // step is what to do next.
 type step struct {
-	kind     stepKind
-	lifetime time.Duration       // register: this instance's key lifetime
-	claim    dedup.Claim         // claim, lookup: the generations written and read
-	claims   [][]driver.DedupKey // claim: by participant
-	lookups  []lookup            // lookup: in participant order
-	seeds    []seedKeys          // seed: by participant
-	works    []work              // write: by participant
-	seal     sealRange           // write: the windows to seal (to zero: none)
-	decision decision            // decide
+	kind      stepKind
+	lifetime  time.Duration       // register: this instance's key lifetime
+	claim     dedup.Claim         // claim, lookup: the generations written and read
+	claims    [][]driver.DedupKey // claim: by participant
+	lookups   []lookup            // lookup: in participant order
+	seeds     []seedKeys          // seed: by participant
+	works     []work              // write: by participant
+	seal      sealRange           // write: the windows to seal (to zero: none)
+	decision  decision            // decide
+	uncounted []lockKey           // uncounted: the keys created for nothing
 	// turnFrom (write): the participants from this one on write their
 	// sums one after the other, in participant order (beside other
 	// instances: lockOrder); Participants() (alone): none do.
@@ -105,13 +110,24 @@ type lookup struct {
 }
 
 // seedKeys are the risky keys one participant reads under row locks, in
-// key order (the order every writer locks in).
+// key order (the order every writer locks in); beside other instances
+// they are in create, to be created where missing and read, but for
+// those an earlier attempt created for nothing (planConfig.uncreated),
+// only read.
 type seedKeys struct {
+	balances         []driver.BalanceKey
+	windows, adjusts []driver.WindowKey
+	create           createKeys
+}
+
+type createKeys struct {
 	balances         []driver.BalanceKey
 	windows, adjusts []driver.WindowKey
 }
 
-func (s *seedKeys) empty() bool { return len(s.balances)+len(s.windows)+len(s.adjusts) == 0 }
+func (s *seedKeys) empty() bool {
+	return len(s.balances)+len(s.windows)+len(s.adjusts)+len(s.create.balances)+len(s.create.windows)+len(s.create.adjusts) == 0
+}
 
 // sealRange is the windows [from, to) whose rows a checkpoint seals, at
 // most max rows per server.
@@ -140,11 +156,13 @@ type result struct {
 	sealed      []sealResult          // write: by participant
 }
 
-// seededSums are the stored rows a seed read found, whole.
+// seededSums are the stored rows a seed read found, whole, and the keys
+// whose rows it created (found among them, at zero).
 type seededSums struct {
 	balances []driver.BalanceRow
 	windows  []driver.WindowRow
 	adjusts  []driver.AdjustmentRow
+	created  createKeys
 }
 
 // sealResult is what one participant's sealing did: the rows it sealed,
@@ -174,6 +192,10 @@ type planConfig struct {
 	// before image), written absolute or inserted, and the changes go to
 	// the outbox (changes.go).
 	changelog bool
+	// uncreated: keys the seed does not create (shared) where they are
+	// missing: an earlier attempt of the snapshot created them, and no
+	// event counted on them.
+	uncreated []lockKey
 }
 
 // placement places keys on participants (txsink.Sink).
@@ -378,10 +400,7 @@ func (p *planner) classify() {
 // adjustment is. The seed runs participant after participant, and the
 // writes of the participants from the last risky key's on take their
 // rows one participant after the other (executor.go, write), so every
-// lock a checkpoint takes is after every one it holds, but for the insert
-// of a row its seed found missing: READ COMMITTED locks no row that does
-// not exist, so that row is locked only when the write step creates it,
-// after the seed's later keys (docs/performance.md: what remains).
+// lock a checkpoint takes is after every one it holds.
 //
 // Seeded alone, the risky keys are a subset of the written ones, and two
 // instances' checkpoints that count on the same accounts (a repeat on
@@ -392,8 +411,26 @@ func (p *planner) classify() {
 // transactions, on two servers or one) no server sees the cycle, and both
 // wait out the lock wait timeout. Widened, B's seed waits for X holding
 // nothing. The widened keys are seeded like risky ones: a stored row is
-// written as an absolute value (it is locked), a missing one stays a
-// delta.
+// written as an absolute value (it is locked).
+//
+// READ COMMITTED locks no row that does not exist: a key without a row,
+// only read, would be locked when the write step inserts it, after the
+// seed's later keys. Beside other instances the seed therefore first
+// inserts, in the same order, a row at zero for every key it seeds that
+// has none (driver.StoreTx.CreateBalances, an upsert that changes no
+// stored row, with the changelog as well: it seeds every key), so that it
+// holds each key, stored or not, before it waits for a later one; a
+// created row is then written as an absolute value, as a stored one, and
+// its change is still a create (changes.go). Events summing to zero
+// already leave a row (their count), so only a created row no counted
+// event writes (every event on it refused for overflow) would differ from
+// the checkpoint alone, which writes no row there: the attempt is aborted
+// (its branch rolls the row back) and retried without creating that key
+// (planConfig.uncreated), which is then locked when it is inserted, as
+// before (docs/performance.md: what the order does not cover). In the
+// write step every absolute row is one the seed holds and every delta row
+// a key after all of them, so the order of those statements takes no
+// lock out of order.
 func lockOrder(r riskySet, agg *aggregate, fresh []*record, route router) riskySet {
 	last := r.last(route)
 	if last == nil {
@@ -480,7 +517,35 @@ func (p *planner) seedKeys() []seedKeys {
 		slices.SortFunc(seeds[i].windows, compareWindowKeys)
 		slices.SortFunc(seeds[i].adjusts, compareWindowKeys)
 	}
+	if p.cfg.shared {
+		no := map[lockKey]bool{}
+		for _, k := range p.cfg.uncreated {
+			no[k] = true
+		}
+		for i := range seeds {
+			s := &seeds[i]
+			s.balances, s.create.balances = split(s.balances, func(k driver.BalanceKey) bool { return no[lockKey{i, 0, windowKey{k.Account, k.Currency, 0}}] })
+			s.windows, s.create.windows = split(s.windows, func(k driver.WindowKey) bool {
+				return no[lockKey{i, 1, windowKey{k.Account, k.Currency, k.Start.Unix()}}]
+			})
+			s.adjusts, s.create.adjusts = split(s.adjusts, func(k driver.WindowKey) bool {
+				return no[lockKey{i, 2, windowKey{k.Account, k.Currency, k.Start.Unix()}}]
+			})
+		}
+	}
 	return seeds
+}
+
+// split splits xs into the elements that keep holds for and the others.
+func split[T any](xs []T, keep func(T) bool) (kept, others []T) {
+	for _, x := range xs {
+		if keep(x) {
+			kept = append(kept, x)
+		} else {
+			others = append(others, x)
+		}
+	}
+	return kept, others
 }
 
 func compareWindowKeys(x, y driver.WindowKey) int {
@@ -513,6 +578,32 @@ func (p *planner) aggregate() {
 	p.o.count(p.agg, p.cfg.prefix, p.cfg.entries)
 	p.tally.counted, p.tally.late = p.o.counted, p.o.late
 	p.next = step{kind: stepWrite}
+	if u := p.uncounted(); len(u) > 0 && !p.cfg.trial {
+		p.next = step{kind: stepUncounted, uncounted: u}
+	}
+}
+
+// uncounted are the keys whose rows the seed created and no counted
+// event writes (lockOrder): the attempt is not to leave them behind.
+// A trial rolls back whatever it wrote.
+func (p *planner) uncounted() []lockKey {
+	var out []lockKey
+	for i, s := range p.seeded {
+		for _, k := range s.created.balances {
+			if t := p.agg.balances[balanceKey{k.Account, k.Currency}]; t == nil || t.count == 0 {
+				out = append(out, lockKey{i, 0, windowKey{k.Account, k.Currency, 0}})
+			}
+		}
+		for j, ks := range [][]driver.WindowKey{s.created.windows, s.created.adjusts} {
+			for _, k := range ks {
+				wk := windowKey{k.Account, k.Currency, k.Start.Unix()}
+				if t := p.agg.sums(j == 1)[wk]; t == nil || t.count == 0 {
+					out = append(out, lockKey{i, 1 + j, wk})
+				}
+			}
+		}
+	}
+	return out
 }
 
 // planWrites routes every row to its participant; the first participant of

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/billing/ledger/internal/txsink"
 	"github.com/billing/ledger/internal/txsink/driver"
@@ -26,6 +27,15 @@ const maxRaceRetries = 3
 // server refused a sum as out of range, and only per-event checks against
 // the stored values can tell which events to refuse.
 var errNeedCareful = errors.New("amount sum out of range")
+
+// uncountedError aborts an attempt whose seed created rows (beside other
+// instances: lockOrder) that no counted event writes: retried at once
+// without creating them.
+type uncountedError struct{ keys []lockKey }
+
+func (e *uncountedError) Error() string {
+	return fmt.Sprintf("%d sums rows created by the seed count no event (every event on them refused)", len(e.keys))
+}
 
 // writeFailure is the error of a failed write step: an overflow of the
 // fast path names the careful retry it calls for.
@@ -53,10 +63,18 @@ type attemptOutcome struct {
 	// raced: a Duplicate failure of the write step with the changelog: a
 	// row was created since this attempt read it absent.
 	raced bool
+	// uncounted: the keys whose rows the seed created for nothing
+	// (uncountedError).
+	uncounted []lockKey
 }
 
 func (c *Checkpointer) outcomeOf(info CheckpointInfo, stopped bool) attemptOutcome {
-	return attemptOutcome{failed: info.Err != nil && !info.Decided, stopped: stopped, code: c.sink.Code(info.Err),
+	var u *uncountedError
+	var uncounted []lockKey
+	if errors.As(info.Err, &u) {
+		uncounted = u.keys
+	}
+	return attemptOutcome{uncounted: uncounted, failed: info.Err != nil && !info.Decided, stopped: stopped, code: c.sink.Code(info.Err),
 		moved: errors.Is(info.Err, txsink.ErrFrontierMoved) || errors.Is(info.Err, driver.ErrKeysMoved), refused: c.refusedForData(info.Err), oversized: oversized(info.Err),
 		lostInWrite: c.sink.Code(info.Err) == driver.Transient && info.FailedPhase == stepWrite.phase(),
 		raced:       c.cfg.Changelog && c.sink.Code(info.Err) == driver.Duplicate && info.FailedPhase == stepWrite.phase()}
@@ -66,6 +84,8 @@ func (c *Checkpointer) outcomeOf(info CheckpointInfo, stopped bool) attemptOutco
 type ladder struct {
 	careful, refreshed, dataRetried, isolated bool
 	moved, raced                              int
+	// uncreated: the keys attempts created for nothing, not to create again
+	uncreated []lockKey
 }
 
 // move is what run does next.
@@ -90,6 +110,8 @@ func (m move) String() string { return moveNames[m] }
 //     between the claims and the decision (driver.ErrKeysMoved, a
 //     rotation: at most once a DEDUP_TTL): retried at once, on the new
 //     frontier or generation, up to maxFrontierRetries times;
+//   - the seed created rows no counted event writes (uncountedError):
+//     retried at once without creating them (at most once per key);
 //   - a write met a row created since the attempt read it absent
 //     (Duplicate in the write step): retried at once, whose reads then
 //     find it, up to maxRaceRetries times;
@@ -111,6 +133,10 @@ func (l ladder) next(o attemptOutcome) (move, ladder) {
 		return moveReport, l
 	}
 	switch {
+	case len(o.uncounted) > 0:
+		// Each such retry creates fewer keys: it ends.
+		l.uncreated = slices.Concat(l.uncreated, o.uncounted)
+		return moveRetry, l
 	case o.moved && l.moved < maxFrontierRetries:
 		l.moved++
 		return moveRetry, l

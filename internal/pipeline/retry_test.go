@@ -62,6 +62,19 @@ func TestLadder(t *testing.T) {
 	if !l.careful {
 		t.Error("an overflow did not make the next attempts careful")
 	}
+	// Rows created for nothing: retried at once, each time without
+	// creating any key an earlier attempt created for nothing.
+	k1, k2 := lockKey{0, 1, windowKey{"a", "EUR", 3600}}, lockKey{1, 0, windowKey{"b", "EUR", 0}}
+	l = ladder{}
+	for i, keys := range [][]lockKey{{k1}, {k2}} {
+		var m move
+		if m, l = l.next(attemptOutcome{failed: true, uncounted: keys}); m != moveRetry {
+			t.Errorf("attempt %d created rows for nothing: %v, want a retry", i, m)
+		}
+	}
+	if len(l.uncreated) != 2 || l.uncreated[0] != k1 || l.uncreated[1] != k2 {
+		t.Errorf("keys not to create %v, want %v and %v", l.uncreated, k1, k2)
+	}
 	// Isolation's empty case: nothing found, the checkpoint fails.
 	if afterIsolation(0) != moveReport || afterIsolation(2) != moveRetry {
 		t.Error("after an isolation: nothing found must fail the checkpoint, records found retry the rest")

@@ -82,6 +82,19 @@ type StoreTx interface {
 	LockBalances(ctx context.Context, keys []BalanceKey) ([]BalanceRow, error)
 	LockWindows(ctx context.Context, keys []WindowKey) ([]WindowRow, error)
 	LockAdjustments(ctx context.Context, keys []WindowKey) ([]AdjustmentRow, error)
+	// CreateBalances, CreateWindows and CreateAdjustments are the locking
+	// reads above over rows that may not exist: every key's row is locked
+	// in key order, a stored one as it is and a missing one inserted at
+	// zero (a row another open branch is inserting is waited for, as a
+	// locking read waits), and every key's row is returned, the inserted
+	// ones at zero (their updated_at is no instant), with the keys of the
+	// rows inserted. A locking read locks no row that does not exist (no
+	// gap locks); these lock the missing ones in the same order. A row
+	// inserted here must be written (WriteBalances, ...) before the
+	// branch is prepared, or the branch rolled back.
+	CreateBalances(ctx context.Context, keys []BalanceKey) ([]BalanceRow, []BalanceKey, error)
+	CreateWindows(ctx context.Context, keys []WindowKey) ([]WindowRow, []WindowKey, error)
+	CreateAdjustments(ctx context.Context, keys []WindowKey) ([]AdjustmentRow, []WindowKey, error)
 
 	// WriteBalances upserts rows (in the order given, which callers keep in
 	// key order: one lock order for every writer): a row's amount and

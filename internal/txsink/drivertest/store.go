@@ -22,6 +22,8 @@ var storeTests = []struct {
 	{"Store/LookupsReadCommittedRowsOnly", testLookupCommitted},
 	{"Store/LockingReadsWaitForWriters", testLockingReads},
 	{"Store/NoGapLocks", testNoGapLocks},
+	{"Store/CreatesLockStoredAndMissingRows", testCreates},
+	{"Store/CreatesWaitForAnotherBranchsInsert", testCreatesWait},
 	{"Store/LockWaitTimesOut", testLockWaitTimeout},
 	{"Store/LockWaitSetPerBranch", testLockWaitSet},
 	{"Store/SumsAddSetAndOverflow", testSums},

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -110,6 +111,141 @@ func testNoGapLocks(t *testing.T, ctx context.Context, f Fixture) {
 	}
 	must(t, writer.end(true))
 	must(t, reader.end(false))
+}
+
+// Property (creates): CreateBalances, CreateWindows and CreateAdjustments
+// lock every key's row, a stored one left as it was (its columns, and
+// another branch's locking read waits for it) and a missing one inserted
+// at zero (another branch's insert waits for it), and return every key's
+// row, the created ones at zero, and the keys they inserted. A row
+// created and written ends as the write alone leaves it.
+func testCreates(t *testing.T, ctx context.Context, f Fixture) {
+	now := clock()
+	start := now.Truncate(time.Hour)
+	bk := func(a string) driver.BalanceKey { return driver.BalanceKey{Account: a, Currency: "EUR"} }
+	wk := func(a string) driver.WindowKey { return driver.WindowKey{Account: a, Currency: "EUR", Start: start} }
+	stored := driver.WindowSum{WindowKey: wk("create-1"), Amount: 3, Count: 1}
+	commit(t, ctx, f, func(tx driver.StoreTx) error {
+		return errors.Join(tx.WriteBalances(ctx, []driver.Balance{balance("create-1", 10, 1, false)}, now),
+			tx.WriteWindows(ctx, []driver.WindowSum{stored}, now), tx.WriteAdjustments(ctx, []driver.WindowSum{stored}, "c-1", now))
+	})
+	before := tables(t, ctx, f)
+
+	creator := open(t, ctx, f.Server)
+	rb, cb, err := creator.tx().CreateBalances(ctx, []driver.BalanceKey{bk("create-2"), bk("create-1")})
+	must(t, err)
+	rw, cw, err := creator.tx().CreateWindows(ctx, []driver.WindowKey{wk("create-2"), wk("create-1")})
+	must(t, err)
+	ra, ca, err := creator.tx().CreateAdjustments(ctx, []driver.WindowKey{wk("create-1"), wk("create-2")})
+	must(t, err)
+	if fmt.Sprint(cb) != fmt.Sprint([]driver.BalanceKey{bk("create-2")}) || len(cw) != 1 || cw[0].Account != "create-2" || len(ca) != 1 || ca[0].Account != "create-2" {
+		t.Fatalf("created %v, %v and %v, want create-2's rows only", cb, cw, ca)
+	}
+	// Every key's row, in key order: the stored one as it is, the created
+	// one at zero.
+	if len(rb) != 2 || rb[0].Account != "create-1" || rb[0].Amount != 10 || rb[0].Count != 1 || !rb[0].UpdatedAt.Equal(now) ||
+		rb[1].Account != "create-2" || rb[1].Amount != 0 || rb[1].Count != 0 {
+		t.Errorf("balances read %+v, want create-1's stored row and create-2's at zero", rb)
+	}
+	if len(rw) != 2 || !sameWindow(rw[0], driver.WindowRow{WindowKey: stored.WindowKey, Amount: 3, Count: 1, UpdatedAt: now}) ||
+		rw[1].Account != "create-2" || rw[1].Amount != 0 || rw[1].Count != 0 || !rw[1].ClosedAt.IsZero() {
+		t.Errorf("windows read %+v, want create-1's stored row and create-2's at zero", rw)
+	}
+	if len(ra) != 2 || !sameAdjustment(ra[0], driver.AdjustmentRow{WindowKey: stored.WindowKey, Amount: 3, Count: 1, UpdatedAt: now, Checkpoint: "c-1"}) ||
+		ra[1].Account != "create-2" || ra[1].Amount != 0 || ra[1].Count != 0 {
+		t.Errorf("adjustments read %+v, want create-1's stored row and create-2's at zero", ra)
+	}
+	reader := open(t, ctx, f.Server)
+	read := async(func() error {
+		_, err := reader.tx().LockBalances(ctx, []driver.BalanceKey{bk("create-1")})
+		return err
+	})
+	blocked(t, read, f.LockWait/4, "a locking read of a stored row another branch's create locked")
+	writer := open(t, ctx, f.Server)
+	write := async(func() error {
+		return writer.tx().WriteBalances(ctx, []driver.Balance{balance("create-2", 1, 1, false)}, now)
+	})
+	blocked(t, write, f.LockWait/4, "an insert of a row another branch created")
+	w2 := driver.WindowSum{WindowKey: wk("create-2"), Amount: 5, Count: 2, Absolute: true}
+	must(t, errors.Join(creator.tx().WriteBalances(ctx, []driver.Balance{balance("create-2", 5, 2, true)}, now),
+		creator.tx().WriteWindows(ctx, []driver.WindowSum{w2}, now), creator.tx().WriteAdjustments(ctx, []driver.WindowSum{w2}, "c-2", now)))
+	must(t, creator.end(true))
+	must(t, errors.Join(<-read, <-write, reader.end(false), writer.end(false)))
+
+	after := tables(t, ctx, f)
+	if b, ok := storedBalance(t, ctx, f, "create-1"); !ok || b != before.Balances[slices.IndexFunc(before.Balances, func(r driver.BalanceRow) bool { return r.Account == "create-1" })] {
+		t.Errorf("stored balance %+v changed by a create", b)
+	}
+	if b, ok := storedBalance(t, ctx, f, "create-2"); !ok || b.Amount != 5 || b.Count != 2 || !b.UpdatedAt.Equal(now) {
+		t.Errorf("created balance %+v (found %v), want 5 in 2 events, updated at %s", b, ok, now)
+	}
+	for _, w := range after.Windows {
+		want := driver.WindowRow{WindowKey: wk(w.Account), Amount: 5, Count: 2, UpdatedAt: now}
+		if w.Account == "create-1" {
+			want = driver.WindowRow{WindowKey: stored.WindowKey, Amount: 3, Count: 1, UpdatedAt: now}
+		}
+		if strings.HasPrefix(w.Account, "create-") && !sameWindow(w, want) {
+			t.Errorf("window %+v, want %+v", w, want)
+		}
+	}
+	for _, a := range after.Adjustments {
+		want := driver.AdjustmentRow{WindowKey: wk(a.Account), Amount: 5, Count: 2, UpdatedAt: now, Checkpoint: "c-2"}
+		if a.Account == "create-1" {
+			want = driver.AdjustmentRow{WindowKey: stored.WindowKey, Amount: 3, Count: 1, UpdatedAt: now, Checkpoint: "c-1"}
+		}
+		if strings.HasPrefix(a.Account, "create-") && !sameAdjustment(a, want) {
+			t.Errorf("adjustment %+v, want %+v", a, want)
+		}
+	}
+}
+
+// Property (creates wait): a row another branch creates first, the
+// create waits for it and, that branch committed, did not insert it;
+// rolled back, the rows a create inserted are gone.
+func testCreatesWait(t *testing.T, ctx context.Context, f Fixture) {
+	now := clock()
+	bk := func(a string) driver.BalanceKey { return driver.BalanceKey{Account: a, Currency: "EUR"} }
+	other := open(t, ctx, f.Server)
+	if _, got, err := other.tx().CreateBalances(ctx, []driver.BalanceKey{bk("create-3")}); err != nil || len(got) != 1 {
+		t.Fatalf("created %v, %v; want create-3", got, err)
+	}
+	late := open(t, ctx, f.Server)
+	var got []driver.BalanceKey
+	done := async(func() (err error) {
+		var rows []driver.BalanceRow
+		rows, got, err = late.tx().CreateBalances(ctx, []driver.BalanceKey{bk("create-3"), bk("create-4")})
+		if err == nil && (len(rows) != 2 || rows[0].Amount != 7) {
+			err = fmt.Errorf("read %+v, want create-3 as the other branch committed it and create-4 at zero", rows)
+		}
+		return err
+	})
+	blocked(t, done, f.LockWait/4, "a create of a row another branch created")
+	must(t, other.tx().WriteBalances(ctx, []driver.Balance{balance("create-3", 7, 1, true)}, now))
+	must(t, other.end(true))
+	must(t, <-done)
+	if fmt.Sprint(got) != fmt.Sprint([]driver.BalanceKey{bk("create-4")}) {
+		t.Errorf("created %v after the other branch committed create-3, want create-4 only", got)
+	}
+	// Rolled back, the rows it created are gone.
+	must(t, late.end(false))
+	if _, ok := storedBalance(t, ctx, f, "create-4"); ok {
+		t.Error("a created row outlived its branch's rollback")
+	}
+	if b, ok := storedBalance(t, ctx, f, "create-3"); !ok || b.Amount != 7 || b.Count != 1 {
+		t.Errorf("balance %+v, want the other branch's 7 in 1 event", b)
+	}
+	// Every row stored: nothing created, each read and locked.
+	again := open(t, ctx, f.Server)
+	rows, created, err := again.tx().CreateBalances(ctx, []driver.BalanceKey{bk("create-3")})
+	if err != nil || len(created) != 0 || len(rows) != 1 || rows[0].Amount != 7 {
+		t.Errorf("create of a stored row: rows %+v, created %v, %v", rows, created, err)
+	}
+	writer := open(t, ctx, f.Server)
+	done = async(func() error {
+		return writer.tx().WriteBalances(ctx, []driver.Balance{balance("create-3", 1, 1, false)}, now)
+	})
+	blocked(t, done, f.LockWait/4, "a write of a stored row another branch's create locked")
+	must(t, errors.Join(again.end(false), <-done, writer.end(false)))
 }
 
 // Property (lock wait timeout): a branch waiting longer than the server's

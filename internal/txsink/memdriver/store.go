@@ -333,6 +333,98 @@ func (t storeTx) lockWindows(ctx context.Context, tb table, keys []driver.Window
 	return out, err
 }
 
+// CreateBalances, CreateWindows and CreateAdjustments lock their keys'
+// rows in key order, inserting each missing one at zero, as mysqldriver's
+// upsert that changes nothing does, and read them all; they return the
+// rows and the keys they inserted.
+func (t storeTx) CreateBalances(ctx context.Context, keys []driver.BalanceKey) ([]driver.BalanceRow, []driver.BalanceKey, error) {
+	keys = slices.SortedFunc(slices.Values(keys), func(a, b driver.BalanceKey) int {
+		return cmp.Or(strings.Compare(a.Account, b.Account), strings.Compare(a.Currency, b.Currency))
+	})
+	ids := make([]rowID, len(keys))
+	for i, k := range keys {
+		ids[i] = balanceID(k)
+	}
+	rows, idx, err := t.create(ctx, ids, func(i int) int { return stmt.ArgBytes(keys[i].Account) + resultBytes }, func(i int) any {
+		return driver.BalanceRow{BalanceKey: keys[i], UpdatedAt: createdAt}
+	})
+	out := make([]driver.BalanceRow, len(rows))
+	for i, r := range rows {
+		out[i] = r.(driver.BalanceRow)
+	}
+	created := make([]driver.BalanceKey, len(idx))
+	for i, j := range idx {
+		created[i] = keys[j]
+	}
+	return out, created, err
+}
+
+func (t storeTx) CreateWindows(ctx context.Context, keys []driver.WindowKey) ([]driver.WindowRow, []driver.WindowKey, error) {
+	rows, created, err := t.createWindows(ctx, tWindows, keys, func(k driver.WindowKey) any { return driver.WindowRow{WindowKey: k, UpdatedAt: createdAt} })
+	out := make([]driver.WindowRow, len(rows))
+	for i, r := range rows {
+		out[i] = r.(driver.WindowRow)
+	}
+	return out, created, err
+}
+
+func (t storeTx) CreateAdjustments(ctx context.Context, keys []driver.WindowKey) ([]driver.AdjustmentRow, []driver.WindowKey, error) {
+	rows, created, err := t.createWindows(ctx, tAdjustments, keys, func(k driver.WindowKey) any { return driver.AdjustmentRow{WindowKey: k, UpdatedAt: createdAt} })
+	out := make([]driver.AdjustmentRow, len(rows))
+	for i, r := range rows {
+		out[i] = r.(driver.AdjustmentRow)
+	}
+	return out, created, err
+}
+
+func (t storeTx) createWindows(ctx context.Context, tb table, keys []driver.WindowKey, zero func(driver.WindowKey) any) ([]any, []driver.WindowKey, error) {
+	keys = slices.SortedFunc(slices.Values(keys), compareWindowKeys)
+	ids := make([]rowID, len(keys))
+	for i := range keys {
+		keys[i].Start = datetime(keys[i].Start)
+		ids[i] = windowID(tb, keys[i])
+	}
+	rows, idx, err := t.create(ctx, ids, func(i int) int { return stmt.ArgBytes(keys[i].Account) + resultBytes }, func(i int) any { return zero(keys[i]) })
+	created := make([]driver.WindowKey, len(idx))
+	for i, j := range idx {
+		created[i] = keys[j]
+	}
+	return rows, created, err
+}
+
+// createdAt marks a row a create inserted, as mysqldriver's does (its
+// updated_at until the row is written).
+var createdAt = time.Date(1000, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// create locks the rows ids in order, each as soon as no other
+// transaction holds it, inserts zero(i) where row i is missing, and
+// returns every row and the indexes of the ones it inserted.
+func (t storeTx) create(ctx context.Context, ids []rowID, rowBytes func(i int) int, zero func(i int) any) ([]any, []int, error) {
+	c, tx, err := t.begin()
+	if err != nil {
+		return nil, nil, err
+	}
+	defer c.mu.Unlock()
+	var rows []any
+	var created []int
+	err = c.statementsLocked(len(ids), 200, rowBytes, func(start, end int) error {
+		for i := start; i < end; i++ {
+			if err := c.lockLocked(ctx, tx, ids[i]); err != nil {
+				return err
+			}
+			r, ok := c.getLocked(tx, ids[i])
+			if !ok {
+				r = zero(i)
+				c.putLocked(tx, ids[i], r)
+				created = append(created, i)
+			}
+			rows = append(rows, r)
+		}
+		return nil
+	})
+	return rows, created, err
+}
+
 // sums is one row of an upsert of sums, whatever its table: its key
 // (driver.BalanceKey or driver.WindowKey, as the columns keep it), and the
 // amount and count to add or set.

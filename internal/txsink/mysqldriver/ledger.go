@@ -1,6 +1,7 @@
 package mysqldriver
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
@@ -497,4 +498,178 @@ func utcOrZero(t sql.NullTime) time.Time {
 		return time.Time{}
 	}
 	return t.Time.UTC()
+}
+
+// createdAt is the updated_at of a row a create inserted: an instant no
+// checkpoint writes (a row created is written, with the checkpoint's
+// time, before its branch is prepared, or the branch rolls back), by
+// which a read tells the rows a create inserted from stored ones.
+var createdAt = time.Date(1000, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// sumsKey is a key of a sums table as a map key (a balance's without a
+// start).
+type sumsKey struct {
+	account, currency string
+	start             int64 // Unix microseconds
+}
+
+// sumsTable is one sums table as a create sees it: its key columns, and
+// the keys to create, sorted.
+type sumsTable struct {
+	name, keyCols, tuple string
+	n                    int
+	key                  func(i int) sumsKey
+	args                 func(i int) []any // the key's columns
+	bytes                func(i int) int   // the key's bytes in a statement
+	// scan reads the keys a select of keyCols found.
+	scan func(sel func(dest any) error) ([]sumsKey, error)
+}
+
+// create locks the rows of t's keys in key order and inserts the missing
+// ones at zero; it returns the indexes of the keys it inserted. A plain
+// read first finds the keys without a row: with none (a row is never
+// deleted) nothing is written, and the locking read that follows takes
+// every lock in order. Otherwise one upsert whose update changes nothing
+// goes over every key in order (a stored row is locked and counts 0 in
+// the affected rows, an inserted one 1): when it inserted as many rows as
+// the read found missing it inserted exactly those (the others existed
+// already); else (another branch inserted one meanwhile) the rows it
+// inserted are read back by their mark.
+func create(ctx context.Context, q branchQuerier, t sumsTable) ([]int, error) {
+	stored := map[sumsKey]bool{}
+	if err := selectSumsKeys(ctx, q, t, "", nil, stored); err != nil {
+		return nil, err
+	}
+	var missing []int
+	for i := range t.n {
+		if !stored[t.key(i)] {
+			missing = append(missing, i)
+		}
+	}
+	if len(missing) == 0 {
+		return nil, nil
+	}
+	zero := strings.TrimSuffix(t.tuple, ")") + ",0,0,?)"
+	amount := "amount_minor"
+	if t.name == "account_balances" {
+		amount = "balance_minor"
+	}
+	ex := &affected{Execer: q}
+	err := stmt.Insert(ctx, ex, t.n, `INSERT INTO `+t.name+` (`+t.keyCols+`, `+amount+`, event_count, updated_at) VALUES `,
+		zero, ` ON DUPLICATE KEY UPDATE `+amount+` = `+amount,
+		func(i int) int { return t.bytes(i) + resultRowBytes },
+		func(i int) []any { return append(t.args(i), createdAt) })
+	switch {
+	case err != nil || ex.rows == 0:
+		return nil, err
+	case ex.rows == int64(len(missing)):
+		return missing, nil
+	}
+	mine := map[sumsKey]bool{}
+	if err := selectSumsKeys(ctx, q, t, ` AND updated_at = ?`, []any{createdAt}, mine); err != nil {
+		return nil, err
+	}
+	var created []int
+	for _, i := range missing {
+		if mine[t.key(i)] {
+			created = append(created, i)
+		}
+	}
+	return created, nil
+}
+
+// selectSumsKeys adds to found the keys of t with a row, as this branch sees
+// them (a plain read, no lock), that meet the condition where.
+func selectSumsKeys(ctx context.Context, q branchQuerier, t sumsTable, where string, args []any, found map[sumsKey]bool) error {
+	return stmt.Split(t.n, 256, q.MaxStatementBytes(), func(i int) int { return t.bytes(i) + 32 }, func(start, end int) error {
+		var all []any
+		for i := start; i < end; i++ {
+			all = append(all, t.args(i)...)
+		}
+		keys, err := t.scan(func(dest any) error {
+			return q.Select(ctx, dest, `SELECT `+t.keyCols+` FROM `+t.name+` FORCE INDEX (PRIMARY) WHERE (`+t.keyCols+`) IN (`+
+				strings.Repeat(t.tuple+",", end-start-1)+t.tuple+`)`+where, append(all, args...)...)
+		})
+		for _, k := range keys {
+			found[k] = true
+		}
+		return err
+	})
+}
+
+// createBalances locks the balances of keys in key order, inserting the
+// missing ones at zero (create), and reads them all under the locks it
+// holds; it returns the rows and the keys it inserted.
+func createBalances(ctx context.Context, q branchQuerier, keys []driver.BalanceKey, images bool) ([]driver.BalanceRow, []driver.BalanceKey, error) {
+	keys = slices.SortedFunc(slices.Values(keys), func(a, b driver.BalanceKey) int {
+		return cmp.Or(strings.Compare(a.Account, b.Account), strings.Compare(a.Currency, b.Currency))
+	})
+	idx, err := create(ctx, q, sumsTable{name: "account_balances", keyCols: "account_id, currency", tuple: "(?,?)", n: len(keys),
+		key:   func(i int) sumsKey { return sumsKey{keys[i].Account, keys[i].Currency, 0} },
+		args:  func(i int) []any { return []any{keys[i].Account, keys[i].Currency} },
+		bytes: func(i int) int { return stmt.ArgBytes(keys[i].Account) },
+		scan: func(sel func(dest any) error) ([]sumsKey, error) {
+			var rows []balanceRowSQL
+			err := sel(&rows)
+			out := make([]sumsKey, len(rows))
+			for i, r := range rows {
+				out[i] = sumsKey{string(r.Account), r.Currency, 0}
+			}
+			return out, err
+		}})
+	if err != nil {
+		return nil, nil, err
+	}
+	var created []driver.BalanceKey
+	for _, i := range idx {
+		created = append(created, keys[i])
+	}
+	rows, err := lockBalances(ctx, q, keys, images)
+	return rows, created, err
+}
+
+// createWindowKeys is create for billing_windows or window_adjustments
+// (a created adjustment's checkpoint_id is NULL until it is written).
+func createWindowKeys(ctx context.Context, q branchQuerier, table string, keys []driver.WindowKey) ([]driver.WindowKey, []driver.WindowKey, error) {
+	keys = slices.SortedFunc(slices.Values(keys), func(a, b driver.WindowKey) int {
+		return cmp.Or(strings.Compare(a.Account, b.Account), strings.Compare(a.Currency, b.Currency), a.Start.Compare(b.Start))
+	})
+	idx, err := create(ctx, q, sumsTable{name: table, keyCols: windowKeyColumns, tuple: "(?,?,?)", n: len(keys),
+		key:   func(i int) sumsKey { return sumsKey{keys[i].Account, keys[i].Currency, keys[i].Start.UnixMicro()} },
+		args:  func(i int) []any { return []any{keys[i].Account, keys[i].Currency, keys[i].Start.UTC()} },
+		bytes: func(i int) int { return stmt.ArgBytes(keys[i].Account) + 48 },
+		scan: func(sel func(dest any) error) ([]sumsKey, error) {
+			var rows []windowRowSQL
+			err := sel(&rows)
+			out := make([]sumsKey, len(rows))
+			for i, r := range rows {
+				out[i] = sumsKey{string(r.Account), r.Currency, r.Start.UnixMicro()}
+			}
+			return out, err
+		}})
+	var created []driver.WindowKey
+	for _, i := range idx {
+		created = append(created, keys[i])
+	}
+	return keys, created, err
+}
+
+// createWindows and createAdjustments are createBalances for
+// billing_windows and window_adjustments.
+func createWindows(ctx context.Context, q branchQuerier, keys []driver.WindowKey, images bool) ([]driver.WindowRow, []driver.WindowKey, error) {
+	keys, created, err := createWindowKeys(ctx, q, tableWindows, keys)
+	if err != nil {
+		return nil, nil, err
+	}
+	rows, err := lockWindows(ctx, q, keys, images)
+	return rows, created, err
+}
+
+func createAdjustments(ctx context.Context, q branchQuerier, keys []driver.WindowKey, images bool) ([]driver.AdjustmentRow, []driver.WindowKey, error) {
+	keys, created, err := createWindowKeys(ctx, q, tableAdjustments, keys)
+	if err != nil {
+		return nil, nil, err
+	}
+	rows, err := lockAdjustments(ctx, q, keys, images)
+	return rows, created, err
 }

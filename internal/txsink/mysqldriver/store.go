@@ -99,6 +99,18 @@ func (t tables) LockAdjustments(ctx context.Context, keys []driver.WindowKey) ([
 	return lockAdjustments(ctx, t.c, keys, t.c.sv.images)
 }
 
+func (t tables) CreateBalances(ctx context.Context, keys []driver.BalanceKey) ([]driver.BalanceRow, []driver.BalanceKey, error) {
+	return createBalances(ctx, t.c, keys, t.c.sv.images)
+}
+
+func (t tables) CreateWindows(ctx context.Context, keys []driver.WindowKey) ([]driver.WindowRow, []driver.WindowKey, error) {
+	return createWindows(ctx, t.c, keys, t.c.sv.images)
+}
+
+func (t tables) CreateAdjustments(ctx context.Context, keys []driver.WindowKey) ([]driver.AdjustmentRow, []driver.WindowKey, error) {
+	return createAdjustments(ctx, t.c, keys, t.c.sv.images)
+}
+
 func (t tables) WriteBalances(ctx context.Context, rows []driver.Balance, now time.Time) error {
 	return writeBalances(ctx, t.c, rows, now)
 }
