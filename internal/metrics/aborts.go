@@ -13,18 +13,19 @@ import (
 // label values of billing_checkpoint_aborts_total beside
 // mysqldriver.ErrorKinds.
 const (
-	CauseFenced          = "fenced"              // a partition moved to another instance (a rebalance)
-	CauseAbortedRecovery = "aborted_by_recovery" // the decision is abort: a recoverer's, or the coordinator gave up
-	CauseFrontierMoved   = "frontier_moved"      // another checkpoint closed a window this one wrote to as open
-	CauseOutcomeUnknown  = "outcome_unknown"     // the decision was neither made durable nor proven either way
-	CauseCanceled        = "canceled"            // the attempt's context ended: CHECKPOINT_TIMEOUT or the instance stopping
-	CauseOther           = "other"
+	CauseFenced           = "fenced"              // a partition moved to another instance (a rebalance)
+	CauseAbortedRecovery  = "aborted_by_recovery" // the decision is abort: a recoverer's, or the coordinator gave up
+	CauseFrontierMoved    = "frontier_moved"      // another checkpoint closed a window this one wrote to as open
+	CauseOutcomeUnknown   = "outcome_unknown"     // the decision was neither made durable nor proven either way
+	CauseCanceled         = "canceled"            // the attempt's context ended: CHECKPOINT_TIMEOUT or the instance stopping
+	CauseCreatedUncounted = "created_uncounted"   // beside other instances the seed created a row no counted event writes (every event on it refused): retried at once without creating it
+	CauseOther            = "other"
 )
 
 // AbortCauses lists every label value of billing_checkpoint_aborts_total,
 // in a stable order.
 func AbortCauses() []string {
-	out := []string{CauseFenced, CauseAbortedRecovery, CauseFrontierMoved, CauseOutcomeUnknown}
+	out := []string{CauseFenced, CauseAbortedRecovery, CauseFrontierMoved, CauseOutcomeUnknown, CauseCreatedUncounted}
 	for _, k := range mysqldriver.ErrorKinds() {
 		if k != mysqldriver.KindOther {
 			out = append(out, k)
@@ -55,6 +56,8 @@ func AbortCause(info pipeline.CheckpointInfo) string {
 		return CauseFrontierMoved
 	case errors.Is(err, txsink.ErrOutcomeUnknown):
 		return CauseOutcomeUnknown
+	case errors.Is(err, pipeline.ErrCreatedUncounted):
+		return CauseCreatedUncounted
 	}
 	if kind, ok := mysqldriver.ErrorKind(err); ok {
 		return kind

@@ -42,6 +42,7 @@ func TestCheckpointAbortsByCause(t *testing.T) {
 		{wrap(txsink.ErrAborted), CauseAbortedRecovery},
 		{wrap(&txsink.FrontierMovedError{}), CauseFrontierMoved},
 		{wrap(txsink.ErrOutcomeUnknown), CauseOutcomeUnknown},
+		{wrap(pipeline.ErrCreatedUncounted), CauseCreatedUncounted},
 		{wrap(context.Canceled), CauseCanceled},
 		{wrap(context.DeadlineExceeded), CauseCanceled},
 		{wrap(mysql.ErrInvalidConn), "connection"},

@@ -129,6 +129,9 @@ func TestRowCreatedForNoCountedEventIsNotLeft(t *testing.T) {
 	if len(infos) != 2 || !errors.As(infos[0].Err, &u) || len(u.keys) != 1 || infos[1].Err != nil || !infos[1].Decided {
 		t.Errorf("attempts %+v, want one aborted for the row created for nothing, then one decided", infos)
 	}
+	if len(infos) > 0 && !errors.Is(infos[0].Err, ErrCreatedUncounted) {
+		t.Errorf("the aborted attempt's error %v is not ErrCreatedUncounted (the metrics' cause created_uncounted)", infos[0].Err)
+	}
 }
 
 // The rows a checkpoint beside other instances creates in its seed end as

@@ -33,9 +33,15 @@ var errNeedCareful = errors.New("amount sum out of range")
 // without creating them.
 type uncountedError struct{ keys []lockKey }
 
+// ErrCreatedUncounted is what an attempt aborted by an uncountedError is
+// (errors.Is): a row its seed created counts no event.
+var ErrCreatedUncounted = errors.New("sums rows created by the seed count no event")
+
 func (e *uncountedError) Error() string {
 	return fmt.Sprintf("%d sums rows created by the seed count no event (every event on them refused)", len(e.keys))
 }
+
+func (e *uncountedError) Is(target error) bool { return target == ErrCreatedUncounted }
 
 // writeFailure is the error of a failed write step: an overflow of the
 // fast path names the careful retry it calls for.
