@@ -27,6 +27,7 @@ import (
 	"github.com/billing/ledger/internal/event"
 	"github.com/billing/ledger/internal/event/format"
 	"github.com/billing/ledger/internal/testenv"
+	"github.com/billing/ledger/internal/waits"
 )
 
 // CloudEvents in both modes and a mapping count exactly against Kafka and
@@ -206,7 +207,8 @@ func TestAvroCountsExactlyAcrossSchemaChangeAndRegistryOutage(t *testing.T) {
 		first = append(first, rec("v1", fmt.Sprintf("a-%d", i), "acct-a", 150))
 	}
 	produce(t, e, first...)
-	in := start(t, e, func(c *Config, _ *sinkConfig) { c.Decoder = dec })
+	ws := waits.New(testenv.Logger())
+	in := start(t, e, func(c *Config, _ *sinkConfig) { c.Decoder, c.Waits = dec, ws })
 	waitCounted(t, e.db, 100, 0)
 
 	// The registry goes away; the producer moves to v2, which this
@@ -224,6 +226,10 @@ func TestAvroCountsExactlyAcrossSchemaChangeAndRegistryOutage(t *testing.T) {
 		n := in.p.Stats().RegistryRetries.Load()
 		return n >= 2 && in.p.Stats().RegistryDown.Load() == 1, fmt.Sprintf("%d retries", n)
 	})
+	// The held records are a wait /waits and billing status list.
+	if cur := ws.Current(); len(cur) != 1 || !strings.Contains(cur[0].What, "schema registry") {
+		t.Errorf("waits during the outage: %+v, want the schema registry's", cur)
+	}
 	var dead int
 	if err := e.db.Get(&dead, `SELECT COUNT(*) FROM dead_letters`); err != nil || dead != 0 {
 		t.Fatalf("%d dead letters during the outage (%v)", dead, err)
@@ -236,6 +242,9 @@ func TestAvroCountsExactlyAcrossSchemaChangeAndRegistryOutage(t *testing.T) {
 	waitCounted(t, e.db, 200, 1)
 	if in.p.Stats().RegistryDown.Load() != 0 {
 		t.Error("the registry is still reported unavailable")
+	}
+	if cur := ws.Current(); len(cur) != 0 {
+		t.Errorf("still waiting after the outage: %+v", cur)
 	}
 	b := balances(t, e.db)
 	if a := b["acct-a/EUR"]; a.Amount != 100*150 || a.Count != 100 {

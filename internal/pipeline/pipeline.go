@@ -18,6 +18,7 @@ import (
 	"github.com/billing/ledger/internal/ledgerclock"
 	"github.com/billing/ledger/internal/txsink"
 	"github.com/billing/ledger/internal/txsink/driver"
+	"github.com/billing/ledger/internal/waits"
 )
 
 // Config is what the pipeline needs; cmd/billing fills it from the
@@ -139,6 +140,10 @@ type Config struct {
 	// change cannot commit (the change raised the epochs), and one built
 	// on a newer claim passed the check first.
 	CheckSettings func(context.Context) error
+	// Waits lists what the pipeline waits for without a bound of its own
+	// (the schema registry while it does not answer): logged, on /waits
+	// and in billing status. Nil: logged only.
+	Waits *waits.Set
 	// Changelog: the instance writes the ledger's changelog
 	// (docs/changelog.md): every key a checkpoint changes is read under a
 	// row lock first, written absolute or inserted, and the checkpoint's

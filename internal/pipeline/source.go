@@ -16,6 +16,7 @@ import (
 	"github.com/billing/ledger/internal/event"
 	"github.com/billing/ledger/internal/event/format"
 	"github.com/billing/ledger/internal/txsink"
+	"github.com/billing/ledger/internal/waits"
 )
 
 // partition is the input state of one assigned partition. It is guarded by
@@ -158,6 +159,12 @@ func (p *Pipeline) prepare(ctx context.Context, fetches kgo.Fetches) bool {
 	}
 	recs := fetches.Records()
 	backoff := 100 * time.Millisecond
+	var wait *waits.Wait
+	defer func() {
+		if wait != nil {
+			wait.End()
+		}
+	}()
 	for {
 		err := p.recDec.Prepare(ctx, recs)
 		if err == nil {
@@ -171,6 +178,10 @@ func (p *Pipeline) prepare(ctx context.Context, fetches kgo.Fetches) bool {
 		}
 		p.stats.RegistryDown.Store(1)
 		p.stats.RegistryRetries.Add(1)
+		if wait == nil {
+			wait = p.cfg.Waits.Begin(fmt.Sprintf("the schema registry to answer (%d records held)", len(recs)))
+		}
+		wait.Still(err.Error())
 		p.log.Warn("schema registry unavailable: the poll's records wait for it (none is dead-lettered for it)",
 			"records", len(recs), "retry_in", backoff, "err", err)
 		select {

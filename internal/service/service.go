@@ -134,7 +134,7 @@ func run(ctx context.Context, cfg config.Config, o Options, log *slog.Logger) er
 	log.Info("starting", "instance", l.Sink.Instance(), "topic", cfg.KafkaTopic, "group", cfg.KafkaGroup,
 		"servers", len(c.dsns), "participants", l.Sink.Participants())
 
-	p, err := newPipeline(cfg, c, l, stored, schedule, fps, m, mon, o, cl, log)
+	p, err := newPipeline(cfg, c, l, stored, schedule, fps, m, mon, o, cl, ws, log)
 	if err != nil {
 		return err
 	}
@@ -200,9 +200,10 @@ func run(ctx context.Context, cfg config.Config, o Options, log *slog.Logger) er
 // id names the instance, so that the group's members, in billing status
 // and Kafka's tools, tell which member is which owner of
 // partition_offsets), the ledger's clock and period schedule, the check
-// that the settings stay the ledger's, and the checkpoint hooks.
+// that the settings stay the ledger's, the checkpoint hooks, and ws for
+// its waits.
 func newPipeline(cfg config.Config, c *conns, l *Ledger, stored periods.Stored, schedule event.Schedule,
-	fps *failpoint.Set, m *metrics.Metrics, mon *health.Monitor, o Options, cl *changelogParts, log *slog.Logger) (*pipeline.Pipeline, error) {
+	fps *failpoint.Set, m *metrics.Metrics, mon *health.Monitor, o Options, cl *changelogParts, ws *waits.Set, log *slog.Logger) (*pipeline.Pipeline, error) {
 	kopts := append(slices.Clip(c.kopts), m.KafkaHooks(), kgo.ClientID("billing-"+l.Sink.Instance()))
 	pcfg := PipelineConfig(cfg, kopts, log, func(info pipeline.CheckpointInfo) {
 		m.OnCheckpoint(info)
@@ -223,6 +224,7 @@ func newPipeline(cfg config.Config, c *conns, l *Ledger, stored periods.Stored, 
 		pcfg.Hold = cl.backlog.Hold
 	}
 	view := l.Driver.View()
+	pcfg.Waits = ws
 	pcfg.CheckSettings = func(ctx context.Context) error {
 		err := periods.Verify(ctx, view, stored)
 		var changed *periods.MismatchError
