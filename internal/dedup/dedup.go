@@ -36,6 +36,12 @@ func (v Verdict) String() string {
 		return "duplicate"
 	case Conflict:
 		return "conflicting_duplicate"
+	case Amend:
+		return "amended"
+	case Stale:
+		return "stale_revision"
+	case PastHorizon:
+		return "version_past_horizon"
 	}
 	return "unknown"
 }
