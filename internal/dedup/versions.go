@@ -32,6 +32,11 @@ type Stored struct {
 	Fingerprint Fingerprint
 	ExpiresAt   time.Time
 	Version     Version
+	// Unknown: the row keeps no version (a key stored before versions,
+	// or one only the cache proves, whose arrivals are all revision 0):
+	// an arrival of another revision cannot retract what it counted, and
+	// is PastHorizon.
+	Unknown bool
 }
 
 // Write is how a changed key reaches the current generation's table.
@@ -59,6 +64,9 @@ type Change struct {
 	Old         *Version
 	New         Version
 	Write       Write
+	// Claimed: the row in the current generation's table is this
+	// checkpoint's claim, to be taken back if the change is not kept.
+	Claimed bool
 }
 
 // Verdicts of versions, beside New, Duplicate and Conflict (a repeat of
@@ -112,8 +120,8 @@ func ClassifyVersions(now time.Time, ttl, horizon time.Duration, arrivals []Arri
 				if stored {
 					w = WriteReplace
 				}
-				changes = append(changes, Change{ID: a.ID, Fingerprint: a.Fingerprint, ExpiresAt: now.Add(ttl), New: a.Version, Write: w})
-				batch[a.ID] = &state{cur: Stored{a.Fingerprint, now.Add(ttl), a.Version}, change: len(changes) - 1, stored: stored}
+				changes = append(changes, Change{ID: a.ID, Fingerprint: a.Fingerprint, ExpiresAt: now.Add(ttl), New: a.Version, Write: w, Claimed: !stored})
+				batch[a.ID] = &state{cur: Stored{Fingerprint: a.Fingerprint, ExpiresAt: now.Add(ttl), Version: a.Version}, change: len(changes) - 1, stored: stored}
 				continue
 			}
 			batch[a.ID] = st
@@ -122,14 +130,14 @@ func ClassifyVersions(now time.Time, ttl, horizon time.Duration, arrivals []Arri
 		switch {
 		case a.Version.Revision == st.cur.Version.Revision:
 			verdicts[i] = verdict(st.cur.Fingerprint, a.Fingerprint)
-		case !now.Before(st.cur.ExpiresAt.Add(horizon - ttl)):
+		case st.cur.Unknown || !now.Before(st.cur.ExpiresAt.Add(horizon-ttl)):
 			verdicts[i] = PastHorizon
 		case a.Version.Revision < st.cur.Version.Revision:
 			verdicts[i] = Stale
 		default:
 			verdicts[i] = Amend
 			if st.change < 0 {
-				c := Change{ID: a.ID, ExpiresAt: st.cur.ExpiresAt, Write: WriteUpdate}
+				c := Change{ID: a.ID, ExpiresAt: st.cur.ExpiresAt, Write: WriteUpdate, Claimed: !st.stored}
 				if !st.cur.Version.Cancelled {
 					old := st.cur.Version
 					c.Old = &old

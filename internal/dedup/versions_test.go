@@ -16,10 +16,10 @@ import (
 // "classify" gives the stored rows (known: the current generation's,
 // earlier: an earlier one's) and the arrivals, one a line, as
 //
-//	known|earlier|arrive id=ID rev=N fp=N amount=N [expires=DURATION] [cancelled]
+//	known|earlier|arrive id=ID rev=N fp=N amount=N [expires=DURATION] [cancelled] [unknown]
 //
 // (expires: from now; a stored row's first version was at expires minus
-// the ttl), and prints every arrival's verdict, the changes and the ids
+// the ttl; unknown: a row that keeps no version), and prints every arrival's verdict, the changes and the ids
 // taken back. now is fixed, ttl=DURATION and horizon=DURATION are the
 // command's arguments.
 func TestClassifyVersions(t *testing.T) {
@@ -67,8 +67,12 @@ func TestClassifyVersions(t *testing.T) {
 				if c.Old != nil {
 					old = showVersion(*c.Old)
 				}
-				fmt.Fprintf(&b, "change %s: retract %s, count %s, fp=%d, expires %s, write %s\n",
-					c.ID, old, showVersion(c.New), c.Fingerprint[0], c.ExpiresAt.Sub(now), [...]string{"none", "replace", "update"}[c.Write])
+				claimed := ""
+				if c.Claimed {
+					claimed = ", claimed"
+				}
+				fmt.Fprintf(&b, "change %s: retract %s, count %s, fp=%d, expires %s, write %s%s\n",
+					c.ID, old, showVersion(c.New), c.Fingerprint[0], c.ExpiresAt.Sub(now), [...]string{"none", "replace", "update"}[c.Write], claimed)
 			}
 			for _, id := range back {
 				fmt.Fprintf(&b, "take back %s\n", id)
@@ -100,6 +104,8 @@ func parseVersionLine(t *testing.T, now time.Time, ttl time.Duration, line strin
 			var d time.Duration
 			d, err = time.ParseDuration(v)
 			s.ExpiresAt = now.Add(d)
+		case "unknown":
+			s.Unknown = true
 		case "cancelled":
 			s.Version = Version{Revision: s.Version.Revision, Cancelled: true}
 		default:
@@ -156,7 +162,7 @@ func TestClassifyVersionsKeepsClassify(t *testing.T) {
 		}
 		for i, c := range changes {
 			in := inserts[i]
-			if c.ID != in.ID || c.Fingerprint != in.Fingerprint || !c.ExpiresAt.Equal(in.ExpiresAt) || (c.Write == WriteReplace) != in.Replace || c.Old != nil {
+			if c.ID != in.ID || c.Fingerprint != in.Fingerprint || !c.ExpiresAt.Equal(in.ExpiresAt) || (c.Write == WriteReplace) != in.Replace || c.Claimed == in.Replace || c.Old != nil {
 				t.Fatalf("change %+v, insert %+v", c, in)
 			}
 		}
