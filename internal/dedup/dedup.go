@@ -54,6 +54,7 @@ type Insert struct {
 	Fingerprint Fingerprint
 	ExpiresAt   time.Time
 	Replace     bool
+	Version     string // the event's version, encoded (EncodeVersion)
 }
 
 // Classify decides every arrival of one checkpoint, in arrival order.
