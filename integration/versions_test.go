@@ -1,0 +1,133 @@
+package integration_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/billing/ledger/internal/testenv"
+)
+
+// versionedEvent is a record of the contract with its version fields.
+type versionedEvent struct {
+	ID        string `json:"event_id"`
+	Revision  int64  `json:"revision,omitempty"`
+	Cancelled bool   `json:"cancelled,omitempty"`
+	Account   string `json:"account_id,omitempty"`
+	Amount    int64  `json:"amount_minor,omitempty"`
+	Currency  string `json:"currency,omitempty"`
+	At        string `json:"occurred_at,omitempty"`
+}
+
+// versionedWorkload is n events of which about a third get versions:
+// amendments (some to another account or currency), cancellations,
+// versions sent before lower ones, and repeats of versions, each record
+// under a key of its own so that the versions of one event spread over
+// the partitions. The ledger must count each event's highest revision.
+func versionedWorkload(prefix string, n int) *workload {
+	rng := rand.New(rand.NewPCG(7, uint64(n)))
+	w := &workload{want: map[string]total{}}
+	base := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+	content := func(id string, rev int64) versionedEvent {
+		amount := int64(rng.IntN(2000) - 500)
+		if amount == 0 {
+			amount = 1 // the record omits a zero amount_minor
+		}
+		return versionedEvent{ID: id, Revision: rev, Account: fmt.Sprintf("acct-%d", rng.IntN(30)), Amount: amount,
+			Currency: []string{"EUR", "USD"}[rng.IntN(2)], At: base.Add(time.Duration(rng.IntN(3*3600)) * time.Second).Format(time.RFC3339)}
+	}
+	var pending []versionedEvent
+	for i := range n {
+		id := fmt.Sprintf("%s-%d", prefix, i)
+		versions := []versionedEvent{content(id, 0)}
+		if rng.IntN(3) == 0 {
+			for rev := int64(1); rev <= int64(1+rng.IntN(3)); rev++ {
+				v := content(id, rev)
+				if rng.IntN(4) == 0 {
+					v = versionedEvent{ID: id, Revision: rev, Cancelled: true}
+				}
+				versions = append(versions, v)
+			}
+			rng.Shuffle(len(versions), func(i, j int) { versions[i], versions[j] = versions[j], versions[i] })
+		}
+		highest := versions[0]
+		for _, v := range versions {
+			if v.Revision > highest.Revision {
+				highest = v
+			}
+		}
+		if !highest.Cancelled {
+			k := highest.Account + "/" + highest.Currency
+			t := w.want[k]
+			t.amount += highest.Amount
+			t.count++
+			w.want[k] = t
+			w.events++
+		}
+		if rng.IntN(5) == 0 {
+			versions = append(versions, versions[rng.IntN(len(versions))]) // a repeat of a version
+		}
+		pending = append(pending, versions...)
+		// Versions of one event arrive some records apart, in later
+		// checkpoints and on other partitions.
+		if i%40 == 39 {
+			rng.Shuffle(len(pending), func(i, j int) { pending[i], pending[j] = pending[j], pending[i] })
+			for j, v := range pending {
+				b, _ := json.Marshal(v)
+				w.records = append(w.records, &kgo.Record{Key: []byte(fmt.Sprintf("%s-%d-%d", v.ID, v.Revision, j)), Value: b})
+			}
+			pending = nil
+		}
+	}
+	for j, v := range pending {
+		b, _ := json.Marshal(v)
+		w.records = append(w.records, &kgo.Record{Key: []byte(fmt.Sprintf("%s-%d-%d", v.ID, v.Revision, j)), Value: b})
+	}
+	return w
+}
+
+// Versions of events spread over four partitions and two instances, one
+// of which is killed (SIGKILL) twice and started again: every event counts
+// its highest revision, exactly, and nothing is a dead letter.
+func TestVersionsOnTwoInstancesWithKills(t *testing.T) {
+	e := newTestEnv(t, 4)
+	w := versionedWorkload("ver", 2400)
+	a := e.start(t, "a", nil)
+	b := e.start(t, "b", nil)
+	chunks := 6
+	size := len(w.records) / chunks
+	for i := range chunks {
+		end := (i + 1) * size
+		if i == chunks-1 {
+			end = len(w.records)
+		}
+		testenv.Produce(t, e.brokers, e.topic, w.records[i*size:end]...)
+		if i == 1 || i == 3 {
+			time.Sleep(700 * time.Millisecond)
+			b.Signal(syscall.SIGKILL)
+			_ = b.Wait(t, 30*time.Second)
+			b = e.start(t, fmt.Sprintf("b%d", i), nil)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			var letters []struct {
+				Reason string `db:"reason"`
+				Detail string `db:"detail"`
+			}
+			_ = e.db.Select(&letters, `SELECT reason, detail FROM dead_letters`)
+			t.Logf("dead letters: %+v", letters)
+		}
+	})
+	waitExact(t, e.db, w, 120*time.Second)
+	if !strings.Contains(a.Output(), "partitions assigned") {
+		t.Fatal("a never held partitions")
+	}
+}
