@@ -31,10 +31,15 @@ const MaxVersionBytes = 1 + binary.MaxVarintLen64*3 + binary.MaxVarintLen32 + 3 
 // EncodeVersion is v as a key's row keeps it.
 func EncodeVersion(v Version) string {
 	var buf [MaxVersionBytes]byte
-	b := buf[:0]
+	return string(AppendVersion(buf[:0], v))
+}
+
+// AppendVersion appends v, encoded, to b: many versions can share one
+// allocation.
+func AppendVersion(b []byte, v Version) []byte {
 	if v.Cancelled {
 		b = append(b, versionTombstone)
-		return string(binary.AppendUvarint(b, uint64(v.Revision)))
+		return binary.AppendUvarint(b, uint64(v.Revision))
 	}
 	b = append(b, versionContent)
 	b = binary.AppendUvarint(b, uint64(v.Revision))
@@ -42,8 +47,7 @@ func EncodeVersion(v Version) string {
 	b = binary.AppendVarint(b, v.OccurredAt.Unix())
 	b = binary.AppendUvarint(b, uint64(v.OccurredAt.Nanosecond()))
 	b = append(b, v.Currency...)
-	b = append(b, v.Account...)
-	return string(b)
+	return append(b, v.Account...)
 }
 
 // DecodeVersion reads what EncodeVersion wrote; ok is false for an empty

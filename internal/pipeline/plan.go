@@ -46,6 +46,11 @@ func planClaims(records []record, cache cacheView, now time.Time, ttl time.Durat
 	expires := now.Add(ttl)
 	uncached := versionedIDs(records)
 	cp.versioned = uncached != nil
+	// The claims' versions share one allocation: their bytes, then the
+	// string of them all, cut at ends.
+	arena := make([]byte, 0, 32*len(records)) // a typical version's bytes
+	ends := make([]int, 0, len(records))
+	slots := make([][2]int, 0, len(records))
 	for i := range records {
 		ev := &records[i].ev
 		cp.keys[i] = dedup.Key{ID: ev.EventID, Fingerprint: ev.Fingerprint()}
@@ -58,11 +63,25 @@ func planClaims(records []record, cache cacheView, now time.Time, ttl time.Durat
 		if _, ok := queued[ev.EventID]; !ok {
 			queued[ev.EventID] = struct{}{}
 			at := r.Route(ev.EventID)
-			cp.claims[at] = append(cp.claims[at], dedup.Insert{ID: ev.EventID, Fingerprint: cp.keys[i].Fingerprint, ExpiresAt: expires,
-				Version: dedup.EncodeVersion(versionOf(ev))})
+			slots = append(slots, [2]int{at, len(cp.claims[at])})
+			cp.claims[at] = append(cp.claims[at], dedup.Insert{ID: ev.EventID, Fingerprint: cp.keys[i].Fingerprint, ExpiresAt: expires})
+			arena = dedup.AppendVersion(arena, versionOf(ev))
+			ends = append(ends, len(arena))
 		}
 	}
+	setVersions(cp.claims, string(arena), slots, ends)
 	return cp
+}
+
+// setVersions gives the queued claims their versions: all of them in one
+// string, the i-th queued (at slots[i]: participant, index) ending at
+// ends[i].
+func setVersions(claims [][]dedup.Insert, all string, slots [][2]int, ends []int) {
+	from := 0
+	for i, at := range slots {
+		claims[at[0]][at[1]].Version = all[from:ends[i]]
+		from = ends[i]
+	}
 }
 
 // outcomes is what the records of a checkpoint became once classified and
