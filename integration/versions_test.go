@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jmoiron/sqlx"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/billing/ledger/internal/testenv"
@@ -94,12 +95,26 @@ func versionedWorkload(prefix string, n int) *workload {
 
 // Versions of events spread over four partitions and two instances, one
 // of which is killed (SIGKILL) twice and started again: every event counts
-// its highest revision, exactly, and nothing is a dead letter.
+// its highest revision, exactly, and nothing is a dead letter. With
+// windows that close, amendments and cancellations take their
+// retractions from closed windows' adjustments (and move events into
+// closed windows): the balances are exact and equal the windows plus the
+// adjustments.
 func TestVersionsOnTwoInstancesWithKills(t *testing.T) {
+	for _, closing := range []bool{false, true} {
+		t.Run(fmt.Sprintf("closing=%v", closing), func(t *testing.T) { versionsWithKills(t, closing) })
+	}
+}
+
+func versionsWithKills(t *testing.T, closing bool) {
 	e := newTestEnv(t, 4)
 	w := versionedWorkload("ver", 2400)
-	a := e.start(t, "a", nil)
-	b := e.start(t, "b", nil)
+	var env map[string]string
+	if closing {
+		env = map[string]string{"WINDOW_CLOSE_AFTER": "10m"}
+	}
+	a := e.start(t, "a", env)
+	b := e.start(t, "b", env)
 	chunks := 6
 	size := len(w.records) / chunks
 	for i := range chunks {
@@ -112,7 +127,7 @@ func TestVersionsOnTwoInstancesWithKills(t *testing.T) {
 			time.Sleep(700 * time.Millisecond)
 			b.Signal(syscall.SIGKILL)
 			_ = b.Wait(t, 30*time.Second)
-			b = e.start(t, fmt.Sprintf("b%d", i), nil)
+			b = e.start(t, fmt.Sprintf("b%d", i), env)
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
@@ -126,8 +141,61 @@ func TestVersionsOnTwoInstancesWithKills(t *testing.T) {
 			t.Logf("dead letters: %+v", letters)
 		}
 	})
-	waitExact(t, e.db, w, 120*time.Second)
+	if !closing {
+		waitExact(t, e.db, w, 120*time.Second)
+	} else {
+		waitExactWithAdjustments(t, e.db, w, 120*time.Second)
+	}
 	if !strings.Contains(a.Output(), "partitions assigned") {
 		t.Fatal("a never held partitions")
 	}
+}
+
+// waitExactWithAdjustments waits until the ledger counts as many events as
+// the workload, then checks every balance exactly, that for every account
+// and currency the windows plus the adjustments add up to the balance
+// (amount and count), that some retraction or late event went to the
+// adjustments, and that no dead letter was written.
+func waitExactWithAdjustments(t *testing.T, db *sqlx.DB, w *workload, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if _, n := ledger(t, db); n >= w.events {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond)
+	got, n := ledger(t, db)
+	if n != w.events {
+		t.Fatalf("ledger counts %d events, want %d", n, w.events)
+	}
+	for k, want := range w.want {
+		if got[k] != want {
+			t.Errorf("%s: got %+v want %+v", k, got[k], want)
+		}
+	}
+	var sums []struct {
+		Key    string `db:"k"`
+		Amount int64  `db:"amount"`
+		Count  int64  `db:"events"`
+	}
+	if err := db.Select(&sums, `SELECT CONCAT(account_id, '/', currency) AS k, SUM(amount_minor) AS amount, SUM(event_count) AS events FROM
+		(SELECT account_id, currency, amount_minor, event_count FROM billing_windows
+		 UNION ALL SELECT account_id, currency, amount_minor, event_count FROM window_adjustments) AS s GROUP BY account_id, currency`); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range sums {
+		if b := got[s.Key]; b.amount != s.Amount || b.count != s.Count {
+			t.Errorf("%s: windows and adjustments %d over %d, balance %+v", s.Key, s.Amount, s.Count, b)
+		}
+	}
+	var adjusted, negative, dead int64
+	_ = db.Get(&adjusted, `SELECT COUNT(*) FROM window_adjustments`)
+	_ = db.Get(&negative, `SELECT COUNT(*) FROM window_adjustments WHERE event_count < 0`)
+	_ = db.Get(&dead, `SELECT COUNT(*) FROM dead_letters`)
+	if adjusted == 0 || dead != 0 {
+		t.Fatalf("%d adjustment rows (%d retracting more than they add), %d dead letters", adjusted, negative, dead)
+	}
+	t.Logf("%d adjustment rows, %d of them retracting more than they add", adjusted, negative)
 }
