@@ -25,6 +25,14 @@ type Event struct {
 	OccurredAt  time.Time
 }
 
+// Version is an event as a version of its EventID (docs/corrections.md):
+// a revision, and whether it is a tombstone (then only EventID is set).
+type Version struct {
+	Event
+	Revision  int64
+	Cancelled bool
+}
+
 // BalanceRow is one row of account_balances.
 type BalanceRow struct {
 	AccountID    string `json:"account_id"`
