@@ -111,6 +111,10 @@ type Produced struct {
 	// Future: records dated far in the future (event_time_in_future dead
 	// letters), each followed by its correction, which counts.
 	Future int64 `json:"future,omitempty"`
+	// Versions: records that are versions of an event (amendments,
+	// cancellations, their repeats), in any order; the ledger counts
+	// each event's highest revision.
+	Versions int64 `json:"versions,omitempty"`
 }
 
 // Expected is the expected-ledger file: the exact content the service's
