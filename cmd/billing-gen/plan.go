@@ -50,7 +50,7 @@ type genConfig struct {
 	// partition), and one in five of them sent twice.
 	VersionRatio float64
 	Seed         uint64
-	MaxPayload  int // the service's max payload; payload_too_large records exceed it
+	MaxPayload   int // the service's max payload; payload_too_large records exceed it
 	// RandomIDs makes valid events' ids random-looking UUIDs (randomID)
 	// instead of e-<tag>-<n>: ids that sort in no relation to the order
 	// they are produced in, as UUIDv4 ids do, so that every new key lands
