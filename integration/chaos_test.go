@@ -38,6 +38,8 @@ import (
 //
 //	CHAOS_SEED, CHAOS_GEN_SEED  fault and generator seeds (default: clock)
 //	CHAOS_EVENTS, CHAOS_RATE    events and records/s of billing-gen
+//	CHAOS_VERSION_RATIO         billing-gen's -version-ratio: that share of
+//	                            the events get versions (docs/corrections.md)
 //	CHAOS_FAULTS                number of faults
 //	CHAOS_KINDS                 comma-separated fault kinds to draw from
 //	CHAOS_LOG_DIR               where the processes' logs go (default: a
@@ -472,6 +474,9 @@ func TestChaos(t *testing.T) {
 		"-aborted-ratio", "0", // produced by the suite's aborter instead, see there
 		"-timeout", prof.GenTimeout.String()}
 	genArgs = append(genArgs, genPeriod.args()...)
+	if v := os.Getenv("CHAOS_VERSION_RATIO"); v != "" {
+		genArgs = append(genArgs, "-version-ratio", v)
+	}
 	t.Logf("chaos %s: billing-gen %s", mode, strings.Join(genArgs, " "))
 	gen, err := startProc("billing-gen", filepath.Join(logDir, "billing-gen.log"), genBin, nil, genArgs...)
 	if err != nil {

@@ -83,6 +83,16 @@ func eventFields(e ledgercheck.Event, s timeStyle) []field {
 // validPayload encodes a valid event.
 func validPayload(e ledgercheck.Event, s timeStyle) []byte { return object(eventFields(e, s)...) }
 
+// versionPayload is the record of a version: its content and revision, or
+// a tombstone (event_id, revision, cancelled).
+func versionPayload(v ledgercheck.Version) []byte {
+	rev := field{"revision", strconv.FormatInt(v.Revision, 10)}
+	if v.Cancelled {
+		return object(field{"event_id", jsonString(v.EventID)}, rev, field{"cancelled", "true"})
+	}
+	return object(append(eventFields(v.Event, timeStyle{}), rev)...)
+}
+
 // malformedPayload builds a record value of kind k from the otherwise valid
 // event e (whose EventID is fresh). Each kind breaks exactly one rule, so the
 // decoder's reason is [ledgercheck.MalformedKind.Reason] whatever order it

@@ -43,8 +43,14 @@ type genConfig struct {
 	// the same event id at a time of the span, which counts (a dead
 	// letter is not remembered as seen).
 	FutureRatio float64
-	Seed        uint64
-	MaxPayload  int // the service's max payload; payload_too_large records exceed it
+	// VersionRatio is the fraction of valid events that get versions:
+	// one to three higher revisions (amendments to a fresh content, one in
+	// four a cancellation), each sent up to maxRepeatDelay records later
+	// (so in any order, under the key of its own account: on any
+	// partition), and one in five of them sent twice.
+	VersionRatio float64
+	Seed         uint64
+	MaxPayload   int // the service's max payload; payload_too_large records exceed it
 	// Format is the service's EVENT_FORMAT, which decides the reason of a
 	// malformed record's dead letter (malformedReason).
 	Format string
@@ -85,6 +91,7 @@ const (
 	kindAborted
 	kindFuture    // dated far in the future: event_time_in_future
 	kindCorrected // a future record's id again, at a time of the span: counted
+	kindVersion   // a version of a valid event (docs/corrections.md)
 )
 
 func (k recordKind) String() string {
@@ -105,6 +112,8 @@ func (k recordKind) String() string {
 		return "future"
 	case kindCorrected:
 		return "corrected"
+	case kindVersion:
+		return "version"
 	}
 	return fmt.Sprintf("kind(%d)", int(k))
 }
@@ -132,6 +141,7 @@ type pending struct {
 	mkind   ledgercheck.MalformedKind // malformed, and aborted malformed
 	counter int64
 	next    *pending // scheduled once this one is emitted (a future record's correction)
+	version ledgercheck.Version
 }
 
 type pendingHeap []*pending
@@ -200,10 +210,12 @@ func (c *genConfig) windowSeconds() int64 {
 
 // newGenerator validates cfg and schedules the overflow cases. With one
 // partition the expected ledger splits windows and adjustments exactly:
-// the records are its log, in order.
+// the records are its log, in order; not with versions, whose retractions
+// count in the adjustments of a window closed when their checkpoint began,
+// which the model cannot know.
 func newGenerator(cfg genConfig) (*generator, error) {
 	ledger, err := ledgercheck.NewModelWith(ledgercheck.Options{Period: cfg.Period, CloseAfter: cfg.CloseAfter,
-		SplitExact: cfg.Partitions == 1, Entries: cfg.Entries})
+		SplitExact: cfg.Partitions == 1 && cfg.VersionRatio == 0, Entries: cfg.Entries})
 	if err != nil {
 		return nil, err
 	}
@@ -334,9 +346,11 @@ func (g *generator) next() (r record, ok bool, err error) {
 	return r, true, nil
 }
 
-// apply feeds a committed event to the ledger and checks the outcome.
+// apply feeds a committed event to the ledger and checks the outcome. An
+// exact repeat of an event that has versions may come after a higher
+// revision (stale): dropped either way.
 func (g *generator) apply(e ledgercheck.Event, kind recordKind, want ledgercheck.Outcome) error {
-	if got := g.ledger.Add(e); got != want {
+	if got := g.ledger.Add(e); got != want && !(want == ledgercheck.Duplicate && got == ledgercheck.Stale) {
 		return fmt.Errorf("internal error: %s event %s: model says %v, generator intended %v", kind, e.EventID, got, want)
 	}
 	return nil
@@ -427,6 +441,13 @@ func (g *generator) emitValid() (record, error) {
 	malformed, aborted := g.rng.Float64() < g.cfg.MalformedRatio, g.rng.Float64() < g.cfg.AbortedRatio
 	// Drawn only when enabled, so that runs without it are as before.
 	future := g.cfg.FutureRatio > 0 && g.rng.Float64() < g.cfg.FutureRatio
+	versioned := g.cfg.VersionRatio > 0 && g.rng.Float64() < g.cfg.VersionRatio
+	if versioned {
+		// A conflicting copy of the original would be judged against
+		// whichever version came first on the service's partitions.
+		conflict = false
+		g.scheduleVersions(e, n)
+	}
 	if dup {
 		key := e.AccountID
 		if g.rng.IntN(2) == 0 {
@@ -483,6 +504,29 @@ func (g *generator) emitValid() (record, error) {
 	return record{kind: kindValid, key: []byte(e.AccountID), value: value, partition: g.partitionOf(e.AccountID)}, nil
 }
 
+// scheduleVersions schedules the versions of e (VersionRatio).
+func (g *generator) scheduleVersions(e ledgercheck.Event, n int64) {
+	for rev := range int64(1 + g.rng.IntN(3)) {
+		v := ledgercheck.Version{Revision: rev + 1}
+		if g.rng.IntN(4) == 0 {
+			v.Event, v.Cancelled = ledgercheck.Event{EventID: e.EventID}, true
+		} else {
+			v.Event, _ = g.newEvent(e.EventID, n)
+		}
+		key := v.AccountID
+		if v.Cancelled {
+			key = e.AccountID
+		}
+		copies := 1
+		if g.rng.IntN(5) == 0 {
+			copies = 2
+		}
+		for range copies {
+			g.schedule(&pending{due: g.step + 1 + g.rng.Int64N(maxRepeatDelay), kind: kindVersion, key: key, version: v})
+		}
+	}
+}
+
 // otherPartitionKey returns a key derived from account that hashes to a
 // different partition than account (when the topic has more than one).
 func (g *generator) otherPartitionKey(account string) string {
@@ -531,6 +575,15 @@ func (g *generator) emitPending(p *pending) (record, error) {
 	case kindCorrected:
 		r.value = validPayload(p.ev, timeStyle{})
 		return r, g.apply(p.ev, p.kind, p.want)
+	case kindVersion:
+		r.value = versionPayload(p.version)
+		g.stats.Versions++
+		// Whether this version is applied, stale or a repeat depends on
+		// the order the service's partitions deliver; the tables do not.
+		if got := g.ledger.AddVersion(p.version); got == ledgercheck.Conflict || got == ledgercheck.Overflow {
+			return record{}, fmt.Errorf("internal error: version %d of %s: model says %v", p.version.Revision, p.version.EventID, got)
+		}
+		return r, nil
 	case kindAborted:
 		// Never shown to the ledger: read_committed consumers skip it.
 		if p.mkind != 0 {

@@ -36,6 +36,12 @@ func (v Verdict) String() string {
 		return "duplicate"
 	case Conflict:
 		return "conflicting_duplicate"
+	case Amend:
+		return "amended"
+	case Stale:
+		return "stale_revision"
+	case PastHorizon:
+		return "version_past_horizon"
 	}
 	return "unknown"
 }
@@ -48,6 +54,7 @@ type Insert struct {
 	Fingerprint Fingerprint
 	ExpiresAt   time.Time
 	Replace     bool
+	Version     string // the event's version, encoded (EncodeVersion)
 }
 
 // Classify decides every arrival of one checkpoint, in arrival order.

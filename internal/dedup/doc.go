@@ -13,6 +13,13 @@
 // otherwise. After the TTL the id is forgotten: a repeat then counts again.
 // Choose DEDUP_TTL longer than the longest time a producer may retry.
 //
+// A key's row also keeps the version of its event the ledger counts
+// (Version, EncodeVersion): records with one id and a revision each are
+// versions of one event, of which the ledger counts the highest
+// (ClassifyVersions, docs/corrections.md). A version replaces the row's
+// fingerprint and version, never its expiry: versions are accepted
+// while the key lives, up to a horizon after the first.
+//
 // # Where the state lives
 //
 // MySQL's dedup key tables are the arbiter: a repeat may arrive on another

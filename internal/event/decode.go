@@ -55,10 +55,13 @@ const (
 	fAmount
 	fCurrency
 	fOccurredAt
-	numFields
+	numRequired // the optional fields follow
+	fRevision   = numRequired
+	fCancelled  = numRequired + 1
+	numFields   = numRequired + 2
 )
 
-var fieldNames = [numFields]string{"event_id", "account_id", "amount_minor", "currency", "occurred_at"}
+var fieldNames = [numFields]string{"event_id", "account_id", "amount_minor", "currency", "occurred_at", "revision", "cancelled"}
 
 func lookupField(key []byte) int {
 	switch string(key) {
@@ -72,6 +75,10 @@ func lookupField(key []byte) int {
 		return fCurrency
 	case "occurred_at":
 		return fOccurredAt
+	case "revision":
+		return fRevision
+	case "cancelled":
+		return fCancelled
 	}
 	return -1
 }
@@ -277,12 +284,58 @@ func buildEvent(data []byte, vals *[numFields]rawValue, seen uint8) (Event, *Dec
 		return Event{}, err
 	}
 	idEnd := len(b)
-	ev, err := buildRest(data, vals, seen, b, idEnd)
+	revision, cancelled, err := parseVersion(data, vals, seen)
+	if err == nil && cancelled {
+		// A tombstone needs no content: whatever else it carries is
+		// ignored, so that every tombstone of one revision is the same.
+		return Event{EventID: string(b), Revision: revision, Cancelled: true}, nil
+	}
+	var ev Event
+	if err == nil {
+		ev, err = buildRest(data, vals, seen, b, idEnd)
+	}
 	if err != nil {
 		err.EventID = string(buf[:idEnd])
 		return Event{}, err
 	}
+	ev.Revision = revision
 	return ev, nil
+}
+
+// parseVersion decodes the optional revision (a non-negative JSON integer
+// within the signed 64-bit range; absent: 0) and cancelled (a JSON
+// boolean; absent: false).
+func parseVersion(data []byte, vals *[numFields]rawValue, seen uint8) (int64, bool, *DecodeError) {
+	var revision int64
+	if seen&(1<<fRevision) != 0 {
+		v := &vals[fRevision]
+		num := data[v.start:v.end]
+		if v.kind != kindNumber || !v.isInt || num[0] == '-' {
+			return 0, false, &DecodeError{Reason: ReasonInvalidField, Field: "revision",
+				Detail: fmt.Sprintf("revision %s is not a non-negative JSON integer", quote(num))}
+		}
+		var u uint64
+		for _, c := range num {
+			if u > (1<<63-1-uint64(c-'0'))/10 {
+				return 0, false, &DecodeError{Reason: ReasonInvalidField, Field: "revision",
+					Detail: fmt.Sprintf("revision %s does not fit a signed 64-bit integer", quote(num))}
+			}
+			u = u*10 + uint64(c-'0')
+		}
+		revision = int64(u)
+	}
+	if seen&(1<<fCancelled) == 0 {
+		return revision, false, nil
+	}
+	switch v := &vals[fCancelled]; {
+	case v.kind == 't':
+		return revision, true, nil
+	case v.kind == 'f':
+		return revision, false, nil
+	default:
+		return 0, false, &DecodeError{Reason: ReasonInvalidField, Field: "cancelled",
+			Detail: fmt.Sprintf("cancelled must be a JSON boolean, got %s", kindName(v.kind))}
+	}
 }
 
 func missing(f int) *DecodeError {
@@ -296,7 +349,7 @@ func missing(f int) *DecodeError {
 // buildRest decodes the fields after the event id, which b holds (idEnd
 // bytes), into the event.
 func buildRest(data []byte, vals *[numFields]rawValue, seen uint8, b []byte, idEnd int) (Event, *DecodeError) {
-	for f := range numFields {
+	for f := range numRequired {
 		if seen&(1<<f) == 0 {
 			return Event{}, missing(f)
 		}

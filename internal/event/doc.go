@@ -27,6 +27,16 @@
 //     allows), at most 9 fractional second digits, no leap second, and a
 //     UTC value in years 0000-9999. It is normalised to UTC.
 //
+// and these optional ones, which make the record a version of the event
+// (docs/corrections.md):
+//
+//   - revision: a non-negative JSON integer within the signed 64-bit
+//     range; absent, 0 (the original). The ledger counts the highest
+//     revision of each event_id.
+//   - cancelled: a JSON boolean; true makes the version a tombstone, which
+//     requires no other member (its content members are ignored) and
+//     counts nothing.
+//
 // Further rules:
 //
 //   - Unknown members are ignored, but must still be valid JSON.
@@ -35,7 +45,8 @@
 //   - A key occurring twice in the top-level object, known or not, is
 //     rejected as ambiguous. Nested objects of ignored members are not
 //     checked for duplicate keys.
-//   - null is not a value for a required member (it is a type error).
+//   - null is not a value for a required or optional member (it is a
+//     type error, invalid_field).
 //   - Anything but white space after the object is rejected.
 //   - Every string in the document, including keys and ignored members,
 //     must be valid UTF-8; \u escapes of unpaired UTF-16 surrogates are

@@ -30,6 +30,13 @@ type Event struct {
 	AmountMinor int64     `json:"amount_minor"` // minor units; negative = refund/credit
 	Currency    string    `json:"currency"`     // ISO-4217-style code, e.g. "EUR"
 	OccurredAt  time.Time `json:"occurred_at"`  // UTC
+	// Revision and Cancelled make the record a version of the event
+	// EventID (docs/corrections.md): the ledger counts its highest
+	// revision, and a cancelled version (a tombstone, whose other fields
+	// are zero) counts nothing. A record without them is revision 0, the
+	// original.
+	Revision  int64 `json:"revision,omitempty"`
+	Cancelled bool  `json:"cancelled,omitempty"`
 }
 
 // fingerprintDomain is the fixed prefix of the fingerprint input. Changing it,

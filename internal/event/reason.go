@@ -84,6 +84,11 @@ const (
 	// an event would move its partition's watermark, and so the closing
 	// frontier, past what has happened.
 	ReasonEventTimeInFuture Reason = "event_time_in_future"
+	// ReasonVersionPastHorizon: a revision of an event other than the
+	// one the ledger counts arrived later than the version horizon after
+	// the event's first version (or the event's key keeps no version to
+	// retract); it is neither applied nor dropped.
+	ReasonVersionPastHorizon Reason = "version_past_horizon"
 )
 
 // AllReasons returns every Reason declared by this package, decoder
@@ -110,5 +115,6 @@ func AllReasons() []Reason {
 		ReasonAmountOverflow,
 		ReasonRejectedByDatabase,
 		ReasonEventTimeInFuture,
+		ReasonVersionPastHorizon,
 	}
 }

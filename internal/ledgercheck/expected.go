@@ -25,6 +25,14 @@ type Event struct {
 	OccurredAt  time.Time
 }
 
+// Version is an event as a version of its EventID (docs/corrections.md):
+// a revision, and whether it is a tombstone (then only EventID is set).
+type Version struct {
+	Event
+	Revision  int64
+	Cancelled bool
+}
+
 // BalanceRow is one row of account_balances.
 type BalanceRow struct {
 	AccountID    string `json:"account_id"`
@@ -103,6 +111,10 @@ type Produced struct {
 	// Future: records dated far in the future (event_time_in_future dead
 	// letters), each followed by its correction, which counts.
 	Future int64 `json:"future,omitempty"`
+	// Versions: records that are versions of an event (amendments,
+	// cancellations, their repeats), in any order; the ledger counts
+	// each event's highest revision.
+	Versions int64 `json:"versions,omitempty"`
 }
 
 // Expected is the expected-ledger file: the exact content the service's

@@ -3,6 +3,7 @@ package ledgercheck
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -21,6 +22,12 @@ const (
 	// Overflow: would overflow its balance or window sum; dead letter
 	// amount_overflow.
 	Overflow
+	// Amended: a higher revision of a counted event (or of a tombstone):
+	// the counted version retracted, this one counted (a tombstone:
+	// nothing).
+	Amended
+	// Stale: a lower revision than the event's current one: dropped.
+	Stale
 )
 
 // String returns the outcome's name.
@@ -34,6 +41,10 @@ func (o Outcome) String() string {
 		return ReasonConflictingDuplicate
 	case Overflow:
 		return ReasonAmountOverflow
+	case Amended:
+		return "amended"
+	case Stale:
+		return "stale_revision"
 	}
 	return fmt.Sprintf("outcome(%d)", int(o))
 }
@@ -67,6 +78,7 @@ type Model struct {
 	windows  map[WindowKey]totals
 	adjusts  map[WindowKey]totals
 	seen     map[string]content
+	versions map[string]version // events that had a version other than an original
 	dead     map[string]int64
 	counted  int64
 	// watermark is the latest occurred_at of every event added (whatever
@@ -115,6 +127,7 @@ func NewModelWith(o Options) (*Model, error) {
 		windows:  make(map[WindowKey]totals),
 		adjusts:  make(map[WindowKey]totals),
 		seen:     make(map[string]content),
+		versions: make(map[string]version),
 		dead:     make(map[string]int64),
 	}, nil
 }
@@ -132,13 +145,9 @@ func (l *Model) Period() Period { return l.opt.Period }
 // overflow, so an exact duplicate is dropped even if counting it again
 // would overflow.
 func (l *Model) Add(e Event) Outcome {
-	if e.OccurredAt.After(l.watermark) {
-		l.watermark = e.OccurredAt
-		if l.opt.CloseAfter > 0 {
-			if f := l.opt.Period.Start(l.watermark.Add(-l.opt.CloseAfter)); f.After(l.frontier) {
-				l.frontier = f
-			}
-		}
+	l.observe(e.OccurredAt)
+	if _, ok := l.versions[e.EventID]; ok {
+		return l.AddVersion(Version{Event: e})
 	}
 	c := contentOf(e)
 	if prev, ok := l.seen[e.EventID]; ok {
@@ -169,6 +178,18 @@ func (l *Model) Add(e Event) Outcome {
 	l.counted++
 	l.digest += EntryDigest(e)
 	return Counted
+}
+
+// observe moves the watermark, and the frontier it justifies, to at.
+func (l *Model) observe(at time.Time) {
+	if at.After(l.watermark) {
+		l.watermark = at
+		if l.opt.CloseAfter > 0 {
+			if f := l.opt.Period.Start(l.watermark.Add(-l.opt.CloseAfter)); f.After(l.frontier) {
+				l.frontier = f
+			}
+		}
+	}
 }
 
 // DeadLetter records one record rejected with reason (a malformed record the
@@ -205,17 +226,110 @@ func (l *Model) Expected() *Expected {
 	for r, n := range l.dead {
 		e.DeadLetters[r] = n
 	}
+	// A row that holds nothing is left out: a corrected event may leave
+	// one or not depending on the order of its versions (Compare takes it
+	// for no row).
 	for k, t := range l.balances {
+		if t == (totals{}) {
+			continue
+		}
 		e.Balances = append(e.Balances, BalanceRow{k.AccountID, k.Currency, t.amount, t.count})
 	}
 	for k, t := range l.windows {
+		if t == (totals{}) {
+			continue
+		}
 		e.Windows = append(e.Windows, WindowRow{k.AccountID, k.Currency, k.Start(), t.amount, t.count})
 	}
 	for k, t := range l.adjusts {
+		if t == (totals{}) {
+			continue
+		}
 		e.Adjustments = append(e.Adjustments, WindowRow{k.AccountID, k.Currency, k.Start(), t.amount, t.count})
 	}
 	sortBalances(e.Balances)
 	sortWindows(e.Windows)
 	sortWindows(e.Adjustments)
 	return e
+}
+
+// version is an event's current version, once it had one other than an
+// original.
+type version struct {
+	revision  int64
+	cancelled bool
+	content   content
+}
+
+// AddVersion applies the versions' contract (docs/corrections.md): an
+// event counts its highest revision seen, whatever order the versions come
+// in. The model assumes every version comes within the version horizon
+// and that windows and adjustments are kept as one sum (not SplitExact:
+// a retraction counts in the adjustments of a window closed when its
+// checkpoint began, which the model cannot know).
+func (l *Model) AddVersion(e Version) Outcome {
+	l.observe(e.OccurredAt)
+	next := version{revision: e.Revision, cancelled: e.Cancelled}
+	if !e.Cancelled {
+		next.content = contentOf(e.Event)
+	}
+	cur, ok := l.versions[e.EventID]
+	if !ok {
+		if c, counted := l.seen[e.EventID]; counted {
+			cur, ok = version{content: c}, true
+		}
+	}
+	switch {
+	case !ok:
+		if !e.Cancelled && !l.count(next.content, 1) {
+			l.dead[ReasonAmountOverflow]++
+			return Overflow
+		}
+		l.versions[e.EventID] = next
+		return Counted
+	case e.Revision == cur.revision:
+		if cur.cancelled == e.Cancelled && (e.Cancelled || cur.content == next.content) {
+			return Duplicate
+		}
+		l.dead[ReasonConflictingDuplicate]++
+		return Conflict
+	case e.Revision < cur.revision:
+		return Stale
+	}
+	if !cur.cancelled && !l.count(cur.content, -1) {
+		l.dead[ReasonAmountOverflow]++
+		return Overflow
+	}
+	if !e.Cancelled && !l.count(next.content, 1) {
+		l.count(cur.content, 1) // both or neither
+		l.dead[ReasonAmountOverflow]++
+		return Overflow
+	}
+	l.versions[e.EventID] = next
+	return Amended
+}
+
+// count adds (sign 1) or takes back (sign -1) one version's content in
+// its balance and its window, unless that overflows.
+func (l *Model) count(c content, sign int64) bool {
+	at := time.Unix(c.sec, int64(c.nsec)).UTC()
+	bk := BalanceKey{c.accountID, c.currency}
+	wk := WindowKey{c.accountID, c.currency, l.opt.Period.Start(at).UnixMicro()}
+	b, w := l.balances[bk], l.windows[wk]
+	amount := c.amount
+	if sign < 0 {
+		if amount == math.MinInt64 {
+			return false
+		}
+		amount = -amount
+	}
+	nb, ok1 := addInt64(b.amount, amount)
+	nw, ok2 := addInt64(w.amount, amount)
+	if !ok1 || !ok2 {
+		return false
+	}
+	l.balances[bk] = totals{nb, b.count + sign}
+	l.windows[wk] = totals{nw, w.count + sign}
+	l.counted += sign
+	return true
 }

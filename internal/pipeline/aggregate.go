@@ -36,6 +36,7 @@ type total struct {
 	exists        bool // MySQL had a row when it was seeded
 	absolute      bool
 	insert        bool // seeded without a row, with images: a plain insert
+	touched       bool // an event changed it (a version's retraction and addition may leave the count)
 }
 
 // aggregate is the keyed aggregation operator of one checkpoint: balances
@@ -125,6 +126,7 @@ func (a *aggregate) add(ev *event.Event, late bool) bool {
 		return false
 	}
 	b.amount, w.amount, b.count, w.count = nb, nw, cb, cw
+	b.touched, w.touched = true, true
 	return true
 }
 
@@ -177,8 +179,8 @@ func (a *aggregate) riskyKeys(recs []*record, all bool) (rb map[balanceKey]bool,
 		if m[wk] == nil {
 			m[wk] = &walk{}
 		}
-		bw[bk].step(r.ev.AmountMinor)
-		m[wk].step(r.ev.AmountMinor)
+		bw[bk].stepOf(r)
+		m[wk].stepOf(r)
 	}
 	rb, rw, ra = map[balanceKey]bool{}, map[windowKey]bool{}, map[windowKey]bool{}
 	for k, w := range bw {
@@ -225,7 +227,7 @@ type windowRow struct {
 func (a *aggregate) balanceRows() []balanceRow {
 	rows := make([]balanceRow, 0, len(a.balances))
 	for k, t := range a.balances {
-		if t.count == 0 && (!t.exists || a.images) {
+		if t.count == 0 && !t.touched && (!t.exists || a.images) {
 			continue
 		}
 		rows = append(rows, balanceRow{k, *t})
@@ -243,7 +245,7 @@ func (a *aggregate) adjustRows() []windowRow { return sortedWindowRows(a.adjusts
 func sortedWindowRows(m map[windowKey]*total, images bool) []windowRow {
 	rows := make([]windowRow, 0, len(m))
 	for k, t := range m {
-		if t.count == 0 && (!t.exists || images) {
+		if t.count == 0 && !t.touched && (!t.exists || images) {
 			continue
 		}
 		rows = append(rows, windowRow{k, *t})

@@ -173,6 +173,21 @@
 // estimates is added where it matters (Config.dedupTTL,
 // Config.abortAfter).
 //
+// # Versions of an event
+//
+// A record may carry a revision, or be a tombstone (cancelled): records
+// with one event id are versions of that event, and the ledger counts its
+// highest revision seen (docs/corrections.md). The event's key row keeps
+// the counted version (package dedup: Version), so that a later version,
+// on any instance, can retract it; its claim locks the row as any claim
+// does. A checkpoint with no version but originals (no record with a
+// revision or a tombstone, no stored key holding one) takes the path it
+// always took; one that has some classifies as versions
+// (dedup.ClassifyVersions) and applies each changed event as one item,
+// the counted version retracted (from its window, or the window's
+// adjustments once the window is closed; from its balance) and the new
+// one added, both or neither (versions.go).
+//
 // # Dead letters and overflow
 //
 // A record that cannot be decoded, a conflicting repeat, or an event whose

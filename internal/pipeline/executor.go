@@ -58,7 +58,7 @@ func (c *Checkpointer) attempt(ctx context.Context, s *snapshot, careful, trial 
 func (c *Checkpointer) planConfig(careful, trial bool) planConfig {
 	return planConfig{window: c.cfg.Window, closeAfter: c.cfg.WindowCloseAfter, skew: c.cfg.MaxEventTimeSkew, ttl: c.cfg.dedupTTL(),
 		prefix: c.cfg.DeadLetterPayloadBytes, entries: c.cfg.LedgerEntries, route: c.sink, servers: len(c.pools), careful: careful, trial: trial,
-		changelog: c.cfg.Changelog, shared: !c.alone.Load()}
+		changelog: c.cfg.Changelog, shared: !c.alone.Load(), horizon: c.cfg.versionHorizon()}
 }
 
 // run executes the steps until the decision, a failure, or the plan's end.
@@ -432,6 +432,7 @@ func (x *execution) writeRows(ctx context.Context, b *txsink.Branch, w *work, wa
 	}{
 		{len(w.unclaim), false, func(st driver.StoreTx) error { return st.UnclaimKeys(ctx, g, w.unclaim) }},
 		{len(w.replace), false, func(st driver.StoreTx) error { return st.ReplaceKeys(ctx, g, w.replace, now) }},
+		{len(w.update), false, func(st driver.StoreTx) error { return st.UpdateKeys(ctx, g, w.update) }},
 		{len(w.balances), true, func(st driver.StoreTx) error { return st.WriteBalances(ctx, w.balances, now) }},
 		{len(w.windows), true, func(st driver.StoreTx) error { return st.WriteWindows(ctx, w.windows, now) }},
 		{len(w.adjusts), true, func(st driver.StoreTx) error { return st.WriteAdjustments(ctx, w.adjusts, gtrid, now) }},

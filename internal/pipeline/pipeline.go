@@ -46,6 +46,12 @@ type Config struct {
 	// DedupTTL is how long an event id is remembered after its first
 	// arrival (processing time; see package dedup).
 	DedupTTL time.Duration
+	// VersionHorizon is how long after an event's first version (its
+	// first arrival, processing time) another revision of it is applied;
+	// later, it is a version_past_horizon dead letter (docs/corrections.md).
+	// At most DedupTTL: past the key's life the event is forgotten, and a
+	// version counts as a new event. 0: half of DedupTTL.
+	VersionHorizon time.Duration
 	// DedupCacheKeys bounds the event ids remembered in memory; 0 disables
 	// the cache (every id is checked in MySQL).
 	DedupCacheKeys int
@@ -211,6 +217,14 @@ func (c *Config) abortAfter() time.Duration { return c.CheckpointTimeout + ledge
 // instance and judged, and deleted, by any), so that it never lives less
 // than DedupTTL.
 func (c *Config) dedupTTL() time.Duration { return c.DedupTTL + ledgerclock.Margin }
+
+// versionHorizon is VersionHorizon, or its default, within DedupTTL.
+func (c *Config) versionHorizon() time.Duration {
+	if c.VersionHorizon <= 0 {
+		return c.DedupTTL / 2
+	}
+	return min(c.VersionHorizon, c.DedupTTL)
+}
 
 // fetchOpts bound what the Kafka client buffers by the byte budget: at most
 // maxConcurrentFetches fetches of CheckpointMaxBytes/4 each (one of at

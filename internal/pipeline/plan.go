@@ -32,6 +32,11 @@ type claimPlan struct {
 	known   map[string]dedup.Seen
 	earlier map[string]dedup.Seen
 	claims  [][]dedup.Insert // per participant
+	// versioned: a record or a stored key is a version other than an
+	// original (versions.go); then the stored rows' versions, by id, of
+	// the current generation (knownV) and the earlier ones (earlierV).
+	versioned        bool
+	knownV, earlierV map[string]string
 }
 
 func planClaims(records []record, cache cacheView, now time.Time, ttl time.Duration, r router) claimPlan {
@@ -39,20 +44,44 @@ func planClaims(records []record, cache cacheView, now time.Time, ttl time.Durat
 		claims: make([][]dedup.Insert, r.Participants())}
 	queued := make(map[string]struct{}, len(records))
 	expires := now.Add(ttl)
+	uncached := versionedIDs(records)
+	cp.versioned = uncached != nil
+	// The claims' versions share one allocation: their bytes, then the
+	// string of them all, cut at ends.
+	arena := make([]byte, 0, 32*len(records)) // a typical version's bytes
+	ends := make([]int, 0, len(records))
+	slots := make([][2]int, 0, len(records))
 	for i := range records {
 		ev := &records[i].ev
 		cp.keys[i] = dedup.Key{ID: ev.EventID, Fingerprint: ev.Fingerprint()}
-		if seen, ok := cache.Get(ev.EventID, now); ok {
-			cp.known[ev.EventID] = seen
-			continue
+		if _, skip := uncached[ev.EventID]; !skip {
+			if seen, ok := cache.Get(ev.EventID, now); ok {
+				cp.known[ev.EventID] = seen
+				continue
+			}
 		}
 		if _, ok := queued[ev.EventID]; !ok {
 			queued[ev.EventID] = struct{}{}
 			at := r.Route(ev.EventID)
+			slots = append(slots, [2]int{at, len(cp.claims[at])})
 			cp.claims[at] = append(cp.claims[at], dedup.Insert{ID: ev.EventID, Fingerprint: cp.keys[i].Fingerprint, ExpiresAt: expires})
+			arena = dedup.AppendVersion(arena, versionOf(ev))
+			ends = append(ends, len(arena))
 		}
 	}
+	setVersions(cp.claims, string(arena), slots, ends)
 	return cp
+}
+
+// setVersions gives the queued claims their versions: all of them in one
+// string, the i-th queued (at slots[i]: participant, index) ending at
+// ends[i].
+func setVersions(claims [][]dedup.Insert, all string, slots [][2]int, ends []int) {
+	from := 0
+	for i, at := range slots {
+		claims[at[0]][at[1]].Version = all[from:ends[i]]
+		from = ends[i]
+	}
 }
 
 // outcomes is what the records of a checkpoint became once classified and
@@ -68,6 +97,10 @@ type outcomes struct {
 	late       int             // of counted: in window_adjustments
 	overflowed map[string]bool // ids refused as amount_overflow
 	entries    []*record       // the counted events, when ledger entries are kept
+	// items are the changes of events by versions (versions.go), counted
+	// after fresh; stale the arrivals dropped for a lower revision.
+	items []versionItem
+	stale int
 }
 
 // classify decides every record against what is known (dedup.Classify) and
@@ -75,6 +108,16 @@ type outcomes struct {
 func classify(records []record, dead []deadletters.Letter, cp claimPlan, now time.Time, ttl time.Duration, prefix int) outcomes {
 	verdicts, inserts, takeBack := dedup.Classify(now, ttl, cp.keys, cp.known, cp.earlier)
 	o := outcomes{verdicts: verdicts, inserts: inserts, takeBack: takeBack, dead: append([]deadletters.Letter(nil), dead...), overflowed: map[string]bool{}}
+	j := 0 // inserts are the New verdicts', in order
+	for i, v := range verdicts {
+		if v == dedup.New {
+			if in := &inserts[j]; in.Replace {
+				// Claimed keys carry their version already.
+				in.Version = dedup.EncodeVersion(versionOf(&records[i].ev))
+			}
+			j++
+		}
+	}
 	for i, v := range verdicts {
 		r := &records[i]
 		switch v {
@@ -111,12 +154,14 @@ func (o *outcomes) count(agg *aggregate, prefix int, entries bool) {
 		o.dead = append(o.dead, deadletters.New(r.partition, r.offset, r.key, r.value, prefix, string(event.ReasonAmountOverflow),
 			fmt.Sprintf("adding amount_minor %d to account %q %s would overflow a signed 64-bit sum", r.ev.AmountMinor, r.ev.AccountID, r.ev.Currency), r.ev.EventID))
 	}
+	o.countVersions(agg, prefix, entries)
 }
 
 // work is what one participant writes in a checkpoint, as the store's
 // rows.
 type work struct {
 	replace  []driver.DedupKey // keys whose expired rows are replaced
+	update   []driver.DedupKey // keys whose rows take a new version (versions.go)
 	unclaim  []string          // claimed keys it does not keep (dead letters, repeats of an earlier generation)
 	balances []driver.Balance
 	windows  []driver.WindowSum
@@ -127,7 +172,7 @@ type work struct {
 }
 
 func (w *work) empty() bool {
-	return len(w.replace)+len(w.unclaim)+len(w.balances)+len(w.windows)+len(w.adjusts)+len(w.entries)+len(w.dead) == 0 && !w.seal
+	return len(w.replace)+len(w.update)+len(w.unclaim)+len(w.balances)+len(w.windows)+len(w.adjusts)+len(w.entries)+len(w.dead) == 0 && !w.seal
 }
 
 // planWrites routes everything the checkpoint writes to its participant:
@@ -153,6 +198,7 @@ func planWrites(o *outcomes, agg *aggregate, period event.Windows, r router) []w
 		at := r.Route(id)
 		works[at].unclaim = append(works[at].unclaim, id)
 	}
+	planVersionKeys(o.items, works, r)
 	for _, row := range toBalances(agg.balanceRows()) {
 		at := r.Route(row.Account)
 		works[at].balances = append(works[at].balances, row)

@@ -178,6 +178,7 @@ type planConfig struct {
 	closeAfter time.Duration // 0: windows never close
 	skew       time.Duration // MaxEventTimeSkew
 	ttl        time.Duration // of dedup keys
+	horizon    time.Duration // of versions, from an event's first (versions.go)
 	prefix     int           // DeadLetterPayloadBytes
 	entries    bool          // LedgerEntries
 	route      placement
@@ -345,6 +346,7 @@ func (p *planner) afterClaims(contested [][]string, earlier []driver.DedupKey) {
 		live, oldLive := p.now.Before(k.ExpiresAt), ok && p.now.Before(old.ExpiresAt)
 		if !ok || live && !oldLive || live == oldLive && k.ExpiresAt.Before(old.ExpiresAt) {
 			p.cp.earlier[k.ID] = dedup.Seen{Fingerprint: k.Fingerprint, ExpiresAt: k.ExpiresAt}
+			p.cp.storedVersion(&p.cp.earlierV, k)
 		}
 	}
 	var ls []lookup
@@ -363,22 +365,31 @@ func (p *planner) afterClaims(contested [][]string, earlier []driver.DedupKey) {
 func (p *planner) afterLookups(found []driver.DedupKey) {
 	for _, k := range found {
 		p.cp.known[k.ID] = dedup.Seen{Fingerprint: k.Fingerprint, ExpiresAt: k.ExpiresAt}
+		p.cp.storedVersion(&p.cp.knownV, k)
 	}
 	p.next = step{kind: stepClassify}
 }
 
 // classify decides every record and finds the keys to seed.
 func (p *planner) classify() {
-	p.o = classify(p.snap.records, p.snap.dead, p.cp, p.now, p.cfg.ttl, p.cfg.prefix)
+	if p.cp.versioned {
+		var closed time.Time // windows before it are closed (none without closing)
+		if p.cfg.closeAfter > 0 {
+			closed = p.et.read.Closed
+		}
+		p.o = classifyVersions(p.snap.records, p.snap.dead, p.cp, p.now, p.cfg.ttl, p.cfg.horizon, p.cfg.prefix, p.cfg.window, closed)
+	} else {
+		p.o = classify(p.snap.records, p.snap.dead, p.cp, p.now, p.cfg.ttl, p.cfg.prefix)
+	}
 	p.tally.duplicates = p.o.duplicates
 	p.agg = newAggregate(p.cfg.window)
 	p.agg.images = p.cfg.changelog
-	rb, rw, ra := p.agg.riskyKeys(p.o.fresh, p.cfg.careful)
+	rb, rw, ra := p.agg.riskyKeys(p.o.applied(), p.cfg.careful)
 	if len(rb)+len(rw)+len(ra) > 0 {
 		p.tally.careful = true
 	}
 	if p.cfg.changelog {
-		rb, rw, ra = p.agg.riskyKeys(p.o.fresh, true)
+		rb, rw, ra = p.agg.riskyKeys(p.o.applied(), true)
 	}
 	if len(rb)+len(rw)+len(ra) == 0 {
 		p.next = step{kind: stepAggregate}
@@ -386,7 +397,7 @@ func (p *planner) classify() {
 	}
 	p.risky = riskySet{rb, rw, ra}
 	if p.cfg.shared && !p.cfg.changelog {
-		p.risky = lockOrder(p.risky, p.agg, p.o.fresh, p.cfg.route)
+		p.risky = lockOrder(p.risky, p.agg, p.o.applied(), p.cfg.route)
 	}
 	p.next = step{kind: stepSeed, seeds: p.seedKeys()}
 }
@@ -681,7 +692,7 @@ func (p *planner) remember() []dedup.Insert {
 			out = append(out, in)
 		}
 	}
-	return out
+	return rememberVersions(out, p.o.items)
 }
 
 // eventTimeDue reports whether, once the checkpoint committed, the next

@@ -39,7 +39,7 @@ func toWindows(rows []windowRow) []driver.WindowSum {
 func toDedupKeys(ins []dedup.Insert) []driver.DedupKey {
 	out := make([]driver.DedupKey, len(ins))
 	for i, in := range ins {
-		out[i] = driver.DedupKey{ID: in.ID, Fingerprint: in.Fingerprint, ExpiresAt: in.ExpiresAt}
+		out[i] = driver.DedupKey{ID: in.ID, Fingerprint: in.Fingerprint, ExpiresAt: in.ExpiresAt, Version: in.Version}
 	}
 	return out
 }

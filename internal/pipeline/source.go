@@ -86,6 +86,7 @@ type record struct {
 	value     []byte
 	ts        time.Time
 	late      bool // its window was closed when it was counted (set by planEventTime)
+	retract   bool // a counted version's retraction (versions.go), never a buffered record
 }
 
 // recordOverhead approximates a buffered record's memory besides its key,

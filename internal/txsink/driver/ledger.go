@@ -75,6 +75,11 @@ type StoreTx interface {
 	// that are expired at now, then inserts keys there (a stored row that
 	// is not expired is a Duplicate error), in id order.
 	ReplaceKeys(ctx context.Context, g Generation, keys []DedupKey, now time.Time) error
+	// UpdateKeys sets the fingerprint, expiry and version of keys whose
+	// rows are stored in generation g's table (a stored row this branch
+	// holds: claimed by it, or met by its claim), in id order; a key
+	// without a row there is inserted.
+	UpdateKeys(ctx context.Context, g Generation, keys []DedupKey) error
 
 	// LockBalances, LockWindows and LockAdjustments read the stored rows of
 	// keys, whole, under row locks, by primary key and in key order (keys
@@ -188,6 +193,9 @@ type DedupKey struct {
 	ID          string
 	Fingerprint [16]byte
 	ExpiresAt   time.Time
+	// Version is the version of the event the ledger counts, as package
+	// dedup encodes it (empty: a key stored before versions were kept).
+	Version string
 }
 
 // BalanceKey is the primary key of account_balances.

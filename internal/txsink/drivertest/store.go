@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,6 +20,7 @@ var storeTests = []struct {
 	{"Store/ClaimWaitsForTheOtherBranch", testClaimWaits},
 	{"Store/ClaimsRacingAcrossBranchesOwnEachKeyOnce", testClaimRace},
 	{"Store/UnclaimAndReplace", testUnclaimReplace},
+	{"Store/KeysKeepTheirVersion", testKeyVersions},
 	{"Store/LookupsReadCommittedRowsOnly", testLookupCommitted},
 	{"Store/LockingReadsWaitForWriters", testLockingReads},
 	{"Store/NoGapLocks", testNoGapLocks},
@@ -309,6 +311,60 @@ func testUnclaimReplace(t *testing.T, ctx context.Context, f Fixture) {
 	err = b.tx().ReplaceKeys(ctx, 0, []driver.DedupKey{{ID: "u-00000", ExpiresAt: now.Add(2 * time.Hour)}}, now)
 	if code(f, err) != driver.Duplicate {
 		t.Fatalf("replacing a live key: %v (%v), want a duplicate", err, code(f, err))
+	}
+}
+
+// Property (versions): a key's version, any bytes, reads back as written
+// from the claim, the lookup and the locking read (none: empty, a key
+// stored before versions); a claim that meets a stored key leaves its
+// version as it was, and UpdateKeys sets the fingerprint, expiry and
+// version of a stored key and of one its own branch claimed, in the
+// generation's table it names.
+func testKeyVersions(t *testing.T, ctx context.Context, f Fixture) {
+	now := clock()
+	v1, v2 := "\x01\x00\xff\x80EURacct", "\x02\x07"
+	old := driver.DedupKey{ID: "ver-old", Fingerprint: [16]byte{1}, ExpiresAt: now.Add(time.Hour)}
+	stored := driver.DedupKey{ID: "ver-stored", Fingerprint: [16]byte{2}, ExpiresAt: now.Add(time.Hour), Version: v1}
+	commit(t, ctx, f, func(tx driver.StoreTx) error {
+		_, err := tx.ClaimKeys(ctx, 1, []driver.DedupKey{old, stored})
+		return err
+	})
+	found, err := f.Store.LookupKeys(ctx, 1, []string{"ver-old", "ver-stored"})
+	must(t, err)
+	slices.SortFunc(found, func(a, b driver.DedupKey) int { return strings.Compare(a.ID, b.ID) })
+	if !slices.Equal(found, []driver.DedupKey{old, stored}) {
+		t.Fatalf("looked up %+v, want %+v", found, []driver.DedupKey{old, stored})
+	}
+	again := stored
+	again.Version = v2
+	fresh := driver.DedupKey{ID: "ver-fresh", Fingerprint: [16]byte{3}, ExpiresAt: now.Add(time.Hour), Version: v1}
+	amended := driver.DedupKey{ID: "ver-stored", Fingerprint: [16]byte{4}, ExpiresAt: now.Add(30 * time.Minute), Version: v2}
+	freshAmended := driver.DedupKey{ID: "ver-fresh", Fingerprint: [16]byte{5}, ExpiresAt: now.Add(time.Hour), Version: v2}
+	commit(t, ctx, f, func(tx driver.StoreTx) error {
+		contested, err := tx.ClaimKeys(ctx, 1, []driver.DedupKey{again, fresh})
+		if err != nil {
+			return err
+		}
+		if len(contested) == 0 {
+			return errors.New("a claim that met a stored key reported none")
+		}
+		locked, err := tx.LockKeys(ctx, 1, []string{"ver-stored"})
+		if err != nil {
+			return err
+		}
+		if !slices.Equal(locked, []driver.DedupKey{stored}) {
+			return fmt.Errorf("locking read %+v, want the stored version %+v", locked, stored)
+		}
+		return tx.UpdateKeys(ctx, 1, []driver.DedupKey{freshAmended, amended})
+	})
+	found, err = f.Store.LookupKeys(ctx, 1, []string{"ver-fresh", "ver-old", "ver-stored"})
+	must(t, err)
+	slices.SortFunc(found, func(a, b driver.DedupKey) int { return strings.Compare(a.ID, b.ID) })
+	if want := []driver.DedupKey{freshAmended, old, amended}; !slices.Equal(found, want) {
+		t.Fatalf("after the update %+v, want %+v", found, want)
+	}
+	if other, err := f.Store.LookupKeys(ctx, 2, []string{"ver-stored"}); err != nil || len(other) != 0 {
+		t.Fatalf("another generation's table: %+v, %v", other, err)
 	}
 }
 

@@ -84,7 +84,7 @@ func (t storeTx) ClaimKeys(ctx context.Context, g driver.Generation, keys []driv
 	keys = slices.SortedFunc(slices.Values(keys), func(a, b driver.DedupKey) int { return strings.Compare(a.ID, b.ID) })
 	var contested []string
 	err = c.statementsLocked(len(keys), keysText, func(i int) int {
-		return stmt.RowBytes("(?,?,?)", keys[i].ID, keys[i].Fingerprint[:], keys[i].ExpiresAt)
+		return stmt.RowBytes("(?,?,?,?)", keys[i].ID, keys[i].Fingerprint[:], keys[i].ExpiresAt, keys[i].Version)
 	}, func(start, end int) error {
 		part := keys[start:end]
 		for _, k := range part {
@@ -195,7 +195,7 @@ func (t storeTx) ReplaceKeys(ctx context.Context, g driver.Generation, keys []dr
 		return err
 	}
 	return c.statementsLocked(len(keys), keysText, func(i int) int {
-		return stmt.RowBytes("(?,?,?)", keys[i].ID, keys[i].Fingerprint[:], keys[i].ExpiresAt)
+		return stmt.RowBytes("(?,?,?,?)", keys[i].ID, keys[i].Fingerprint[:], keys[i].ExpiresAt, keys[i].Version)
 	}, func(start, end int) error {
 		part := keys[start:end]
 		for _, k := range part {
@@ -211,6 +211,36 @@ func (t storeTx) ReplaceKeys(ctx context.Context, g driver.Generation, keys []dr
 				return coded(driver.Duplicate, "Duplicate entry '%s' for key 'PRIMARY'", k.ID)
 			}
 			if err := c.fireLocked(keysOf(g), k); err != nil {
+				return err
+			}
+		}
+		for _, k := range part {
+			k.ExpiresAt = datetime(k.ExpiresAt)
+			c.putLocked(tx, keyID(g, k.ID), k)
+		}
+		return nil
+	})
+}
+
+func (t storeTx) UpdateKeys(ctx context.Context, g driver.Generation, keys []driver.DedupKey) error {
+	c, tx, err := t.begin()
+	if err != nil {
+		return err
+	}
+	defer c.mu.Unlock()
+	keys = slices.SortedFunc(slices.Values(keys), func(a, b driver.DedupKey) int { return strings.Compare(a.ID, b.ID) })
+	return c.statementsLocked(len(keys), keysText, func(i int) int {
+		return stmt.RowBytes("(?,?,?,?)", keys[i].ID, keys[i].Fingerprint[:], keys[i].ExpiresAt, keys[i].Version)
+	}, func(start, end int) error {
+		part := keys[start:end]
+		for _, k := range part {
+			if err := checkBytes("event_id", k.ID, 128); err != nil {
+				return err
+			}
+			if err := checkBytes("version", k.Version, 103); err != nil {
+				return err
+			}
+			if err := c.lockLocked(ctx, tx, keyID(g, k.ID)); err != nil {
 				return err
 			}
 		}

@@ -58,10 +58,11 @@ type keyRow struct {
 	ID          []byte    `db:"event_id"`
 	Fingerprint []byte    `db:"fingerprint"`
 	ExpiresAt   time.Time `db:"expires_at"`
+	Version     []byte    `db:"version"` // NULL: a key stored before versions
 }
 
 func (r keyRow) key() driver.DedupKey {
-	k := driver.DedupKey{ID: string(r.ID), ExpiresAt: r.ExpiresAt}
+	k := driver.DedupKey{ID: string(r.ID), ExpiresAt: r.ExpiresAt, Version: string(r.Version)}
 	copy(k.Fingerprint[:], r.Fingerprint)
 	return k
 }
@@ -70,7 +71,7 @@ func (r keyRow) key() driver.DedupKey {
 // budget, suffix after each (a locking clause, or nothing); full
 // statements run prepared where q can.
 func selectKeys(ctx context.Context, q querier, table string, ids []string, suffix string) ([]driver.DedupKey, error) {
-	head := `SELECT event_id, fingerprint, expires_at FROM ` + table + ` WHERE event_id IN ()`
+	head := `SELECT event_id, fingerprint, expires_at, version FROM ` + table + ` WHERE event_id IN ()`
 	var out []driver.DedupKey
 	err := stmt.Split(len(ids), len(head)+len(suffix), q.MaxStatementBytes(), func(i int) int { return stmt.ArgBytes(ids[i]) }, func(start, end int) error {
 		part := ids[start:end]
@@ -78,7 +79,7 @@ func selectKeys(ctx context.Context, q querier, table string, ids []string, suff
 		for i, id := range part {
 			args[i] = id
 		}
-		query := `SELECT event_id, fingerprint, expires_at FROM ` + table + ` WHERE event_id IN (` + placeholders(len(part)) + `)` + suffix
+		query := `SELECT event_id, fingerprint, expires_at, version FROM ` + table + ` WHERE event_id IN (` + placeholders(len(part)) + `)` + suffix
 		got, err := readKeyRows(ctx, q, query, args)
 		out = append(out, got...)
 		return err
@@ -131,8 +132,8 @@ func lockKeys(ctx context.Context, q querier, g driver.Generation, ids []string)
 	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
 	table := keyTable(g)
 	var out []driver.DedupKey
-	err := splitPoints(q, len(`SELECT d.event_id, d.fingerprint, d.expires_at FROM `+pointsOf(table, 0)+` LOCK IN SHARE MODE`), ids, func(part []any) error {
-		query := `SELECT d.event_id, d.fingerprint, d.expires_at FROM ` + pointsOf(table, len(part)) + ` LOCK IN SHARE MODE`
+	err := splitPoints(q, len(`SELECT d.event_id, d.fingerprint, d.expires_at, d.version FROM `+pointsOf(table, 0)+` LOCK IN SHARE MODE`), ids, func(part []any) error {
+		query := `SELECT d.event_id, d.fingerprint, d.expires_at, d.version FROM ` + pointsOf(table, len(part)) + ` LOCK IN SHARE MODE`
 		got, err := readKeyRows(ctx, q, query, part)
 		out = append(out, got...)
 		return err
@@ -258,11 +259,27 @@ func replaceKeys(ctx context.Context, ex stmt.Execer, g driver.Generation, keys 
 	})
 }
 
+// updateKeys sets the fingerprint, expiry and version of keys stored in
+// generation g's table (driver.StoreTx.UpdateKeys), in id order, as an
+// upsert of many keys per statement.
+func updateKeys(ctx context.Context, ex stmt.Execer, g driver.Generation, keys []driver.DedupKey) error {
+	slices.SortFunc(keys, func(a, b driver.DedupKey) int { return strings.Compare(a.ID, b.ID) })
+	const onDup = ` ON DUPLICATE KEY UPDATE fingerprint = VALUES(fingerprint), expires_at = VALUES(expires_at), version = VALUES(version)`
+	table := keyTable(g)
+	return splitKeys(ex, table, keys, onDup, func(part []driver.DedupKey) error {
+		query, args := insertKeys(table, part, onDup)
+		if _, err := ex.Exec(ctx, query, args...); err != nil {
+			return fmt.Errorf("dedup update: %w", err)
+		}
+		return nil
+	})
+}
+
 // splitKeys cuts keys into statements of insertKeys within ex's budget.
 func splitKeys(ex stmt.Execer, table string, keys []driver.DedupKey, suffix string, fn func(part []driver.DedupKey) error) error {
 	return stmt.Split(len(keys), len(insertHead(table))+len(suffix), ex.MaxStatementBytes(),
 		func(i int) int {
-			return stmt.RowBytes(insertTuple, keys[i].ID, keys[i].Fingerprint[:], keys[i].ExpiresAt)
+			return stmt.RowBytes(insertTuple, keys[i].ID, keys[i].Fingerprint[:], keys[i].ExpiresAt, versionArg(keys[i].Version))
 		},
 		func(start, end int) error { return fn(keys[start:end]) })
 }
@@ -323,23 +340,32 @@ func emptyKeys(ctx context.Context, db *sqlx.DB, g driver.Generation, journalDue
 // insertHead and insertTuple make the statement that inserts keys into a
 // table: insertHead, one insertTuple per key.
 func insertHead(table string) string {
-	return `INSERT INTO ` + table + ` (event_id, fingerprint, expires_at) VALUES `
+	return `INSERT INTO ` + table + ` (event_id, fingerprint, expires_at, version) VALUES `
 }
 
-const insertTuple = "(?,?,?)"
+const insertTuple = "(?,?,?,?)"
+
+// versionArg is a key's version as its column takes it: no version is
+// NULL (a key stored before versions reads back the same).
+func versionArg(v string) any {
+	if v == "" {
+		return nil
+	}
+	return []byte(v)
+}
 
 // insertKeys is the statement that inserts keys into table, one row each,
 // followed by suffix, and its arguments.
 func insertKeys(table string, keys []driver.DedupKey, suffix string) (string, []any) {
 	var b strings.Builder
 	b.WriteString(insertHead(table))
-	args := make([]any, 0, 3*len(keys))
+	args := make([]any, 0, 4*len(keys))
 	for i, in := range keys {
 		if i > 0 {
 			b.WriteByte(',')
 		}
 		b.WriteString(insertTuple)
-		args = append(args, in.ID, in.Fingerprint[:], in.ExpiresAt)
+		args = append(args, in.ID, in.Fingerprint[:], in.ExpiresAt, versionArg(in.Version))
 	}
 	b.WriteString(suffix)
 	return b.String(), args

@@ -87,6 +87,10 @@ func (t tables) ReplaceKeys(ctx context.Context, g driver.Generation, keys []dri
 	return replaceKeys(ctx, t.c, g, keys, now)
 }
 
+func (t tables) UpdateKeys(ctx context.Context, g driver.Generation, keys []driver.DedupKey) error {
+	return updateKeys(ctx, t.c, g, keys)
+}
+
 func (t tables) LockBalances(ctx context.Context, keys []driver.BalanceKey) ([]driver.BalanceRow, error) {
 	return lockBalances(ctx, t.c, keys, t.c.sv.images)
 }

@@ -1,0 +1,213 @@
+package pipeline
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/billing/ledger/internal/changelog"
+	"github.com/billing/ledger/internal/changelogtest"
+	"github.com/billing/ledger/internal/dedup"
+	"github.com/billing/ledger/internal/event"
+	"github.com/billing/ledger/internal/txsink/driver"
+)
+
+// An item is applied whole or not at all: when its retraction or its
+// addition would overflow a sum, neither changes anything, the record
+// that made it is an amount_overflow dead letter, the stored key keeps its
+// version and a key the checkpoint claimed is taken back.
+func TestVersionItemsOverflow(t *testing.T) {
+	at := time.Date(2026, 11, 29, 13, 5, 0, 0, time.UTC)
+	old := func(amount int64) *dedup.Version {
+		return &dedup.Version{Account: "acct-1", Currency: "EUR", Amount: amount, OccurredAt: at}
+	}
+	retraction := func(amount int64) *record {
+		r := rec("v", "acct-1", amount, 0, 0)
+		r.retract = true
+		return &r
+	}
+	tests := []struct {
+		name     string
+		seed     int64 // acct-1 EUR's stored balance (and window)
+		old      int64
+		add      int64
+		claimed  bool
+		refused  bool
+		balance  int64
+		unclaim  int
+		update   int
+		overflow int
+	}{
+		{"amend", 100, 100, 150, false, false, 150, 0, 1, 0},
+		// Taking back a negative amount at the top of the range.
+		{"retraction overflows", math.MaxInt64, -1, 0, false, true, math.MaxInt64, 0, 0, 1},
+		{"retraction of the least amount", 0, math.MinInt64, 1, false, true, 0, 0, 0, 1},
+		// The retraction fits, the addition does not: neither is applied.
+		{"addition overflows", math.MaxInt64 - 10, 10, math.MaxInt64, true, true, math.MaxInt64 - 10, 1, 0, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			agg := newAggregate(hourly)
+			bk, wk := agg.keys(&retraction(0).ev)
+			agg.seedBalance(bk, total{amount: tt.seed, count: 1, exists: true})
+			agg.seedWindow(wk, total{amount: tt.seed, count: 1, exists: true}, false)
+			add := rec("v", "acct-1", tt.add, 0, 1)
+			add.ev.Revision = 1
+			o := outcomes{overflowed: map[string]bool{}, items: []versionItem{{
+				change:  dedup.Change{ID: "v", Old: old(tt.old), New: versionOf(&add.ev), Write: dedup.WriteUpdate, Claimed: tt.claimed},
+				retract: retraction(tt.old), add: &add, rec: &add,
+			}}}
+			o.count(agg, 64, true)
+			if o.items[0].refused != tt.refused || len(o.dead) != tt.overflow {
+				t.Fatalf("refused %v, dead letters %v", o.items[0].refused, o.dead)
+			}
+			if tt.overflow > 0 && o.dead[0].Reason != "amount_overflow" {
+				t.Fatalf("dead letter %+v", o.dead[0])
+			}
+			if b := agg.balances[bk]; b.amount != tt.balance || agg.windows[wk].amount != tt.balance || b.count != 1 {
+				t.Fatalf("balance %+v, window %+v, want %d over 1", *b, *agg.windows[wk], tt.balance)
+			}
+			works := make([]work, 1)
+			planVersionKeys(o.items, works, hashRouter(1))
+			if len(works[0].unclaim) != tt.unclaim || len(works[0].update) != tt.update {
+				t.Fatalf("unclaim %v, update %v", works[0].unclaim, works[0].update)
+			}
+		})
+	}
+}
+
+// A version that changes a sum's amount but not its count is still
+// written (the rows of keys no event changed are not).
+func TestRetractionAndAdditionWriteTheirRow(t *testing.T) {
+	agg := newAggregate(hourly)
+	back := rec("v", "acct-1", 100, 0, 0)
+	back.retract = true
+	add := rec("v", "acct-1", 150, 0, 1)
+	if !agg.apply(&back, &add) {
+		t.Fatal("refused")
+	}
+	rows := agg.balanceRows()
+	if len(rows) != 1 || rows[0].amount != 50 || rows[0].count != 0 {
+		t.Fatalf("balance rows %+v, want the delta 50 over 0", rows)
+	}
+	if w := agg.windowRows(); len(w) != 1 || w[0].amount != 50 {
+		t.Fatalf("window rows %+v", w)
+	}
+}
+
+func TestSubInt64(t *testing.T) {
+	for _, tt := range []struct {
+		a, b int64
+		ok   bool
+	}{
+		{0, math.MinInt64, false}, {-1, math.MinInt64, true}, {math.MaxInt64, -1, false}, {math.MinInt64, 1, false},
+		{math.MinInt64, -1, true}, {5, 7, true}, {math.MaxInt64, math.MaxInt64, true},
+	} {
+		if s, ok := subInt64(tt.a, tt.b); ok != tt.ok || ok && s != tt.a-tt.b {
+			t.Errorf("%d - %d: %d, %v; want ok %v", tt.a, tt.b, s, ok, tt.ok)
+		}
+	}
+}
+
+// The outbox is the tables' changelog with versions too: two instances
+// amend and cancel the same events concurrently (a version's retraction
+// and addition change balances and windows as any other change, windows
+// that close included); the changes, applied in commit order, form an
+// unbroken chain per key and end at exactly the rows stored.
+func TestOutboxIsTheTablesChangelogWithVersions(t *testing.T) {
+	l := newChangelogLedger(t, 2, 2, 2, func(c *Config) { c.WindowCloseAfter = 30 * time.Minute })
+	base := time.Now().UTC().Add(-48 * time.Hour).Truncate(time.Hour)
+	accounts := []string{"a", "b", "c", "Müller"}
+	var wg sync.WaitGroup
+	errs := make([]error, len(l.inst))
+	var mu sync.Mutex
+	highest := map[string]event.Event{} // of every record produced
+	for i, m := range l.inst {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(17, uint64(i)))
+			for range 30 {
+				var recs []Record
+				for range rng.IntN(10) + 1 {
+					// One content per (id, revision): two copies of a
+					// version are a repeat, never a conflict.
+					n, rev := rng.IntN(150), rng.IntN(4)
+					vr := rand.New(rand.NewPCG(uint64(n), uint64(rev)))
+					ev := event.Event{EventID: fmt.Sprintf("v-%d", n), Revision: int64(rev),
+						AccountID: accounts[vr.IntN(len(accounts))], AmountMinor: vr.Int64N(2000) - 500, Currency: []string{"EUR", "USD"}[vr.IntN(2)],
+						OccurredAt: base.Add(time.Duration(vr.IntN(48*60)) * time.Minute)}
+					if rev > 0 && vr.IntN(4) == 0 {
+						ev = event.Event{EventID: ev.EventID, Revision: ev.Revision, Cancelled: true}
+					}
+					v, _ := json.Marshal(ev)
+					recs = append(recs, Record{Event: ev, Partition: int32(i), Key: []byte(ev.AccountID), Value: v})
+					mu.Lock()
+					if h, ok := highest[ev.EventID]; !ok || ev.Revision > h.Revision {
+						highest[ev.EventID] = ev
+					}
+					mu.Unlock()
+				}
+				for try := 0; ; try++ {
+					_, err := m.checkpoint(t, recs...)
+					if err == nil {
+						break
+					}
+					m.offsets[int32(i)] -= int64(len(recs))
+					if try == 20 {
+						errs[i] = err
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("instance %d: %v", i, err)
+		}
+	}
+	evs, checkpoints := l.outboxEvents(t)
+	model := changelogtest.NewModel()
+	for i, ev := range evs {
+		if err := model.Apply(ev); err != nil {
+			t.Fatalf("event %d (checkpoint %d): %v", i, ev.Source.CommitSeq, err)
+		}
+	}
+	rows := l.tableRows(t)
+	for _, table := range []string{changelog.AccountBalances, changelog.BillingWindows, changelog.WindowAdjustments} {
+		if d := changelogtest.Diff(rows[table], model.Canonical(table), 5); d != nil {
+			t.Errorf("%s: the changelog ends elsewhere than the table:\n%s", table, strings.Join(d, "\n"))
+		}
+		if len(rows[table]) == 0 {
+			t.Errorf("%s: no row: the generation exercised nothing", table)
+		}
+	}
+	// Every event counts its highest revision, whichever instance
+	// counted which version in which order.
+	want := map[driver.BalanceKey][2]int64{}
+	for _, ev := range highest {
+		if !ev.Cancelled {
+			k := driver.BalanceKey{Account: ev.AccountID, Currency: ev.Currency}
+			want[k] = [2]int64{want[k][0] + ev.AmountMinor, want[k][1] + 1}
+		}
+	}
+	for _, c := range l.servers {
+		for _, b := range c.Tables().Balances {
+			if got := [2]int64{b.Amount, b.Count}; got != want[b.BalanceKey] {
+				t.Errorf("balance %v: %v, want the highest revisions' %v", b.BalanceKey, got, want[b.BalanceKey])
+			}
+			delete(want, b.BalanceKey)
+		}
+	}
+	if len(want) != 0 {
+		t.Errorf("balances missing: %v", want)
+	}
+	t.Logf("%d changes in %d checkpoints", len(evs), checkpoints)
+}
