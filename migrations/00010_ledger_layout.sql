@@ -6,11 +6,12 @@
 -- looks (package shards).
 --
 -- ledger_server holds one row on every server: the schema's own identity,
--- a random UUID generated here, at migration, so that it survives a new
--- password, host name or alias, and is one per database (several ledgers
--- may share a MySQL server; @@server_uuid is the server's, and MariaDB has
--- none). ledger_id is empty until the ledger whose control server lists
--- the server claims it, at its first start (then the control server's
+-- a UUID generated here, at migration (UUID(), on MySQL and MariaDB alike:
+-- unique across servers and time), so that it survives a new password,
+-- host name or alias, and is one per database (several ledgers may share a
+-- MySQL server; @@server_uuid is the server's, and MariaDB has none).
+-- ledger_id is empty until the ledger whose control server lists the
+-- server claims it, at its first start (then the control server's
 -- ledger_identity.ledger_id).
 --
 -- ledger_layout holds, on the control server, the servers' UUIDs in order,
@@ -22,7 +23,7 @@
 -- +goose Up
 CREATE TABLE ledger_server (
     singleton   TINYINT NOT NULL COMMENT 'always 1: one row',
-    server_uuid CHAR(36) CHARACTER SET ascii COLLATE ascii_bin NOT NULL COMMENT 'random, generated at migration',
+    server_uuid CHAR(36) CHARACTER SET ascii COLLATE ascii_bin NOT NULL COMMENT 'UUID(), generated at migration',
     ledger_id   CHAR(16) CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT '' COMMENT 'the ledger that claimed the server; empty: none yet',
     created_at  DATETIME(6) NOT NULL,
     PRIMARY KEY (singleton)

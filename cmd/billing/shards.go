@@ -121,13 +121,23 @@ func printShards(w io.Writer, r *shards.Report) error {
 			ledger = "unclaimed"
 		}
 		fmt.Fprintf(&b, "  %d  %s  server %s, %s, ledger %s\n", s.Place, s.Host, s.UUID, ordinal, ledger)
+		var rows []string
 		for _, t := range s.Tables {
-			fmt.Fprintf(&b, "       %-24s ~%d rows\n", t.Table, t.Rows)
+			if t.Rows > 0 {
+				rows = append(rows, fmt.Sprintf("%s ~%d", t.Table, t.Rows))
+			}
 		}
+		if len(rows) == 0 {
+			rows = []string{"none"}
+		}
+		fmt.Fprintf(&b, "     rows (estimates): %s\n", strings.Join(rows, ", "))
 	}
-	if len(r.Differences) == 0 {
+	switch {
+	case r.Version == 0 && len(r.Differences) == 0:
+		b.WriteString("the first instance to start stores the configured servers as the ledger's layout\n")
+	case len(r.Differences) == 0:
 		b.WriteString("the configured servers are the ledger's layout\n")
-	} else {
+	default:
 		b.WriteString("the configured servers differ from the ledger's layout (an instance configured so refuses to start):\n")
 		for _, d := range r.Differences {
 			fmt.Fprintf(&b, "  - %s\n", d)

@@ -6,9 +6,9 @@
 // shard server for the control server: its decisions, its positions.
 //
 // A server is known by its own identity, not by its DSN (which changes with
-// a password, a host name, an alias): migration 00010 writes a random UUID
-// into every server's schema (ledger_server), one per database, since
-// several ledgers may share a MySQL server, and MariaDB has no
+// a password, a host name, an alias): migration 00010 writes a UUID
+// (UUID()) into every server's schema (ledger_server), one per database,
+// since several ledgers may share a MySQL server, and MariaDB has no
 // @@server_uuid. The first instance of this version that starts on a
 // ledger claims every server for the ledger (ledger_server.ledger_id, the
 // control server's ledger identity) and stores the layout, version 1,

@@ -116,7 +116,8 @@ type TableRows struct {
 }
 
 // TableRowEstimates returns InnoDB's estimate of the rows of every table
-// of the server's ledger database but goose's, by name
+// of the server's ledger database but goose's (its versions, its lock), by
+// name
 // (information_schema.TABLES.TABLE_ROWS, as DedupRows: cheap, no scan,
 // approximate).
 func (s *Server) TableRowEstimates(ctx context.Context) ([]TableRows, error) {
@@ -125,7 +126,7 @@ func (s *Server) TableRowEstimates(ctx context.Context) ([]TableRows, error) {
 		Rows  sql.NullInt64 `db:"TABLE_ROWS"`
 	}
 	err := s.db.SelectContext(ctx, &rows, `SELECT TABLE_NAME, TABLE_ROWS FROM information_schema.TABLES
-		WHERE TABLE_SCHEMA = DATABASE() AND TABLE_TYPE = 'BASE TABLE' AND TABLE_NAME <> ? ORDER BY TABLE_NAME`, SchemaVersionTable)
+		WHERE TABLE_SCHEMA = DATABASE() AND TABLE_TYPE = 'BASE TABLE' AND TABLE_NAME NOT LIKE 'goose\_%' ORDER BY TABLE_NAME`)
 	if err != nil {
 		return nil, fmt.Errorf("table sizes: %w", err)
 	}
