@@ -52,7 +52,11 @@ func open(t *testing.T, list ...server) *mysqldriver.Driver {
 
 func ensure(t *testing.T, list ...server) (string, shards.Layout, error) {
 	t.Helper()
-	d := open(t, list...)
+	return ensureOn(t, open(t, list...), list...)
+}
+
+// ensureOn is ensure on d, opened on list; it may run on any goroutine.
+func ensureOn(t *testing.T, d *mysqldriver.Driver, list ...server) (string, shards.Layout, error) {
 	hosts := make([]string, len(list))
 	for i, s := range list {
 		hosts[i] = shards.Host(s.dsn)
@@ -184,4 +188,40 @@ func TestAnExistingLedgerAdoptsItsList(t *testing.T) {
 	refused(t, err, "is a shard server of ledger "+ledger)
 	_, _, err = ensure(t, a)
 	refused(t, err, "is missing from the list")
+}
+
+// Of instances starting together on a new ledger with different lists,
+// exactly one stores its list; the other is refused as any later start
+// with another list is.
+func TestConcurrentFirstStartsStoreOneLayout(t *testing.T) {
+	sv := servers(t, 3)
+	a, b, c := sv[0], sv[1], sv[2]
+	errs := make(chan error, 2)
+	for _, list := range [][]server{{a, b}, {a, c}} {
+		d := open(t, list...)
+		go func() {
+			_, _, err := ensureOn(t, d, list...)
+			errs <- err
+		}()
+	}
+	var stored, refusedN int
+	for range 2 {
+		err := <-errs
+		var me *shards.MismatchError
+		switch {
+		case err == nil:
+			stored++
+		case errors.As(err, &me) && strings.Contains(err.Error(), "is not one of the ledger's servers"):
+			refusedN++
+		default:
+			t.Fatalf("a first start: %v", err)
+		}
+	}
+	if stored != 1 || refusedN != 1 {
+		t.Fatalf("%d stored, %d refused; want one of each", stored, refusedN)
+	}
+	var n int
+	if err := a.db.Get(&n, `SELECT COUNT(*) FROM ledger_layout`); err != nil || n != 2 {
+		t.Fatalf("%d layout rows, %v; want the 2 of one list", n, err)
+	}
 }
