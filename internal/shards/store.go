@@ -94,7 +94,13 @@ func Ensure(ctx context.Context, d *mysqldriver.Driver, hosts []string, newIdent
 	if diffs := Compare(ledger, stored, servers); len(diffs) > 0 {
 		return "", Layout{}, &MismatchError{Stored: stored, Differences: diffs}
 	}
-	if added {
+	switch {
+	case added && found:
+		// The ledger ran before its layout was stored: nothing recorded
+		// which list it ran with, and rows cannot tell the order.
+		log.Warn("stored the configured servers, in order, as the layout of a ledger that already existed: nothing recorded the list it ran with, so check it is this one (billing shards status)",
+			"layout", stored.Describe())
+	case added:
 		log.Info("stored the ledger's layout: the configured servers, in order, are the ledger's from now on (billing shards status)", "layout", stored.Describe())
 	}
 	return ledger, stored, nil
