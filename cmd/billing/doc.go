@@ -11,6 +11,7 @@
 //	billing compare        compare this ledger with another, exactly
 //	billing deadletters …  list, show and reinject dead letters (see deadletters.go)
 //	billing periods …      show and change the ledger's period settings (periods.go)
+//	billing shards status  the ledger's layout, its servers in order (shards.go)
 //	billing healthcheck    probe /readyz of the local instance (container health check)
 //	billing version        version, commit and Go version (also --version)
 //	billing --help         print the environment variables, defaults and meanings
@@ -21,6 +22,6 @@
 //
 // Exit status: 0 after a clean shutdown, 1 on a runtime failure (or a
 // refused dead-letter operation), 2 on a configuration or usage error, 4
-// when the period settings are not the ledger's (billing periods show),
-// 130 when a second SIGTERM/SIGINT cut a graceful shutdown short.
+// when the period settings or the servers are not the ledger's (billing
+// periods show, billing shards status), 130 when a second SIGTERM/SIGINT cut a graceful shutdown short.
 package main

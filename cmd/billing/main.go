@@ -16,11 +16,13 @@ import (
 	"github.com/billing/ledger/internal/config"
 	"github.com/billing/ledger/internal/periods"
 	"github.com/billing/ledger/internal/service"
+	"github.com/billing/ledger/internal/shards"
 )
 
-// exitSettings is the exit status of an instance whose period settings are
-// not its ledger's (periods.MismatchError): the configuration is valid,
-// but not for this ledger.
+// exitSettings is the exit status of an instance whose period settings or
+// servers are not its ledger's (periods.MismatchError,
+// shards.MismatchError): the configuration is valid, but not for this
+// ledger.
 const exitSettings = 4
 
 func main() {
@@ -56,6 +58,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return deadLetters(args[1:], stdout, stderr)
 	case "periods":
 		return periodsCmd(args[1:], stdout, stderr)
+	case "shards":
+		return shardsCmd(args[1:], stdout, stderr)
 	case "changelog":
 		return changelogCmd(args[1:], stdout, stderr)
 	case "healthcheck":
@@ -88,7 +92,8 @@ func runService(args []string, stdout, stderr io.Writer) int {
 		if err := service.Run(ctx, cfg, service.Options{Logger: log}); err != nil {
 			log.Error("billing stopped", "err", err)
 			var mismatch *periods.MismatchError
-			if errors.As(err, &mismatch) {
+			var layout *shards.MismatchError
+			if errors.As(err, &mismatch) || errors.As(err, &layout) {
 				return exitSettings
 			}
 			return 1
@@ -124,6 +129,8 @@ Usage:
   billing deadletters    list | show ID | reinject ID  (billing deadletters --help)
   billing periods        show | change: the ledger's period settings, stored in the
                          ledger; change them with every instance stopped
+  billing shards         status: the ledger's layout, its servers in order, stored in
+                         the ledger (billing shards --help)
   billing changelog     recover-progress: rebuild a lost progress record of the
                          changelog from its topics (billing changelog --help)
   billing healthcheck    GET /readyz on HTTP_ADDR's port: exit 0 on 200, 1 otherwise
@@ -133,8 +140,9 @@ Usage:
                          describes one command and never runs it
 
 Exit status: 0 success or clean shutdown, 1 runtime failure or refusal, 2
-configuration or usage error, 4 period settings not the ledger's (billing
-periods show), 130 second signal during shutdown.
+configuration or usage error, 4 period settings or servers not the ledger's
+(billing periods show, billing shards status), 130 second signal during
+shutdown.
 
 Environment (every setting; DSNs and secrets are never logged):
 `

@@ -128,6 +128,9 @@ func TestHelpNeverActs(t *testing.T) {
 		{[]string{"periods", "show", "--help"}, 0, "--json"},
 		{[]string{"periods", "change", "--window", "day", "--help"}, 0, "--dry-run"},
 		{[]string{"help", "periods"}, 0, "every instance stopped"},
+		{[]string{"shards", "--help"}, 0, "billing shards status"},
+		{[]string{"shards", "status", "--help"}, 0, "--json"},
+		{[]string{"help", "shards"}, 0, "blue/green"},
 		{[]string{"changelog", "--help"}, 0, "recover-progress"},
 		{[]string{"changelog", "recover-progress", "--help"}, 0, "--dry-run"},
 		{[]string{"status", "--help"}, 0, "--instance"},
@@ -165,6 +168,9 @@ func TestHelpNeverActs(t *testing.T) {
 		{[]string{"periods", "change"}, 2, "give --window, --timezone or --close"},
 		{[]string{"periods", "change", "--close=maybe"}, 2, "invalid boolean"},
 		{[]string{"periods", "show", "extra"}, 2, "want 0 argument(s)"},
+		{[]string{"shards"}, 2, "Usage:"},
+		{[]string{"shards", "bogus"}, 2, "unknown command"},
+		{[]string{"shards", "status", "extra"}, 2, "want 0 argument(s)"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {

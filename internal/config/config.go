@@ -44,7 +44,7 @@ type Config struct {
 	KafkaSASLPasswordFile string `envconfig:"KAFKA_SASL_PASSWORD_FILE" desc:"file holding the SASL password (trailing newlines ignored)"`
 
 	MySQLDSN             string        `envconfig:"MYSQL_DSN" required:"true" desc:"control server DSN (go-sql-driver/mysql format): offsets, decisions, and the first shard of results"`
-	MySQLShardDSNs       []string      `envconfig:"MYSQL_SHARD_DSNS" desc:"further MySQL servers holding shards of the results, comma separated; accounts and event ids are placed by hash, so this list must not change once data exists"`
+	MySQLShardDSNs       []string      `envconfig:"MYSQL_SHARD_DSNS" desc:"further MySQL servers holding shards of the results, comma separated; accounts and event ids are placed by hash over MYSQL_DSN and this list, in order, so the list is checked at every start against the layout stored in the ledger at its first start (another list is refused, exit 4; billing shards status shows it)"`
 	MySQLBranches        int           `envconfig:"MYSQL_BRANCHES" default:"2" desc:"parallel XA branches (connections) per server in each checkpoint; each instance opens at most MYSQL_BRANCHES + 8 connections per server for checkpoints, lookups, recovery and health checks, and MYSQL_BRANCHES + 1 more for cleanup"`
 	MySQLLockWaitTimeout time.Duration `envconfig:"MYSQL_LOCK_WAIT_TIMEOUT" default:"5s" desc:"innodb_lock_wait_timeout of branch connections; a checkpoint blocked longer aborts and replays (beside other instances the dedup claims wait up to CHECKPOINT_TIMEOUT: their one lock order has no cycle to break)"`
 	MySQLPasswordFile    string        `envconfig:"MYSQL_PASSWORD_FILE" desc:"file holding the MySQL password; replaces the password of every DSN (trailing newlines ignored)"`

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/billing/ledger/internal/config"
@@ -13,6 +14,7 @@ import (
 	"github.com/billing/ledger/internal/ledgerstatus"
 	"github.com/billing/ledger/internal/metrics"
 	"github.com/billing/ledger/internal/periods"
+	"github.com/billing/ledger/internal/shards"
 	"github.com/billing/ledger/internal/txsink"
 	"github.com/billing/ledger/internal/txsink/mysqldriver"
 )
@@ -67,7 +69,20 @@ func OpenLedger(ctx context.Context, cfg config.Config, dsns []string, fps *fail
 	sinkCfg := SinkConfig(cfg, log)
 	sinkCfg.Failpoints = fps
 	sinkCfg.Now = clock.Now
-	sink, d, err := mysqldriver.OpenSink(ctx, dsns, MySQLOptions(cfg), sinkCfg)
+	opts := MySQLOptions(cfg)
+	// Before the sink writes anything: the servers must be the ledger's,
+	// in its order (package shards), or its identity would be created on
+	// a shard listed first.
+	opts.BeforeSink = func(ctx context.Context, d *mysqldriver.Driver) error {
+		phase("checking the ledger's layout")
+		hosts := make([]string, len(dsns))
+		for i, dsn := range dsns {
+			hosts[i] = shards.Host(dsn)
+		}
+		_, _, err := shards.Ensure(ctx, d, hosts, txsink.NewIdentity, "an instance on "+hostname(), log)
+		return err
+	}
+	sink, d, err := mysqldriver.OpenSink(ctx, dsns, opts, sinkCfg)
 	if err != nil {
 		return nil, err
 	}
@@ -121,4 +136,13 @@ func serverLetters(d *mysqldriver.Driver) ledgerstatus.ServerLetters {
 		out[i] = d.Server(i).Letters()
 	}
 	return out
+}
+
+// hostname names this host in what the ledger records of who stored it.
+func hostname() string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		return "an unnamed host"
+	}
+	return h
 }

@@ -112,11 +112,7 @@ func New(ctx context.Context, cfg Config, control driver.Control, servers []driv
 	if cfg.Instance == "" {
 		cfg.Instance = randomHex(6)
 	}
-	id, secret, err := control.Identity(ctx, func() (string, []byte) {
-		secret := make([]byte, 32)
-		_, _ = rand.Read(secret)
-		return randomHex(8), secret
-	})
+	id, secret, err := control.Identity(ctx, NewIdentity)
 	if err != nil {
 		return nil, fmt.Errorf("txsink: ledger identity: %w", err)
 	}
@@ -125,6 +121,14 @@ func New(ctx context.Context, cfg Config, control driver.Control, servers []driv
 		ledger: Identity{ID: id, Secret: secret}, control: control, servers: servers,
 		idle: make([]driver.Conn, len(servers)*cfg.Branches), reported: map[string]int{},
 	}, nil
+}
+
+// NewIdentity makes a new ledger's identity: a random id and a random
+// secret (see Qualifier); the first stored is the ledger's for its life.
+func NewIdentity() (string, []byte) {
+	secret := make([]byte, 32)
+	_, _ = rand.Read(secret)
+	return randomHex(8), secret
 }
 
 func randomHex(n int) string {

@@ -50,6 +50,30 @@ type View interface {
 	// Changelog reads the ledger's changelog state (off, the zero value,
 	// also for a ledger from before the changelog's migration).
 	Changelog(ctx context.Context) (ChangelogState, error)
+	// Layout reads the ledger's layout as stored on the control server:
+	// the rows of its highest version, by ordinal (none: none stored yet).
+	Layout(ctx context.Context) ([]LayoutRow, error)
+	// ServerIdentity reads server i's own identity; found is false on a
+	// schema without one (migrated by an older version).
+	ServerIdentity(ctx context.Context, server int) (id ServerIdentity, found bool, err error)
+}
+
+// LayoutRow is one server's place in a version of the ledger's layout, as
+// stored (package shards gives it meaning).
+type LayoutRow struct {
+	Version    int
+	Ordinal    int // 0: the control server
+	ServerUUID string
+	RecordedAt time.Time
+	RecordedBy string
+}
+
+// ServerIdentity is what a server's schema says of itself: its random
+// UUID (generated when it was migrated) and the ledger that claimed it
+// (empty: none yet).
+type ServerIdentity struct {
+	UUID   string
+	Ledger string
 }
 
 // Position is a partition's stored row and when a claim or a commit

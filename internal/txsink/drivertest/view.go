@@ -17,6 +17,12 @@ type ViewFixture struct {
 	// StorePeriod appends a period definition as package periods does
 	// (no interface of package driver writes them).
 	StorePeriod func(ctx context.Context, r driver.PeriodRow) error
+	// StoreLayout stores one layout version as package shards does,
+	// reporting false when the version exists; ClaimServer claims the
+	// server for a ledger unless one did. The fixture's server has its
+	// identity (as migrated), unclaimed.
+	StoreLayout func(ctx context.Context, rows []driver.LayoutRow) (bool, error)
+	ClaimServer func(ctx context.Context, ledger string) error
 }
 
 // ViewHarness makes view fixtures.
@@ -38,6 +44,7 @@ func RunViewTests(t *testing.T, h ViewHarness) {
 		{"CommitLogAndUnapplied", testViewCommitLog},
 		{"ListsPreparedBranches", testViewRecover},
 		{"ReadsPeriodsInOrder", testViewPeriods},
+		{"LayoutAndServerIdentity", testViewLayout},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -74,6 +81,9 @@ func testViewEmpty(t *testing.T, ctx context.Context, f ViewFixture) {
 	}
 	if p, err := v.Periods(ctx); err != nil || len(p) != 0 {
 		t.Fatalf("periods: %v %v", p, err)
+	}
+	if l, err := v.Layout(ctx); err != nil || len(l) != 0 {
+		t.Fatalf("layout: %v %v", l, err)
 	}
 	if _, err := v.Recover(ctx, 0); err != nil {
 		t.Fatalf("recover: %v", err)
@@ -189,4 +199,52 @@ func testViewPeriods(t *testing.T, ctx context.Context, f ViewFixture) {
 func samePeriod(a, b driver.PeriodRow) bool {
 	return a.Seq == b.Seq && a.From.Equal(b.From) && a.Window == b.Window && a.Timezone == b.Timezone && a.Close == b.Close &&
 		a.RecordedAt.Equal(b.RecordedAt) && a.RecordedBy == b.RecordedBy
+}
+
+// testViewLayout: the server has its own identity, unclaimed; the first
+// claim holds; a layout version is stored whole or not at all, and the
+// highest version is read, by ordinal.
+func testViewLayout(t *testing.T, ctx context.Context, f ViewFixture) {
+	id, found, err := f.View.ServerIdentity(ctx, 0)
+	must(t, err)
+	if !found || len(id.UUID) != 36 || id.Ledger != "" {
+		t.Fatalf("identity of a fresh server: %+v found %v; want a UUID, unclaimed", id, found)
+	}
+	if _, _, err := f.View.ServerIdentity(ctx, 1); err == nil {
+		t.Fatal("identity of server 1 of a one-server view: no error")
+	}
+	must(t, f.ClaimServer(ctx, "00000000000000aa"))
+	must(t, f.ClaimServer(ctx, "00000000000000bb"))
+	if got, _, err := f.View.ServerIdentity(ctx, 0); err != nil || got != (driver.ServerIdentity{UUID: id.UUID, Ledger: "00000000000000aa"}) {
+		t.Fatalf("after two claims: %+v %v; want the first to hold", got, err)
+	}
+	at := time.Now().UTC().Truncate(time.Microsecond)
+	v1 := []driver.LayoutRow{{Version: 1, Ordinal: 1, ServerUUID: "u1", RecordedAt: at, RecordedBy: "instance a"},
+		{Version: 1, Ordinal: 0, ServerUUID: "u0", RecordedAt: at, RecordedBy: "instance a"}}
+	if ok, err := f.StoreLayout(ctx, v1); err != nil || !ok {
+		t.Fatalf("store version 1: %v %v", ok, err)
+	}
+	other := []driver.LayoutRow{{Version: 1, Ordinal: 0, ServerUUID: "x0", RecordedAt: at, RecordedBy: "instance b"},
+		{Version: 1, Ordinal: 2, ServerUUID: "x2", RecordedAt: at, RecordedBy: "instance b"}}
+	if ok, err := f.StoreLayout(ctx, other); err != nil || ok {
+		t.Fatalf("store version 1 again: %v %v; want nothing stored", ok, err)
+	}
+	got, err := f.View.Layout(ctx)
+	must(t, err)
+	if want := []driver.LayoutRow{v1[1], v1[0]}; !slices.EqualFunc(got, want, sameLayoutRow) {
+		t.Fatalf("layout %+v, want %+v", got, want)
+	}
+	v2 := []driver.LayoutRow{{Version: 2, Ordinal: 0, ServerUUID: "u0", RecordedAt: at, RecordedBy: "c"}}
+	if ok, err := f.StoreLayout(ctx, v2); err != nil || !ok {
+		t.Fatalf("store version 2: %v %v", ok, err)
+	}
+	got, err = f.View.Layout(ctx)
+	must(t, err)
+	if !slices.EqualFunc(got, v2, sameLayoutRow) {
+		t.Fatalf("layout %+v, want the highest version %+v", got, v2)
+	}
+}
+
+func sameLayoutRow(a, b driver.LayoutRow) bool {
+	return a.Version == b.Version && a.Ordinal == b.Ordinal && a.ServerUUID == b.ServerUUID && a.RecordedAt.Equal(b.RecordedAt) && a.RecordedBy == b.RecordedBy
 }

@@ -16,6 +16,41 @@ import (
 type viewState struct {
 	updated map[driver.Scope]map[int32]time.Time
 	periods []driver.PeriodRow
+	// layout is every stored version's rows; identity is the server's own
+	// (ledger_server on MySQL), none until SetServerIdentity.
+	layout   []driver.LayoutRow
+	identity *driver.ServerIdentity
+}
+
+// StoreLayout stores one layout version's rows, as package shards stores
+// them on MySQL; false, storing nothing, when the version exists.
+func (c *Cluster) StoreLayout(rows ...driver.LayoutRow) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, r := range rows {
+		if slices.ContainsFunc(c.view.layout, func(o driver.LayoutRow) bool { return o.Version == r.Version }) {
+			return false
+		}
+	}
+	c.view.layout = append(c.view.layout, rows...)
+	return true
+}
+
+// SetServerIdentity gives the server its identity, as migration 00010
+// does on MySQL.
+func (c *Cluster) SetServerIdentity(uuid string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.view.identity = &driver.ServerIdentity{UUID: uuid}
+}
+
+// ClaimServer records ledger as the server's ledger unless one is.
+func (c *Cluster) ClaimServer(ledger string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.view.identity != nil && c.view.identity.Ledger == "" {
+		c.view.identity.Ledger = ledger
+	}
 }
 
 // touchLocked records that a claim or a decision wrote the partition row at
@@ -159,4 +194,37 @@ func (v *View) Periods(ctx context.Context) ([]driver.PeriodRow, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return slices.Clone(c.view.periods), nil
+}
+
+// Layout reads the rows of the highest stored layout version, by ordinal.
+func (v *View) Layout(ctx context.Context) ([]driver.LayoutRow, error) {
+	c := v.control()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	latest := 0
+	for _, r := range c.view.layout {
+		latest = max(latest, r.Version)
+	}
+	var out []driver.LayoutRow
+	for _, r := range c.view.layout {
+		if r.Version == latest {
+			out = append(out, r)
+		}
+	}
+	slices.SortFunc(out, func(a, b driver.LayoutRow) int { return cmp.Compare(a.Ordinal, b.Ordinal) })
+	return out, nil
+}
+
+// ServerIdentity reads server i's own identity.
+func (v *View) ServerIdentity(ctx context.Context, i int) (driver.ServerIdentity, bool, error) {
+	if i < 0 || i >= len(v.servers) {
+		return driver.ServerIdentity{}, false, fmt.Errorf("memdriver: no server %d", i)
+	}
+	c := v.servers[i].c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.view.identity == nil {
+		return driver.ServerIdentity{}, false, nil
+	}
+	return *c.view.identity, true, nil
 }

@@ -14,9 +14,17 @@ type viewHarness struct{ harness }
 func (h viewHarness) NewView(ctx context.Context, t *testing.T) drivertest.ViewFixture {
 	f := h.New(ctx, t)
 	s := f.Server.(*memdriver.Server)
+	s.Cluster().SetServerIdentity("4f3c2a10-0000-4000-8000-00000000000a")
 	return drivertest.ViewFixture{Fixture: f, View: memdriver.NewView(s),
 		StorePeriod: func(ctx context.Context, r driver.PeriodRow) error {
 			s.Cluster().StorePeriods(r)
+			return nil
+		},
+		StoreLayout: func(ctx context.Context, rows []driver.LayoutRow) (bool, error) {
+			return s.Cluster().StoreLayout(rows...), nil
+		},
+		ClaimServer: func(ctx context.Context, ledger string) error {
+			s.Cluster().ClaimServer(ledger)
 			return nil
 		}}
 }

@@ -62,6 +62,10 @@ type Options struct {
 	// changelog's before images, CHANGELOG_TOPIC_PREFIX); without it they
 	// read only the columns the checkpoint needs, as before the changelog.
 	Images bool
+	// BeforeSink, if set, runs once OpenSink has opened the servers, before
+	// the sink reads or writes anything (its identity, first of all): the
+	// check that the servers are the ledger's (package shards).
+	BeforeSink func(ctx context.Context, d *Driver) error
 }
 
 // Driver is the servers of one ledger, the control server first.

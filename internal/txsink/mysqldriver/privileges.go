@@ -112,6 +112,11 @@ var access = []TableAccess{
 	// The ledger's period settings (migration 00005, package periods):
 	// read at start and after every claim, stored by the first instance.
 	{"ledger_periods", Select, FeatureAlways}, {"ledger_periods", Insert, FeatureAlways},
+	// The ledger's layout (migration 00010, package shards): every server's
+	// identity read at start and claimed by the first; the layout read at
+	// start and stored by the first instance.
+	{"ledger_server", Select, FeatureAlways}, {"ledger_server", Update, FeatureAlways},
+	{"ledger_layout", Select, FeatureAlways}, {"ledger_layout", Insert, FeatureAlways},
 	// goose's version table: read at start to see whether migrations are
 	// pending (created by goose, not by a migration).
 	{SchemaVersionTable, Select, FeatureAlways},

@@ -35,6 +35,12 @@ func OpenSink(ctx context.Context, dsns []string, opts Options, cfg txsink.Confi
 	if err != nil {
 		return nil, nil, err
 	}
+	if opts.BeforeSink != nil {
+		if err := opts.BeforeSink(ctx, d); err != nil {
+			d.Close()
+			return nil, nil, err
+		}
+	}
 	s, err := txsink.New(ctx, cfg, d.Control(), d.Servers())
 	if err != nil {
 		d.Close()

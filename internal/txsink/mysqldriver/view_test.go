@@ -17,6 +17,12 @@ func (f fixtures) NewView(ctx context.Context, t *testing.T) drivertest.ViewFixt
 		StorePeriod: func(ctx context.Context, r driver.PeriodRow) error {
 			_, err := mysqldriver.InsertPeriod(ctx, db, r, false)
 			return err
+		},
+		StoreLayout: func(ctx context.Context, rows []driver.LayoutRow) (bool, error) {
+			return mysqldriver.InsertLayout(ctx, db, rows)
+		},
+		ClaimServer: func(ctx context.Context, ledger string) error {
+			return mysqldriver.ClaimServer(ctx, db, ledger)
 		}}
 }
 
@@ -32,7 +38,7 @@ func TestViewConformance(t *testing.T) {
 func TestViewOfAnOlderSchema(t *testing.T) {
 	ctx := t.Context()
 	dsn, db := testenv.LedgerDB(t)
-	for _, table := range []string{"ledger_identity", "checkpoint_commits", "commit_sequence", "ledger_periods"} {
+	for _, table := range []string{"ledger_identity", "checkpoint_commits", "commit_sequence", "ledger_periods", "ledger_layout", "ledger_server"} {
 		if _, err := db.ExecContext(ctx, "DROP TABLE "+table); err != nil {
 			t.Fatal(err)
 		}
@@ -51,6 +57,12 @@ func TestViewOfAnOlderSchema(t *testing.T) {
 	}
 	if p, err := v.Periods(ctx); err != nil || len(p) != 0 {
 		t.Errorf("periods: %v %v", p, err)
+	}
+	if l, err := v.Layout(ctx); err != nil || len(l) != 0 {
+		t.Errorf("layout: %v %v", l, err)
+	}
+	if _, found, err := v.ServerIdentity(ctx, 0); err != nil || found {
+		t.Errorf("server identity: found %v, %v", found, err)
 	}
 	if _, err := v.Positions(ctx, driver.Scope{Group: "g", Topic: "t"}); err != nil {
 		t.Errorf("positions: %v", err)

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/billing/ledger/internal/config"
+	"github.com/billing/ledger/internal/service"
+	"github.com/billing/ledger/internal/shards"
+	"github.com/billing/ledger/internal/txsink/mysqldriver"
+)
+
+const shardsUsage = `Usage:
+  billing shards status [--json]
+
+The ledger's layout: its servers (MYSQL_DSN, then MYSQL_SHARD_DSNS) in the
+order accounts and event ids are placed over, stored in the ledger at its
+first start. An instance configured with another list refuses to start
+(exit 4). Adding or removing a server of a running ledger is not possible
+yet: rebuild blue/green on the new list (docs/operations.md).
+
+Commands:
+  status    the stored layout, each configured server (its identity, its
+            host, an estimate of its tables' rows), how the configured list
+            differs from the layout, and what is moving (read-only)
+
+billing shards COMMAND --help describes one command (docs/production.md).
+`
+
+// shardsCmd runs `billing shards ...`. It returns the exit status.
+func shardsCmd(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, shardsUsage)
+		return 2
+	}
+	switch args[0] {
+	case "status":
+		return shardsStatus(args[1:], stdout, stderr)
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stdout, shardsUsage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "billing shards: unknown command %q\n\n%s", args[0], shardsUsage)
+	return 2
+}
+
+func shardsStatus(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("billing shards status", "[--json]", "Prints the ledger's layout and its configured servers (read-only; MySQL only).\n"+
+		"Exit status: 0 the configured servers are the layout (or none is stored yet), 4 they\ndiffer (an instance configured so refuses to start), 1 failure.\n")
+	asJSON := fs.Bool("json", false, "print it as JSON")
+	if _, code, done := fs.parse(args, 0, stdout, stderr); done {
+		return code
+	}
+	scope := slices.Concat(config.MySQLSettings(), config.LogSettings())
+	return withConfig(stderr, scope, func(ctx context.Context, cfg config.Config, log *slog.Logger) int {
+		r, err := readShards(ctx, cfg, log)
+		if err != nil {
+			fmt.Fprintln(stderr, "billing shards status:", err)
+			return 1
+		}
+		if *asJSON {
+			enc := json.NewEncoder(stdout)
+			enc.SetIndent("", "  ")
+			err = enc.Encode(r)
+		} else {
+			err = printShards(stdout, r)
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "billing shards status:", err)
+			return 1
+		}
+		if len(r.Differences) > 0 {
+			return exitSettings
+		}
+		return 0
+	})
+}
+
+// readShards opens the configured servers and reads their report.
+func readShards(ctx context.Context, cfg config.Config, log *slog.Logger) (*shards.Report, error) {
+	dsns, err := service.ResolveDSNs(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	d, err := mysqldriver.Open(ctx, dsns, mysqldriver.Options{LockWaitTimeout: cfg.MySQLLockWaitTimeout, MaxConns: 2})
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	hosts := make([]string, len(dsns))
+	for i, dsn := range dsns {
+		hosts[i] = shards.Host(dsn)
+	}
+	return shards.Status(ctx, d, hosts)
+}
+
+func printShards(w io.Writer, r *shards.Report) error {
+	var b strings.Builder
+	if r.Version == 0 {
+		b.WriteString("layout: none stored yet (the first instance of this version stores the configured list)\n")
+	} else {
+		fmt.Fprintf(&b, "layout: version %d, %d server(s), stored %s by %s\n", r.Version, len(r.Layout), r.RecordedAt.Format(time.RFC3339), r.RecordedBy)
+		for i, u := range r.Layout {
+			fmt.Fprintf(&b, "  %d  %s\n", i, u)
+		}
+	}
+	b.WriteString("configured servers:\n")
+	for _, s := range r.Servers {
+		ordinal := "not in the layout"
+		if s.Ordinal >= 0 {
+			ordinal = fmt.Sprintf("ordinal %d", s.Ordinal)
+		}
+		ledger := s.Ledger
+		if ledger == "" {
+			ledger = "unclaimed"
+		}
+		fmt.Fprintf(&b, "  %d  %s  server %s, %s, ledger %s\n", s.Place, s.Host, s.UUID, ordinal, ledger)
+		var rows []string
+		for _, t := range s.Tables {
+			if t.Rows > 0 {
+				rows = append(rows, fmt.Sprintf("%s ~%d", t.Table, t.Rows))
+			}
+		}
+		if len(rows) == 0 {
+			rows = []string{"none"}
+		}
+		fmt.Fprintf(&b, "     rows (estimates): %s\n", strings.Join(rows, ", "))
+	}
+	switch {
+	case r.Version == 0 && len(r.Differences) == 0:
+		b.WriteString("the first instance to start stores the configured servers as the ledger's layout\n")
+	case len(r.Differences) == 0:
+		b.WriteString("the configured servers are the ledger's layout\n")
+	default:
+		b.WriteString("the configured servers differ from the ledger's layout (an instance configured so refuses to start):\n")
+		for _, d := range r.Differences {
+			fmt.Fprintf(&b, "  - %s\n", d)
+		}
+	}
+	fmt.Fprintf(&b, "moving: %s\n", r.Moving)
+	_, err := io.WriteString(w, b.String())
+	return err
+}

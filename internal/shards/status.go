@@ -1,0 +1,73 @@
+package shards
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/billing/ledger/internal/txsink/mysqldriver"
+)
+
+// Report is what billing shards status shows: the stored layout, the
+// configured servers as they identify themselves, how they differ from
+// the layout, and what is moving (nothing, until moves exist).
+type Report struct {
+	// Version is the stored layout's (0: none stored yet: no instance of
+	// this version has started on the ledger).
+	Version    int       `json:"layout_version"`
+	RecordedAt time.Time `json:"recorded_at,omitzero"`
+	RecordedBy string    `json:"recorded_by,omitempty"`
+	// Layout is the stored layout's servers, by ordinal.
+	Layout []string `json:"layout"`
+	// Servers are the configured servers, in the configured order.
+	Servers []ServerReport `json:"servers"`
+	// Differences: how the configured list differs from the layout (an
+	// instance configured so refuses to start); none: it is the layout.
+	Differences []string `json:"differences"`
+	Moving      string   `json:"moving"`
+}
+
+// ServerReport is one configured server.
+type ServerReport struct {
+	Place int    `json:"place"`
+	Host  string `json:"host"`
+	UUID  string `json:"server_uuid"`
+	// Ordinal is the server's ordinal in the stored layout (-1: not in it).
+	Ordinal int                     `json:"ordinal"`
+	Ledger  string                  `json:"ledger_id"`
+	Tables  []mysqldriver.TableRows `json:"tables"`
+}
+
+// Status reads the report of d's servers (named by hosts). It reads only.
+func Status(ctx context.Context, d *mysqldriver.Driver, hosts []string) (*Report, error) {
+	stored, servers, err := Read(ctx, d, hosts)
+	if err != nil {
+		return nil, err
+	}
+	ledger, _, _, err := d.View().Identity(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r := &Report{Version: stored.Version, RecordedAt: stored.RecordedAt, RecordedBy: stored.RecordedBy, Layout: stored.Servers,
+		Differences: Compare(ledger, stored, servers), Moving: "nothing moving"}
+	if r.Layout == nil {
+		r.Layout = []string{}
+	}
+	if r.Differences == nil {
+		r.Differences = []string{}
+	}
+	for i, s := range servers {
+		tables, err := d.Server(i).TableRowEstimates(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("server %d: %w", i, err)
+		}
+		ordinal := -1
+		for j, u := range stored.Servers {
+			if s.Found && u == s.Identity.UUID {
+				ordinal = j
+			}
+		}
+		r.Servers = append(r.Servers, ServerReport{Place: i, Host: s.Host, UUID: s.Identity.UUID, Ordinal: ordinal, Ledger: s.Identity.Ledger, Tables: tables})
+	}
+	return r, nil
+}
