@@ -59,6 +59,7 @@ type Config struct {
 	CheckpointMaxBytes   int           `envconfig:"CHECKPOINT_MAX_BYTES" default:"33554432" desc:"a checkpoint is taken early once buffered records hold this many bytes (keys, values, ids); fetching pauses at twice this, and Kafka fetches are sized from it (bounds memory under large records)"`
 
 	DedupTTL             time.Duration `envconfig:"DEDUP_TTL" default:"24h" desc:"an event id is remembered this long after its first arrival (processing time)"`
+	VersionHorizon       time.Duration `envconfig:"VERSION_HORIZON" default:"0s" desc:"how long after an event's first version a later revision is still applied (docs/corrections.md); a version past it is a version_past_horizon dead letter; 0: half of DEDUP_TTL; at most DEDUP_TTL"`
 	DedupCacheKeys       int           `envconfig:"DEDUP_CACHE_KEYS" default:"100000" desc:"in-memory budget of remembered event ids; beyond it, ids are checked against MySQL only"`
 	DedupReadAheadConns  int           `envconfig:"DEDUP_READ_AHEAD_CONNS" default:"4" desc:"connections per server that look up the ids polled while caught up, before their checkpoint claims them, so that the claim finds their pages in memory (a dedup table larger than the buffer pool); 0 turns it off, at most 4"`
 	DedupCleanupInterval time.Duration `envconfig:"DEDUP_CLEANUP_INTERVAL" default:"5s" desc:"how often the upkeep of the dedup keys' generations looks for a table whose keys have all expired (emptied whole) or a rotation that is due, and the retention for old ledger entries (deleted until none is due), on cleanup connections of their own"`
@@ -312,6 +313,9 @@ func (c *Config) validate() []string {
 		if err := mysqlconn.CheckDSN(dsn); err != nil {
 			bad("%s is not a valid DSN: %v", name, err)
 		}
+	}
+	if c.DedupTTL > 0 && (c.VersionHorizon < 0 || c.VersionHorizon > c.DedupTTL) {
+		bad("VERSION_HORIZON must be 0 (half of DEDUP_TTL) up to DEDUP_TTL (%s), got %s: a version is recognised only while its event's key is kept", c.DedupTTL, c.VersionHorizon)
 	}
 	if c.MySQLLockWaitTimeout < time.Second {
 		bad("MYSQL_LOCK_WAIT_TIMEOUT must be at least 1s (whole seconds), got %s", c.MySQLLockWaitTimeout)

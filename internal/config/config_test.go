@@ -159,6 +159,8 @@ func TestValidate(t *testing.T) {
 		want string
 	}{
 		{"negative ttl", map[string]string{"DEDUP_TTL": "-1h"}, "DEDUP_TTL must be positive"},
+		{"horizon past the ttl", map[string]string{"DEDUP_TTL": "1h", "VERSION_HORIZON": "2h"}, "VERSION_HORIZON must be 0 (half of DEDUP_TTL) up to DEDUP_TTL"},
+		{"negative horizon", map[string]string{"VERSION_HORIZON": "-1s"}, "VERSION_HORIZON must be 0"},
 		{"liveness before readiness", map[string]string{"LIVENESS_MAX_CHECKPOINT_AGE": "30s"}, "LIVENESS_MAX_CHECKPOINT_AGE (30s) must exceed READY_MAX_CHECKPOINT_AGE"},
 		{"liveness within the checkpoint timeout", map[string]string{"LIVENESS_MAX_CHECKPOINT_AGE": "90s", "CHECKPOINT_TIMEOUT": "2m", "KAFKA_REBALANCE_TIMEOUT": "3m"}, "must exceed READY_MAX_CHECKPOINT_AGE (1m0s) and CHECKPOINT_TIMEOUT (2m0s)"},
 		{"no health checks", map[string]string{"HEALTH_CHECK_INTERVAL": "0s"}, "HEALTH_CHECK_INTERVAL must be positive"},

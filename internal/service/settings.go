@@ -47,7 +47,7 @@ func PipelineConfig(cfg config.Config, kopts []kgo.Opt, log *slog.Logger, onChec
 		Topic:   cfg.KafkaTopic, Group: cfg.KafkaGroup,
 		CheckpointInterval: cfg.CheckpointInterval, CheckpointTimeout: cfg.CheckpointTimeout,
 		CheckpointMaxRecords: cfg.CheckpointMaxRecords, CheckpointMaxBytes: cfg.CheckpointMaxBytes, MaxPollRecords: cfg.KafkaMaxPollRecords,
-		DedupTTL: cfg.DedupTTL, DedupCacheKeys: cfg.DedupCacheKeys, DedupReadAheadConns: cfg.DedupReadAheadConns,
+		DedupTTL: cfg.DedupTTL, VersionHorizon: cfg.VersionHorizon, DedupCacheKeys: cfg.DedupCacheKeys, DedupReadAheadConns: cfg.DedupReadAheadConns,
 		DedupCleanupInterval: cfg.DedupCleanupInterval, DedupCleanupBatch: cfg.DedupCleanupBatch,
 		Window: cfg.Period(), WindowCloseAfter: time.Duration(cfg.WindowCloseAfter), MaxEventTimeSkew: cfg.MaxEventTimeSkew,
 		LedgerEntries: cfg.LedgerEntries, LedgerEntriesRetention: time.Duration(cfg.LedgerEntriesRetention),

@@ -21,7 +21,7 @@ func TestPipelineConfigCarriesTheSettings(t *testing.T) {
 	c.BillingWindow, c.BillingTimezone, c.WindowCloseAfter = "month", "Europe/Berlin", config.OptionalDuration(36*time.Hour)
 	c.LedgerEntries, c.LedgerEntriesRetention = true, config.OptionalDuration(90*24*time.Hour)
 	c.KafkaSessionTimeout, c.KafkaRebalanceTimeout = 7*time.Second, 70*time.Second
-	c.MySQLBranches, c.DeadLetterPayloadBytes = 5, 1234
+	c.MySQLBranches, c.DeadLetterPayloadBytes, c.VersionHorizon = 5, 1234, 3*time.Hour
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -30,7 +30,7 @@ func TestPipelineConfigCarriesTheSettings(t *testing.T) {
 		t.Errorf("period settings: window %v, close after %v, entries %v, retention %v", pc.Window, pc.WindowCloseAfter, pc.LedgerEntries, pc.LedgerEntriesRetention)
 	}
 	if pc.CheckpointInterval != c.CheckpointInterval || pc.CheckpointMaxBytes != c.CheckpointMaxBytes || pc.MaxPollRecords != c.KafkaMaxPollRecords ||
-		pc.DedupTTL != c.DedupTTL || pc.DedupReadAheadConns != c.DedupReadAheadConns || pc.DeadLetterPayloadBytes != 1234 || pc.CommitLogRetention != c.CommitLogRetention || pc.ProgressInterval != c.LogProgress {
+		pc.DedupTTL != c.DedupTTL || pc.VersionHorizon != c.VersionHorizon || pc.DedupReadAheadConns != c.DedupReadAheadConns || pc.DeadLetterPayloadBytes != 1234 || pc.CommitLogRetention != c.CommitLogRetention || pc.ProgressInterval != c.LogProgress {
 		t.Errorf("pipeline config %+v does not carry the configuration %+v", pc, c)
 	}
 	cl, err := kgo.NewClient(pc.KafkaOpts...)
