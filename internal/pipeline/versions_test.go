@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -14,7 +15,13 @@ import (
 	"github.com/billing/ledger/internal/changelogtest"
 	"github.com/billing/ledger/internal/dedup"
 	"github.com/billing/ledger/internal/event"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/billing/ledger/internal/testenv"
+	"github.com/billing/ledger/internal/txsink"
 	"github.com/billing/ledger/internal/txsink/driver"
+	"github.com/billing/ledger/internal/txsink/memdriver"
 )
 
 // An item is applied whole or not at all: when its retraction or its
@@ -210,4 +217,65 @@ func TestOutboxIsTheTablesChangelogWithVersions(t *testing.T) {
 		t.Errorf("balances missing: %v", want)
 	}
 	t.Logf("%d changes in %d checkpoints", len(evs), checkpoints)
+}
+
+// With LEDGER_ENTRIES=true a revised or cancelled event is refused as a
+// dead letter (invalid_field) rather than applied: its retraction would
+// write no entry, and the entries would no longer sum to the balance.
+func TestVersionsRefusedWithLedgerEntries(t *testing.T) {
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "billing"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.Close()
+	server := memdriver.New(memdriver.Options{AttachPrepared: true, LockWait: time.Second})
+	s := server.As("billing")
+	ctx := context.Background()
+	sink, err := txsink.New(ctx, txsink.Config{Branches: 1, Group: "g", Topic: "billing", StepTimeout: 5 * time.Second, Logger: testenv.Logger()},
+		s, []driver.Server{s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close()
+	cfg := testConfig(&env{brokers: kc.ListenAddrs(), topic: "billing"})
+	cfg.Group, cfg.LedgerEntries = "g", true
+	p, err := New(cfg, sink, []driver.Store{s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prod, err := kgo.NewClient(kgo.SeedBrokers(kc.ListenAddrs()...), kgo.DefaultProduceTopic("billing"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	var recs []*kgo.Record
+	at, _ := time.Parse(time.RFC3339, t0)
+	for _, ev := range []event.Event{
+		{EventID: "e-1", AccountID: "a", AmountMinor: 10, Currency: "EUR", OccurredAt: at},
+		{EventID: "e-1", Revision: 1, AccountID: "a", AmountMinor: 20, Currency: "EUR", OccurredAt: at},
+		{EventID: "e-1", Revision: 2, Cancelled: true},
+	} {
+		v, _ := json.Marshal(ev)
+		recs = append(recs, &kgo.Record{Key: []byte("a"), Value: v})
+	}
+	if err := prod.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- p.Run(rctx) }()
+	testenv.Eventually(t, 30*time.Second, "the original counted, both versions dead letters", func() (bool, string) {
+		tb := server.Tables()
+		return len(tb.Balances) == 1 && tb.Balances[0].Amount == 10 && tb.Balances[0].Count == 1 && len(tb.DeadLetters) == 2,
+			fmt.Sprintf("balances %+v, %d dead letters", tb.Balances, len(tb.DeadLetters))
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	for _, d := range server.Tables().DeadLetters {
+		if d.Reason != string(event.ReasonInvalidField) {
+			t.Errorf("dead letter %+v, want invalid_field", d)
+		}
+	}
 }
