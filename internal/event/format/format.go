@@ -169,17 +169,19 @@ func (d *Decoder) Prepare(ctx context.Context, recs []*kgo.Record) error {
 		return nil
 	}
 	d.reg.begin()
+	last := -1 // the id of the record before, resolved: a poll's records mostly share one
 	for _, r := range recs {
 		if len(r.Value) == 0 || len(r.Value) > d.limit || r.Attrs.IsControl() {
 			continue
 		}
 		id, _, err := wireID(r.Value)
-		if err != nil {
+		if err != nil || id == last {
 			continue // in structured CloudEvents, or junk: decoded (or refused) later
 		}
-		if _, err := d.reg.lookup(ctx, id); IsUnavailable(err) {
+		if _, err := d.reg.lookup(ctx, id); err != nil && IsUnavailable(err) {
 			return err
 		}
+		last = id
 	}
 	return nil
 }
