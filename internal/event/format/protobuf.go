@@ -28,6 +28,10 @@ const maxMessageIndexes = 16
 // time.Time, wrapper types as their value, enums by their value names.
 type protoBody struct {
 	file protoreflect.FileDescriptor
+	// unmarshal: AllowPartial when no message the file can hold has a
+	// required field (proto3's never do): the check then finds nothing
+	// and only costs allocations.
+	unmarshal proto.UnmarshalOptions
 }
 
 const protoMainFile = "registry-schema.proto"
@@ -54,7 +58,42 @@ func compileProto(ctx context.Context, cl *sr.Client, s sr.Schema) (bodyDecoder,
 	if err != nil {
 		return nil, err
 	}
-	return &protoBody{file: files[0]}, nil
+	opts := proto.UnmarshalOptions{RecursionLimit: event.MaxTreeDepth}
+	opts.AllowPartial = !protoRequired(files[0].Messages(), map[protoreflect.FullName]bool{})
+	return &protoBody{file: files[0], unmarshal: opts}, nil
+}
+
+// protoRequired reports whether a message of msgs, a message nested in
+// one, or a message type of one's fields has a required field (each
+// message visited once: a recursive type ends).
+func protoRequired(msgs protoreflect.MessageDescriptors, seen map[protoreflect.FullName]bool) bool {
+	for i := range msgs.Len() {
+		if messageRequired(msgs.Get(i), seen) {
+			return true
+		}
+	}
+	return false
+}
+
+func messageRequired(md protoreflect.MessageDescriptor, seen map[protoreflect.FullName]bool) bool {
+	if seen[md.FullName()] {
+		return false
+	}
+	seen[md.FullName()] = true
+	if md.RequiredNumbers().Len() > 0 || protoRequired(md.Messages(), seen) {
+		return true
+	}
+	fields := md.Fields()
+	for j := range fields.Len() {
+		fd := fields.Get(j)
+		if fd.Cardinality() == protoreflect.Required {
+			return true
+		}
+		if sub := fd.Message(); sub != nil && messageRequired(sub, seen) {
+			return true
+		}
+	}
+	return false
 }
 
 func (p *protoBody) decode(b []byte) (any, error) {
@@ -68,7 +107,7 @@ func (p *protoBody) decode(b []byte) (any, error) {
 		return nil, err
 	}
 	msg := dynamicpb.NewMessage(md)
-	if err := (proto.UnmarshalOptions{RecursionLimit: event.MaxTreeDepth}).Unmarshal(rest, msg); err != nil {
+	if err := p.unmarshal.Unmarshal(rest, msg); err != nil {
 		return nil, &event.DecodeError{Reason: event.ReasonInvalidEncoding, Detail: "protobuf: " + trim(err.Error())}
 	}
 	return protoTree(msg, 0)
@@ -111,8 +150,8 @@ func protoTree(m protoreflect.Message, depth int) (any, error) {
 		fd := md.Fields().ByName("value")
 		return protoValue(fd, m.Get(fd), depth)
 	}
-	out := map[string]any{}
 	fields := md.Fields()
+	out := make(map[string]any, 2*fields.Len()) // names and JSON names
 	for i := range fields.Len() {
 		fd := fields.Get(i)
 		if fd.HasPresence() && !m.Has(fd) {

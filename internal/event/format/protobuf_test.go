@@ -127,3 +127,55 @@ func TestProtobufThroughTheRegistry(t *testing.T) {
 		t.Errorf("avro schema under protobuf: %v", err)
 	}
 }
+
+const protoRequiredInner = `syntax = "proto2";
+package billing.req;
+message Inner { required string v = 1; }
+message Event {
+  optional string event_id = 1;
+  optional string account_id = 2;
+  optional int64 amount_minor = 3;
+  optional string currency = 4;
+  optional int64 occurred_at = 5;
+  optional Inner inner = 6;
+}
+`
+
+// A proto2 required field, even in the message type of a field, is still
+// required: a record without it is invalid_encoding (proto3 schemas have
+// none, and their records skip the check).
+func TestProtobufRequiredField(t *testing.T) {
+	c := protocompile.Compiler{Resolver: protocompile.WithStandardImports(&protocompile.SourceResolver{
+		Accessor: protocompile.SourceAccessorFromMap(map[string]string{"req.proto": protoRequiredInner})})}
+	files, err := c.Compile(context.Background(), "req.proto")
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := files[0].Messages().ByName("Event")
+	record := func(inner bool) []byte {
+		m := dynamicpb.NewMessage(md)
+		f := md.Fields()
+		m.Set(f.ByName("event_id"), protoreflect.ValueOfString(want.EventID))
+		m.Set(f.ByName("account_id"), protoreflect.ValueOfString(want.AccountID))
+		m.Set(f.ByName("amount_minor"), protoreflect.ValueOfInt64(want.AmountMinor))
+		m.Set(f.ByName("currency"), protoreflect.ValueOfString(want.Currency))
+		m.Set(f.ByName("occurred_at"), protoreflect.ValueOfInt64(want.OccurredAt.UnixMilli()))
+		if inner {
+			m.Mutable(f.ByName("inner")) // set, without its required v
+		}
+		b, err := proto.MarshalOptions{AllowPartial: true}.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return wireIndex(7, []int{1}, b)
+	}
+	d := newDecoder(t, Options{Format: Protobuf, Registry: RegistryOptions{
+		URL: fakeRegistryF(t, map[int]sr.Schema{7: {Schema: protoRequiredInner, Type: sr.TypeProtobuf}}), Subject: "bench-value"}})
+	ctx := context.Background()
+	if got, err := d.Decode(ctx, record(false), nil); err != nil || got != want {
+		t.Fatalf("without inner: %+v %v", got, err)
+	}
+	if _, err := d.Decode(ctx, record(true), nil); reasonOf(err) != event.ReasonInvalidEncoding {
+		t.Fatalf("inner without its required field: %v, want %s", err, event.ReasonInvalidEncoding)
+	}
+}
