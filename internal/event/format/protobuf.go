@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/bufbuild/protocompile"
@@ -32,6 +33,10 @@ type protoBody struct {
 	// required field (proto3's never do): the check then finds nothing
 	// and only costs allocations.
 	unmarshal proto.UnmarshalOptions
+	// msgs keeps emptied messages of each type (MessageDescriptor ->
+	// *sync.Pool of *dynamicpb.Message) for the next records: a new one
+	// costs its allocations per record.
+	msgs sync.Map
 }
 
 const protoMainFile = "registry-schema.proto"
@@ -58,7 +63,9 @@ func compileProto(ctx context.Context, cl *sr.Client, s sr.Schema) (bodyDecoder,
 	if err != nil {
 		return nil, err
 	}
-	opts := proto.UnmarshalOptions{RecursionLimit: event.MaxTreeDepth}
+	// Merge: decoded into an emptied message (newMessage), which a reset
+	// would only allocate again.
+	opts := proto.UnmarshalOptions{RecursionLimit: event.MaxTreeDepth, Merge: true}
 	opts.AllowPartial = !protoRequired(files[0].Messages(), map[protoreflect.FullName]bool{})
 	return &protoBody{file: files[0], unmarshal: opts}, nil
 }
@@ -114,11 +121,34 @@ func (p *protoBody) decodeKeys(b []byte, keys map[string]bool) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	msg := dynamicpb.NewMessage(md)
+	pool := p.pool(md)
+	msg, _ := pool.Get().(*dynamicpb.Message)
+	if msg == nil {
+		msg = dynamicpb.NewMessage(md)
+	}
+	// The tree shares nothing with msg (strings and bytes are the
+	// decoder's own copies), so msg is emptied and kept for the next.
+	defer func() {
+		msg.Range(func(fd protoreflect.FieldDescriptor, _ protoreflect.Value) bool {
+			msg.Clear(fd)
+			return true
+		})
+		msg.SetUnknown(nil)
+		pool.Put(msg)
+	}()
 	if err := p.unmarshal.Unmarshal(rest, msg); err != nil {
 		return nil, &event.DecodeError{Reason: event.ReasonInvalidEncoding, Detail: "protobuf: " + trim(err.Error())}
 	}
 	return protoTree(msg, 0, keys)
+}
+
+// pool returns the pool of emptied messages of type md.
+func (p *protoBody) pool(md protoreflect.MessageDescriptor) *sync.Pool {
+	if v, ok := p.msgs.Load(md); ok {
+		return v.(*sync.Pool)
+	}
+	v, _ := p.msgs.LoadOrStore(md, &sync.Pool{})
+	return v.(*sync.Pool)
 }
 
 // message resolves the message indexes: the first picks a top-level

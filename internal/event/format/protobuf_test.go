@@ -280,3 +280,55 @@ func TestProtobufTreeOfTheMapping(t *testing.T) {
 		}
 	}
 }
+
+// The decoder reuses its messages: nothing of a record is left for the
+// next one (a field the next record lacks is missing there, an invalid
+// value of one does not fail the next).
+func TestProtobufRecordsShareNothing(t *testing.T) {
+	c := protocompile.Compiler{Resolver: protocompile.WithStandardImports(&protocompile.SourceResolver{
+		Accessor: protocompile.SourceAccessorFromMap(map[string]string{"marks.proto": protoMarks})})}
+	files, err := c.Compile(context.Background(), "marks.proto")
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := files[0].Messages().ByName("Event")
+	f := md.Fields()
+	record := func(account string, nanos int32) []byte {
+		m := dynamicpb.NewMessage(md)
+		m.Set(f.ByName("event_id"), protoreflect.ValueOfString(want.EventID))
+		if account != "" {
+			m.Set(f.ByName("account_ref"), protoreflect.ValueOfString(account))
+		}
+		m.Set(f.ByName("amount_minor"), protoreflect.ValueOfInt64(want.AmountMinor))
+		m.Set(f.ByName("currency"), protoreflect.ValueOfString(want.Currency))
+		occ := m.Mutable(f.ByName("occurred_at")).Message()
+		occ.Set(occ.Descriptor().Fields().ByName("seconds"), protoreflect.ValueOfInt64(want.OccurredAt.Unix()))
+		if nanos != 0 {
+			seen := m.Mutable(f.ByName("seen_at")).Message()
+			seen.Set(seen.Descriptor().Fields().ByName("nanos"), protoreflect.ValueOfInt32(nanos))
+		}
+		b, err := proto.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return wireIndex(9, []int{0}, b)
+	}
+	m, err := event.ParseMapping("account_id=account_ref")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := newDecoder(t, Options{Format: Protobuf, Mapping: &m, Registry: RegistryOptions{
+		URL: fakeRegistryF(t, map[int]sr.Schema{9: {Schema: protoMarks, Type: sr.TypeProtobuf}}), Subject: "bench-value"}})
+	ctx := context.Background()
+	for i := range 3 { // a pool may drop what it keeps: try more than once
+		if got, err := d.Decode(ctx, record(want.AccountID, -1), nil); reasonOf(err) != event.ReasonInvalidEncoding {
+			t.Fatalf("%d: bad nanos: %+v %v", i, got, err)
+		}
+		if got, err := d.Decode(ctx, record(want.AccountID, 0), nil); err != nil || got != want {
+			t.Fatalf("%d: after a bad record: %+v %v", i, got, err)
+		}
+		if got, err := d.Decode(ctx, record("", 0), nil); reasonOf(err) != event.ReasonInvalidField {
+			t.Fatalf("%d: without an account: %+v %v, want %s", i, got, err, event.ReasonInvalidField)
+		}
+	}
+}
