@@ -2,6 +2,7 @@ package format
 
 import (
 	"context"
+	"sync"
 	"testing"
 
 	"github.com/bufbuild/protocompile"
@@ -331,4 +332,23 @@ func TestProtobufRecordsShareNothing(t *testing.T) {
 			t.Fatalf("%d: without an account: %+v %v, want %s", i, got, err, event.ReasonInvalidField)
 		}
 	}
+	// Nor between records decoded at once (the Decoder is safe for
+	// concurrent use; -race sees any sharing).
+	good, bad := record(want.AccountID, 0), record("", 0)
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for range 200 {
+				if got, err := d.Decode(ctx, good, nil); err != nil || got != want {
+					t.Errorf("goroutine %d: %+v %v", g, got, err)
+					return
+				}
+				if _, err := d.Decode(ctx, bad, nil); reasonOf(err) != event.ReasonInvalidField {
+					t.Errorf("goroutine %d: without an account: %v", g, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
