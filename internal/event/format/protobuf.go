@@ -112,12 +112,7 @@ func (p *protoBody) decode(b []byte) (any, error) { return p.decodeKeys(b, nil) 
 // as the whole tree's building checks them (the same errors, in the same
 // order).
 func (p *protoBody) decodeKeys(b []byte, keys map[string]bool) (any, error) {
-	var h sr.ConfluentHeader
-	index, rest, err := h.DecodeIndex(b, maxMessageIndexes)
-	if err != nil {
-		return nil, &event.DecodeError{Reason: event.ReasonInvalidEncoding, Detail: "protobuf: message indexes: " + err.Error()}
-	}
-	md, err := p.message(index)
+	md, rest, err := p.header(b)
 	if err != nil {
 		return nil, err
 	}
@@ -149,6 +144,23 @@ func (p *protoBody) pool(md protoreflect.MessageDescriptor) *sync.Pool {
 	}
 	v, _ := p.msgs.LoadOrStore(md, &sync.Pool{})
 	return v.(*sync.Pool)
+}
+
+// header reads the message indexes and returns the message type they
+// pick and the body after them.
+func (p *protoBody) header(b []byte) (protoreflect.MessageDescriptor, []byte, error) {
+	if len(b) > 0 && b[0] == 0 && p.file.Messages().Len() > 0 {
+		// The shortcut for the indexes [0], what most producers write:
+		// read without allocating them.
+		return p.file.Messages().Get(0), b[1:], nil
+	}
+	var h sr.ConfluentHeader
+	index, rest, err := h.DecodeIndex(b, maxMessageIndexes)
+	if err != nil {
+		return nil, nil, &event.DecodeError{Reason: event.ReasonInvalidEncoding, Detail: "protobuf: message indexes: " + err.Error()}
+	}
+	md, err := p.message(index)
+	return md, rest, err
 }
 
 // message resolves the message indexes: the first picks a top-level
