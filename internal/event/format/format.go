@@ -70,6 +70,16 @@ type Decoder struct {
 	ce      bool
 	types   map[string]struct{}
 	reg     *registry // nil: the format needs none
+	// keys are the member names the mapping's paths use: a decoder that
+	// can (keyedDecoder) builds only the part of the tree they reach.
+	keys map[string]bool
+}
+
+// keyedDecoder decodes the bytes after the wire-format header into the
+// tree restricted to the member names in keys, at every level (nil: the
+// whole tree), with the errors of the whole tree's decoding.
+type keyedDecoder interface {
+	decodeKeys(b []byte, keys map[string]bool) (any, error)
 }
 
 // New returns a Decoder for opts.
@@ -118,6 +128,12 @@ func New(opts Options) (*Decoder, error) {
 	} else if len(opts.CloudEventTypes) > 0 {
 		return nil, errors.New("format: a CloudEvent type filter needs CloudEvents")
 	}
+	d.keys = map[string]bool{}
+	for _, f := range event.FieldNames() {
+		for _, seg := range strings.Split(d.mapping.Path(f), ".") {
+			d.keys[seg] = true
+		}
+	}
 	if (opts.Format == "" || opts.Format == JSON) && !d.ce && d.mapping.IsDefault() {
 		d.fast = event.NewDecoder(d.limit)
 	}
@@ -131,6 +147,12 @@ func (d *Decoder) Fast() bool { return d.fast != nil }
 // registryBody decodes a value in the Confluent wire format: magic byte 0,
 // the schema id (4 bytes, big-endian), the body in the schema's format.
 func (d *Decoder) registryBody(ctx context.Context, value []byte) (any, error) {
+	return d.registryTree(ctx, value, d.keys)
+}
+
+// registryTree is registryBody's tree, restricted to keys where the
+// schema's decoder can (nil: the whole tree).
+func (d *Decoder) registryTree(ctx context.Context, value []byte, keys map[string]bool) (any, error) {
 	id, rest, err := wireID(value)
 	if err != nil {
 		return nil, err
@@ -138,6 +160,9 @@ func (d *Decoder) registryBody(ctx context.Context, value []byte) (any, error) {
 	body, err := d.reg.lookup(ctx, id)
 	if err != nil {
 		return nil, err
+	}
+	if k, ok := body.(keyedDecoder); ok && keys != nil {
+		return k.decodeKeys(rest, keys)
 	}
 	return body.decode(rest)
 }
@@ -169,17 +194,19 @@ func (d *Decoder) Prepare(ctx context.Context, recs []*kgo.Record) error {
 		return nil
 	}
 	d.reg.begin()
+	last := -1 // the id of the record before, resolved: a poll's records mostly share one
 	for _, r := range recs {
 		if len(r.Value) == 0 || len(r.Value) > d.limit || r.Attrs.IsControl() {
 			continue
 		}
 		id, _, err := wireID(r.Value)
-		if err != nil {
+		if err != nil || id == last {
 			continue // in structured CloudEvents, or junk: decoded (or refused) later
 		}
-		if _, err := d.reg.lookup(ctx, id); IsUnavailable(err) {
+		if _, err := d.reg.lookup(ctx, id); err != nil && IsUnavailable(err) {
 			return err
 		}
+		last = id
 	}
 	return nil
 }
@@ -197,7 +224,7 @@ func (d *Decoder) Render(ctx context.Context, value []byte) (schemaID int, doc [
 	if werr != nil {
 		return 0, nil, false, nil
 	}
-	tree, err := d.registryBody(ctx, value)
+	tree, err := d.registryTree(ctx, value, nil)
 	if err != nil {
 		return id, nil, true, err
 	}

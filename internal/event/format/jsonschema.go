@@ -3,6 +3,7 @@ package format
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"strings"
@@ -75,13 +76,47 @@ func (j *jsonSchemaBody) decode(b []byte) (any, error) {
 	if derr != nil {
 		return nil, derr
 	}
-	// The validator reads its own parse of the (now known valid) document.
-	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
-	if err != nil {
-		return nil, &event.DecodeError{Reason: event.ReasonInvalidJSON, Detail: "json: " + trim(err.Error())}
+	// The validator reads the tree the mapping reads: parsing the document
+	// again would double the cost of a record. Only a tree holding a value
+	// the validator does not know (the mark ParseJSON leaves for a key
+	// repeated in a nested object) is validated in the validator's own
+	// parse, where the last of the repeated values counts.
+	inst := tree
+	if !plainJSON(tree, 0) {
+		var err error
+		if inst, err = jsonschema.UnmarshalJSON(bytes.NewReader(b)); err != nil {
+			return nil, &event.DecodeError{Reason: event.ReasonInvalidJSON, Detail: "json: " + trim(err.Error())}
+		}
 	}
 	if err := j.schema.Validate(inst); err != nil {
 		return nil, &event.DecodeError{Reason: event.ReasonInvalidEncoding, Detail: "json schema: " + trim(strings.Join(strings.Fields(err.Error()), " "))}
 	}
 	return tree, nil
+}
+
+// plainJSON reports whether v holds only the values encoding/json decodes
+// a document into (with UseNumber), what the validator reads.
+func plainJSON(v any, depth int) bool {
+	if depth > event.MaxTreeDepth {
+		return false
+	}
+	switch x := v.(type) {
+	case nil, bool, string, json.Number:
+		return true
+	case map[string]any:
+		for _, e := range x {
+			if !plainJSON(e, depth+1) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		for _, e := range x {
+			if !plainJSON(e, depth+1) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
 }

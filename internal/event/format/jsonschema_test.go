@@ -55,3 +55,23 @@ func TestJSONSchemaThroughTheRegistry(t *testing.T) {
 		}
 	}
 }
+
+// The validator reads the tree the mapping reads, except where a nested
+// object repeats a key: there, as before, the last value is the one
+// validated (encoding/json's rule), and the record decodes when it holds.
+func TestJSONSchemaRepeatedNestedKey(t *testing.T) {
+	schema := `{"type":"object","required":["event_id"],"properties":{"event_id":{"type":"string"},
+ "meta":{"type":"object","properties":{"x":{"type":"string"}}}}}`
+	d := newDecoder(t, Options{Format: JSONSchema, Registry: RegistryOptions{URL: fakeRegistryF(t, map[int]sr.Schema{5: {Schema: schema, Type: sr.TypeJSON}}), Subject: "bench-value"}})
+	ctx := context.Background()
+	doc := strings.TrimSuffix(base, "}")
+	if got, err := d.Decode(ctx, wire(5, []byte(doc+`,"meta":{"x":1,"x":"s"}}`)), nil); err != nil || got != want {
+		t.Fatalf("last value valid: %+v %v", got, err)
+	}
+	if _, err := d.Decode(ctx, wire(5, []byte(doc+`,"meta":{"x":"s","x":1}}`)), nil); reasonOf(err) != event.ReasonInvalidEncoding {
+		t.Fatalf("last value invalid: %v, want %s", err, event.ReasonInvalidEncoding)
+	}
+	if _, err := d.Decode(ctx, wire(5, []byte(doc+`,"meta":{"x":1}}`)), nil); reasonOf(err) != event.ReasonInvalidEncoding {
+		t.Fatalf("invalid: %v, want %s", err, event.ReasonInvalidEncoding)
+	}
+}

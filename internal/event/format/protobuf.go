@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/bufbuild/protocompile"
@@ -28,6 +29,14 @@ const maxMessageIndexes = 16
 // time.Time, wrapper types as their value, enums by their value names.
 type protoBody struct {
 	file protoreflect.FileDescriptor
+	// unmarshal: AllowPartial when no message the file can hold has a
+	// required field (proto3's never do): the check then finds nothing
+	// and only costs allocations.
+	unmarshal proto.UnmarshalOptions
+	// msgs keeps emptied messages of each type (MessageDescriptor ->
+	// *sync.Pool of *dynamicpb.Message) for the next records: a new one
+	// costs its allocations per record.
+	msgs sync.Map
 }
 
 const protoMainFile = "registry-schema.proto"
@@ -54,24 +63,104 @@ func compileProto(ctx context.Context, cl *sr.Client, s sr.Schema) (bodyDecoder,
 	if err != nil {
 		return nil, err
 	}
-	return &protoBody{file: files[0]}, nil
+	// Merge: decoded into an emptied message (newMessage), which a reset
+	// would only allocate again.
+	opts := proto.UnmarshalOptions{RecursionLimit: event.MaxTreeDepth, Merge: true}
+	opts.AllowPartial = !protoRequired(files[0].Messages(), map[protoreflect.FullName]bool{})
+	return &protoBody{file: files[0], unmarshal: opts}, nil
 }
 
-func (p *protoBody) decode(b []byte) (any, error) {
-	var h sr.ConfluentHeader
-	index, rest, err := h.DecodeIndex(b, maxMessageIndexes)
-	if err != nil {
-		return nil, &event.DecodeError{Reason: event.ReasonInvalidEncoding, Detail: "protobuf: message indexes: " + err.Error()}
+// protoRequired reports whether a message of msgs, a message nested in
+// one, or a message type of one's fields has a required field (each
+// message visited once: a recursive type ends).
+func protoRequired(msgs protoreflect.MessageDescriptors, seen map[protoreflect.FullName]bool) bool {
+	for i := range msgs.Len() {
+		if messageRequired(msgs.Get(i), seen) {
+			return true
+		}
 	}
-	md, err := p.message(index)
+	return false
+}
+
+func messageRequired(md protoreflect.MessageDescriptor, seen map[protoreflect.FullName]bool) bool {
+	if seen[md.FullName()] {
+		return false
+	}
+	seen[md.FullName()] = true
+	if md.RequiredNumbers().Len() > 0 || protoRequired(md.Messages(), seen) {
+		return true
+	}
+	fields := md.Fields()
+	for j := range fields.Len() {
+		fd := fields.Get(j)
+		if fd.Cardinality() == protoreflect.Required {
+			return true
+		}
+		if sub := fd.Message(); sub != nil && messageRequired(sub, seen) {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *protoBody) decode(b []byte) (any, error) { return p.decodeKeys(b, nil) }
+
+// decodeKeys decodes a record into the tree restricted to the member
+// names in keys (nil: every member), at every level: a mapping whose
+// paths only use those names reads the same values from it as from the
+// whole tree, and the fields it leaves out are not converted, only checked
+// as the whole tree's building checks them (the same errors, in the same
+// order).
+func (p *protoBody) decodeKeys(b []byte, keys map[string]bool) (any, error) {
+	md, rest, err := p.header(b)
 	if err != nil {
 		return nil, err
 	}
-	msg := dynamicpb.NewMessage(md)
-	if err := (proto.UnmarshalOptions{RecursionLimit: event.MaxTreeDepth}).Unmarshal(rest, msg); err != nil {
+	pool := p.pool(md)
+	msg, _ := pool.Get().(*dynamicpb.Message)
+	if msg == nil {
+		msg = dynamicpb.NewMessage(md)
+	}
+	// The tree shares nothing with msg (strings and bytes are the
+	// decoder's own copies), so msg is emptied and kept for the next.
+	defer func() {
+		msg.Range(func(fd protoreflect.FieldDescriptor, _ protoreflect.Value) bool {
+			msg.Clear(fd)
+			return true
+		})
+		msg.SetUnknown(nil)
+		pool.Put(msg)
+	}()
+	if err := p.unmarshal.Unmarshal(rest, msg); err != nil {
 		return nil, &event.DecodeError{Reason: event.ReasonInvalidEncoding, Detail: "protobuf: " + trim(err.Error())}
 	}
-	return protoTree(msg, 0)
+	return protoTree(msg, 0, keys)
+}
+
+// pool returns the pool of emptied messages of type md.
+func (p *protoBody) pool(md protoreflect.MessageDescriptor) *sync.Pool {
+	if v, ok := p.msgs.Load(md); ok {
+		return v.(*sync.Pool)
+	}
+	v, _ := p.msgs.LoadOrStore(md, &sync.Pool{})
+	return v.(*sync.Pool)
+}
+
+// header reads the message indexes and returns the message type they
+// pick and the body after them.
+func (p *protoBody) header(b []byte) (protoreflect.MessageDescriptor, []byte, error) {
+	if len(b) > 0 && b[0] == 0 && p.file.Messages().Len() > 0 {
+		// The shortcut for the indexes [0], what most producers write:
+		// read without allocating them.
+		return p.file.Messages().Get(0), b[1:], nil
+	}
+	var h sr.ConfluentHeader
+	index, rest, err := h.DecodeIndex(b, maxMessageIndexes)
+	if err != nil {
+		return nil, nil, &event.DecodeError{Reason: event.ReasonInvalidEncoding, Detail: "protobuf: message indexes: " + err.Error()}
+	}
+	md, err := p.message(index)
+	return md, rest, err
 }
 
 // message resolves the message indexes: the first picks a top-level
@@ -93,7 +182,7 @@ func (p *protoBody) message(index []int) (protoreflect.MessageDescriptor, error)
 	return md, nil
 }
 
-func protoTree(m protoreflect.Message, depth int) (any, error) {
+func protoTree(m protoreflect.Message, depth int, keys map[string]bool) (any, error) {
 	if depth > event.MaxTreeDepth {
 		return nil, &event.DecodeError{Reason: event.ReasonInvalidEncoding, Detail: fmt.Sprintf("protobuf: nesting deeper than %d levels", event.MaxTreeDepth)}
 	}
@@ -109,13 +198,24 @@ func protoTree(m protoreflect.Message, depth int) (any, error) {
 	case "google.protobuf.StringValue", "google.protobuf.Int64Value", "google.protobuf.Int32Value",
 		"google.protobuf.UInt64Value", "google.protobuf.UInt32Value", "google.protobuf.BoolValue", "google.protobuf.BytesValue":
 		fd := md.Fields().ByName("value")
-		return protoValue(fd, m.Get(fd), depth)
+		return protoValue(fd, m.Get(fd), depth, keys)
 	}
-	out := map[string]any{}
 	fields := md.Fields()
+	size := 2 * fields.Len() // names and JSON names
+	if keys != nil {
+		size = min(size, len(keys))
+	}
+	out := make(map[string]any, size)
 	for i := range fields.Len() {
 		fd := fields.Get(i)
 		if fd.HasPresence() && !m.Has(fd) {
+			continue
+		}
+		name, json := string(fd.Name()), fd.JSONName()
+		if keys != nil && !keys[name] && !keys[json] {
+			if err := protoCheck(fd, m.Get(fd), depth); err != nil {
+				return nil, err
+			}
 			continue
 		}
 		var v any
@@ -125,7 +225,7 @@ func protoTree(m protoreflect.Message, depth int) (any, error) {
 			l := m.Get(fd).List()
 			items := make([]any, l.Len())
 			for j := range l.Len() {
-				if items[j], err = protoValue(fd, l.Get(j), depth); err != nil {
+				if items[j], err = protoValue(fd, l.Get(j), depth, keys); err != nil {
 					return nil, err
 				}
 			}
@@ -134,28 +234,91 @@ func protoTree(m protoreflect.Message, depth int) (any, error) {
 			mm := map[string]any{}
 			m.Get(fd).Map().Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
 				var e error
-				mm[k.String()], e = protoValue(fd.MapValue(), mv, depth)
+				mm[k.String()], e = protoValue(fd.MapValue(), mv, depth, keys)
 				err = errors.Join(err, e)
 				return err == nil
 			})
 			v = mm
 		default:
-			v, err = protoValue(fd, m.Get(fd), depth)
+			v, err = protoValue(fd, m.Get(fd), depth, keys)
 		}
 		if err != nil {
 			return nil, err
 		}
-		out[string(fd.Name())] = v
-		if j := fd.JSONName(); j != string(fd.Name()) {
-			if _, taken := out[j]; !taken {
-				out[j] = v
+		if keys == nil || keys[name] {
+			out[name] = v
+		}
+		if json != name && (keys == nil || keys[json]) {
+			if _, taken := out[json]; !taken {
+				out[json] = v
 			}
 		}
 	}
 	return out, nil
 }
 
-func protoValue(fd protoreflect.FieldDescriptor, v protoreflect.Value, depth int) (any, error) {
+// protoCheck returns the error that building the tree of field fd's value
+// v would return, without building it.
+func protoCheck(fd protoreflect.FieldDescriptor, v protoreflect.Value, depth int) error {
+	switch {
+	case fd.IsList():
+		if k := fd.Kind(); k != protoreflect.MessageKind && k != protoreflect.GroupKind {
+			return nil
+		}
+		l := v.List()
+		for j := range l.Len() {
+			if err := protoCheckMessage(l.Get(j).Message(), depth+1); err != nil {
+				return err
+			}
+		}
+	case fd.IsMap():
+		if k := fd.MapValue().Kind(); k != protoreflect.MessageKind && k != protoreflect.GroupKind {
+			return nil
+		}
+		var err error
+		v.Map().Range(func(_ protoreflect.MapKey, mv protoreflect.Value) bool {
+			err = errors.Join(err, protoCheckMessage(mv.Message(), depth+1))
+			return err == nil
+		})
+		return err
+	default:
+		if k := fd.Kind(); k == protoreflect.MessageKind || k == protoreflect.GroupKind {
+			return protoCheckMessage(v.Message(), depth+1)
+		}
+	}
+	return nil
+}
+
+// protoCheckMessage is protoCheck of a message value (protoTree's checks).
+func protoCheckMessage(m protoreflect.Message, depth int) error {
+	if depth > event.MaxTreeDepth {
+		return &event.DecodeError{Reason: event.ReasonInvalidEncoding, Detail: fmt.Sprintf("protobuf: nesting deeper than %d levels", event.MaxTreeDepth)}
+	}
+	md := m.Descriptor()
+	switch md.FullName() {
+	case "google.protobuf.Timestamp":
+		if nanos := m.Get(md.Fields().ByName("nanos")).Int(); nanos < 0 || nanos > 999999999 {
+			return &event.DecodeError{Reason: event.ReasonInvalidEncoding, Detail: fmt.Sprintf("protobuf: Timestamp nanos %d out of range", nanos)}
+		}
+		return nil
+	case "google.protobuf.StringValue", "google.protobuf.Int64Value", "google.protobuf.Int32Value",
+		"google.protobuf.UInt64Value", "google.protobuf.UInt32Value", "google.protobuf.BoolValue", "google.protobuf.BytesValue":
+		return nil // a scalar value
+	}
+	fields := md.Fields()
+	for i := range fields.Len() {
+		fd := fields.Get(i)
+		if fd.HasPresence() && !m.Has(fd) {
+			continue
+		}
+		if err := protoCheck(fd, m.Get(fd), depth); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func protoValue(fd protoreflect.FieldDescriptor, v protoreflect.Value, depth int, keys map[string]bool) (any, error) {
 	switch fd.Kind() {
 	case protoreflect.BoolKind:
 		return v.Bool(), nil
@@ -179,7 +342,7 @@ func protoValue(fd protoreflect.FieldDescriptor, v protoreflect.Value, depth int
 		}
 		return int32(v.Enum()), nil
 	case protoreflect.MessageKind, protoreflect.GroupKind:
-		return protoTree(v.Message(), depth+1)
+		return protoTree(v.Message(), depth+1, keys)
 	}
 	return nil, nil
 }

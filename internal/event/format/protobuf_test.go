@@ -2,6 +2,7 @@ package format
 
 import (
 	"context"
+	"sync"
 	"testing"
 
 	"github.com/bufbuild/protocompile"
@@ -126,4 +127,228 @@ func TestProtobufThroughTheRegistry(t *testing.T) {
 	if _, err := any.Decode(ctx, wireIndex(avroID, []int{1}, body), nil); reasonOf(err) != event.ReasonUnknownSchema {
 		t.Errorf("avro schema under protobuf: %v", err)
 	}
+}
+
+const protoRequiredInner = `syntax = "proto2";
+package billing.req;
+message Inner { required string v = 1; }
+message Event {
+  optional string event_id = 1;
+  optional string account_id = 2;
+  optional int64 amount_minor = 3;
+  optional string currency = 4;
+  optional int64 occurred_at = 5;
+  optional Inner inner = 6;
+}
+`
+
+// A proto2 required field, even in the message type of a field, is still
+// required: a record without it is invalid_encoding (proto3 schemas have
+// none, and their records skip the check).
+func TestProtobufRequiredField(t *testing.T) {
+	c := protocompile.Compiler{Resolver: protocompile.WithStandardImports(&protocompile.SourceResolver{
+		Accessor: protocompile.SourceAccessorFromMap(map[string]string{"req.proto": protoRequiredInner})})}
+	files, err := c.Compile(context.Background(), "req.proto")
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := files[0].Messages().ByName("Event")
+	record := func(inner bool) []byte {
+		m := dynamicpb.NewMessage(md)
+		f := md.Fields()
+		m.Set(f.ByName("event_id"), protoreflect.ValueOfString(want.EventID))
+		m.Set(f.ByName("account_id"), protoreflect.ValueOfString(want.AccountID))
+		m.Set(f.ByName("amount_minor"), protoreflect.ValueOfInt64(want.AmountMinor))
+		m.Set(f.ByName("currency"), protoreflect.ValueOfString(want.Currency))
+		m.Set(f.ByName("occurred_at"), protoreflect.ValueOfInt64(want.OccurredAt.UnixMilli()))
+		if inner {
+			m.Mutable(f.ByName("inner")) // set, without its required v
+		}
+		b, err := proto.MarshalOptions{AllowPartial: true}.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return wireIndex(7, []int{1}, b)
+	}
+	d := newDecoder(t, Options{Format: Protobuf, Registry: RegistryOptions{
+		URL: fakeRegistryF(t, map[int]sr.Schema{7: {Schema: protoRequiredInner, Type: sr.TypeProtobuf}}), Subject: "bench-value"}})
+	ctx := context.Background()
+	if got, err := d.Decode(ctx, record(false), nil); err != nil || got != want {
+		t.Fatalf("without inner: %+v %v", got, err)
+	}
+	if _, err := d.Decode(ctx, record(true), nil); reasonOf(err) != event.ReasonInvalidEncoding {
+		t.Fatalf("inner without its required field: %v, want %s", err, event.ReasonInvalidEncoding)
+	}
+}
+
+const protoMarks = `syntax = "proto3";
+package billing.marks;
+import "google/protobuf/timestamp.proto";
+message Event {
+  string event_id = 1;
+  string account_ref = 2;
+  int64 amount_minor = 3;
+  string currency = 4;
+  google.protobuf.Timestamp occurred_at = 5;
+  google.protobuf.Timestamp seen_at = 6;
+  repeated google.protobuf.Timestamp history = 7;
+  map<string, google.protobuf.Timestamp> marks = 8;
+}
+`
+
+// The decoder builds only the part of a record's tree that the mapping's
+// paths reach; the fields it leaves out are still checked as before (a
+// Timestamp out of range anywhere is invalid_encoding), and what it
+// decodes is what the mapping reads from the whole tree (Render's).
+func TestProtobufTreeOfTheMapping(t *testing.T) {
+	c := protocompile.Compiler{Resolver: protocompile.WithStandardImports(&protocompile.SourceResolver{
+		Accessor: protocompile.SourceAccessorFromMap(map[string]string{"marks.proto": protoMarks})})}
+	files, err := c.Compile(context.Background(), "marks.proto")
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := files[0].Messages().ByName("Event")
+	f := md.Fields()
+	ts := func(m protoreflect.Message, nanos int32) {
+		tf := m.Descriptor().Fields()
+		m.Set(tf.ByName("seconds"), protoreflect.ValueOfInt64(want.OccurredAt.Unix()))
+		m.Set(tf.ByName("nanos"), protoreflect.ValueOfInt32(nanos))
+	}
+	record := func(edit func(m *dynamicpb.Message)) []byte {
+		m := dynamicpb.NewMessage(md)
+		m.Set(f.ByName("event_id"), protoreflect.ValueOfString(want.EventID))
+		m.Set(f.ByName("account_ref"), protoreflect.ValueOfString(want.AccountID))
+		m.Set(f.ByName("amount_minor"), protoreflect.ValueOfInt64(want.AmountMinor))
+		m.Set(f.ByName("currency"), protoreflect.ValueOfString(want.Currency))
+		ts(m.Mutable(f.ByName("occurred_at")).Message(), 0)
+		edit(m)
+		b, err := proto.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return wireIndex(9, []int{0}, b)
+	}
+	badNanos := int32(-1)
+	cases := []struct {
+		name  string
+		value []byte
+		want  event.Reason
+	}{
+		{"good", record(func(m *dynamicpb.Message) {
+			ts(m.Mutable(f.ByName("seen_at")).Message(), 5)
+			l := m.Mutable(f.ByName("history")).List()
+			e := l.NewElement()
+			ts(e.Message(), 7)
+			l.Append(e)
+		}), ""},
+		{"unmapped timestamp out of range", record(func(m *dynamicpb.Message) { ts(m.Mutable(f.ByName("seen_at")).Message(), badNanos) }), event.ReasonInvalidEncoding},
+		{"timestamp in a list out of range", record(func(m *dynamicpb.Message) {
+			l := m.Mutable(f.ByName("history")).List()
+			e := l.NewElement()
+			ts(e.Message(), badNanos)
+			l.Append(e)
+		}), event.ReasonInvalidEncoding},
+		{"timestamp in a map out of range", record(func(m *dynamicpb.Message) {
+			mm := m.Mutable(f.ByName("marks")).Map()
+			e := mm.NewValue()
+			ts(e.Message(), badNanos)
+			mm.Set(protoreflect.ValueOfString("k").MapKey(), e)
+		}), event.ReasonInvalidEncoding},
+		{"mapped timestamp out of range", record(func(m *dynamicpb.Message) { ts(m.Mutable(f.ByName("occurred_at")).Message(), badNanos) }), event.ReasonInvalidEncoding},
+	}
+	reg := fakeRegistryF(t, map[int]sr.Schema{9: {Schema: protoMarks, Type: sr.TypeProtobuf}})
+	for _, spec := range []string{"account_id=accountRef", "account_id=account_ref"} {
+		m, err := event.ParseMapping(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := newDecoder(t, Options{Format: Protobuf, Mapping: &m, Registry: RegistryOptions{URL: reg, Subject: "bench-value"}})
+		ctx := context.Background()
+		for _, c := range cases {
+			got, err := d.Decode(ctx, c.value, nil)
+			if reasonOf(err) != c.want || err == nil && got != want {
+				t.Errorf("%s, %s: %+v %v, want %q", spec, c.name, got, err, c.want)
+			}
+			full, ferr := d.registryTree(ctx, c.value, nil)
+			if ferr == nil {
+				ev, merr := d.mapping.Event(full, "")
+				if ev != got || (merr == nil) != (err == nil) {
+					t.Errorf("%s, %s: %+v %v from the whole tree, %+v %v from the mapping's", spec, c.name, ev, merr, got, err)
+				}
+			} else if err == nil || ferr.Error() != err.Error() {
+				t.Errorf("%s, %s: %v from the whole tree, %v from the mapping's", spec, c.name, ferr, err)
+			}
+		}
+	}
+}
+
+// The decoder reuses its messages: nothing of a record is left for the
+// next one (a field the next record lacks is missing there, an invalid
+// value of one does not fail the next).
+func TestProtobufRecordsShareNothing(t *testing.T) {
+	c := protocompile.Compiler{Resolver: protocompile.WithStandardImports(&protocompile.SourceResolver{
+		Accessor: protocompile.SourceAccessorFromMap(map[string]string{"marks.proto": protoMarks})})}
+	files, err := c.Compile(context.Background(), "marks.proto")
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := files[0].Messages().ByName("Event")
+	f := md.Fields()
+	record := func(account string, nanos int32) []byte {
+		m := dynamicpb.NewMessage(md)
+		m.Set(f.ByName("event_id"), protoreflect.ValueOfString(want.EventID))
+		if account != "" {
+			m.Set(f.ByName("account_ref"), protoreflect.ValueOfString(account))
+		}
+		m.Set(f.ByName("amount_minor"), protoreflect.ValueOfInt64(want.AmountMinor))
+		m.Set(f.ByName("currency"), protoreflect.ValueOfString(want.Currency))
+		occ := m.Mutable(f.ByName("occurred_at")).Message()
+		occ.Set(occ.Descriptor().Fields().ByName("seconds"), protoreflect.ValueOfInt64(want.OccurredAt.Unix()))
+		if nanos != 0 {
+			seen := m.Mutable(f.ByName("seen_at")).Message()
+			seen.Set(seen.Descriptor().Fields().ByName("nanos"), protoreflect.ValueOfInt32(nanos))
+		}
+		b, err := proto.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return wireIndex(9, []int{0}, b)
+	}
+	m, err := event.ParseMapping("account_id=account_ref")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := newDecoder(t, Options{Format: Protobuf, Mapping: &m, Registry: RegistryOptions{
+		URL: fakeRegistryF(t, map[int]sr.Schema{9: {Schema: protoMarks, Type: sr.TypeProtobuf}}), Subject: "bench-value"}})
+	ctx := context.Background()
+	for i := range 3 { // a pool may drop what it keeps: try more than once
+		if got, err := d.Decode(ctx, record(want.AccountID, -1), nil); reasonOf(err) != event.ReasonInvalidEncoding {
+			t.Fatalf("%d: bad nanos: %+v %v", i, got, err)
+		}
+		if got, err := d.Decode(ctx, record(want.AccountID, 0), nil); err != nil || got != want {
+			t.Fatalf("%d: after a bad record: %+v %v", i, got, err)
+		}
+		if got, err := d.Decode(ctx, record("", 0), nil); reasonOf(err) != event.ReasonInvalidField {
+			t.Fatalf("%d: without an account: %+v %v, want %s", i, got, err, event.ReasonInvalidField)
+		}
+	}
+	// Nor between records decoded at once (the Decoder is safe for
+	// concurrent use; -race sees any sharing).
+	good, bad := record(want.AccountID, 0), record("", 0)
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for range 200 {
+				if got, err := d.Decode(ctx, good, nil); err != nil || got != want {
+					t.Errorf("goroutine %d: %+v %v", g, got, err)
+					return
+				}
+				if _, err := d.Decode(ctx, bad, nil); reasonOf(err) != event.ReasonInvalidField {
+					t.Errorf("goroutine %d: without an account: %v", g, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
