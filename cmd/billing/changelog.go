@@ -37,19 +37,9 @@ Reads the MySQL, Kafka and CHANGELOG_* settings.
 
 // changelogCmd runs `billing changelog ...`.
 func changelogCmd(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, changelogUsage)
-		return 2
-	}
-	switch args[0] {
-	case "recover-progress":
-		return recoverProgressCmd(args[1:], stdout, stderr)
-	case "-h", "-help", "--help", "help":
-		fmt.Fprint(stdout, changelogUsage)
-		return 0
-	}
-	fmt.Fprintf(stderr, "billing changelog: unknown command %q\n\n%s", args[0], changelogUsage)
-	return 2
+	return runSubcommand("billing changelog", changelogUsage, map[string]command{
+		"recover-progress": recoverProgressCmd,
+	}, args, stdout, stderr)
 }
 
 func recoverProgressCmd(args []string, stdout, stderr io.Writer) int {

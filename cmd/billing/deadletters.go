@@ -50,26 +50,9 @@ billing deadletters COMMAND --help describes one command.
 
 // deadLetters runs `billing deadletters ...`. It returns the exit status.
 func deadLetters(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, deadLettersUsage)
-		return 2
-	}
-	var cmd func(args []string, stdout, stderr io.Writer) int
-	switch args[0] {
-	case "list":
-		cmd = dlList
-	case "show":
-		cmd = dlShow
-	case "reinject":
-		cmd = dlReinject
-	case "-h", "-help", "--help", "help":
-		fmt.Fprint(stdout, deadLettersUsage)
-		return 0
-	default:
-		fmt.Fprintf(stderr, "billing deadletters: unknown command %q\n\n%s", args[0], deadLettersUsage)
-		return 2
-	}
-	return cmd(args[1:], stdout, stderr)
+	return runSubcommand("billing deadletters", deadLettersUsage, map[string]command{
+		"list": dlList, "show": dlShow, "reinject": dlReinject,
+	}, args, stdout, stderr)
 }
 
 // dlRun runs a dead-letter command once its arguments are parsed: it reads

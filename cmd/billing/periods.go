@@ -49,21 +49,9 @@ billing periods COMMAND --help describes one command (docs/operations.md,
 
 // periodsCmd runs `billing periods ...`. It returns the exit status.
 func periodsCmd(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, periodsUsage)
-		return 2
-	}
-	switch args[0] {
-	case "show":
-		return periodsShow(args[1:], stdout, stderr)
-	case "change":
-		return periodsChange(args[1:], stdout, stderr)
-	case "-h", "-help", "--help", "help":
-		fmt.Fprint(stdout, periodsUsage)
-		return 0
-	}
-	fmt.Fprintf(stderr, "billing periods: unknown command %q\n\n%s", args[0], periodsUsage)
-	return 2
+	return runSubcommand("billing periods", periodsUsage, map[string]command{
+		"show": periodsShow, "change": periodsChange,
+	}, args, stdout, stderr)
 }
 
 func periodsShow(args []string, stdout, stderr io.Writer) int {

@@ -35,19 +35,9 @@ billing shards COMMAND --help describes one command (docs/production.md).
 
 // shardsCmd runs `billing shards ...`. It returns the exit status.
 func shardsCmd(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, shardsUsage)
-		return 2
-	}
-	switch args[0] {
-	case "status":
-		return shardsStatus(args[1:], stdout, stderr)
-	case "-h", "-help", "--help", "help":
-		fmt.Fprint(stdout, shardsUsage)
-		return 0
-	}
-	fmt.Fprintf(stderr, "billing shards: unknown command %q\n\n%s", args[0], shardsUsage)
-	return 2
+	return runSubcommand("billing shards", shardsUsage, map[string]command{
+		"status": shardsStatus,
+	}, args, stdout, stderr)
 }
 
 func shardsStatus(args []string, stdout, stderr io.Writer) int {
