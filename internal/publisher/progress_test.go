@@ -107,7 +107,7 @@ func TestProgressRecordOnTheProgressPartition(t *testing.T) {
 			t.Fatal(err)
 		}
 		if got == nil || *got != want {
-			t.Errorf("%d partitions: progress read %+v, want %+v", n, got, want)
+			t.Errorf("%d partitions: progress read %+v, want %+v; the topic's ends: %s", n, got, want, topicEnds(ctx, cfg, ProgressTopic(cfg.Prefix)))
 		}
 	}
 }
@@ -248,4 +248,21 @@ func TestBacklogHoldIsAWait(t *testing.T) {
 	if cur := ws.Current(); len(cur) != 0 {
 		t.Errorf("the backlog drained: waits %+v", cur)
 	}
+}
+
+// topicEnds says where a topic's records are (each partition's end), for
+// a failure's message.
+func topicEnds(ctx context.Context, cfg Config, topic string) string {
+	cl, err := kgo.NewClient(cfg.KafkaOpts...)
+	if err != nil {
+		return err.Error()
+	}
+	defer cl.Close()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	ends.Each(func(o kadm.ListedOffset) { fmt.Fprintf(&b, "[%d: %d %v]", o.Partition, o.Offset, o.Err) })
+	return b.String()
 }
