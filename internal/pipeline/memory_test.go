@@ -22,32 +22,8 @@ import (
 // partitions, a conflicting repeat and junk, count once; the positions
 // stored follow the log; a clean shutdown.
 func TestPipelineRunsOnKfakeAndTheInMemoryDrivers(t *testing.T) {
-	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "billing"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kc.Close()
-	server := memdriver.New(memdriver.Options{AttachPrepared: true, LockWait: time.Second})
-	s := server.As("billing")
+	p, server, sink, prod := memPipeline(t, 2, 2, nil)
 	ctx := context.Background()
-	sink, err := txsink.New(ctx, txsink.Config{Branches: 2, Group: "g", Topic: "billing", StepTimeout: 5 * time.Second, Logger: testenv.Logger()},
-		s, []driver.Server{s})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sink.Close()
-	e := &env{brokers: kc.ListenAddrs(), topic: "billing"}
-	cfg := testConfig(e)
-	cfg.Group = "g"
-	p, err := New(cfg, sink, []driver.Store{s})
-	if err != nil {
-		t.Fatal(err)
-	}
-	prod, err := kgo.NewClient(kgo.SeedBrokers(kc.ListenAddrs()...), kgo.DefaultProduceTopic("billing"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer prod.Close()
 	var recs []*kgo.Record
 	for i := range 50 {
 		b, _ := json.Marshal(ev{fmt.Sprintf("e-%d", i), fmt.Sprintf("acct-%d", i%4), int64(i + 1), "EUR", t0})
@@ -80,4 +56,40 @@ func TestPipelineRunsOnKfakeAndTheInMemoryDrivers(t *testing.T) {
 	if st := p.Stats(); st.Duplicates.Load() != 50 || st.DeadLetters.Load() != 2 {
 		t.Errorf("%d duplicates, %d dead letters; want 50 and 2", st.Duplicates.Load(), st.DeadLetters.Load())
 	}
+}
+
+// memPipeline is a pipeline on kfake (topic "billing" of partitions
+// partitions, group "g") and one in-memory server whose sink has branches
+// branches, its Config changed by set; with its server, its sink and a
+// producer to the topic, all closed at the test's end.
+func memPipeline(t *testing.T, partitions int32, branches int, set func(*Config)) (*Pipeline, *memdriver.Cluster, *txsink.Sink, *kgo.Client) {
+	t.Helper()
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, "billing"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kc.Close)
+	server := memdriver.New(memdriver.Options{AttachPrepared: true, LockWait: time.Second})
+	s := server.As("billing")
+	sink, err := txsink.New(context.Background(), txsink.Config{Branches: branches, Group: "g", Topic: "billing", StepTimeout: 5 * time.Second, Logger: testenv.Logger()},
+		s, []driver.Server{s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sink.Close() })
+	cfg := testConfig(&env{brokers: kc.ListenAddrs(), topic: "billing"})
+	cfg.Group = "g"
+	if set != nil {
+		set(&cfg)
+	}
+	p, err := New(cfg, sink, []driver.Store{s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prod, err := kgo.NewClient(kgo.SeedBrokers(kc.ListenAddrs()...), kgo.DefaultProduceTopic("billing"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(prod.Close)
+	return p, server, sink, prod
 }

@@ -15,13 +15,10 @@ import (
 	"github.com/billing/ledger/internal/changelogtest"
 	"github.com/billing/ledger/internal/dedup"
 	"github.com/billing/ledger/internal/event"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/billing/ledger/internal/testenv"
-	"github.com/billing/ledger/internal/txsink"
 	"github.com/billing/ledger/internal/txsink/driver"
-	"github.com/billing/ledger/internal/txsink/memdriver"
 )
 
 // An item is applied whole or not at all: when its retraction or its
@@ -223,31 +220,8 @@ func TestOutboxIsTheTablesChangelogWithVersions(t *testing.T) {
 // dead letter (invalid_field) rather than applied: its retraction would
 // write no entry, and the entries would no longer sum to the balance.
 func TestVersionsRefusedWithLedgerEntries(t *testing.T) {
-	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "billing"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kc.Close()
-	server := memdriver.New(memdriver.Options{AttachPrepared: true, LockWait: time.Second})
-	s := server.As("billing")
+	p, server, _, prod := memPipeline(t, 1, 1, func(c *Config) { c.LedgerEntries = true })
 	ctx := context.Background()
-	sink, err := txsink.New(ctx, txsink.Config{Branches: 1, Group: "g", Topic: "billing", StepTimeout: 5 * time.Second, Logger: testenv.Logger()},
-		s, []driver.Server{s})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sink.Close()
-	cfg := testConfig(&env{brokers: kc.ListenAddrs(), topic: "billing"})
-	cfg.Group, cfg.LedgerEntries = "g", true
-	p, err := New(cfg, sink, []driver.Store{s})
-	if err != nil {
-		t.Fatal(err)
-	}
-	prod, err := kgo.NewClient(kgo.SeedBrokers(kc.ListenAddrs()...), kgo.DefaultProduceTopic("billing"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer prod.Close()
 	var recs []*kgo.Record
 	at, _ := time.Parse(time.RFC3339, t0)
 	for _, ev := range []event.Event{
