@@ -26,9 +26,12 @@ const progressPartition = 0
 // the changelog published twice).
 var ErrProgressTopic = errors.New("publisher: the progress topic must have exactly one partition")
 
-// producerOpts are the options of a publisher's transactional client.
+// producerOpts are the options of a publisher's transactional client. It
+// also reads, read_committed with control records, what its transactions
+// wrote (committedAt).
 func producerOpts(cfg Config) []kgo.Opt {
 	return append(append([]kgo.Opt(nil), cfg.KafkaOpts...),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords(),
 		kgo.TransactionalID(TransactionalID(cfg.Ledger, cfg.Prefix)),
 		kgo.TransactionTimeout(cfg.TxnTimeout),
 		kgo.RecordPartitioner(partitioner{progress: ProgressTopic(cfg.Prefix),

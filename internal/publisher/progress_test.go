@@ -93,15 +93,26 @@ func TestProgressRecordOnTheProgressPartition(t *testing.T) {
 		_, cfg := fakeKafka(t)
 		preCreate(t, cfg, ProgressTopic(cfg.Prefix), n)
 		p := New(cfg, nil, nil)
-		cl, err := kgo.NewClient(producerOpts(p.cfg)...)
-		if err != nil {
-			t.Fatal(err)
-		}
 		want := Progress{Seq: 41, From: 1, Ledger: "L", Prefix: "cl", Checkpoint: "g41"}
-		if err := p.transaction(ctx, cl, want, func(func(*kgo.Record)) error { return nil }); err != nil {
-			t.Fatal(err)
+		// A transaction the client ended by an abort is refused
+		// (ErrTxnNotCommitted), and a session starts again with a new
+		// client, as here.
+		for attempt := 1; ; attempt++ {
+			cl, err := kgo.NewClient(producerOpts(p.cfg)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = p.transaction(ctx, cl, want, func(func(*kgo.Record)) error { return nil })
+			cl.Close()
+			if errors.Is(err, ErrTxnNotCommitted) && attempt < 3 {
+				t.Logf("%d partitions, attempt %d: %v", n, attempt, err)
+				continue
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			break
 		}
-		cl.Close()
 		got, err := readProgress(ctx, p.cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -109,6 +120,45 @@ func TestProgressRecordOnTheProgressPartition(t *testing.T) {
 		if got == nil || *got != want {
 			t.Errorf("%d partitions: progress read %+v, want %+v; the topic's ends: %s", n, got, want, topicEnds(ctx, cfg, ProgressTopic(cfg.Prefix)))
 		}
+	}
+}
+
+// A record of an aborted transaction is not committed, one of a committed
+// transaction is: what the publisher checks after every commit, since
+// the client may end a transaction it was asked to commit by an abort and
+// report success.
+func TestCommittedAtTellsCommitFromAbort(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, cfg := fakeKafka(t)
+	topic := ProgressTopic(cfg.Prefix)
+	preCreate(t, cfg, topic, 1)
+	cl, err := kgo.NewClient(producerOpts(cfg)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	write := func(end kgo.TransactionEndTry) int64 {
+		t.Helper()
+		if err := cl.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		r := &kgo.Record{Topic: topic, Partition: progressPartition, Value: []byte("x")}
+		if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		if err := cl.EndTransaction(ctx, end); err != nil {
+			t.Fatal(err)
+		}
+		return r.Offset
+	}
+	aborted := write(kgo.TryAbort)
+	committed := write(kgo.TryCommit)
+	if err := committedAt(ctx, cl, topic, progressPartition, aborted); !errors.Is(err, ErrTxnNotCommitted) {
+		t.Errorf("record of an aborted transaction (offset %d): %v, want ErrTxnNotCommitted", aborted, err)
+	}
+	if err := committedAt(ctx, cl, topic, progressPartition, committed); err != nil {
+		t.Errorf("record of a committed transaction (offset %d): %v", committed, err)
 	}
 }
 

@@ -452,7 +452,8 @@ func (p *Publisher) transaction(ctx context.Context, cl *kgo.Client, next Progre
 	if err := events(func(r *kgo.Record) { cl.Produce(ctx, r, done) }); err != nil {
 		return err
 	}
-	cl.Produce(ctx, &kgo.Record{Topic: ProgressTopic(p.cfg.Prefix), Partition: progressPartition, Key: []byte(ProgressKey), Value: encodeProgress(next)}, done)
+	progress := &kgo.Record{Topic: ProgressTopic(p.cfg.Prefix), Partition: progressPartition, Key: []byte(ProgressKey), Value: encodeProgress(next)}
+	cl.Produce(ctx, progress, done)
 	if err := cl.Flush(ctx); err != nil {
 		return err
 	}
@@ -466,6 +467,35 @@ func (p *Publisher) transaction(ctx context.Context, cl *kgo.Client, next Progre
 		return fmt.Errorf("publisher: commit: %w", err)
 	}
 	committed = true
+	// What follows (the outbox rows deleted) must not rest on a commit
+	// that did not happen: the client can end a transaction it asked to
+	// commit by an abort and report success (franz-go, when it missed
+	// that a produce succeeded), and then these changes would be in
+	// neither Kafka nor the outbox. The progress record is read back,
+	// read_committed: there iff the transaction committed.
+	return committedAt(ctx, cl, progress.Topic, progress.Partition, progress.Offset)
+}
+
+// ErrTxnNotCommitted: a transaction the publisher committed, by the client's
+// answer, is not in Kafka (its progress record is not readable
+// read_committed: Kafka aborted it). The session ends; the next one reads
+// the progress Kafka holds and publishes again from there.
+var ErrTxnNotCommitted = errors.New("publisher: Kafka did not commit the transaction the client reported committed")
+
+// committedAt says whether the record at offset of a partition is
+// committed: cl reads read_committed and keeps control records, so it
+// either returns the record or skips it, aborted, and returns the abort
+// marker after it.
+func committedAt(ctx context.Context, cl *kgo.Client, topic string, partition int32, offset int64) error {
+	found, err := readRange(ctx, cl, topic, partition, offset, offset+1, func(r *kgo.Record) (bool, error) {
+		return r.Offset == offset, nil
+	})
+	switch {
+	case err != nil:
+		return fmt.Errorf("publisher: reading back the progress record: %w", err)
+	case !found:
+		return fmt.Errorf("%w (progress record at %s[%d] offset %d)", ErrTxnNotCommitted, topic, partition, offset)
+	}
 	return nil
 }
 
