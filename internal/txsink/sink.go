@@ -6,12 +6,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/billing/ledger/internal/failpoint"
+	"github.com/billing/ledger/internal/placement"
 	"github.com/billing/ledger/internal/txsink/driver"
 )
 
@@ -85,6 +85,7 @@ type Sink struct {
 	ledger   Identity
 	control  driver.Control
 	servers  []driver.Server
+	place    placement.Placement
 
 	mu       sync.Mutex     // guards idle and reported
 	idle     []driver.Conn  // per participant: its connection between checkpoints
@@ -100,8 +101,9 @@ func New(ctx context.Context, cfg Config, control driver.Control, servers []driv
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("txsink: %w", err)
 	}
-	if len(servers) == 0 {
-		return nil, errors.New("txsink: no server")
+	place, err := placement.Modulo(len(servers))
+	if err != nil {
+		return nil, fmt.Errorf("txsink: %w", err)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -118,7 +120,7 @@ func New(ctx context.Context, cfg Config, control driver.Control, servers []driv
 	}
 	return &Sink{
 		cfg: cfg, log: cfg.Logger, now: cfg.Now, instance: cfg.Instance,
-		ledger: Identity{ID: id, Secret: secret}, control: control, servers: servers,
+		ledger: Identity{ID: id, Secret: secret}, control: control, servers: servers, place: place,
 		idle: make([]driver.Conn, len(servers)*cfg.Branches), reported: map[string]int{},
 	}, nil
 }
@@ -172,18 +174,13 @@ func (s *Sink) MaxStatementBytes(participant int) int {
 // Code classifies an error of the sink's servers (see driver.Code).
 func (s *Sink) Code(err error) driver.Code { return s.servers[0].Code(err) }
 
-// Route places a key (an account id or an event id) on a participant. The
-// server depends only on the key and the number of servers, so rows keep
-// their server across restarts; the branch within a server only spreads the
-// work.
+// Route places a key (an account id or an event id) on a participant: its
+// server by the ledger's placement (package placement: today the hash
+// modulo the number of servers), so rows keep their server across
+// restarts; the branch within a server only spreads the work.
 func (s *Sink) Route(key string) int {
-	h := fnv.New64a()
-	_, _ = h.Write([]byte(key))
-	sum := h.Sum64()
-	n := uint64(len(s.servers))
-	sv := sum % n
-	slot := (sum / n) % uint64(s.cfg.Branches)
-	return int(sv)*s.cfg.Branches + int(slot)
+	h := placement.Hash(key)
+	return s.place.Server(h)*s.cfg.Branches + s.place.Branch(h, s.cfg.Branches)
 }
 
 func (s *Sink) scope() driver.Scope { return driver.Scope{Group: s.cfg.Group, Topic: s.cfg.Topic} }
