@@ -13,7 +13,7 @@ import (
 )
 
 // Every -format writes what the service's decoder of that EVENT_FORMAT
-// reads back as the same event, and each malformed kind becomes the dead
+// reads back as the same event (versions too: -version-ratio), and each malformed kind becomes the dead
 // letter the expected file says (malformedReason).
 func TestFormatsRoundTripThroughTheServicesDecoder(t *testing.T) {
 	url := testenv.SchemaRegistry(t)
@@ -45,6 +45,23 @@ func TestFormatsRoundTripThroughTheServicesDecoder(t *testing.T) {
 				got, err := dec.Decode(ctx, v, h)
 				if err != nil || got != w {
 					t.Errorf("%s %s %+v: %+v %v", f, ce, style, got, err)
+				}
+			}
+			// Versions (-version-ratio): an amendment and a tombstone.
+			amended, tomb := w, event.Event{EventID: w.EventID, Revision: 4, Cancelled: true}
+			amended.Revision, amended.AmountMinor = 3, 99
+			ae := e
+			ae.AmountMinor = 99
+			for _, c := range []struct {
+				v    ledgercheck.Version
+				want event.Event
+			}{{ledgercheck.Version{Event: ae, Revision: 3}, amended}, {ledgercheck.Version{Event: ledgercheck.Event{EventID: e.EventID}, Revision: 4, Cancelled: true}, tomb}} {
+				v, h, err := enc.Record(versionPayload(c.v))
+				if err != nil {
+					t.Fatalf("%s: %v", f, err)
+				}
+				if got, err := dec.Decode(ctx, v, h); err != nil || got != c.want {
+					t.Errorf("%s %s version %+v: %+v %v", f, ce, c.v, got, err)
 				}
 			}
 			for _, k := range ledgercheck.MalformedKinds() {

@@ -183,11 +183,6 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		// The service writes no entries for a version's retraction yet.
 		bad("-version-ratio cannot be used with -ledger-entries yet")
 	}
-	if o.gen.VersionRatio > 0 && (o.gen.Format != format.JSON || o.gen.CloudEvents != "") {
-		// The registry formats' schemas and the mapping have no revision
-		// or cancelled field yet: versions are the JSON contract's.
-		bad("-version-ratio needs -format json without -cloudevents")
-	}
 	if o.gen.OverflowCases < 0 || o.gen.OverflowCases > 1000 {
 		bad("-overflow-cases must be 0..1000")
 	}

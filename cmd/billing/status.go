@@ -43,10 +43,13 @@ service has not compiled yet wait, and nothing is counted).
 
 It also lists what instances wait for, and since when (their /waits endpoint:
 the commit log settling at a start, an open Kafka transaction, the changelog's
-backlog holding checkpoints, a changelog waiting for an operator's repair):
-the instances given with --instance (the base URL of their HTTP_ADDR), else
-the one on this host's HTTP_ADDR (as billing healthcheck), whose silence is
-only said.
+backlog holding checkpoints, a changelog waiting for an operator's repair),
+and the records each skipped since it started (their /records endpoint:
+CloudEvents of a type EVENT_CLOUDEVENT_TYPES does not select, which no table
+of the ledger holds; shown when some were, or when EVENT_CLOUDEVENT_TYPES is
+set): the instances given with --instance (the base URL of their HTTP_ADDR),
+else the one on this host's HTTP_ADDR (as billing healthcheck), whose
+silence is only said.
 
 A part that could not be read (MySQL refused the account, a broker did not
 answer) is shown as "unknown" with its error, never guessed. A topic the
@@ -86,6 +89,7 @@ Exit status:
 			}
 		}
 		r.AddWaits(ctx, &http.Client{Timeout: 5 * time.Second}, asked, required)
+		r.CloudEventTypes = cfg.EventCloudEventTypes
 		if *asJSON {
 			enc := json.NewEncoder(stdout)
 			enc.SetIndent("", "  ")
@@ -395,10 +399,19 @@ func localInstance() (string, bool) {
 	return strings.TrimSuffix(u, "/"), true
 }
 
-// writeWaits writes what each instance asked waits for, and since when.
+// writeWaits writes what each instance asked waits for, and since when,
+// and the records it skipped.
 func writeWaits(w io.Writer, r *ledgerstatus.Report) error {
 	for _, iw := range r.Waits {
 		who := safetext.Text(iw.Instance, 256)
+		if rec := iw.Records; rec != nil && (rec.Skipped > 0 || len(r.CloudEventTypes) > 0) {
+			since := "its start"
+			if !rec.Since.IsZero() {
+				since = rec.Since.UTC().Format(time.RFC3339)
+			}
+			fmt.Fprintf(w, "records skipped by %s since %s: %d of %d consumed (CloudEvents of a type EVENT_CLOUDEVENT_TYPES does not select; in no table of the ledger)\n",
+				who, since, rec.Skipped, rec.Consumed)
+		}
 		switch {
 		case iw.Error != "" && iw.Optional:
 			fmt.Fprintf(w, "waits: no instance answered at %s (%s); --instance URL asks one\n\n", who, safetext.Text(iw.Error, 512))

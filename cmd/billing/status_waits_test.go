@@ -3,13 +3,16 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/billing/ledger/internal/health"
 	"github.com/billing/ledger/internal/ledgerstatus"
+	"github.com/billing/ledger/internal/pipeline"
 	"github.com/billing/ledger/internal/testenv"
 	"github.com/billing/ledger/internal/waits"
 )
@@ -59,3 +62,47 @@ func TestStatusShowsWaits(t *testing.T) {
 
 // w2since is how status prints the start of the set's one wait.
 func w2since(ws *waits.Set) string { return ws.Current()[0].Since.UTC().Format(time.RFC3339) }
+
+// billing status shows the records each instance skipped since it started
+// (its /records endpoint): CloudEvents of a type the filter does not
+// select, which no table of the ledger holds. Without a filter and with
+// none skipped, it says nothing of them.
+func TestStatusShowsSkippedRecords(t *testing.T) {
+	st := &pipeline.Stats{}
+	st.Consumed.Store(120)
+	st.Skipped.Store(7)
+	mon := health.New(health.Options{})
+	mon.Start(health.Checks{Stats: st})
+	mux := http.NewServeMux()
+	mux.Handle(health.PathWaits, waits.New(testenv.Logger()).Handler())
+	mux.HandleFunc(health.PathRecords, func(w http.ResponseWriter, _ *http.Request) { _ = json.NewEncoder(w).Encode(mon.Records()) })
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	ctx := context.Background()
+	client := &http.Client{Timeout: 5 * time.Second}
+	status := func(types []string) string {
+		t.Helper()
+		r := &ledgerstatus.Report{Topic: "t", Group: "g", At: time.Now(), CloudEventTypes: types}
+		r.AddWaits(ctx, client, []string{srv.URL}, true)
+		var out bytes.Buffer
+		if err := printStatus(&out, r); err != nil {
+			t.Fatal(err)
+		}
+		if !r.Complete() {
+			t.Errorf("problems: %q", r.Problems)
+		}
+		return out.String()
+	}
+	since := mon.Records().Since.UTC().Format(time.RFC3339)
+	want := "records skipped by " + srv.URL + " since " + since + ": 7 of 120 consumed"
+	if out := status(nil); !strings.Contains(out, want) {
+		t.Errorf("status lacks %q:\n%s", want, out)
+	}
+	st.Skipped.Store(0)
+	if out := status(nil); strings.Contains(out, "records skipped") {
+		t.Errorf("none skipped, no filter, yet:\n%s", out)
+	}
+	if out := status([]string{"com.example.charge"}); !strings.Contains(out, ": 0 of 120 consumed") {
+		t.Errorf("with a filter, status lacks the count of 0:\n%s", out)
+	}
+}

@@ -75,7 +75,7 @@ type Config struct {
 	DeadLetterPayloadBytes int              `envconfig:"DEAD_LETTER_PAYLOAD_BYTES" default:"65536" desc:"a dead letter stores at most this prefix of the record's value, with the whole value's size and SHA-256 (a server with a small max_allowed_packet stores less, at least a quarter of it less 4 KiB)"`
 
 	EventFormat          string   `envconfig:"EVENT_FORMAT" default:"json" desc:"format of record values (of a CloudEvent's data in binary mode): json, or avro, protobuf or json-schema (the Confluent wire format, each schema fetched by id from SCHEMA_REGISTRY_URL) (docs/formats.md)"`
-	EventFields          string   `envconfig:"EVENT_FIELDS" desc:"where the five values are in a decoded record, comma-separated field=path pairs (account_id=data.customer.id); a field not named is read from its own name at the top level (with CloudEvents, below data); empty: today's names"`
+	EventFields          string   `envconfig:"EVENT_FIELDS" desc:"where the contract's values (the five of an event, and the optional revision and cancelled of a version) are in a decoded record, comma-separated field=path pairs (account_id=data.customer.id); a field not named is read from its own name at the top level (with CloudEvents, below data); empty: today's names"`
 	EventCloudEvents     bool     `envconfig:"EVENT_CLOUDEVENTS" default:"false" desc:"records are CloudEvents (Kafka protocol binding, structured or binary mode); the event id deduplicated on is the event's source and id"`
 	EventCloudEventTypes []string `envconfig:"EVENT_CLOUDEVENT_TYPES" desc:"with EVENT_CLOUDEVENTS: the CloudEvent types counted, comma separated; records of other types are skipped (counted in billing_records_skipped_total, not dead letters); empty: every type"`
 

@@ -11,10 +11,13 @@ import (
 	"unicode/utf8"
 )
 
-// Mapping says where each of the five contract values is in a decoded
+// Mapping says where each of the contract's values is in a decoded
 // record: a path of member names from the record's root (data.customer.id
-// is member "id" of member "customer" of member "data"). The zero Mapping
-// is not valid; DefaultMapping has today's names at the top level.
+// is member "id" of member "customer" of member "data"). The five values
+// of an event are required; revision and cancelled, which make a record a
+// version of its event (docs/corrections.md), are optional. The zero
+// Mapping is not valid; DefaultMapping has the contract's names at the top
+// level.
 //
 // A Mapping reads a tree of decoded values as the decoders of every format
 // build it: map[string]any for objects and records, []any, string,
@@ -37,7 +40,8 @@ func DefaultMapping() Mapping {
 	return m
 }
 
-// FieldNames returns the contract's five field names in validation order.
+// FieldNames returns the contract's field names in validation order: the
+// five required ones, then the optional revision and cancelled.
 func FieldNames() []string { return fieldNames[:] }
 
 // ParseMapping reads a mapping spec: comma-separated field=path pairs
@@ -121,7 +125,7 @@ func (m Mapping) Path(field string) string {
 	return strings.Join(m.paths[f], ".")
 }
 
-// Event reads the five values from tree and converts them:
+// Event reads the contract's values from tree and converts them:
 //
 //   - event_id and account_id: a string (valid UTF-8, the contract's
 //     lengths, no control characters), or an integer, taken in decimal.
@@ -140,6 +144,18 @@ func (m Mapping) Path(field string) string {
 //   - occurred_at: an RFC 3339 string (as Decoder.Decode), a time.Time
 //     (Avro timestamp-millis/-micros, google.protobuf.Timestamp), or an
 //     integer of epoch milliseconds; years MinYear-MaxYear in UTC.
+//   - revision (optional): a non-negative integer of any width within the
+//     signed 64-bit range; absent, 0 (the original).
+//   - cancelled (optional): a boolean; absent, false. A cancelled version
+//     is a tombstone: it needs no other value but the event id, and the
+//     others are not read (every tombstone of one revision is the same
+//     Event), as Decoder.Decode.
+//
+// An optional value that is absent, or null (what an Avro union with
+// null or a nullable JSON Schema type writes for none), takes its
+// default; a revision or cancelled of another type, or a negative
+// revision, is ReasonInvalidField. The event id is read first, then the
+// version, then the content, as Decoder.Decode does.
 //
 // A path that does not lead to a value is ReasonMissingField, a value of
 // a type that does not convert ReasonInvalidField; the detail names the
@@ -156,11 +172,89 @@ func (m *Mapping) Event(tree any, eventID string) (Event, error) {
 	if err != nil {
 		return Event{}, err
 	}
-	if e, err = m.rest(tree, e); err != nil {
+	revision, cancelled, err := m.version(tree)
+	if err == nil && cancelled {
+		return Event{EventID: e.EventID, Revision: revision, Cancelled: true}, nil
+	}
+	if err == nil {
+		e, err = m.rest(tree, e)
+	}
+	if err != nil {
 		err.EventID = e.EventID
 		return Event{}, err
 	}
+	e.Revision = revision
 	return e, nil
+}
+
+// version reads the optional revision and cancelled.
+func (m *Mapping) version(tree any) (int64, bool, *DecodeError) {
+	var revision int64
+	v, err := m.optional(tree, fRevision)
+	if err != nil {
+		return 0, false, err
+	}
+	if v != nil {
+		const negative = "is negative: a revision is a non-negative integer (0, the original, higher for each later version)"
+		const tooLarge = "does not fit a signed 64-bit integer"
+		switch x := v.(type) {
+		case json.Number:
+			if !isIntText(string(x)) {
+				return 0, false, m.badType(fRevision, v, "a non-negative integer")
+			}
+			if x[0] == '-' { // -0 too, as the contract's decoder
+				return 0, false, m.badRevision(string(x), negative)
+			}
+			n, perr := strconv.ParseInt(string(x), 10, 64)
+			if perr != nil {
+				return 0, false, m.badRevision(string(x), tooLarge)
+			}
+			revision = n
+		case uint64:
+			if x > math.MaxInt64 {
+				return 0, false, m.badRevision(strconv.FormatUint(x, 10), tooLarge)
+			}
+			revision = int64(x)
+		case uint:
+			if uint64(x) > math.MaxInt64 {
+				return 0, false, m.badRevision(strconv.FormatUint(uint64(x), 10), tooLarge)
+			}
+			revision = int64(x)
+		default:
+			n, ok := asInt64(v)
+			if !ok {
+				return 0, false, m.badType(fRevision, v, "a non-negative integer")
+			}
+			if n < 0 {
+				return 0, false, m.badRevision(strconv.FormatInt(n, 10), negative)
+			}
+			revision = n
+		}
+	}
+	v, err = m.optional(tree, fCancelled)
+	if err != nil || v == nil {
+		return revision, false, err
+	}
+	c, ok := v.(bool)
+	if !ok {
+		return 0, false, m.badType(fCancelled, v, "a boolean")
+	}
+	return revision, c, nil
+}
+
+func (m *Mapping) badRevision(text, problem string) *DecodeError {
+	return &DecodeError{Reason: ReasonInvalidField, Field: "revision",
+		Detail: fmt.Sprintf("%s %s %s", m.where(fRevision), text, problem)}
+}
+
+// optional is the value of an optional field, nil when its path leads to
+// no value (or to null).
+func (m *Mapping) optional(tree any, f int) (any, *DecodeError) {
+	v, err := m.lookup(tree, f)
+	if err != nil && err.Reason == ReasonMissingField {
+		return nil, nil
+	}
+	return v, err
 }
 
 func (m *Mapping) rest(tree any, e Event) (Event, *DecodeError) {

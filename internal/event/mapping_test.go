@@ -1,6 +1,7 @@
 package event
 
 import (
+	"encoding/json"
 	"errors"
 	"math/big"
 	"strings"
@@ -269,5 +270,93 @@ func TestParseJSONStrict(t *testing.T) {
 	}
 	if _, err := ParseJSON([]byte(strings.Repeat("[", MaxTreeDepth) + strings.Repeat("]", MaxTreeDepth))); err != nil {
 		t.Errorf("depth %d rejected: %v", MaxTreeDepth, err)
+	}
+}
+
+// Versions read through a Mapping as the contract's decoder reads them:
+// the same events for the same JSON, the same rejections (reason and
+// field) except null, which the mapping takes for absent (an Avro union
+// with null, a nullable JSON Schema type), where the contract's decoder
+// refuses it.
+func TestMappingVersionsAgreeWithDecoder(t *testing.T) {
+	m := DefaultMapping()
+	for _, in := range []string{
+		baseRecord, plus(`"revision":3`), plus(`"revision":3,"cancelled":false`), plus(`"revision":9223372036854775807`),
+		`{"event_id":"e-7f3a","revision":2,"cancelled":true}`,
+		`{"event_id":"e-7f3a","revision":2,"cancelled":true,"amount_minor":"x","currency":"eur"}`,
+		`{"event_id":"e-7f3a","cancelled":true}`,
+		plus(`"revision":-1`), plus(`"revision":-0`), plus(`"revision":1.0`), plus(`"revision":"1"`), plus(`"revision":9223372036854775808`),
+		plus(`"cancelled":"true"`), plus(`"revision":-1,"cancelled":true`), `{"event_id":"e-7f3a","revision":2,"cancelled":false}`,
+	} {
+		want, werr := NewDecoder(0).Decode([]byte(in))
+		tree, derr := ParseJSON([]byte(in))
+		if derr != nil {
+			t.Fatalf("%s: %v", in, derr)
+		}
+		got, gerr := m.Event(tree, "")
+		var wd, gd *DecodeError
+		errors.As(werr, &wd)
+		errors.As(gerr, &gd)
+		switch {
+		case (wd == nil) != (gd == nil):
+			t.Errorf("%s: decoder %v, mapping %v", in, werr, gerr)
+		case wd != nil && (wd.Reason != gd.Reason || wd.Field != gd.Field || wd.EventID != gd.EventID):
+			t.Errorf("%s: decoder %+v, mapping %+v", in, wd, gd)
+		case got != want:
+			t.Errorf("%s: decoder %+v, mapping %+v", in, want, got)
+		}
+	}
+	for _, in := range []string{plus(`"revision":null`), plus(`"cancelled":null`)} {
+		tree, _ := ParseJSON([]byte(in))
+		if got, err := m.Event(tree, ""); err != nil || got != baseEvent {
+			t.Errorf("%s: %+v %v, want the original", in, got, err)
+		}
+	}
+}
+
+// revision and cancelled at paths of their own, in every integer width
+// the decoders of the formats produce; a negative or too large revision
+// and a cancelled that is no boolean are invalid_field naming the path.
+func TestMappingVersionTypes(t *testing.T) {
+	m := mustMapping(t, "revision=meta.rev,cancelled=meta.void")
+	tree := func(rev, void any) map[string]any {
+		meta := map[string]any{}
+		if rev != nil {
+			meta["rev"] = rev
+		}
+		if void != nil {
+			meta["void"] = void
+		}
+		return map[string]any{"event_id": "e-7f3a", "account_id": "acct-42", "amount_minor": int64(1250), "currency": "EUR",
+			"occurred_at": baseEvent.OccurredAt, "meta": meta}
+	}
+	for _, rev := range []any{int8(5), int16(5), int32(5), int64(5), int(5), uint8(5), uint16(5), uint32(5), uint64(5), uint(5), json.Number("5")} {
+		got, err := m.Event(tree(rev, false), "")
+		if err != nil || got.Revision != 5 || got.Cancelled || got.AccountID != "acct-42" {
+			t.Errorf("revision %T: %+v %v", rev, got, err)
+		}
+	}
+	got, err := m.Event(tree(int32(2), true), "")
+	if err != nil || got != (Event{EventID: "e-7f3a", Revision: 2, Cancelled: true}) {
+		t.Errorf("tombstone: %+v %v", got, err)
+	}
+	if got, err := m.Event(map[string]any{"event_id": "e-7f3a", "meta": map[string]any{"void": true}}, ""); err != nil || !got.Cancelled {
+		t.Errorf("tombstone without content: %+v %v", got, err)
+	}
+	if got, err := m.Event(tree(nil, nil), ""); err != nil || got.Revision != 0 || got.Cancelled {
+		t.Errorf("absent: %+v %v", got, err)
+	}
+	for _, c := range []struct {
+		rev, void any
+		field     string
+	}{
+		{int32(-1), nil, "revision"}, {int64(-9), true, "revision"}, {uint64(1 << 63), nil, "revision"}, {"3", nil, "revision"},
+		{3.0, nil, "revision"}, {true, nil, "revision"}, {nil, "true", "cancelled"}, {nil, int64(1), "cancelled"},
+	} {
+		_, err := m.Event(tree(c.rev, c.void), "")
+		var de *DecodeError
+		if !errors.As(err, &de) || de.Reason != ReasonInvalidField || de.Field != c.field || de.EventID != "e-7f3a" || !strings.Contains(de.Detail, "(at meta.") {
+			t.Errorf("revision %#v, cancelled %#v: %v", c.rev, c.void, err)
+		}
 	}
 }

@@ -18,11 +18,40 @@ const (
 	PathReadyz  = "/readyz"
 	PathMetrics = "/metrics"
 	PathWaits   = waits.Path // the instance's waits in progress
+	PathRecords = "/records" // what the instance did with the records it took (Records)
 )
 
 // Paths lists every path the service serves (manifests are checked
 // against it).
-func Paths() []string { return []string{PathHealthz, PathReadyz, PathMetrics, PathWaits} }
+func Paths() []string { return []string{PathHealthz, PathReadyz, PathMetrics, PathWaits, PathRecords} }
+
+// Records are the totals of the records an instance's pipeline took since
+// it started, as its PathRecords endpoint serves them (JSON) and `billing
+// status` shows them: the records skipped are in no table of the ledger,
+// so the instances that skipped them are where they are counted. Like the
+// metrics, a record read again after an aborted checkpoint counts again.
+type Records struct {
+	// Since is when the pipeline started; zero while the instance is
+	// still starting (the totals are then 0).
+	Since time.Time `json:"since"`
+	// Consumed are the records taken from Kafka.
+	Consumed int64 `json:"consumed"`
+	// Skipped are the records passed over, neither events nor dead
+	// letters: CloudEvents of a type EVENT_CLOUDEVENT_TYPES does not
+	// select.
+	Skipped int64 `json:"skipped"`
+}
+
+// Records returns the pipeline's totals (zero before Start).
+func (m *Monitor) Records() Records {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.checks == nil || m.checks.Stats == nil {
+		return Records{}
+	}
+	st := m.checks.Stats
+	return Records{Since: m.running, Consumed: st.Consumed.Load(), Skipped: st.Skipped.Load()}
+}
 
 // Options configure a Monitor.
 type Options struct {

@@ -110,8 +110,13 @@ type Report struct {
 	Periods      *Periods `json:"periods"`
 	PeriodsError string   `json:"periods_error,omitempty"`
 	// Waits are the waits in progress of the instances asked (AddWaits):
-	// what each waits for and since when.
+	// what each waits for and since when, and the records each skipped.
 	Waits []InstanceWaits `json:"waits,omitempty"`
+	// CloudEventTypes are the CloudEvent types counted
+	// (EVENT_CLOUDEVENT_TYPES in the environment of the report): with a
+	// filter, the records the instances skipped are shown even when none
+	// was.
+	CloudEventTypes []string `json:"cloudevent_types,omitempty"`
 
 	Problems []string `json:"problems,omitempty"`
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/billing/ledger/internal/health"
 	"github.com/billing/ledger/internal/waits"
 )
 
@@ -24,10 +25,16 @@ type InstanceWaits struct {
 	Waits    []waits.Info `json:"waits"`
 	// Error says why the instance's waits are unknown.
 	Error string `json:"error,omitempty"`
+	// Records are the totals of the records the instance took since it
+	// started (its /records endpoint), the skipped ones among them,
+	// which no table of the ledger holds; nil when it did not say (an
+	// instance that does not answer, or a version without the endpoint).
+	Records *health.Records `json:"records,omitempty"`
 }
 
 // AddWaits asks each instance (the base URL of its HTTP endpoints,
-// HTTP_ADDR) for its waits and adds them to the report. An instance that
+// HTTP_ADDR) for its waits and its records' totals and adds them to the
+// report. An instance that
 // does not answer is a problem of the report when required, else only
 // said (the instance of this host asked by default may not run here).
 func (r *Report) AddWaits(ctx context.Context, client *http.Client, instances []string, required bool) {
@@ -41,6 +48,10 @@ func (r *Report) AddWaits(ctx context.Context, client *http.Client, instances []
 			}
 		}
 		iw.Waits = ws
+		if err == nil {
+			// Said when known; its absence is no problem of the report.
+			iw.Records, _ = fetchRecords(ctx, client, base)
+		}
 		r.Waits = append(r.Waits, iw)
 	}
 }
@@ -66,4 +77,24 @@ func fetchWaits(ctx context.Context, client *http.Client, base string) ([]waits.
 		body.Waits = []waits.Info{}
 	}
 	return body.Waits, nil
+}
+
+func fetchRecords(ctx context.Context, client *http.Client, base string) (*health.Records, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(base, "/")+health.PathRecords, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s: %s", health.PathRecords, resp.Status)
+	}
+	var rec health.Records
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&rec); err != nil {
+		return nil, fmt.Errorf("%s: %w", health.PathRecords, err)
+	}
+	return &rec, nil
 }

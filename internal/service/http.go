@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"time"
@@ -44,7 +45,10 @@ func newHTTPServer(h http.Handler) *http.Server {
 //	/metrics  Prometheus metrics;
 //	/waits    the instance's waits in progress (package waits), as JSON:
 //	          what each waits for, since when (`billing status` shows
-//	          them).
+//	          them);
+//	/records  the totals of the records the pipeline took since it
+//	          started, skipped ones included (health.Records), as JSON
+//	          (`billing status` shows them).
 func handler(ctx context.Context, mon *health.Monitor, metrics http.Handler, ws *waits.Set) http.Handler {
 	mux := http.NewServeMux()
 	answer := func(w http.ResponseWriter, ok bool, why string) {
@@ -72,5 +76,10 @@ func handler(ctx context.Context, mon *health.Monitor, metrics http.Handler, ws 
 	})
 	mux.Handle("GET "+health.PathMetrics, metrics)
 	mux.Handle("GET "+health.PathWaits, ws.Handler())
+	mux.HandleFunc("GET "+health.PathRecords, func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		_ = json.NewEncoder(w).Encode(mon.Records())
+	})
 	return mux
 }

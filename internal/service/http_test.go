@@ -58,6 +58,12 @@ func TestHandler(t *testing.T) {
 		t.Errorf("/waits = %d %q", code, body)
 	}
 	w.End()
+	// /records: the pipeline's totals, the records skipped among them.
+	st.Consumed.Store(40)
+	st.Skipped.Store(3)
+	if code, body := get("/records"); code != 200 || !strings.Contains(body, `"consumed":40,"skipped":3}`) {
+		t.Errorf("/records = %d %q", code, body)
+	}
 	if code, _ := get("/nope"); code != 404 {
 		t.Errorf("/nope = %d", code)
 	}

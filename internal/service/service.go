@@ -239,7 +239,7 @@ func newPipeline(cfg config.Config, c *conns, l *Ledger, stored periods.Stored, 
 	return pipeline.New(pcfg, l.Sink, l.Driver.Stores())
 }
 
-// serveHTTP serves /metrics, /healthz, /readyz and /waits on addr until the
+// serveHTTP serves /metrics, /healthz, /readyz, /waits and /records on addr until the
 // returned function stops it (bounded by two seconds).
 func serveHTTP(ctx context.Context, addr string, mon *health.Monitor, m *metrics.Metrics, ws *waits.Set, log *slog.Logger) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
@@ -254,7 +254,7 @@ func serveHTTP(ctx context.Context, addr string, mon *health.Monitor, m *metrics
 			log.Error("http server failed", "addr", addr, "err", err)
 		}
 	}()
-	log.Info("serving /metrics, /healthz, /readyz and /waits", "addr", ln.Addr().String())
+	log.Info("serving /metrics, /healthz, /readyz, /waits and /records", "addr", ln.Addr().String())
 	return func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()

@@ -4,7 +4,7 @@
 // the Kafka protocol binding, structured mode (application/cloudevents+json)
 // and binary mode (ce_* headers, the data in the configured format).
 //
-// Every format decodes a record into a tree of values and reads the five
+// Every format decodes a record into a tree of values and reads the
 // contract values from it through one [event.Mapping], so the same event
 // carried in any format, or re-encoded, yields the same Event and the same
 // fingerprint: a repeat is a repeat whatever its bytes.

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/bufbuild/protocompile"
 	"github.com/hamba/avro/v2"
@@ -19,8 +20,8 @@ import (
 
 // Encoder writes what a producer of a format writes: it turns record
 // values of the JSON contract into the format (billing-gen's -format, the
-// chaos suite's own records). A value
-// that is a valid event of the JSON contract is written in the format (the
+// chaos suite's own records). A value that is a valid event of the JSON
+// contract, or a version of one (revision, cancelled), is written in the format (the
 // Confluent wire format with the registered schema's id); any other value
 // (the malformed kinds) is sent as it is, which the service dead-letters
 // as invalid_encoding (no magic byte), or as before when it is empty or
@@ -39,12 +40,9 @@ type Encoder struct {
 // "structured" or "binary" (CloudEvents). maxPayload is the service's: a
 // larger value is sent as it is.
 func NewEncoder(ctx context.Context, f, ce, registryURL, subject string, maxPayload int) (*Encoder, error) {
-	e := &Encoder{format: f, ce: ce, dec: event.NewDecoder(maxPayload)}
-	if !NeedsRegistry(f) {
-		if f != JSON {
-			return nil, fmt.Errorf("unknown format %q", f)
-		}
-		return e, nil
+	e, s, err := newEncoder(ctx, f, ce, maxPayload)
+	if err != nil || !NeedsRegistry(f) {
+		return e, err
 	}
 	if registryURL == "" {
 		return nil, fmt.Errorf("format %s needs a schema registry", f)
@@ -53,16 +51,34 @@ func NewEncoder(ctx context.Context, f, ce, registryURL, subject string, maxPayl
 	if err != nil {
 		return nil, err
 	}
+	ss, err := cl.CreateSchema(ctx, subject, s)
+	if err != nil {
+		return nil, fmt.Errorf("registering the %s schema under %s: %w", f, subject, err)
+	}
+	e.id = ss.ID
+	return e, nil
+}
+
+// newEncoder returns an Encoder of format f's contract schema and the
+// schema to register (NeedsRegistry), whose id it still needs.
+func newEncoder(ctx context.Context, f, ce string, maxPayload int) (*Encoder, sr.Schema, error) {
+	e := &Encoder{format: f, ce: ce, dec: event.NewDecoder(maxPayload)}
+	if !NeedsRegistry(f) {
+		if f != JSON {
+			return nil, sr.Schema{}, fmt.Errorf("unknown format %q", f)
+		}
+		return e, sr.Schema{}, nil
+	}
 	// The contract's schema of the format, the one the docs show.
 	text, file, err := ContractSchema(f)
 	if err != nil {
-		return nil, err
+		return nil, sr.Schema{}, err
 	}
 	s := sr.Schema{Schema: text, Type: sr.TypeAvro}
 	switch f {
 	case Avro:
 		if e.avro, err = avro.Parse(text); err != nil {
-			return nil, err
+			return nil, sr.Schema{}, err
 		}
 	case Protobuf:
 		s.Type = sr.TypeProtobuf
@@ -70,18 +86,13 @@ func NewEncoder(ctx context.Context, f, ce, registryURL, subject string, maxPayl
 			Accessor: protocompile.SourceAccessorFromMap(map[string]string{file: text})})}
 		files, err := c.Compile(ctx, file)
 		if err != nil {
-			return nil, err
+			return nil, sr.Schema{}, err
 		}
 		e.proto = files[0].Messages().ByName("Event")
 	case JSONSchema:
 		s.Type = sr.TypeJSON
 	}
-	ss, err := cl.CreateSchema(ctx, subject, s)
-	if err != nil {
-		return nil, fmt.Errorf("registering the %s schema under %s: %w", f, subject, err)
-	}
-	e.id = ss.ID
-	return e, nil
+	return e, s, nil
 }
 
 // The source and type of every CloudEvent an Encoder writes (its id is the
@@ -119,7 +130,7 @@ func (e *Encoder) Record(value []byte) ([]byte, []kgo.RecordHeader, error) {
 	return b, []kgo.RecordHeader{{Key: "content-type", Value: []byte("application/cloudevents+json")}}, err
 }
 
-// encode returns value in the encoder's
+// encode returns value in the encoder's format.
 func (e *Encoder) encode(value []byte) ([]byte, error) {
 	if e.format == JSON {
 		return value, nil
@@ -136,8 +147,13 @@ func (e *Encoder) encode(value []byte) ([]byte, error) {
 	b, _ := h.AppendEncode(nil, e.id, index)
 	switch e.format {
 	case Avro:
+		at := ev.OccurredAt
+		if ev.Cancelled {
+			at = time.Unix(0, 0) // a tombstone's content is not read; the schema wants a value
+		}
 		body, err := avro.Marshal(e.avro, map[string]any{"event_id": ev.EventID, "account_id": ev.AccountID,
-			"amount_minor": ev.AmountMinor, "currency": ev.Currency, "occurred_at": ev.OccurredAt})
+			"amount_minor": ev.AmountMinor, "currency": ev.Currency, "occurred_at": at,
+			"revision": ev.Revision, "cancelled": ev.Cancelled})
 		if err != nil {
 			return nil, err
 		}
@@ -146,6 +162,11 @@ func (e *Encoder) encode(value []byte) ([]byte, error) {
 		m := dynamicpb.NewMessage(e.proto)
 		f := e.proto.Fields()
 		m.Set(f.ByName("event_id"), protoreflect.ValueOfString(ev.EventID))
+		m.Set(f.ByName("revision"), protoreflect.ValueOfInt64(ev.Revision))
+		if ev.Cancelled { // a tombstone: no content
+			m.Set(f.ByName("cancelled"), protoreflect.ValueOfBool(true))
+			return proto.MarshalOptions{}.MarshalAppend(b, m)
+		}
 		m.Set(f.ByName("account_id"), protoreflect.ValueOfString(ev.AccountID))
 		m.Set(f.ByName("amount_minor"), protoreflect.ValueOfInt64(ev.AmountMinor))
 		m.Set(f.ByName("currency"), protoreflect.ValueOfString(ev.Currency))
