@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -18,17 +19,20 @@ import (
 
 const shardsUsage = `Usage:
   billing shards status [--json]
+  billing shards add --dsn DSN
 
 The ledger's layout: its servers (MYSQL_DSN, then MYSQL_SHARD_DSNS) in the
 order accounts and event ids are placed over, stored in the ledger at its
 first start. An instance configured with another list refuses to start
-(exit 4). Adding or removing a server of a running ledger is not possible
-yet: rebuild blue/green on the new list (docs/operations.md).
+(exit 4).
 
 Commands:
   status    the stored layout, each configured server (its identity, its
             host, an estimate of its tables' rows), how the configured list
             differs from the layout, and what is moving (read-only)
+  add       adds a server to the ledger and moves its share of the rows to
+            it; counting stops meanwhile (every instance is fenced, and
+            instances configured with the new list wait at their start)
 
 billing shards COMMAND --help describes one command (docs/production.md).
 `
@@ -37,7 +41,40 @@ billing shards COMMAND --help describes one command (docs/production.md).
 func shardsCmd(args []string, stdout, stderr io.Writer) int {
 	return runSubcommand("billing shards", shardsUsage, map[string]command{
 		"status": shardsStatus,
+		"add":    shardsAdd,
 	}, args, stdout, stderr)
+}
+
+func shardsAdd(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("billing shards add", "--dsn DSN", "Adds the server of DSN (an empty database, migrated here) to the ledger of the\n"+
+		"configured servers (MYSQL_DSN, then MYSQL_SHARD_DSNS), and moves to it its share of\n"+
+		"the accounts' and event ids' rows. Every running instance is fenced when the move\n"+
+		"begins and stops (exit 4); start them with the new list (the DSN last in\n"+
+		"MYSQL_SHARD_DSNS): they wait until the move is done. Interrupted, it is resumed by\n"+
+		"running it again. Exit status: 0 the layout is complete, 4 the configured servers\n"+
+		"are not the ledger's, 1 failure. See docs/production.md, Growing.\n")
+	dsn := fs.String("dsn", "", "the new server's DSN (go-sql-driver form, as MYSQL_DSN)")
+	if _, code, done := fs.parse(args, 0, stdout, stderr); done {
+		return code
+	}
+	if *dsn == "" {
+		fmt.Fprintln(stderr, "billing shards add: --dsn is required")
+		return 2
+	}
+	return withConfig(stderr, nil, func(ctx context.Context, cfg config.Config, log *slog.Logger) int {
+		r, err := service.AddServer(ctx, cfg, *dsn, log, nil)
+		if err != nil {
+			fmt.Fprintln(stderr, "billing shards add:", err)
+			var mismatch *shards.MismatchError
+			if errors.As(err, &mismatch) {
+				return exitSettings
+			}
+			return 1
+		}
+		fmt.Fprintf(stdout, "layout %s complete: %d slot(s) on the new server, %d row(s) moved by this run\n", r.Layout.Describe(), r.Slots, r.RowsMoved)
+		fmt.Fprintln(stdout, "start the instances with the new server last in MYSQL_SHARD_DSNS")
+		return 0
+	})
 }
 
 func shardsStatus(args []string, stdout, stderr io.Writer) int {

@@ -29,6 +29,9 @@ type Ledger struct {
 	// it. Run keeps measuring it; a caller that runs no Run measures it
 	// once, at OpenLedger.
 	Clock *ledgerclock.Clock
+	// Layout is the ledger's layout the instance started on (its
+	// placement is the sink's); a newer one stops the instance.
+	Layout shards.Layout
 }
 
 // Close closes the sink, then the servers' pools.
@@ -73,20 +76,25 @@ func OpenLedger(ctx context.Context, cfg config.Config, dsns []string, fps *fail
 	// Before the sink writes anything: the servers must be the ledger's,
 	// in its order (package shards), or its identity would be created on
 	// a shard listed first.
-	opts.BeforeSink = func(ctx context.Context, d *mysqldriver.Driver) error {
+	var layout shards.Layout
+	opts.BeforeSink = func(ctx context.Context, d *mysqldriver.Driver, cfg *txsink.Config) error {
 		phase("checking the ledger's layout")
 		hosts := make([]string, len(dsns))
 		for i, dsn := range dsns {
 			hosts[i] = shards.Host(dsn)
 		}
-		_, _, err := shards.Ensure(ctx, d, hosts, txsink.NewIdentity, "an instance on "+hostname(), log)
-		return err
+		var err error
+		if _, layout, err = shards.Ensure(ctx, d, hosts, txsink.NewIdentity, "an instance on "+hostname(), log); err != nil {
+			return err
+		}
+		cfg.Placement = layout.Placement
+		return nil
 	}
 	sink, d, err := mysqldriver.OpenSink(ctx, dsns, opts, sinkCfg)
 	if err != nil {
 		return nil, err
 	}
-	l := &Ledger{Sink: sink, Driver: d, Clock: clock}
+	l := &Ledger{Sink: sink, Driver: d, Clock: clock, Layout: layout}
 	if err := clock.Sync(ctx, d.Server(0)); err != nil {
 		l.Close()
 		return nil, err

@@ -26,6 +26,7 @@ import (
 	"github.com/billing/ledger/internal/mysqlconn"
 	"github.com/billing/ledger/internal/periods"
 	"github.com/billing/ledger/internal/pipeline"
+	"github.com/billing/ledger/internal/shards"
 	"github.com/billing/ledger/internal/waits"
 )
 
@@ -233,6 +234,17 @@ func newPipeline(cfg config.Config, c *conns, l *Ledger, stored periods.Stored, 
 		}
 		if err != nil {
 			log.Warn("cannot check the ledger's period settings; checked again later", "err", err)
+		}
+		// A server added (billing shards add) fenced every partition
+		// with the new layout: this instance's placement is no longer
+		// the ledger's.
+		err = shards.Verify(ctx, l.Driver, l.Layout.Version)
+		var moved *shards.MismatchError
+		if errors.As(err, &moved) {
+			return err
+		}
+		if err != nil {
+			log.Warn("cannot check the ledger's layout; checked again later", "err", err)
 		}
 		return nil
 	}

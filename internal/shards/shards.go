@@ -6,16 +6,29 @@ import (
 	"strings"
 	"time"
 
+	"github.com/billing/ledger/internal/placement"
 	"github.com/billing/ledger/internal/txsink/driver"
+	"github.com/billing/ledger/internal/txsink/mysqldriver"
 )
 
 // Layout is the ledger's layout as stored: the servers' UUIDs in order,
-// the control server first. The zero Layout is none stored.
+// the control server first, and where keys are placed over them. The zero
+// Layout is none stored.
 type Layout struct {
 	Version    int
 	Servers    []string
 	RecordedAt time.Time
 	RecordedBy string
+	// Placement places keys on the servers: the modulo placement of a
+	// version without slots (version 1), else its slots
+	// (ledger_placement). Read sets it; FromRows leaves it zero.
+	Placement placement.Placement
+	// Moving: the rows of this version's moved slots are still being
+	// moved to it (billing shards add runs or was interrupted); no
+	// instance counts meanwhile.
+	Moving bool
+	// Move is the state of the move to this version (zero: none was).
+	Move mysqldriver.MoveState
 }
 
 // FromRows gives a stored version's rows (by ordinal) their meaning, and
@@ -131,7 +144,38 @@ func (e *MismatchError) Error() string {
 	}
 	b.WriteString(": ")
 	b.WriteString(strings.Join(e.Differences, "; "))
-	b.WriteString("; configure the ledger's servers in the ledger's order (billing shards status shows it; a server's identity survives a new password or host name), " +
-		"or rebuild the ledger blue/green on the new list (docs/operations.md): adding servers to a running ledger is not possible yet")
+	b.WriteString("; configure the ledger's servers in the ledger's order (billing shards status shows it; a server's identity survives a new password or host name); " +
+		"a server is added to a ledger by billing shards add (docs/production.md, Growing)")
 	return b.String()
+}
+
+// runsOf is a slot placement as runs of one owner (none: modulo).
+func runsOf(p placement.Placement) []mysqldriver.PlacementRun {
+	var out []mysqldriver.PlacementRun
+	for s, o := range p.Owners() {
+		if n := len(out); n > 0 && out[n-1].Ordinal == o && out[n-1].Last == s-1 {
+			out[n-1].Last = s
+			continue
+		}
+		out = append(out, mysqldriver.PlacementRun{First: s, Last: s, Ordinal: o})
+	}
+	return out
+}
+
+// placementOf is the placement of a version of servers servers stored as
+// runs (none: modulo). The runs must cover the slots from 0 without a gap.
+func placementOf(servers int, runs []mysqldriver.PlacementRun) (placement.Placement, error) {
+	if len(runs) == 0 {
+		return placement.Modulo(servers)
+	}
+	var owner []int
+	for _, r := range runs {
+		if r.First != len(owner) || r.Last < r.First {
+			return placement.Placement{}, fmt.Errorf("ledger_placement: run [%d, %d] where slot %d belongs", r.First, r.Last, len(owner))
+		}
+		for range r.Last - r.First + 1 {
+			owner = append(owner, r.Ordinal)
+		}
+	}
+	return placement.FromSlots(servers, owner)
 }

@@ -78,7 +78,7 @@ func TestFromRows(t *testing.T) {
 // The refusal says what to do.
 func TestMismatchErrorSaysWhatToDo(t *testing.T) {
 	err := &shards.MismatchError{Stored: shards.Layout{Version: 1, Servers: []string{"u0"}}, Differences: []string{"x"}}
-	for _, w := range []string{"version 1: 0 u0", ": x;", "billing shards status", "blue/green", "docs/operations.md"} {
+	for _, w := range []string{"version 1: 0 u0", ": x;", "billing shards status", "billing shards add", "docs/production.md"} {
 		if !strings.Contains(err.Error(), w) {
 			t.Errorf("%q does not say %q", err, w)
 		}

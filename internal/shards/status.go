@@ -49,7 +49,7 @@ func Status(ctx context.Context, d *mysqldriver.Driver, hosts []string) (*Report
 		return nil, err
 	}
 	r := &Report{Version: stored.Version, RecordedAt: stored.RecordedAt, RecordedBy: stored.RecordedBy, Layout: stored.Servers,
-		Differences: Compare(ledger, stored, servers), Moving: "nothing moving"}
+		Differences: Compare(ledger, stored, servers), Moving: moving(stored)}
 	if r.Layout == nil {
 		r.Layout = []string{}
 	}
@@ -70,4 +70,26 @@ func Status(ctx context.Context, d *mysqldriver.Driver, hosts []string) (*Report
 		r.Servers = append(r.Servers, ServerReport{Place: i, Host: s.Host, UUID: s.Identity.UUID, Ordinal: ordinal, Ledger: s.Identity.Ledger, Tables: tables})
 	}
 	return r, nil
+}
+
+// moving says what is moving, for status.
+func moving(l Layout) string {
+	switch {
+	case l.Moving:
+		return fmt.Sprintf("rows of %d slots to server %d (layout version %d), begun %s by %s: %d rows moved so far; counting waits for it (resume an interrupted move with billing shards add)",
+			slotsOf(l, len(l.Servers)-1), len(l.Servers)-1, l.Version, l.Move.StartedAt.Format(time.RFC3339), l.Move.StartedBy, l.Move.RowsMoved)
+	case l.Move.Version > 0:
+		return fmt.Sprintf("nothing moving (the move to layout version %d moved %d rows, done %s)", l.Version, l.Move.RowsMoved, l.Move.FinishedAt.Time.UTC().Format(time.RFC3339))
+	}
+	return "nothing moving"
+}
+
+func slotsOf(l Layout, ordinal int) int {
+	n := 0
+	for _, o := range l.Placement.Owners() {
+		if o == ordinal {
+			n++
+		}
+	}
+	return n
 }

@@ -23,6 +23,9 @@ func Read(ctx context.Context, d *mysqldriver.Driver, hosts []string) (Layout, [
 	if err != nil {
 		return Layout{}, nil, err
 	}
+	if stored, err = withPlacement(ctx, d, stored); err != nil {
+		return Layout{}, nil, err
+	}
 	servers := make([]Server, d.Len())
 	for i := range servers {
 		db := d.Server(i).DB()
@@ -68,6 +71,11 @@ func Ensure(ctx context.Context, d *mysqldriver.Driver, hosts []string, newIdent
 	}
 	if diffs := Compare(ledger, stored, servers); len(diffs) > 0 {
 		return "", Layout{}, &MismatchError{Stored: stored, Differences: diffs}
+	}
+	if stored.Moving {
+		if stored, err = awaitMove(ctx, d, stored, log); err != nil {
+			return "", Layout{}, err
+		}
 	}
 	if stored.Version > 0 {
 		return ledger, stored, nil
@@ -138,4 +146,73 @@ func Host(dsn string) string {
 		return cfg.Addr + "/" + cfg.DBName
 	}
 	return cfg.Addr
+}
+
+// withPlacement reads the placement of a stored layout and the state of
+// the move to it.
+func withPlacement(ctx context.Context, d *mysqldriver.Driver, l Layout) (Layout, error) {
+	if l.Version == 0 {
+		return l, nil
+	}
+	db := d.Server(0).DB()
+	runs, err := mysqldriver.ReadPlacement(ctx, db, l.Version)
+	if err != nil {
+		return Layout{}, err
+	}
+	if l.Placement, err = placementOf(len(l.Servers), runs); err != nil {
+		return Layout{}, fmt.Errorf("layout version %d: %w", l.Version, err)
+	}
+	m, found, err := mysqldriver.ReadMove(ctx, db, l.Version)
+	if err != nil {
+		return Layout{}, err
+	}
+	if found {
+		l.Move, l.Moving = m, m.State == mysqldriver.MoveMoving
+	}
+	return l, nil
+}
+
+// Verify says whether the ledger's layout is still version (the one an
+// instance started on): a *MismatchError when a server was added since
+// (the instance must stop: its placement is not the ledger's).
+func Verify(ctx context.Context, d *mysqldriver.Driver, version int) error {
+	rows, err := d.View().Layout(ctx)
+	if err != nil {
+		return err
+	}
+	stored, err := FromRows(rows)
+	if err != nil {
+		return err
+	}
+	if stored.Version == version {
+		return nil
+	}
+	return &MismatchError{Stored: stored, Differences: []string{fmt.Sprintf(
+		"the ledger's layout changed from version %d to version %d while this instance ran (billing shards add): restart it with the new layout's servers once the move is done",
+		version, stored.Version)}}
+}
+
+// awaitMove waits until the move to the stored layout is done (an instance
+// configured with the new layout's servers starts once its rows are all
+// where the layout places them), and returns the layout then.
+func awaitMove(ctx context.Context, d *mysqldriver.Driver, l Layout, log *slog.Logger) (Layout, error) {
+	logged := time.Time{}
+	for l.Moving {
+		if time.Since(logged) >= 30*time.Second {
+			log.Info("waiting for the move to the ledger's new layout to finish (billing shards add); this instance starts then",
+				"layout", l.Describe(), "rows_moved", l.Move.RowsMoved, "started_at", l.Move.StartedAt)
+			logged = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return Layout{}, ctx.Err()
+		case <-time.After(time.Second):
+		}
+		m, _, err := mysqldriver.ReadMove(ctx, d.Server(0).DB(), l.Version)
+		if err != nil {
+			return Layout{}, err
+		}
+		l.Move, l.Moving = m, m.State == mysqldriver.MoveMoving
+	}
+	return l, nil
 }

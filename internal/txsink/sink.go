@@ -51,6 +51,10 @@ type Config struct {
 	// Instance is this process's owner id; random (12 hex digits) when
 	// empty. Scenario tests name their instances.
 	Instance string
+	// Placement places keys on the servers (Route): the ledger's stored
+	// layout's (package shards). The zero Placement is the modulo
+	// placement over the servers given to New.
+	Placement placement.Placement
 	// Changelog: the checkpoints write the ledger's changelog (their
 	// branches write the outbox). While the ledger's changelog is on, a
 	// decision of a sink without it is refused (ErrChangelogOn).
@@ -101,9 +105,15 @@ func New(ctx context.Context, cfg Config, control driver.Control, servers []driv
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("txsink: %w", err)
 	}
-	place, err := placement.Modulo(len(servers))
-	if err != nil {
-		return nil, fmt.Errorf("txsink: %w", err)
+	place := cfg.Placement
+	if place.Servers() == 0 {
+		var err error
+		if place, err = placement.Modulo(len(servers)); err != nil {
+			return nil, fmt.Errorf("txsink: %w", err)
+		}
+	}
+	if place.Servers() != len(servers) {
+		return nil, fmt.Errorf("txsink: a placement over %d servers for %d servers", place.Servers(), len(servers))
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -175,9 +185,9 @@ func (s *Sink) MaxStatementBytes(participant int) int {
 func (s *Sink) Code(err error) driver.Code { return s.servers[0].Code(err) }
 
 // Route places a key (an account id or an event id) on a participant: its
-// server by the ledger's placement (package placement: today the hash
-// modulo the number of servers), so rows keep their server across
-// restarts; the branch within a server only spreads the work.
+// server by the ledger's placement (Config.Placement), so rows keep their
+// server across restarts; the branch within a server only spreads the
+// work.
 func (s *Sink) Route(key string) int {
 	h := placement.Hash(key)
 	return s.place.Server(h)*s.cfg.Branches + s.place.Branch(h, s.cfg.Branches)

@@ -37,6 +37,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/billing/ledger/internal/stmt"
+	"github.com/billing/ledger/internal/txsink"
 	"github.com/billing/ledger/internal/txsink/driver"
 )
 
@@ -64,8 +65,9 @@ type Options struct {
 	Images bool
 	// BeforeSink, if set, runs once OpenSink has opened the servers, before
 	// the sink reads or writes anything (its identity, first of all): the
-	// check that the servers are the ledger's (package shards).
-	BeforeSink func(ctx context.Context, d *Driver) error
+	// check that the servers are the ledger's (package shards), which sets
+	// the sink's placement (cfg.Placement) to the ledger's.
+	BeforeSink func(ctx context.Context, d *Driver, cfg *txsink.Config) error
 }
 
 // Driver is the servers of one ledger, the control server first.

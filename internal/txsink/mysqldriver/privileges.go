@@ -117,6 +117,10 @@ var access = []TableAccess{
 	// start and stored by the first instance.
 	{"ledger_server", Select, FeatureAlways}, {"ledger_server", Update, FeatureAlways},
 	{"ledger_layout", Select, FeatureAlways}, {"ledger_layout", Insert, FeatureAlways},
+	// Growing (migration 00012, package shards): a layout's slots and the
+	// state of the move to it, read at start and after every claim
+	// (written by billing shards add, not by instances).
+	{"ledger_placement", Select, FeatureAlways}, {"ledger_moves", Select, FeatureAlways},
 	// goose's version table: read at start to see whether migrations are
 	// pending (created by goose, not by a migration).
 	{SchemaVersionTable, Select, FeatureAlways},

@@ -36,7 +36,7 @@ func OpenSink(ctx context.Context, dsns []string, opts Options, cfg txsink.Confi
 		return nil, nil, err
 	}
 	if opts.BeforeSink != nil {
-		if err := opts.BeforeSink(ctx, d); err != nil {
+		if err := opts.BeforeSink(ctx, d, &cfg); err != nil {
 			d.Close()
 			return nil, nil, err
 		}

@@ -1,0 +1,192 @@
+package integration_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/billing/ledger/internal/testenv"
+)
+
+// A server added to a counting ledger (billing shards add): two instances
+// count on one server; the move begins, fences them (they stop, exit 4),
+// is killed (SIGKILL) right after it stored the new layout and resumed;
+// two instances configured with both servers wait for it, then count the
+// rest of the stream, with repeats of events counted before the move. The
+// ledger is exact over both servers, no row is on both, and the new server
+// holds its share of balances, windows and dedup keys (a repeat of a moved
+// key is dropped there).
+func TestAddServerToACountingLedger(t *testing.T) {
+	e := newTestEnv(t, 4)
+	dsnB := testenv.NewDatabaseOn(t, testenv.MySQL2(t), testenv.RandomName("t_"))
+	dbB, err := sqlx.Open("mysql", dsnB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dbB.Close() })
+	w := newWorkload("grow", 3000)
+	half := len(w.records) / 2
+	// Every 7th record of the first half again, under another key, after
+	// the move: a repeat whose key moved must be dropped.
+	var repeats []*kgo.Record
+	for i := 0; i < half; i += 7 {
+		repeats = append(repeats, &kgo.Record{Key: []byte(fmt.Sprintf("again-%d", i)), Value: w.records[i].Value})
+	}
+
+	a := e.start(t, "a", nil)
+	b := e.start(t, "b", nil)
+	testenv.Produce(t, e.brokers, e.topic, w.records[:half]...)
+	waitCountedOver(t, []*sqlx.DB{e.db}, 200, 60*time.Second)
+
+	both := map[string]string{"MYSQL_SHARD_DSNS": dsnB}
+	mover := testenv.Start(t, "add-1", e.bin, e.serviceEnv(nil), "shards", "add", "--dsn", dsnB)
+	if !mover.WaitOutput(context.Background(), "stored the ledger's new layout", 60*time.Second) {
+		t.Fatalf("the move did not begin:\n%s", mover.Output())
+	}
+	mover.Signal(syscall.SIGKILL)
+	_ = mover.Wait(t, 30*time.Second)
+	for _, p := range []*testenv.Process{a, b} {
+		err := p.Wait(t, 60*time.Second)
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 4 || !strings.Contains(p.Output(), "not the ledger's layout") {
+			t.Fatalf("instance %s on the old layout: %v, want exit 4 for the layout change:\n%s", p.Name, err, lastLines(p.Output(), 20))
+		}
+	}
+	// Instances on the new layout wait for the move, which is resumed.
+	c := e.start(t, "c", both)
+	d := e.start(t, "d", both)
+	if !c.WaitOutput(context.Background(), "waiting for the move", 30*time.Second) {
+		t.Fatalf("c did not wait for the move:\n%s", lastLines(c.Output(), 20))
+	}
+	mover = testenv.Start(t, "add-2", e.bin, e.serviceEnv(nil), "shards", "add", "--dsn", dsnB)
+	if err := mover.Wait(t, 120*time.Second); err != nil {
+		t.Fatalf("resumed move: %v\n%s", err, mover.Output())
+	}
+	if !strings.Contains(mover.Output(), "resuming the move") {
+		t.Fatalf("the second run did not resume the move:\n%s", mover.Output())
+	}
+	testenv.Produce(t, e.brokers, e.topic, append(w.records[half:], repeats...)...)
+	dbs := []*sqlx.DB{e.db, dbB}
+	waitExactOver(t, dbs, w, 120*time.Second)
+	for _, table := range []string{"account_balances", "billing_windows", "dedup_keys"} {
+		var onB int
+		if err := dbB.Get(&onB, "SELECT COUNT(*) FROM "+table); err != nil {
+			t.Fatal(err)
+		}
+		if onB == 0 {
+			t.Errorf("the new server holds no row of %s", table)
+		}
+		var onBoth int
+		keyCols := map[string]string{"account_balances": "account_id, currency", "billing_windows": "account_id, currency, window_start", "dedup_keys": "event_id"}[table]
+		var keysA []string
+		if err := e.db.Select(&keysA, "SELECT CONCAT_WS('/', "+keyCols+") FROM "+table); err != nil {
+			t.Fatal(err)
+		}
+		var keysB []string
+		if err := dbB.Select(&keysB, "SELECT CONCAT_WS('/', "+keyCols+") FROM "+table); err != nil {
+			t.Fatal(err)
+		}
+		inA := map[string]bool{}
+		for _, k := range keysA {
+			inA[k] = true
+		}
+		for _, k := range keysB {
+			if inA[k] {
+				onBoth++
+			}
+		}
+		if onBoth > 0 {
+			t.Errorf("%s: %d rows on both servers", table, onBoth)
+		}
+		t.Logf("%s: %d rows on the first server, %d on the new one", table, len(keysA), len(keysB))
+	}
+	for _, p := range []*testenv.Process{c, d} {
+		if p.Exited() {
+			t.Fatalf("%s stopped:\n%s", p.Name, lastLines(p.Output(), 20))
+		}
+	}
+}
+
+// waitCountedOver waits until the servers' balances count at least n events.
+func waitCountedOver(t *testing.T, dbs []*sqlx.DB, n int64, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if _, got := ledgerOver(t, dbs); got >= n {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("fewer than %d events counted in %v", n, timeout)
+}
+
+// ledgerOver is ledger over several servers: each balance on one of them.
+func ledgerOver(t *testing.T, dbs []*sqlx.DB) (map[string]total, int64) {
+	t.Helper()
+	all := map[string]total{}
+	var n int64
+	for i, db := range dbs {
+		m, c := ledger(t, db)
+		for k, v := range m {
+			if _, dup := all[k]; dup {
+				t.Fatalf("balance %s on server %d and on an earlier one", k, i)
+			}
+			all[k] = v
+		}
+		n += c
+	}
+	return all, n
+}
+
+// waitExactOver is waitExact over several servers.
+func waitExactOver(t *testing.T, dbs []*sqlx.DB, w *workload, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if _, n := ledgerOver(t, dbs); n >= w.events {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond)
+	got, n := ledgerOver(t, dbs)
+	if n != w.events {
+		t.Fatalf("ledger counts %d events, want %d", n, w.events)
+	}
+	for k, want := range w.want {
+		if got[k] != want {
+			t.Errorf("%s: got %+v want %+v", k, got[k], want)
+		}
+	}
+	var winSum, winCount, dead int64
+	for _, db := range dbs {
+		var s, c, d int64
+		_ = db.Get(&s, `SELECT COALESCE(SUM(amount_minor),0) FROM billing_windows`)
+		_ = db.Get(&c, `SELECT COALESCE(SUM(event_count),0) FROM billing_windows`)
+		_ = db.Get(&d, `SELECT COUNT(*) FROM dead_letters`)
+		winSum, winCount, dead = winSum+s, winCount+c, dead+d
+	}
+	var balSum int64
+	for _, v := range got {
+		balSum += v.amount
+	}
+	if winSum != balSum || winCount != w.events || dead != 0 {
+		t.Fatalf("windows sum %d over %d events (balances %d over %d); %d dead letters", winSum, winCount, balSum, w.events, dead)
+	}
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,56 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/billing/ledger/internal/config"
+	"github.com/billing/ledger/internal/ledgerclock"
+	"github.com/billing/ledger/internal/shards"
+	"github.com/billing/ledger/internal/txsink/mysqldriver"
+)
+
+// AddServer runs billing shards add: the server of dsn (its schema
+// migrated first, and the ledger's servers' too) is added to the ledger of
+// cfg's servers, and its share of the rows moved to it (shards.Add). A
+// move left unfinished is resumed. step is shards.AddOptions.Step (nil in
+// the command).
+func AddServer(ctx context.Context, cfg config.Config, dsn string, log *slog.Logger, step func(string) error) (*shards.AddReport, error) {
+	dsns, err := ResolveDSNs(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	added, err := cfg.MySQLConn().Apply([]string{dsn})
+	if err != nil {
+		return nil, fmt.Errorf("the new server's DSN: %w", err)
+	}
+	all := append(append([]string(nil), dsns...), added[0])
+	for i, dsn := range all {
+		if err := migrateServer(ctx, cfg, dsn, log.With("server", i), false); err != nil {
+			return nil, fmt.Errorf("migrate: server %d: %w", i, err)
+		}
+	}
+	d, err := mysqldriver.Open(ctx, all, mysqldriver.Options{LockWaitTimeout: cfg.MySQLLockWaitTimeout, MaxConns: 4})
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	// Recovery of what the fenced instances left in doubt, as an
+	// instance's: over the ledger's servers as they were.
+	sink, rd, err := mysqldriver.OpenSink(ctx, dsns, MySQLOptions(cfg), SinkConfig(cfg, log))
+	if err != nil {
+		return nil, err
+	}
+	defer rd.Close()
+	defer sink.Close()
+	recover := func(ctx context.Context) error {
+		_, err := sink.Recover(ctx, cfg.CheckpointTimeout+ledgerclock.Margin)
+		return err
+	}
+	hosts := make([]string, len(all))
+	for i, dsn := range all {
+		hosts[i] = shards.Host(dsn)
+	}
+	return shards.Add(ctx, d, hosts, shards.AddOptions{By: "billing shards add on " + hostname(), Recover: recover, Log: log, Step: step})
+}

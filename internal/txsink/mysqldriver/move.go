@@ -1,0 +1,376 @@
+package mysqldriver
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+)
+
+// The SQL of growing the ledger (migration 00012, package shards decides):
+// a layout version's slots (ledger_placement), the state of the move to it
+// (ledger_moves), and the move of rows between servers.
+
+// PlacementRun is a run of slots of one owner in a layout version.
+type PlacementRun struct {
+	First, Last, Ordinal int
+}
+
+// ReadPlacement reads the slots of a layout version as runs, by first
+// slot (none: the version places by modulo; a schema before migration
+// 00012 has none).
+func ReadPlacement(ctx context.Context, q sqlx.QueryerContext, version int) ([]PlacementRun, error) {
+	var rows []struct {
+		First   int `db:"first_slot"`
+		Last    int `db:"last_slot"`
+		Ordinal int `db:"ordinal"`
+	}
+	err := sqlx.SelectContext(ctx, q, &rows, `SELECT first_slot, last_slot, ordinal FROM ledger_placement WHERE version = ? ORDER BY first_slot`, version)
+	if NoSuchTable(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read ledger_placement: %w", err)
+	}
+	out := make([]PlacementRun, len(rows))
+	for i, r := range rows {
+		out[i] = PlacementRun{First: r.First, Last: r.Last, Ordinal: r.Ordinal}
+	}
+	return out, nil
+}
+
+// MoveState is a row of ledger_moves.
+type MoveState struct {
+	Version    int          `db:"version"`
+	State      string       `db:"state"`
+	StartedAt  time.Time    `db:"started_at"`
+	StartedBy  string       `db:"started_by"`
+	FinishedAt sql.NullTime `db:"finished_at"`
+	RowsMoved  int64        `db:"rows_moved"`
+}
+
+// The states of a move.
+const (
+	MoveMoving = "moving"
+	MoveDone   = "done"
+)
+
+// ReadMove reads the state of the move to a layout version; found is
+// false when the version was never moved to (or the schema predates
+// migration 00012).
+func ReadMove(ctx context.Context, q sqlx.QueryerContext, version int) (MoveState, bool, error) {
+	var m MoveState
+	err := sqlx.GetContext(ctx, q, &m, `SELECT version, state, started_at, started_by, finished_at, rows_moved FROM ledger_moves WHERE version = ?`, version)
+	if NoSuchTable(err) || errors.Is(err, sql.ErrNoRows) {
+		return MoveState{}, false, nil
+	}
+	if err != nil {
+		return MoveState{}, false, fmt.Errorf("read ledger_moves: %w", err)
+	}
+	m.StartedAt = m.StartedAt.UTC()
+	return m, true, nil
+}
+
+// StartMove records, in tx (the quiescing transaction on the control
+// server), the placement of version and its move as started.
+func StartMove(ctx context.Context, tx *sqlx.Tx, version int, runs []PlacementRun, at time.Time, by string) error {
+	for len(runs) > 0 {
+		n := min(len(runs), 500)
+		query := `INSERT INTO ledger_placement (version, first_slot, last_slot, ordinal) VALUES ` + strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?), ", n), ", ")
+		args := make([]any, 0, 4*n)
+		for _, r := range runs[:n] {
+			args = append(args, version, r.First, r.Last, r.Ordinal)
+		}
+		if _, err := tx.ExecContext(ctx, query, args...); err != nil {
+			return fmt.Errorf("store ledger_placement: %w", err)
+		}
+		runs = runs[n:]
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO ledger_moves (version, state, started_at, started_by, rows_moved) VALUES (?, ?, ?, ?, 0)`,
+		version, MoveMoving, at.UTC(), by); err != nil {
+		return fmt.Errorf("store ledger_moves: %w", err)
+	}
+	return nil
+}
+
+// AddMoved adds n to the rows the move to version moved.
+func AddMoved(ctx context.Context, ex sqlx.ExecerContext, version int, n int64) error {
+	if _, err := ex.ExecContext(ctx, `UPDATE ledger_moves SET rows_moved = rows_moved + ? WHERE version = ?`, n, version); err != nil {
+		return fmt.Errorf("update ledger_moves: %w", err)
+	}
+	return nil
+}
+
+// FinishMove records the move to version as done.
+func FinishMove(ctx context.Context, ex sqlx.ExecerContext, version int, at time.Time) error {
+	if _, err := ex.ExecContext(ctx, `UPDATE ledger_moves SET state = ?, finished_at = ? WHERE version = ? AND state = ?`,
+		MoveDone, at.UTC(), version, MoveMoving); err != nil {
+		return fmt.Errorf("update ledger_moves: %w", err)
+	}
+	return nil
+}
+
+// LegacyKeysLive says whether the server still holds the expiry journal of
+// the dedup keys written before generations (dedup_expiry): their expiry
+// is in the journal, not in their rows' table alone, so they cannot move.
+func LegacyKeysLive(ctx context.Context, db *sqlx.DB) (bool, error) {
+	var n int
+	err := db.GetContext(ctx, &n, `SELECT COUNT(*) FROM (SELECT 1 FROM dedup_expiry LIMIT 1) AS t`)
+	if NoSuchTable(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read dedup_expiry: %w", err)
+	}
+	return n > 0, nil
+}
+
+// MovedTables are the tables whose rows are placed by a key (account or
+// event id) and so move with their slot, and the column of that key.
+// Every other table stays where it is: the control server's bookkeeping,
+// the dead letters and the outbox (keyed by Kafka position and checkpoint,
+// read on every server).
+var MovedTables = []struct{ Table, Key string }{
+	{"account_balances", "account_id"},
+	{"billing_windows", "account_id"},
+	{"window_adjustments", "account_id"},
+	{"ledger_entries", "account_id"},
+	{"dedup_keys", "event_id"},
+	{"dedup_keys_g1", "event_id"},
+	{"dedup_keys_g2", "event_id"},
+}
+
+// MoveRows moves the rows of table whose key moves (moves says so of the
+// key's bytes) from server from to server to: it reads from's rows in
+// primary key order, batch rows at a time, and for each batch writes the
+// moving rows to to (as they are: a row already there is overwritten with
+// the same values) and then deletes them from from, each its own
+// transaction. Nothing else may write these rows meanwhile (the instances
+// are fenced): then a move interrupted at any point and run again ends
+// with every row on to, once. done is called with the rows each batch
+// moved. It returns the rows moved.
+func MoveRows(ctx context.Context, from, to *Server, table, key string, moves func([]byte) bool, batch int, done func(int64) error) (int64, error) {
+	cols, pk, err := tableColumns(ctx, from.db, table)
+	if err != nil {
+		return 0, err
+	}
+	keyAt := indexOf(cols, key)
+	if keyAt < 0 || len(pk) == 0 {
+		return 0, fmt.Errorf("move %s: no column %s or no primary key", table, key)
+	}
+	pkAt := make([]int, len(pk))
+	for i, c := range pk {
+		pkAt[i] = indexOf(cols, c)
+	}
+	colList := "`" + strings.Join(cols, "`, `") + "`"
+	pkList := "`" + strings.Join(pk, "`, `") + "`"
+	var after []any // the last primary key read
+	var total int64
+	for {
+		where, args := afterKey(pk, after)
+		rows, err := from.db.QueryContext(ctx, fmt.Sprintf("SELECT %s FROM `%s`%s ORDER BY %s LIMIT %d", colList, table, where, pkList, batch), args...)
+		if err != nil {
+			return total, fmt.Errorf("move %s: read: %w", table, err)
+		}
+		var read int
+		var moving [][]any
+		for rows.Next() {
+			// The driver's own values ([]byte, int64, time.Time in the
+			// DSN's location, nil) go back as they came: written to a
+			// column of the same type, each is the value read.
+			vals := make([]any, len(cols))
+			dest := make([]any, len(cols))
+			for i := range vals {
+				dest[i] = &vals[i]
+			}
+			if err := rows.Scan(dest...); err != nil {
+				_ = rows.Close()
+				return total, fmt.Errorf("move %s: read: %w", table, err)
+			}
+			read++
+			after = make([]any, len(pk))
+			for i, at := range pkAt {
+				after[i] = vals[at]
+			}
+			k, ok := vals[keyAt].([]byte)
+			if !ok {
+				_ = rows.Close()
+				return total, fmt.Errorf("move %s: key %s read as %T", table, key, vals[keyAt])
+			}
+			if moves(k) {
+				moving = append(moving, vals)
+			}
+		}
+		if err := rows.Close(); err != nil {
+			return total, fmt.Errorf("move %s: read: %w", table, err)
+		}
+		if err := rows.Err(); err != nil {
+			return total, fmt.Errorf("move %s: read: %w", table, err)
+		}
+		if len(moving) > 0 {
+			if err := copyRows(ctx, to, table, cols, moving); err != nil {
+				return total, err
+			}
+			if err := deleteRows(ctx, from, table, pk, pkAt, moving); err != nil {
+				return total, err
+			}
+			total += int64(len(moving))
+			if done != nil {
+				if err := done(int64(len(moving))); err != nil {
+					return total, err
+				}
+			}
+		}
+		if read < batch {
+			return total, nil
+		}
+	}
+}
+
+// copyRows writes rows to table on sv, overwriting a row of the same
+// primary key with these values, in statements within sv's budget.
+func copyRows(ctx context.Context, sv *Server, table string, cols []string, rows [][]any) error {
+	colList := "`" + strings.Join(cols, "`, `") + "`"
+	upd := make([]string, len(cols))
+	for i, c := range cols {
+		upd[i] = fmt.Sprintf("`%s` = VALUES(`%s`)", c, c)
+	}
+	tuple := "(" + strings.TrimSuffix(strings.Repeat("?, ", len(cols)), ", ") + ")"
+	head := fmt.Sprintf("INSERT INTO `%s` (%s) VALUES ", table, colList)
+	tail := " ON DUPLICATE KEY UPDATE " + strings.Join(upd, ", ")
+	return inBudget(sv, len(head)+len(tail), rows, func(part [][]any) error {
+		args := make([]any, 0, len(part)*len(cols))
+		for _, r := range part {
+			args = append(args, r...)
+		}
+		if _, err := sv.db.ExecContext(ctx, head+strings.TrimSuffix(strings.Repeat(tuple+", ", len(part)), ", ")+tail, args...); err != nil {
+			return fmt.Errorf("move %s: write: %w", table, err)
+		}
+		return nil
+	})
+}
+
+// deleteRows deletes rows from table on sv by primary key.
+func deleteRows(ctx context.Context, sv *Server, table string, pk []string, pkAt []int, rows [][]any) error {
+	cond := "(" + strings.Join(mapStrings(pk, func(c string) string { return "`" + c + "` = ?" }), " AND ") + ")"
+	head := fmt.Sprintf("DELETE FROM `%s` WHERE ", table)
+	return inBudget(sv, len(head), rows, func(part [][]any) error {
+		args := make([]any, 0, len(part)*len(pk))
+		for _, r := range part {
+			for _, at := range pkAt {
+				args = append(args, r[at])
+			}
+		}
+		if _, err := sv.db.ExecContext(ctx, head+strings.TrimSuffix(strings.Repeat(cond+" OR ", len(part)), " OR "), args...); err != nil {
+			return fmt.Errorf("move %s: delete: %w", table, err)
+		}
+		return nil
+	})
+}
+
+// inBudget calls fn with consecutive parts of rows whose statement (fixed
+// bytes plus the rows' values, with room for each value's quoting) stays
+// within sv's statement budget.
+func inBudget(sv *Server, fixed int, rows [][]any, fn func([][]any) error) error {
+	budget := sv.MaxStatementBytes()
+	start, size := 0, fixed
+	for i, r := range rows {
+		n := 0
+		for _, v := range r {
+			if b, ok := v.([]byte); ok {
+				n += 2*len(b) + 8
+			} else {
+				n += 8
+			}
+		}
+		if i > start && size+n > budget {
+			if err := fn(rows[start:i]); err != nil {
+				return err
+			}
+			start, size = i, fixed
+		}
+		size += n
+	}
+	if start < len(rows) {
+		return fn(rows[start:])
+	}
+	return nil
+}
+
+// afterKey is the condition of the rows after a primary key (none: every
+// row), spelt out column by column so that every server uses the primary
+// key's range for it.
+func afterKey(pk []string, after []any) (string, []any) {
+	if after == nil {
+		return "", nil
+	}
+	var ors []string
+	var args []any
+	for i := range pk {
+		var ands []string
+		for j := 0; j < i; j++ {
+			ands = append(ands, "`"+pk[j]+"` = ?")
+			args = append(args, after[j])
+		}
+		ands = append(ands, "`"+pk[i]+"` > ?")
+		args = append(args, after[i])
+		ors = append(ors, "("+strings.Join(ands, " AND ")+")")
+	}
+	return " WHERE " + strings.Join(ors, " OR "), args
+}
+
+// tableColumns reads a table's columns in order and its primary key's.
+func tableColumns(ctx context.Context, db *sqlx.DB, table string) (cols, pk []string, err error) {
+	if err := db.SelectContext(ctx, &cols, `SELECT COLUMN_NAME FROM information_schema.COLUMNS
+		WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION`, table); err != nil {
+		return nil, nil, fmt.Errorf("move %s: columns: %w", table, err)
+	}
+	if err := db.SelectContext(ctx, &pk, `SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE
+		WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND CONSTRAINT_NAME = 'PRIMARY' ORDER BY ORDINAL_POSITION`, table); err != nil {
+		return nil, nil, fmt.Errorf("move %s: primary key: %w", table, err)
+	}
+	if len(cols) == 0 {
+		return nil, nil, fmt.Errorf("move %s: no such table", table)
+	}
+	return cols, pk, nil
+}
+
+func indexOf(ss []string, s string) int {
+	for i, x := range ss {
+		if strings.EqualFold(x, s) {
+			return i
+		}
+	}
+	return -1
+}
+
+func mapStrings(ss []string, f func(string) string) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = f(s)
+	}
+	return out
+}
+
+// LockLayoutVersion reads the highest layout version under an exclusive
+// lock, in tx: two moves do not both begin from it.
+func LockLayoutVersion(ctx context.Context, tx *sqlx.Tx) (int, error) {
+	var top int
+	if err := tx.GetContext(ctx, &top, `SELECT COALESCE(MAX(version), 0) FROM ledger_layout FOR UPDATE`); err != nil {
+		return 0, fmt.Errorf("lock ledger_layout: %w", err)
+	}
+	return top, nil
+}
+
+// TableEmpty says whether table holds no row on db.
+func TableEmpty(ctx context.Context, db *sqlx.DB, table string) (bool, error) {
+	var n int
+	if err := db.GetContext(ctx, &n, "SELECT COUNT(*) FROM (SELECT 1 FROM `"+table+"` LIMIT 1) AS t"); err != nil {
+		return false, fmt.Errorf("read %s: %w", table, err)
+	}
+	return n == 0, nil
+}
