@@ -23,7 +23,17 @@
 // server missing, added, in another place, listed twice, or another
 // ledger's, each named with what to do. MYSQL_BRANCHES is not part of the
 // layout: within a server it only spreads the work, and may differ between
-// instances. Status shows the layout (billing shards status). Moving rows
-// to a new layout (a higher version) is not implemented yet: the layout's
-// version is where it will be recorded.
+// instances. Status shows the layout (billing shards status).
+//
+// A server is added by a new layout version (Add, billing shards add):
+// its placement by slots (package placement, stored as runs in
+// ledger_placement), the move to it recorded in ledger_moves. The move
+// fences every instance (the partitions' epochs, as a change of the
+// period settings does), waits for the checkpoints decided before it,
+// moves the keyed tables' rows of the new server's slots, and is then
+// done; an instance checks the layout after every claim (Verify) and
+// stops on a newer one, and an instance configured with the new list
+// waits at its start until the move is done. Counting pauses for the
+// move; docs/production.md ("Growing") describes it and the live move
+// that is not built.
 package shards
