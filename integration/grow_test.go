@@ -13,18 +13,28 @@ import (
 	"github.com/jmoiron/sqlx"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/billing/ledger/internal/shards"
 	"github.com/billing/ledger/internal/testenv"
 )
 
-// A server added to a counting ledger (billing shards add): two instances
-// count on one server; the move begins, fences them (they stop, exit 4),
-// is killed (SIGKILL) right after it stored the new layout and resumed;
-// two instances configured with both servers wait for it, then count the
-// rest of the stream, with repeats of events counted before the move. The
-// ledger is exact over both servers, no row is on both, and the new server
-// holds its share of balances, windows and dedup keys (a repeat of a moved
-// key is dropped there).
+// A server added to a counting ledger (billing shards add), the command
+// killed (SIGKILL) at each of its steps and run again: two instances count
+// on one server; the move fences them (they stop, exit 4); two instances
+// configured with both servers wait for it, then count the rest of the
+// stream, with repeats of events counted before the move. The ledger is
+// exact over both servers, no row is on both, and the new server holds its
+// share of balances, windows and dedup keys (a repeat of a moved key is
+// dropped there).
 func TestAddServerToACountingLedger(t *testing.T) {
+	for _, fp := range []string{shards.FailAfterFence, shards.FailAfterSettle, shards.FailAfterBatch + "=kill@2", shards.FailBeforeDone, shards.FailAfterDone} {
+		if !strings.Contains(fp, "=") {
+			fp += "=kill"
+		}
+		t.Run(fp, func(t *testing.T) { addServerKilled(t, fp) })
+	}
+}
+
+func addServerKilled(t *testing.T, failpoints string) {
 	e := newTestEnv(t, 4)
 	dsnB := testenv.NewDatabaseOn(t, testenv.MySQL2(t), testenv.RandomName("t_"))
 	dbB, err := sqlx.Open("mysql", dsnB)
@@ -47,57 +57,49 @@ func TestAddServerToACountingLedger(t *testing.T) {
 	waitCountedOver(t, []*sqlx.DB{e.db}, 200, 60*time.Second)
 
 	both := map[string]string{"MYSQL_SHARD_DSNS": dsnB}
-	mover := testenv.Start(t, "add-1", e.bin, e.serviceEnv(nil), "shards", "add", "--dsn", dsnB)
-	if !mover.WaitOutput(context.Background(), "stored the ledger's new layout", 60*time.Second) {
-		t.Fatalf("the move did not begin:\n%s", mover.Output())
+	mover := testenv.Start(t, "add-1", e.bin, e.serviceEnv(map[string]string{"BILLING_FAILPOINTS": failpoints}), "shards", "add", "--dsn", dsnB)
+	err = mover.Wait(t, 120*time.Second)
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("the move was not killed at %s: %v\n%s", failpoints, err, lastLines(mover.Output(), 20))
 	}
-	mover.Signal(syscall.SIGKILL)
-	_ = mover.Wait(t, 30*time.Second)
 	for _, p := range []*testenv.Process{a, b} {
 		err := p.Wait(t, 60*time.Second)
-		var exit *exec.ExitError
 		if !errors.As(err, &exit) || exit.ExitCode() != 4 || !strings.Contains(p.Output(), "not the ledger's layout") {
 			t.Fatalf("instance %s on the old layout: %v, want exit 4 for the layout change:\n%s", p.Name, err, lastLines(p.Output(), 20))
 		}
 	}
-	// Instances on the new layout wait for the move, which is resumed.
+	// Instances on the new layout wait for the move (unless it was
+	// done), which is resumed.
 	c := e.start(t, "c", both)
 	d := e.start(t, "d", both)
-	if !c.WaitOutput(context.Background(), "waiting for the move", 30*time.Second) {
+	if failpoints != shards.FailAfterDone+"=kill" && !c.WaitOutput(context.Background(), "waiting for the move", 30*time.Second) {
 		t.Fatalf("c did not wait for the move:\n%s", lastLines(c.Output(), 20))
 	}
 	mover = testenv.Start(t, "add-2", e.bin, e.serviceEnv(nil), "shards", "add", "--dsn", dsnB)
 	if err := mover.Wait(t, 120*time.Second); err != nil {
 		t.Fatalf("resumed move: %v\n%s", err, mover.Output())
 	}
-	if !strings.Contains(mover.Output(), "resuming the move") {
-		t.Fatalf("the second run did not resume the move:\n%s", mover.Output())
-	}
 	testenv.Produce(t, e.brokers, e.topic, append(w.records[half:], repeats...)...)
 	dbs := []*sqlx.DB{e.db, dbB}
 	waitExactOver(t, dbs, w, 120*time.Second)
 	for _, table := range []string{"account_balances", "billing_windows", "dedup_keys"} {
-		var onB int
-		if err := dbB.Get(&onB, "SELECT COUNT(*) FROM "+table); err != nil {
-			t.Fatal(err)
-		}
-		if onB == 0 {
-			t.Errorf("the new server holds no row of %s", table)
-		}
-		var onBoth int
 		keyCols := map[string]string{"account_balances": "account_id, currency", "billing_windows": "account_id, currency, window_start", "dedup_keys": "event_id"}[table]
-		var keysA []string
+		var keysA, keysB []string
 		if err := e.db.Select(&keysA, "SELECT CONCAT_WS('/', "+keyCols+") FROM "+table); err != nil {
 			t.Fatal(err)
 		}
-		var keysB []string
 		if err := dbB.Select(&keysB, "SELECT CONCAT_WS('/', "+keyCols+") FROM "+table); err != nil {
 			t.Fatal(err)
+		}
+		if len(keysB) == 0 {
+			t.Errorf("the new server holds no row of %s", table)
 		}
 		inA := map[string]bool{}
 		for _, k := range keysA {
 			inA[k] = true
 		}
+		onBoth := 0
 		for _, k := range keysB {
 			if inA[k] {
 				onBoth++
@@ -112,6 +114,51 @@ func TestAddServerToACountingLedger(t *testing.T) {
 		if p.Exited() {
 			t.Fatalf("%s stopped:\n%s", p.Name, lastLines(p.Output(), 20))
 		}
+	}
+}
+
+// A run of billing shards add paused (SIGSTOP) with a batch of rows read
+// but not written, while another run finishes the move and instances count
+// on the new layout, changes nothing once it wakes: its stale rows never
+// overwrite the new server's, its deletes find nothing left, and its
+// record of the move is of one already done.
+func TestPausedAddChangesNothingAfterAnotherFinished(t *testing.T) {
+	e := newTestEnv(t, 4)
+	dsnB := testenv.NewDatabaseOn(t, testenv.MySQL2(t), testenv.RandomName("t_"))
+	dbB, err := sqlx.Open("mysql", dsnB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dbB.Close() })
+	w := newWorkload("paused", 3000)
+	half := len(w.records) / 2
+	a := e.start(t, "a", nil)
+	testenv.Produce(t, e.brokers, e.topic, w.records[:half]...)
+	waitCountedOver(t, []*sqlx.DB{e.db}, 1000, 60*time.Second)
+
+	paused := testenv.Start(t, "add-paused", e.bin, e.serviceEnv(map[string]string{"BILLING_FAILPOINTS": shards.FailBeforeCopy + "=stop@1"}),
+		"shards", "add", "--dsn", dsnB)
+	if !paused.WaitOutput(context.Background(), "failpoint "+shards.FailBeforeCopy+": SIGSTOP", 60*time.Second) {
+		t.Fatalf("the move never paused:\n%s", paused.Output())
+	}
+	t.Cleanup(func() { paused.Signal(syscall.SIGCONT) })
+	_ = a.Wait(t, 60*time.Second)
+	c := e.start(t, "c", map[string]string{"MYSQL_SHARD_DSNS": dsnB})
+	other := testenv.Start(t, "add-2", e.bin, e.serviceEnv(nil), "shards", "add", "--dsn", dsnB)
+	if err := other.Wait(t, 120*time.Second); err != nil {
+		t.Fatalf("the second run: %v\n%s", err, other.Output())
+	}
+	// Every balance on the new server changes after the move.
+	testenv.Produce(t, e.brokers, e.topic, w.records[half:]...)
+	dbs := []*sqlx.DB{e.db, dbB}
+	waitExactOver(t, dbs, w, 120*time.Second)
+	paused.Signal(syscall.SIGCONT)
+	if err := paused.Wait(t, 60*time.Second); err != nil {
+		t.Fatalf("the paused run, woken: %v\n%s", err, paused.Output())
+	}
+	waitExactOver(t, dbs, w, 30*time.Second)
+	if c.Exited() {
+		t.Fatalf("c stopped:\n%s", lastLines(c.Output(), 20))
 	}
 }
 

@@ -62,7 +62,7 @@ func shardsAdd(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	return withConfig(stderr, nil, func(ctx context.Context, cfg config.Config, log *slog.Logger) int {
-		r, err := service.AddServer(ctx, cfg, *dsn, log, nil)
+		r, err := service.AddServer(ctx, cfg, *dsn, log)
 		if err != nil {
 			fmt.Fprintln(stderr, "billing shards add:", err)
 			var mismatch *shards.MismatchError

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 
 	"github.com/billing/ledger/internal/config"
+	"github.com/billing/ledger/internal/failpoint"
 	"github.com/billing/ledger/internal/ledgerclock"
 	"github.com/billing/ledger/internal/shards"
 	"github.com/billing/ledger/internal/txsink/mysqldriver"
@@ -14,9 +15,13 @@ import (
 // AddServer runs billing shards add: the server of dsn (its schema
 // migrated first, and the ledger's servers' too) is added to the ledger of
 // cfg's servers, and its share of the rows moved to it (shards.Add). A
-// move left unfinished is resumed. step is shards.AddOptions.Step (nil in
-// the command).
-func AddServer(ctx context.Context, cfg config.Config, dsn string, log *slog.Logger, step func(string) error) (*shards.AddReport, error) {
+// move left unfinished is resumed. BILLING_FAILPOINTS arms the move's
+// failpoints (shards.Fail*).
+func AddServer(ctx context.Context, cfg config.Config, dsn string, log *slog.Logger) (*shards.AddReport, error) {
+	fps, err := failpoint.Parse(cfg.Failpoints)
+	if err != nil {
+		return nil, err
+	}
 	dsns, err := ResolveDSNs(cfg, log)
 	if err != nil {
 		return nil, err
@@ -52,5 +57,5 @@ func AddServer(ctx context.Context, cfg config.Config, dsn string, log *slog.Log
 	for i, dsn := range all {
 		hosts[i] = shards.Host(dsn)
 	}
-	return shards.Add(ctx, d, hosts, shards.AddOptions{By: "billing shards add on " + hostname(), Recover: recover, Log: log, Step: step})
+	return shards.Add(ctx, d, hosts, shards.AddOptions{By: "billing shards add on " + hostname(), Recover: recover, Log: log, Failpoints: fps})
 }

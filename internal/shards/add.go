@@ -10,6 +10,7 @@ import (
 
 	"github.com/jmoiron/sqlx"
 
+	"github.com/billing/ledger/internal/failpoint"
 	"github.com/billing/ledger/internal/placement"
 	"github.com/billing/ledger/internal/txsink/mysqldriver"
 )
@@ -28,11 +29,21 @@ type AddOptions struct {
 	Batch int
 	// Log receives progress; slog.Default() when nil.
 	Log *slog.Logger
-	// Step, if set, is called after each step of the move ("fenced",
-	// "applied", then "moved" after each batch of moved rows, "done"): an
-	// error stops the move there, as a kill would (tests).
-	Step func(step string) error
+	// Failpoints are armed by tests to stop the move at its steps (the
+	// Fail* names); nil arms none.
+	Failpoints *failpoint.Set
 }
+
+// The failpoints of a move, in its order (BILLING_FAILPOINTS of billing
+// shards add).
+const (
+	FailAfterFence  = "shards-add-after-fence"  // the new layout stored, the instances fenced
+	FailAfterSettle = "shards-add-after-settle" // every checkpoint decided before the fence applied
+	FailBeforeCopy  = "shards-add-before-copy"  // a batch of rows read, not yet written to the new server
+	FailAfterBatch  = "shards-add-after-batch"  // a batch of rows moved (written, then deleted)
+	FailBeforeDone  = "shards-add-before-done"  // every row moved, the move not recorded done
+	FailAfterDone   = "shards-add-after-done"   // the move recorded done
+)
 
 // AddReport is what a move did.
 type AddReport struct {
@@ -73,12 +84,7 @@ func Add(ctx context.Context, d *mysqldriver.Driver, hosts []string, opts AddOpt
 	if opts.Log == nil {
 		opts.Log = slog.Default()
 	}
-	step := func(s string) error {
-		if opts.Step != nil {
-			return opts.Step(s)
-		}
-		return nil
-	}
+	step := opts.Failpoints.Inject
 	log := opts.Log
 	n := d.Len() - 1
 	if n < 1 {
@@ -98,6 +104,16 @@ func Add(ctx context.Context, d *mysqldriver.Driver, hosts []string, opts AddOpt
 	rep := &AddReport{}
 	newSrv := servers[n]
 	switch {
+	case !stored.Moving && stored.Move.Version == stored.Version && len(Compare(ledger, stored, servers)) == 0:
+		// Run again after it finished (its answer lost, say): done.
+		log.Info("the move to the ledger's layout is already done", "layout", stored.Describe())
+		rep.Layout = stored
+		for _, o := range stored.Placement.Owners() {
+			if o == n {
+				rep.Slots++
+			}
+		}
+		return rep, nil
 	case stored.Moving:
 		// Resume: the configured list must be the moving layout's.
 		if diffs := Compare(ledger, stored, servers); len(diffs) > 0 {
@@ -121,13 +137,13 @@ func Add(ctx context.Context, d *mysqldriver.Driver, hosts []string, opts AddOpt
 		}
 	}
 	rep.Layout = stored
-	if err := step("fenced"); err != nil {
+	if err := step(FailAfterFence); err != nil {
 		return rep, err
 	}
 	if err := awaitApplied(ctx, d, opts.Recover, log); err != nil {
 		return rep, err
 	}
-	if err := step("applied"); err != nil {
+	if err := step(FailAfterSettle); err != nil {
 		return rep, err
 	}
 	// The slots the new server owns in the new layout, which the old
@@ -142,12 +158,14 @@ func Add(ctx context.Context, d *mysqldriver.Driver, hosts []string, opts AddOpt
 	control := d.Server(0).DB()
 	for i := 0; i < n; i++ {
 		for _, t := range mysqldriver.MovedTables {
-			moved, err := mysqldriver.MoveRows(ctx, d.Server(i), d.Server(n), t.Table, t.Key, moving, opts.Batch, func(k int64) error {
+			moved, err := mysqldriver.MoveRows(ctx, d.Server(i), d.Server(n), t.Table, t.Key, moving, opts.Batch, func() error {
+				return step(FailBeforeCopy)
+			}, func(k int64) error {
 				if err := mysqldriver.AddMoved(ctx, control, stored.Version, k); err != nil {
 					return err
 				}
 				rep.RowsMoved += k
-				return step("moved")
+				return step(FailAfterBatch)
 			})
 			if err != nil {
 				return rep, fmt.Errorf("shards add: server %d: %w", i, err)
@@ -157,13 +175,16 @@ func Add(ctx context.Context, d *mysqldriver.Driver, hosts []string, opts AddOpt
 			}
 		}
 	}
+	if err := step(FailBeforeDone); err != nil {
+		return rep, err
+	}
 	if err := mysqldriver.FinishMove(ctx, control, stored.Version, time.Now()); err != nil {
 		return rep, err
 	}
 	rep.Layout.Moving = false
 	log.Info("the ledger's new layout is complete: start the instances with its servers", "layout", stored.Describe(),
 		"slots_moved", rep.Slots, "rows_moved_by_this_run", rep.RowsMoved)
-	return rep, step("done")
+	return rep, step(FailAfterDone)
 }
 
 // addable says why the server cannot be added to the ledger (nil: it can).

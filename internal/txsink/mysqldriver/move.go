@@ -147,13 +147,16 @@ var MovedTables = []struct{ Table, Key string }{
 // MoveRows moves the rows of table whose key moves (moves says so of the
 // key's bytes) from server from to server to: it reads from's rows in
 // primary key order, batch rows at a time, and for each batch writes the
-// moving rows to to (as they are: a row already there is overwritten with
-// the same values) and then deletes them from from, each its own
-// transaction. Nothing else may write these rows meanwhile (the instances
-// are fenced): then a move interrupted at any point and run again ends
-// with every row on to, once. done is called with the rows each batch
-// moved. It returns the rows moved.
-func MoveRows(ctx context.Context, from, to *Server, table, key string, moves func([]byte) bool, batch int, done func(int64) error) (int64, error) {
+// moving rows to to (as they are; a row already there is left as it is)
+// and then deletes them from from, each its own transaction. Nothing else
+// writes these rows on from meanwhile (the instances are fenced): then a
+// move interrupted at any point and run again ends with every row on to,
+// once. A row already on to was written there by this move (run before)
+// with the same values, or, when this run is a paused one that another
+// finished meanwhile, is newer than what this run read: never overwritten.
+// before is called before each batch's write, done with the rows each
+// batch moved (either may be nil). It returns the rows moved.
+func MoveRows(ctx context.Context, from, to *Server, table, key string, moves func([]byte) bool, batch int, before func() error, done func(int64) error) (int64, error) {
 	cols, pk, err := tableColumns(ctx, from.db, table)
 	if err != nil {
 		return 0, err
@@ -212,7 +215,12 @@ func MoveRows(ctx context.Context, from, to *Server, table, key string, moves fu
 			return total, fmt.Errorf("move %s: read: %w", table, err)
 		}
 		if len(moving) > 0 {
-			if err := copyRows(ctx, to, table, cols, moving); err != nil {
+			if before != nil {
+				if err := before(); err != nil {
+					return total, err
+				}
+			}
+			if err := copyRows(ctx, to, table, cols, pk, moving); err != nil {
 				return total, err
 			}
 			if err := deleteRows(ctx, from, table, pk, pkAt, moving); err != nil {
@@ -231,17 +239,15 @@ func MoveRows(ctx context.Context, from, to *Server, table, key string, moves fu
 	}
 }
 
-// copyRows writes rows to table on sv, overwriting a row of the same
-// primary key with these values, in statements within sv's budget.
-func copyRows(ctx context.Context, sv *Server, table string, cols []string, rows [][]any) error {
+// copyRows writes rows to table on sv, leaving a stored row of the same
+// primary key as it is (an update of nothing: not INSERT IGNORE, which
+// would turn a value the column cannot hold into a warning), in
+// statements within sv's budget.
+func copyRows(ctx context.Context, sv *Server, table string, cols, pk []string, rows [][]any) error {
 	colList := "`" + strings.Join(cols, "`, `") + "`"
-	upd := make([]string, len(cols))
-	for i, c := range cols {
-		upd[i] = fmt.Sprintf("`%s` = VALUES(`%s`)", c, c)
-	}
 	tuple := "(" + strings.TrimSuffix(strings.Repeat("?, ", len(cols)), ", ") + ")"
 	head := fmt.Sprintf("INSERT INTO `%s` (%s) VALUES ", table, colList)
-	tail := " ON DUPLICATE KEY UPDATE " + strings.Join(upd, ", ")
+	tail := fmt.Sprintf(" ON DUPLICATE KEY UPDATE `%s` = `%s`", pk[0], pk[0])
 	return inBudget(sv, len(head)+len(tail), rows, func(part [][]any) error {
 		args := make([]any, 0, len(part)*len(cols))
 		for _, r := range part {
