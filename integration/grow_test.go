@@ -17,6 +17,36 @@ import (
 	"github.com/billing/ledger/internal/testenv"
 )
 
+// growEnv is a ledger on one server, counting with instances a and b,
+// half of a workload of 3000 events sent (and at least min counted), and
+// an empty database on a second server to add.
+type growEnv struct {
+	*testEnv
+	dsnB string
+	dbB  *sqlx.DB
+	w    *workload
+	half int
+}
+
+func newGrowEnv(t *testing.T, prefix string, counted int64, instances ...string) (*growEnv, []*testenv.Process) {
+	t.Helper()
+	g := &growEnv{testEnv: newTestEnv(t, 4), dsnB: testenv.NewDatabaseOn(t, testenv.MySQL2(t), testenv.RandomName("t_"))}
+	var err error
+	if g.dbB, err = sqlx.Open("mysql", g.dsnB); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.dbB.Close() })
+	g.w = newWorkload(prefix, 3000)
+	g.half = len(g.w.records) / 2
+	var ps []*testenv.Process
+	for _, name := range instances {
+		ps = append(ps, g.start(t, name, nil))
+	}
+	testenv.Produce(t, g.brokers, g.topic, g.w.records[:g.half]...)
+	waitCountedOver(t, []*sqlx.DB{g.db}, counted, 60*time.Second)
+	return g, ps
+}
+
 // A server added to a counting ledger (billing shards add), the command
 // killed (SIGKILL) at each of its steps and run again: two instances count
 // on one server; the move fences them (they stop, exit 4); two instances
@@ -35,26 +65,16 @@ func TestAddServerToACountingLedger(t *testing.T) {
 }
 
 func addServerKilled(t *testing.T, failpoints string) {
-	e := newTestEnv(t, 4)
-	dsnB := testenv.NewDatabaseOn(t, testenv.MySQL2(t), testenv.RandomName("t_"))
-	dbB, err := sqlx.Open("mysql", dsnB)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { dbB.Close() })
-	w := newWorkload("grow", 3000)
-	half := len(w.records) / 2
+	g, ps := newGrowEnv(t, "grow", 200, "a", "b")
+	e, dsnB, dbB, w, half := g.testEnv, g.dsnB, g.dbB, g.w, g.half
+	a, b := ps[0], ps[1]
 	// Every 7th record of the first half again, under another key, after
 	// the move: a repeat whose key moved must be dropped.
 	var repeats []*kgo.Record
 	for i := 0; i < half; i += 7 {
 		repeats = append(repeats, &kgo.Record{Key: []byte(fmt.Sprintf("again-%d", i)), Value: w.records[i].Value})
 	}
-
-	a := e.start(t, "a", nil)
-	b := e.start(t, "b", nil)
-	testenv.Produce(t, e.brokers, e.topic, w.records[:half]...)
-	waitCountedOver(t, []*sqlx.DB{e.db}, 200, 60*time.Second)
+	var err error
 
 	both := map[string]string{"MYSQL_SHARD_DSNS": dsnB}
 	mover := testenv.Start(t, "add-1", e.bin, e.serviceEnv(map[string]string{"BILLING_FAILPOINTS": failpoints}), "shards", "add", "--dsn", dsnB)
@@ -123,18 +143,8 @@ func addServerKilled(t *testing.T, failpoints string) {
 // overwrite the new server's, its deletes find nothing left, and its
 // record of the move is of one already done.
 func TestPausedAddChangesNothingAfterAnotherFinished(t *testing.T) {
-	e := newTestEnv(t, 4)
-	dsnB := testenv.NewDatabaseOn(t, testenv.MySQL2(t), testenv.RandomName("t_"))
-	dbB, err := sqlx.Open("mysql", dsnB)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { dbB.Close() })
-	w := newWorkload("paused", 3000)
-	half := len(w.records) / 2
-	a := e.start(t, "a", nil)
-	testenv.Produce(t, e.brokers, e.topic, w.records[:half]...)
-	waitCountedOver(t, []*sqlx.DB{e.db}, 1000, 60*time.Second)
+	g, ps := newGrowEnv(t, "paused", 1000, "a")
+	e, dsnB, w, half, a := g.testEnv, g.dsnB, g.w, g.half, ps[0]
 
 	paused := testenv.Start(t, "add-paused", e.bin, e.serviceEnv(map[string]string{"BILLING_FAILPOINTS": shards.FailBeforeCopy + "=stop@1"}),
 		"shards", "add", "--dsn", dsnB)
@@ -150,7 +160,7 @@ func TestPausedAddChangesNothingAfterAnotherFinished(t *testing.T) {
 	}
 	// Every balance on the new server changes after the move.
 	testenv.Produce(t, e.brokers, e.topic, w.records[half:]...)
-	dbs := []*sqlx.DB{e.db, dbB}
+	dbs := []*sqlx.DB{e.db, g.dbB}
 	waitExactOver(t, dbs, w, 120*time.Second)
 	paused.Signal(syscall.SIGCONT)
 	if err := paused.Wait(t, 60*time.Second); err != nil {
@@ -173,61 +183,6 @@ func waitCountedOver(t *testing.T, dbs []*sqlx.DB, n int64, timeout time.Duratio
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Fatalf("fewer than %d events counted in %v", n, timeout)
-}
-
-// ledgerOver is ledger over several servers: each balance on one of them.
-func ledgerOver(t *testing.T, dbs []*sqlx.DB) (map[string]total, int64) {
-	t.Helper()
-	all := map[string]total{}
-	var n int64
-	for i, db := range dbs {
-		m, c := ledger(t, db)
-		for k, v := range m {
-			if _, dup := all[k]; dup {
-				t.Fatalf("balance %s on server %d and on an earlier one", k, i)
-			}
-			all[k] = v
-		}
-		n += c
-	}
-	return all, n
-}
-
-// waitExactOver is waitExact over several servers.
-func waitExactOver(t *testing.T, dbs []*sqlx.DB, w *workload, timeout time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		if _, n := ledgerOver(t, dbs); n >= w.events {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	time.Sleep(500 * time.Millisecond)
-	got, n := ledgerOver(t, dbs)
-	if n != w.events {
-		t.Fatalf("ledger counts %d events, want %d", n, w.events)
-	}
-	for k, want := range w.want {
-		if got[k] != want {
-			t.Errorf("%s: got %+v want %+v", k, got[k], want)
-		}
-	}
-	var winSum, winCount, dead int64
-	for _, db := range dbs {
-		var s, c, d int64
-		_ = db.Get(&s, `SELECT COALESCE(SUM(amount_minor),0) FROM billing_windows`)
-		_ = db.Get(&c, `SELECT COALESCE(SUM(event_count),0) FROM billing_windows`)
-		_ = db.Get(&d, `SELECT COUNT(*) FROM dead_letters`)
-		winSum, winCount, dead = winSum+s, winCount+c, dead+d
-	}
-	var balSum int64
-	for _, v := range got {
-		balSum += v.amount
-	}
-	if winSum != balSum || winCount != w.events || dead != 0 {
-		t.Fatalf("windows sum %d over %d events (balances %d over %d); %d dead letters", winSum, winCount, balSum, w.events, dead)
-	}
 }
 
 func lastLines(s string, n int) string {

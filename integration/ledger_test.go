@@ -166,16 +166,23 @@ func ledger(t *testing.T, db *sqlx.DB) (map[string]total, int64) {
 // balances, and that no dead letter was written.
 func waitExact(t *testing.T, db *sqlx.DB, w *workload, timeout time.Duration) {
 	t.Helper()
+	waitExactOver(t, []*sqlx.DB{db}, w, timeout)
+}
+
+// waitExactOver is waitExact over the servers of a ledger (each balance on
+// one of them).
+func waitExactOver(t *testing.T, dbs []*sqlx.DB, w *workload, timeout time.Duration) {
+	t.Helper()
 	deadline := time.Now().Add(timeout)
 	var n int64
 	for time.Now().Before(deadline) {
-		if _, n = ledger(t, db); n >= w.events {
+		if _, n = ledgerOver(t, dbs); n >= w.events {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	time.Sleep(500 * time.Millisecond) // give a surplus the chance to show
-	got, n := ledger(t, db)
+	got, n := ledgerOver(t, dbs)
 	if n != w.events {
 		t.Fatalf("ledger counts %d events, want %d (lost %d, or counted twice %d)", n, w.events, max(w.events-n, 0), max(n-w.events, 0))
 	}
@@ -192,11 +199,15 @@ func waitExact(t *testing.T, db *sqlx.DB, w *workload, timeout time.Duration) {
 		t.Fatalf("ledger differs:\n%s", strings.Join(diffs, "\n"))
 	}
 	var winSum, winCount, dead int64
-	if err := db.Get(&winSum, `SELECT COALESCE(SUM(amount_minor),0) FROM billing_windows`); err != nil {
-		t.Fatal(err)
+	for _, db := range dbs {
+		var s, c, d int64
+		if err := db.Get(&s, `SELECT COALESCE(SUM(amount_minor),0) FROM billing_windows`); err != nil {
+			t.Fatal(err)
+		}
+		_ = db.Get(&c, `SELECT COALESCE(SUM(event_count),0) FROM billing_windows`)
+		_ = db.Get(&d, `SELECT COUNT(*) FROM dead_letters`)
+		winSum, winCount, dead = winSum+s, winCount+c, dead+d
 	}
-	_ = db.Get(&winCount, `SELECT COALESCE(SUM(event_count),0) FROM billing_windows`)
-	_ = db.Get(&dead, `SELECT COUNT(*) FROM dead_letters`)
 	var balSum int64
 	for _, v := range got {
 		balSum += v.amount
@@ -204,6 +215,25 @@ func waitExact(t *testing.T, db *sqlx.DB, w *workload, timeout time.Duration) {
 	if winSum != balSum || winCount != w.events || dead != 0 {
 		t.Fatalf("windows sum %d over %d events (balances %d over %d); %d dead letters", winSum, winCount, balSum, w.events, dead)
 	}
+}
+
+// ledgerOver is ledger over the servers of a ledger: each balance on one of
+// them.
+func ledgerOver(t *testing.T, dbs []*sqlx.DB) (map[string]total, int64) {
+	t.Helper()
+	all := map[string]total{}
+	var n int64
+	for i, db := range dbs {
+		m, c := ledger(t, db)
+		for k, v := range m {
+			if _, dup := all[k]; dup {
+				t.Fatalf("balance %s on server %d and on an earlier one", k, i)
+			}
+			all[k] = v
+		}
+		n += c
+	}
+	return all, n
 }
 
 // instanceOf extracts the instance id a service logged at start.
