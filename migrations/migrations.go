@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
@@ -33,6 +34,23 @@ func Up(ctx context.Context, db *sql.DB, logger *slog.Logger) error {
 		return fmt.Errorf("migrations: %w", err)
 	}
 	results, err := p.Up(ctx)
+	// A migration cut in the middle by a kill is replayed (repair.go),
+	// at most once each, then the rest applied.
+	replayed := map[int64]bool{}
+	for v := upCut(err); v > 0 && !replayed[v]; v = upCut(err) {
+		replayed[v] = true
+		var pe *goose.PartialError
+		if errors.As(err, &pe) {
+			results = append(results, pe.Applied...)
+		}
+		logger.Warn("a migration was cut in the middle by an earlier run (a kill while migrating): replaying it statement by statement, keeping what exists", "version", v)
+		if err := replay(ctx, db, locker, v, logger); err != nil {
+			return err
+		}
+		var more []*goose.MigrationResult
+		more, err = p.Up(ctx)
+		results = append(results, more...)
+	}
 	if err != nil {
 		return fmt.Errorf("migrations: %w", err)
 	}

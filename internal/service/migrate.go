@@ -37,12 +37,12 @@ func Migrate(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 // schema migrated beforehand by `billing migrate`.
 //
 // Once begun it runs to its end even when a shutdown is asked for (ctx is
-// not passed on): DDL commits statement by statement, so a migration file
-// cut in the middle, or goose's version table created without its first
-// row, leaves a schema goose refuses at every later start ("partial
-// migration error", "missing zero version migration") and that only
-// hand-written SQL repairs. A second signal still exits at once
-// (cmd/billing).
+// not passed on): DDL commits statement by statement, and a migration file
+// cut in the middle costs the next run a replay of it (package
+// migrations), while goose's version table created without its first
+// row is refused at every later start ("missing zero version migration")
+// and only hand-written SQL repairs it. A second signal still exits at
+// once (cmd/billing).
 func migrateServer(ctx context.Context, cfg config.Config, dsn string, log *slog.Logger, always bool) error {
 	ctx = context.WithoutCancel(ctx)
 	db, err := mysqldriver.OpenDB(dsn, cfg.MySQLLockWaitTimeout, 2)
