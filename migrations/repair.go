@@ -10,7 +10,6 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/go-sql-driver/mysql"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/database"
 	"github.com/pressly/goose/v3/lock"
@@ -24,28 +23,20 @@ import (
 // good ("Duplicate column name"). So a migration that fails because what
 // a statement creates already exists is replayed: statement by
 // statement, each that meets its own result taken as done, under goose's
-// lock, and then recorded. Every statement of these migrations is a
+// lock, and then recorded (the caller says which errors are of a result
+// that exists: mysqldriver.SchemaExists). Every statement of these migrations is a
 // CREATE, an ALTER, a DROP or an insert of a singleton row, each atomic on
 // its own, so a replay ends in the schema a whole run gives. (The one
 // insert of many rows, 00002's journal of the keys before generations,
 // lists each key again when replayed: the journal only says when the
 // latest of them expires, which a repeat does not change.)
 
-// alreadyDone are the server's errors of a statement whose result exists:
-// a table (1050), a column (1060), a key (1061), a row (1062), a primary
-// key (1068), and of a DROP of what is gone (1091).
-var alreadyDone = map[uint16]bool{1050: true, 1060: true, 1061: true, 1062: true, 1068: true, 1091: true}
-
-func isAlreadyDone(err error) bool {
-	var me *mysql.MySQLError
-	return errors.As(err, &me) && alreadyDone[me.Number]
-}
-
 // upCut is a goose error of a migration cut in the middle by an earlier
-// run: its version (0: err is not one).
-func upCut(err error) int64 {
+// run (done says of the failed statement's error that its result exists):
+// its version (0: err is not one).
+func upCut(err error, done func(error) bool) int64 {
 	var pe *goose.PartialError
-	if errors.As(err, &pe) && pe.Failed != nil && isAlreadyDone(pe.Err) {
+	if done != nil && errors.As(err, &pe) && pe.Failed != nil && done(pe.Err) {
 		return pe.Failed.Source.Version
 	}
 	return 0
@@ -54,7 +45,7 @@ func upCut(err error) int64 {
 // replay runs migration version's statements one by one, skipping those
 // whose result exists, and records it, under locker; a migration another
 // process recorded meanwhile is left alone.
-func replay(ctx context.Context, db *sql.DB, locker lock.Locker, version int64, logger *slog.Logger) error {
+func replay(ctx context.Context, db *sql.DB, locker lock.Locker, version int64, done func(error) bool, logger *slog.Logger) error {
 	if err := locker.Lock(ctx, db); err != nil {
 		return err
 	}
@@ -75,7 +66,7 @@ func replay(ctx context.Context, db *sql.DB, locker lock.Locker, version int64, 
 	stmts := UpStatements(text)
 	for i, s := range stmts {
 		if _, err := db.ExecContext(ctx, s); err != nil {
-			if !isAlreadyDone(err) {
+			if !done(err) {
 				return fmt.Errorf("migrations: replaying %s, statement %d: %w", name, i+1, err)
 			}
 			logger.Info("migration statement already applied", "source", name, "statement", i+1, "of", len(stmts), "err", err)

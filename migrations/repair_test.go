@@ -13,6 +13,7 @@ import (
 	"github.com/pressly/goose/v3"
 
 	"github.com/billing/ledger/internal/testenv"
+	"github.com/billing/ledger/internal/txsink/mysqldriver"
 	"github.com/billing/ledger/migrations"
 )
 
@@ -100,7 +101,7 @@ func migrated(t *testing.T, before func(*sql.DB)) *sql.DB {
 	if before != nil {
 		before(db)
 	}
-	if err := migrations.Up(context.Background(), db, slog.New(slog.DiscardHandler)); err != nil {
+	if err := migrations.Up(context.Background(), db, slog.New(slog.DiscardHandler), mysqldriver.SchemaExists); err != nil {
 		t.Fatalf("Up: %v", err)
 	}
 	return db

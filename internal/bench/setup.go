@@ -214,7 +214,7 @@ func createDatabase(ctx context.Context, admin, name string) error {
 		return err
 	}
 	defer sdb.Close()
-	if err := migrations.Up(ctx, sdb.DB, quietLogger()); err != nil {
+	if err := migrations.Up(ctx, sdb.DB, quietLogger(), mysqldriver.SchemaExists); err != nil {
 		return err
 	}
 	return naive.Migrate(ctx, sdb)

@@ -80,7 +80,7 @@ func TestShardedOverTwoServers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db2.Close()
-	if err := migrations.Up(context.Background(), db2.DB, testenv.Logger()); err != nil {
+	if err := migrations.Up(context.Background(), db2.DB, testenv.Logger(), nil); err != nil {
 		t.Fatal(err)
 	}
 	var recs []*kgo.Record

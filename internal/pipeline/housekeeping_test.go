@@ -49,7 +49,7 @@ func TestRetentionWorksOffABacklogAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db2.Close()
-	if err := migrations.Up(context.Background(), db2.DB, testenv.Logger()); err != nil {
+	if err := migrations.Up(context.Background(), db2.DB, testenv.Logger(), nil); err != nil {
 		t.Fatal(err)
 	}
 	d, err := mysqldriver.Open(context.Background(), []string{e.dsn, second}, mysqldriver.Options{})

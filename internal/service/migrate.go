@@ -63,7 +63,7 @@ func migrateServer(ctx context.Context, cfg config.Config, dsn string, log *slog
 			return nil
 		}
 	}
-	if err := migrations.Up(ctx, db.DB, log); err != nil {
+	if err := migrations.Up(ctx, db.DB, log, mysqldriver.SchemaExists); err != nil {
 		if mysqldriver.Denied(err) && mysqldriver.DeniedNumber(err) != mysqldriver.ErDBAccessDenied {
 			return fmt.Errorf("%w (applying migrations needs CREATE, ALTER, INDEX, DROP and REFERENCES on the database: run `billing migrate` with such an account first, see docs/operations.md)", err)
 		}

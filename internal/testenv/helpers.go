@@ -81,7 +81,7 @@ func LedgerDBOn(t testing.TB, admin, name string, options ...string) (string, *s
 	t.Cleanup(func() { db.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := migrations.Up(ctx, db.DB, Logger()); err != nil {
+	if err := migrations.Up(ctx, db.DB, Logger(), nil); err != nil {
 		t.Fatalf("migrate %s: %v", dsn, err)
 	}
 	return dsn, db

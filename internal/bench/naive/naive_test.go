@@ -155,7 +155,7 @@ func serviceDatabase(t *testing.T) (*sqlx.DB, string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	if err := migrations.Up(context.Background(), db.DB, testenv.Logger()); err != nil {
+	if err := migrations.Up(context.Background(), db.DB, testenv.Logger(), nil); err != nil {
 		t.Fatal(err)
 	}
 	return db, dsn

@@ -155,6 +155,11 @@ const (
 	erUnknownSystemVariable = 1193 // ER_UNKNOWN_SYSTEM_VARIABLE
 	erSpecificAccessDenied  = 1227 // ER_SPECIFIC_ACCESS_DENIED_ERROR (PROCESS missing)
 	erNoSuchTable           = 1146 // ER_NO_SUCH_TABLE: a schema older than the table's migration
+	erTableExists           = 1050 // ER_TABLE_EXISTS_ERROR
+	erDupFieldName          = 1060 // ER_DUP_FIELDNAME: a column that exists
+	erDupKeyName            = 1061 // ER_DUP_KEYNAME: a key that exists
+	erMultiplePriKey        = 1068 // ER_MULTIPLE_PRI_KEY
+	erCantDropFieldOrKey    = 1091 // ER_CANT_DROP_FIELD_OR_KEY: a DROP of what is gone
 
 	ErDBAccessDenied     = 1044 // ER_DBACCESS_DENIED_ERROR: the account may not use the database
 	ErAccessDenied       = 1045 // ER_ACCESS_DENIED_ERROR: wrong password, or no such account for this host
@@ -169,6 +174,19 @@ func NeedsProcess(err error) bool { return number(err) == erSpecificAccessDenied
 // NoSuchTable reports a statement on a table the schema does not have yet
 // (a ledger migrated by an older version).
 func NoSuchTable(err error) bool { return number(err) == erNoSuchTable }
+
+// SchemaExists reports a migration statement refused because its result
+// exists: a table, a column, a key, a primary key, a singleton row
+// (ER_DUP_ENTRY), or a DROP of what is gone; the replay of a migration cut
+// in the middle takes such a statement as done (package migrations).
+func SchemaExists(err error) bool {
+	switch number(err) {
+	case erTableExists, erDupFieldName, erDupKeyName, erMultiplePriKey, erCantDropFieldOrKey:
+		return true
+	}
+	c, ok := classify(err)
+	return ok && c.kind == KindDuplicateKey
+}
 
 // DeniedNumber returns the number of an access refusal anywhere in err's
 // chain (ErDBAccessDenied, ErAccessDenied, ErTableAccessDenied or
