@@ -173,21 +173,26 @@ func checkChangelog(t *testing.T, brokers []string, dsn, prefix string) {
 }
 
 // changelogMatches is the consumer's check of the changelog of prefix
-// against the ledger's tables (changelogtest.Consume, Compare): a summary
-// and the rows of each table.
-func changelogMatches(ctx context.Context, brokers []string, dsn, prefix string) (string, map[string]int, error) {
+// against the ledger's tables (changelogtest.Consume, Compare), on the
+// ledger's servers (dsn, then shards): a summary and the rows of each
+// table.
+func changelogMatches(ctx context.Context, brokers []string, dsn, prefix string, shards ...string) (string, map[string]int, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	c, err := changelogtest.Consume(ctx, []kgo.Opt{kgo.SeedBrokers(brokers...)}, prefix)
 	if err != nil {
 		return "", nil, err
 	}
-	d, err := mysqldriver.Open(ctx, []string{dsn}, mysqldriver.Options{})
+	d, err := mysqldriver.Open(ctx, append([]string{dsn}, shards...), mysqldriver.Options{})
 	if err != nil {
 		return "", nil, err
 	}
 	defer d.Close()
-	rows, err := changelogtest.TableRows(ctx, []changelogtest.Scanner{d.Server(0)})
+	scanners := make([]changelogtest.Scanner, d.Len())
+	for i := range scanners {
+		scanners[i] = d.Server(i)
+	}
+	rows, err := changelogtest.TableRows(ctx, scanners)
 	if err != nil {
 		return "", nil, err
 	}

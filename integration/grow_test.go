@@ -172,6 +172,61 @@ func TestPausedAddChangesNothingAfterAnotherFinished(t *testing.T) {
 	}
 }
 
+// A move is not a change of a row: with the changelog on (and ledger
+// entries, which move too), a server added between two halves of a stream
+// leaves every chain of the changelog unbroken (the next change of a moved
+// row takes up from its image before the move), and the last images equal
+// the rows of both servers; the outbox a checkpoint left on the first
+// server before the fence is published from there.
+func TestAddServerKeepsTheChangelogsChains(t *testing.T) {
+	prefix := testenv.RandomName("grow-cl-")
+	cleanupChangelogTopics(t, testenv.Kafka(t), prefix)
+	env := func(extra map[string]string) map[string]string {
+		m := map[string]string{"CHANGELOG_TOPIC_PREFIX": prefix, "CHANGELOG_LEASE": "2s", "CHANGELOG_TOPIC_PARTITIONS": "3",
+			"CHANGELOG_TOPIC_REPLICATION": "1", "LEDGER_ENTRIES": "true"}
+		for k, v := range extra {
+			m[k] = v
+		}
+		return m
+	}
+	e := newTestEnv(t, 4)
+	dsnB := testenv.NewDatabaseOn(t, testenv.MySQL2(t), testenv.RandomName("t_"))
+	w := newWorkload("grow-cl", 2000)
+	half := len(w.records) / 2
+	a := e.start(t, "a", env(nil))
+	testenv.Produce(t, e.brokers, e.topic, w.records[:half]...)
+	waitCountedOver(t, []*sqlx.DB{e.db}, 500, 60*time.Second)
+	mover := testenv.Start(t, "add", e.bin, e.serviceEnv(env(nil)), "shards", "add", "--dsn", dsnB)
+	if err := mover.Wait(t, 120*time.Second); err != nil {
+		t.Fatalf("shards add: %v\n%s", err, mover.Output())
+	}
+	_ = a.Wait(t, 60*time.Second)
+	c := e.start(t, "c", env(map[string]string{"MYSQL_SHARD_DSNS": dsnB}))
+	testenv.Produce(t, e.brokers, e.topic, w.records[half:]...)
+	dbB, err := sqlx.Open("mysql", dsnB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dbB.Close() })
+	waitExactOver(t, []*sqlx.DB{e.db, dbB}, w, 120*time.Second)
+	waitPublished(t, e.dsn, 60*time.Second)
+	summary, rows, err := changelogMatches(context.Background(), e.brokers, e.dsn, prefix, dsnB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var onB int
+	if err := dbB.Get(&onB, `SELECT COUNT(*) FROM ledger_entries`); err != nil {
+		t.Fatal(err)
+	}
+	if onB == 0 || rows["ledger_entries"] == 0 {
+		t.Fatalf("ledger entries: %d on the new server, %d in all", onB, rows["ledger_entries"])
+	}
+	t.Log(summary)
+	if c.Exited() {
+		t.Fatalf("c stopped:\n%s", lastLines(c.Output(), 20))
+	}
+}
+
 // waitCountedOver waits until the servers' balances count at least n events.
 func waitCountedOver(t *testing.T, dbs []*sqlx.DB, n int64, timeout time.Duration) {
 	t.Helper()
