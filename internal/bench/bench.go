@@ -196,8 +196,15 @@ type variant struct {
 	pool      poolSetting
 	// liveRate: the live phase's records/s, when not -live-rate.
 	liveRate float64
-	env      map[string]string // service settings of the variant
-	note     string
+	// versionRatio: the fraction of the workload's events that get
+	// versions (billing-gen -version-ratio, docs/corrections.md),
+	// measured in service mode only: the other modes know no versions.
+	versionRatio float64
+	env          map[string]string // service settings of the variant
+	note         string
+	// vsDefault: the report gives the service's rate over the default
+	// variant's service, paired per repetition.
+	vsDefault bool
 }
 
 // live is the variant's live rate: its own, or -live-rate.
@@ -251,7 +258,12 @@ type variantInfo struct {
 	ProduceS  float64 `json:"produce_s"`
 	LiveRate  float64 `json:"live_rate"` // records/s of its live phase
 	Note      string  `json:"note"`
+	VsDefault bool    `json:"vs_default,omitempty"` // its service over the default's, in the report
 }
+
+// amendedRatio is the amended variant's share of events with versions:
+// the corrections' promise holds at this share (docs/corrections.md).
+const amendedRatio = 0.1
 
 func run(ctx context.Context, o *options) error {
 	began := time.Now()
@@ -317,6 +329,8 @@ func run(ctx context.Context, o *options) error {
 		"avro":        formatVariant(o, "avro"),
 		"protobuf":    formatVariant(o, "protobuf"),
 		"json-schema": formatVariant(o, "json-schema"),
+		"amended": {name: "amended", accounts: o.Accounts, versionRatio: amendedRatio, vsDefault: true,
+			note: fmt.Sprintf("the default workload with %.0f%% of its events amended or cancelled (billing-gen -version-ratio %g: 1 to 3 versions each, out of order, some sent twice, on any partition); service mode only, beside the default's rate", 100*amendedRatio, amendedRatio)},
 		"hostile": {name: "hostile", accounts: 1000, hostile: true,
 			note: fmt.Sprintf("%d valid events padded to MAX_PAYLOAD_BYTES, one junk record of 1 MiB per %d; service mode only", o.HostileEvents, o.HostileJunkEvery)},
 	}
@@ -364,7 +378,7 @@ func formatVariant(o *options, f string) variant {
 }
 
 func runVariant(ctx context.Context, o *options, v variant, runID string, adm *kadmClient) (variantInfo, []measurement, error) {
-	info := variantInfo{Name: v.name, Accounts: v.accounts, Preload: v.preload, Note: v.note, CacheKeys: o.svc.DedupCacheKeys, LiveRate: v.live(o)}
+	info := variantInfo{Name: v.name, Accounts: v.accounts, Preload: v.preload, Note: v.note, CacheKeys: o.svc.DedupCacheKeys, LiveRate: v.live(o), VsDefault: v.vsDefault}
 	if v.cacheKeys > 0 {
 		info.CacheKeys = v.cacheKeys
 	}
@@ -428,7 +442,7 @@ func runVariant(ctx context.Context, o *options, v variant, runID string, adm *k
 		env["DEDUP_CACHE_KEYS"] = fmt.Sprint(v.cacheKeys)
 	}
 	modes := o.Modes
-	if v.hostile || v.format != "" {
+	if v.hostile || v.format != "" || v.versionRatio > 0 {
 		modes = []string{modeService}
 	}
 	if v.changelog {
