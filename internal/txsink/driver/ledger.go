@@ -114,7 +114,7 @@ type StoreTx interface {
 	// written records checkpoint, the last checkpoint that changed it.
 	WriteAdjustments(ctx context.Context, rows []WindowSum, checkpoint string, now time.Time) error
 	// WriteEntries inserts one ledger_entries row per entry, keyed by its
-	// Kafka position in topic; an entry already stored at that position is
+	// Kafka position in topic and its Kind; an entry already stored at that position is
 	// kept as it is, and its key is returned in kept (in no particular
 	// order): the checkpoint created no row there, so its changelog must
 	// not say it did.
@@ -228,15 +228,39 @@ type WindowSum struct {
 	Absolute, New bool
 }
 
-// Entry is a ledger_entries row: one counted event, at its Kafka position.
+// Entry is a ledger_entries row: one counted event, at its Kafka position,
+// or one half of a version's change there (Kind).
 type Entry struct {
 	Partition               int32
 	Offset                  int64
+	Kind                    EntryKind
 	EventID, Account        string
 	Currency                string
-	Amount                  int64
+	Amount                  int64 // negated in a retraction
 	OccurredAt, WindowStart time.Time
-	Late                    bool // counted in window_adjustments
+	Late                    bool  // counted in window_adjustments
+	Revision                int64 // the revision counted or taken back
+}
+
+// EntryKind numbers the entries of one Kafka position (the entry column):
+// a version that amends a counted event writes the retraction of the
+// counted version and the addition of the new one at its position
+// (docs/corrections.md).
+type EntryKind int8
+
+const (
+	EntryEvent      EntryKind = 0 // the event counted (every entry of an original)
+	EntryRetraction EntryKind = 1 // the counted version taken back: its account, currency, window; its amount negated
+	EntryAddition   EntryKind = 2 // the new version counted in its place
+)
+
+// Sign is what the entry adds to its window's event count: -1 for a
+// retraction, 1 otherwise.
+func (k EntryKind) Sign() int64 {
+	if k == EntryRetraction {
+		return -1
+	}
+	return 1
 }
 
 // DeadLetter is a dead_letters row: a record that was not counted, at its

@@ -31,6 +31,7 @@ var storeTests = []struct {
 	{"Store/SumsAddSetAndOverflow", testSums},
 	{"Store/AdjustmentsNameTheirCheckpoint", testAdjustments},
 	{"Store/EntriesAndDeadLettersKeepTheStoredRow", testKeepStored},
+	{"Store/EntriesOfOnePositionByKind", testEntryKinds},
 	{"Store/WindowStartsOfTheCommittedRows", testWindowStarts},
 	{"Store/ServerCounters", testStats},
 	{"Store/IdentifiersOfAnyBytesRoundTrip", testCharsets},

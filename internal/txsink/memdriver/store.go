@@ -32,7 +32,7 @@ const (
 	lockText    = 256 // the locking reads of seeding and sealing
 	resultBytes = 6*32 + 16
 	letterText  = 260 // INSERT INTO dead_letters (...) VALUES ... ON DUPLICATE KEY UPDATE id = id
-	entryText   = 220 // INSERT INTO ledger_entries (...) VALUES ... ON DUPLICATE KEY UPDATE ...
+	entryText   = 240 // INSERT INTO ledger_entries (...) VALUES ... ON DUPLICATE KEY UPDATE ...
 )
 
 // Store is the ledger's tables in the branch the connection holds.
