@@ -96,7 +96,7 @@ type outcomes struct {
 	counted    int
 	late       int             // of counted: in window_adjustments
 	overflowed map[string]bool // ids refused as amount_overflow
-	entries    []*record       // the counted events, when ledger entries are kept
+	entries    []entryOf       // the counted events and versions' changes, when ledger entries are kept
 	// items are the changes of events by versions (versions.go), counted
 	// after fresh; stale the arrivals dropped for a lower revision.
 	items []versionItem
@@ -146,7 +146,7 @@ func (o *outcomes) count(agg *aggregate, prefix int, entries bool) {
 				o.late++
 			}
 			if entries {
-				o.entries = append(o.entries, r)
+				o.entries = append(o.entries, entryOf{r, driver.EntryEvent})
 			}
 			continue
 		}

@@ -123,7 +123,7 @@ func classifyVersions(records []record, dead []deadletters.Letter, cp claimPlan,
 		r := last[c.ID]
 		it := versionItem{change: c, rec: r}
 		if c.Old != nil {
-			it.retract = &record{ev: event.Event{EventID: c.ID, AccountID: c.Old.Account, Currency: c.Old.Currency, AmountMinor: c.Old.Amount, OccurredAt: c.Old.OccurredAt},
+			it.retract = &record{ev: event.Event{EventID: c.ID, Revision: c.Old.Revision, AccountID: c.Old.Account, Currency: c.Old.Currency, AmountMinor: c.Old.Amount, OccurredAt: c.Old.OccurredAt},
 				partition: r.partition, offset: r.offset, retract: true, late: !closed.IsZero() && w.Start(c.Old.OccurredAt).Before(closed)}
 		}
 		if !c.New.Cancelled {
@@ -155,22 +155,33 @@ func (o *outcomes) applied() []*record {
 // countVersions applies the items after the new events: each its
 // retraction and its addition, both or neither; an item that would
 // overflow a sum is refused, an amount_overflow dead letter of the record
-// that made it. A new event's item (nothing to retract) keeps its ledger
-// entry when entries are kept.
+// that made it. When entries are kept, an item writes the entries that
+// explain it, so that they still sum to the balances and windows: a new
+// event's (nothing to retract) is the event's entry, an amendment's a
+// retraction and an addition, a tombstone's a retraction. A retraction of
+// the one amount whose negation has no 64-bit value (math.MinInt64) has
+// no entry, and is refused as an overflow too.
 func (o *outcomes) countVersions(agg *aggregate, prefix int, entries bool) {
 	for i := range o.items {
 		it := &o.items[i]
 		if it.retract == nil && it.add == nil {
 			continue // a tombstone of an event that counts nothing
 		}
-		if agg.apply(it.retract, it.add) {
+		if !(entries && it.retract != nil && it.retract.ev.AmountMinor == math.MinInt64) && agg.apply(it.retract, it.add) {
 			if it.add != nil {
 				o.counted++
 				if it.add.late {
 					o.late++
 				}
-				if entries && it.retract == nil {
-					o.entries = append(o.entries, it.add)
+			}
+			if entries {
+				switch {
+				case it.retract == nil:
+					o.entries = append(o.entries, entryOf{it.add, driver.EntryEvent})
+				case it.add == nil:
+					o.entries = append(o.entries, entryOf{it.retract, driver.EntryRetraction})
+				default:
+					o.entries = append(o.entries, entryOf{it.retract, driver.EntryRetraction}, entryOf{it.add, driver.EntryAddition})
 				}
 			}
 			continue
