@@ -36,6 +36,7 @@ func main() {
 	flag.Float64Var(&o.DupRatio, "dup-ratio", 0.05, "fraction of events sent twice")
 	flag.Uint64Var(&o.Seed, "seed", 1, "generator seed")
 	flag.StringVar(&variants, "variants", "default,amended,avro,protobuf,json-schema,large-state,many-accounts,steady-state,changelog,larger-than-memory,three-instances", "workload variants to run: default, amended, avro, protobuf, json-schema, large-state, many-accounts, steady-state, larger-than-memory, three-instances, steady-state-entries, two-servers, hostile, ledger-entries, closing, changelog")
+	flag.BoolVar(&o.Interleave, "interleave", false, "produce every variant's workload first, then run the variants' repetitions in turn (1 of each, then 2, ...), so that ratios between variants pair measurements minutes apart (not with larger-than-memory)")
 	flag.StringVar(&modes, "modes", "consume-only,sink-only,naive,service", "what to measure per variant")
 	flag.StringVar(&serviceEnv, "service-env", "", "service settings over its defaults, e.g. MYSQL_BRANCHES=1,CHECKPOINT_MAX_RECORDS=20000")
 	flag.IntVar(&o.NaiveBatch, "naive-batch", 0, "naive batch size (default: the service's CHECKPOINT_MAX_RECORDS)")
