@@ -186,7 +186,9 @@
 // (dedup.ClassifyVersions) and applies each changed event as one item,
 // the counted version retracted (from its window, or the window's
 // adjustments once the window is closed; from its balance) and the new
-// one added, both or neither (versions.go).
+// one added, both or neither (versions.go); with LedgerEntries, with the
+// entries that explain it at the version's position (the retraction, the
+// addition), so that the entries still sum to the sums.
 //
 // # Dead letters and overflow
 //

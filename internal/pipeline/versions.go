@@ -99,8 +99,8 @@ func classifyVersions(records []record, dead []deadletters.Letter, cp claimPlan,
 		arrivals[i] = dedup.Arrival{ID: records[i].ev.EventID, Fingerprint: cp.keys[i].Fingerprint, Version: versionOf(&records[i].ev)}
 	}
 	verdicts, changes, takeBack := dedup.ClassifyVersions(now, ttl, horizon, arrivals, storedRows(cp.known, cp.knownV), storedRows(cp.earlier, cp.earlierV))
-	o := outcomes{verdicts: verdicts, takeBack: takeBack, dead: append([]deadletters.Letter(nil), dead...), overflowed: map[string]bool{}}
-	last := map[string]*record{} // the record that set each change's version
+	o := outcomes{verdicts: verdicts, takeBack: takeBack, dead: append([]deadletters.Letter(nil), dead...), overflowed: map[string]bool{},
+		items: make([]versionItem, 0, len(changes))}
 	for i, v := range verdicts {
 		r := &records[i]
 		switch v {
@@ -115,12 +115,10 @@ func classifyVersions(records []record, dead []deadletters.Letter, cp claimPlan,
 		case dedup.PastHorizon:
 			o.dead = append(o.dead, deadletters.New(r.partition, r.offset, r.key, r.value, prefix, string(event.ReasonVersionPastHorizon),
 				fmt.Sprintf("event_id %q revision %d arrived past the version horizon (%s after the event's first version), or its key keeps no version to retract", r.ev.EventID, r.ev.Revision, horizon), r.ev.EventID))
-		case dedup.New, dedup.Amend:
-			last[r.ev.EventID] = r
 		}
 	}
 	for _, c := range changes {
-		r := last[c.ID]
+		r := &records[c.Arrival] // the record that set the change's version
 		it := versionItem{change: c, rec: r}
 		if c.Old != nil {
 			it.retract = &record{ev: event.Event{EventID: c.ID, Revision: c.Old.Revision, AccountID: c.Old.Account, Currency: c.Old.Currency, AmountMinor: c.Old.Amount, OccurredAt: c.Old.OccurredAt},
