@@ -37,6 +37,28 @@ type claimPlan struct {
 	// the current generation (knownV) and the earlier ones (earlierV).
 	versioned        bool
 	knownV, earlierV map[string]string
+	// versions: the ids of the records that are versions (nil: none).
+	versions map[string]struct{}
+}
+
+// lookupFirst splits a contested claim statement's ids into those to
+// look up first and the rest: its versions first, when they may be all
+// the keys it met stored; else all of them.
+func (cp *claimPlan) lookupFirst(c driver.Contested) (first, rest []string) {
+	if cp.versions == nil {
+		return c.IDs, nil
+	}
+	for _, id := range c.IDs {
+		if _, ok := cp.versions[id]; ok {
+			first = append(first, id)
+		} else {
+			rest = append(rest, id)
+		}
+	}
+	if len(first) < c.Stored || len(rest) == 0 {
+		return c.IDs, nil
+	}
+	return first, rest
 }
 
 func planClaims(records []record, cache cacheView, now time.Time, ttl time.Duration, r router) claimPlan {
@@ -45,7 +67,7 @@ func planClaims(records []record, cache cacheView, now time.Time, ttl time.Durat
 	queued := make(map[string]struct{}, len(records))
 	expires := now.Add(ttl)
 	uncached := versionedIDs(records)
-	cp.versioned = uncached != nil
+	cp.versioned, cp.versions = uncached != nil, uncached
 	// The claims' versions share one allocation: their bytes, then the
 	// string of them all, cut at ends.
 	arena := make([]byte, 0, 32*len(records)) // a typical version's bytes

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -215,6 +216,14 @@ func TestOutboxIsTheTablesChangelogWithVersions(t *testing.T) {
 	if len(want) != 0 {
 		t.Errorf("balances missing: %v", want)
 	}
+	t.Logf("%d changes in %d checkpoints; entries by kind (late ones at -kind-1) %v", len(evs), checkpoints, entriesOfVersions(t, l))
+}
+
+// entriesOfVersions checks that the ledger's entries explain its sums,
+// retractions (late ones among them) and additions included, and returns
+// their number by kind (a late one's at -kind-1).
+func entriesOfVersions(t *testing.T, l *changelogLedger) map[driver.EntryKind]int {
+	t.Helper()
 	var tbs []driver.Tables
 	kinds := map[driver.EntryKind]int{}
 	for _, c := range l.servers {
@@ -232,7 +241,7 @@ func TestOutboxIsTheTablesChangelogWithVersions(t *testing.T) {
 	if kinds[driver.EntryRetraction] == 0 || kinds[driver.EntryAddition] == 0 || kinds[-driver.EntryRetraction-1] == 0 {
 		t.Errorf("entries by kind (late ones negative) %v: the generation exercised no retraction, addition, or late retraction", kinds)
 	}
-	t.Logf("%d changes in %d checkpoints; entries by kind (late ones at -kind-1) %v", len(evs), checkpoints, kinds)
+	return kinds
 }
 
 // With LEDGER_ENTRIES=true each applied version writes the entries that
@@ -394,5 +403,72 @@ func entriesExplainTheSums(t *testing.T, tbs ...driver.Tables) {
 		if m != 0 {
 			t.Errorf("%s: entries of %d keys without a row", name, m)
 		}
+	}
+}
+
+// Of a contested claim statement that holds versions, the versions are
+// looked up first when they may be all the keys it met stored: when they
+// are, the originals beside them are not read; when not, the originals
+// are looked up next, and a stored one among them is a repeat as ever. A
+// statement that met more stored keys than it holds versions is looked up
+// whole at once.
+func TestLookupsOfVersionsFirst(t *testing.T) {
+	now := time.Date(2026, 11, 29, 14, 0, 0, 0, time.UTC)
+	at := now.Add(-time.Hour)
+	s := shards{1, 1}
+	for _, c := range []struct {
+		name       string
+		stored     []string // what the lookups find
+		lookups    string
+		duplicates int
+		items      int
+	}{
+		{"the version stored", []string{"v"}, "[[v]]", 0, 3},
+		{"an original stored", []string{"a"}, "[[v] [a b]]", 1, 2},
+		{"both stored", []string{"v", "a"}, "[[a b v]]", 1, 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			recs := []record{rec("a", "acct-1", 5, 0, 0), rec("b", "acct-1", 6, 0, 1), rec("v", "acct-2", 7, 0, 2)}
+			recs[2].ev.Revision = 1
+			for i := range recs {
+				recs[i].ev.OccurredAt = at
+			}
+			cfg := planCfg(s, 0)
+			cfg.horizon = 30 * time.Minute
+			p := newPlanner(cfg, &snapshot{records: recs}, now, dedup.NewCache(10))
+			stored := map[string]driver.DedupKey{
+				"v": {ID: "v", ExpiresAt: now.Add(time.Hour), Version: dedup.EncodeVersion(dedup.Version{Account: "acct-2", Currency: "EUR", Amount: 3, OccurredAt: at})},
+				"a": {ID: "a", Fingerprint: recs[0].ev.Fingerprint(), ExpiresAt: now.Add(time.Hour)},
+			}
+			var lookups [][]string
+			kinds(t, p, func(st step) result {
+				switch st.kind {
+				case stepGenerations:
+					return registered
+				case stepClaim:
+					var ids []string
+					for _, k := range st.claims[0] {
+						ids = append(ids, k.ID)
+					}
+					return result{contested: [][]driver.Contested{{{IDs: ids, Stored: len(c.stored)}}}}
+				case stepLookup:
+					var found []driver.DedupKey
+					for _, id := range st.lookups[0].ids {
+						if slices.Contains(c.stored, id) {
+							found = append(found, stored[id])
+						}
+					}
+					lookups = append(lookups, st.lookups[0].ids)
+					return result{found: found}
+				}
+				return noResults(st)
+			})
+			if fmt.Sprint(lookups) != c.lookups {
+				t.Errorf("lookups %v, want %v", lookups, c.lookups)
+			}
+			if d := p.o.duplicates; d != c.duplicates || len(p.o.items) != c.items || len(p.o.dead) != 0 {
+				t.Errorf("%d duplicates, %d changes, dead %v: want %d and %d", d, len(p.o.items), p.o.dead, c.duplicates, c.items)
+			}
+		})
 	}
 }

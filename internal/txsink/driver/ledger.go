@@ -50,12 +50,12 @@ type StoreTx interface {
 	// ClaimKeys inserts into generation g's table the dedup keys that are
 	// not stored there and leaves every stored one as it was (fingerprint
 	// and expiry included), in id order, as statements of many keys each.
-	// It returns the ids of every statement that met a stored key
-	// (contested: to be looked up); every other id was inserted by this
-	// call. A key another open branch inserted makes it wait for that
-	// branch: committed, the key counts as stored; rolled back, it is
-	// inserted here.
-	ClaimKeys(ctx context.Context, g Generation, keys []DedupKey) (contested []string, err error)
+	// It returns every statement that met a stored key (contested: its
+	// ids, to be looked up, and how many of them were stored); every other
+	// id was inserted by this call. A key another open branch inserted
+	// makes it wait for that branch: committed, the key counts as stored;
+	// rolled back, it is inserted here.
+	ClaimKeys(ctx context.Context, g Generation, keys []DedupKey) (contested []Contested, err error)
 	// LockKeys reads the stored keys of ids in generation g's table under
 	// shared row locks, in id order (ids without a row are left out, and
 	// not locked). A key another open branch inserted there makes it wait
@@ -196,6 +196,14 @@ type DedupKey struct {
 	// Version is the version of the event the ledger counts, as package
 	// dedup encodes it (empty: a key stored before versions were kept).
 	Version string
+}
+
+// Contested is a claim statement that met stored keys: its ids, and how
+// many of them were stored (its rows it did not insert). A lookup that
+// finds that many stored rows among some of its ids has found them all.
+type Contested struct {
+	IDs    []string
+	Stored int
 }
 
 // BalanceKey is the primary key of account_balances.
