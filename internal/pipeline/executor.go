@@ -517,7 +517,7 @@ func (x *execution) decide(ctx context.Context, d decision, now time.Time) Check
 func (x *execution) committed(now time.Time) {
 	c := x.c
 	for _, in := range x.p.remember() {
-		c.cache.Add(in.ID, dedup.Seen{Fingerprint: in.Fingerprint, ExpiresAt: in.ExpiresAt}, now)
+		c.cache.Add(in.ID, dedup.Seen{Fingerprint: in.Fingerprint, ExpiresAt: in.ExpiresAt, Versioned: in.Versioned}, now)
 	}
 	c.cacheLen.Store(int64(c.cache.Len()))
 	c.stats.Counted.Add(int64(x.info.Counted))

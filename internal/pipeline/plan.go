@@ -77,9 +77,15 @@ func planClaims(records []record, cache cacheView, now time.Time, ttl time.Durat
 		ev := &records[i].ev
 		cp.keys[i] = dedup.Key{ID: ev.EventID, Fingerprint: ev.Fingerprint()}
 		if _, skip := uncached[ev.EventID]; !skip {
-			if seen, ok := cache.Get(ev.EventID, now); ok {
+			if seen, ok := cache.Get(ev.EventID, now); ok && !seen.Versioned {
 				cp.known[ev.EventID] = seen
 				continue
+			} else if ok {
+				// Stored with a version: claimed, and looked up first.
+				if cp.versions == nil {
+					cp.versions = map[string]struct{}{}
+				}
+				cp.versions[ev.EventID] = struct{}{}
 			}
 		}
 		if _, ok := queued[ev.EventID]; !ok {

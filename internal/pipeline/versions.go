@@ -216,13 +216,21 @@ func planVersionKeys(items []versionItem, works []work, r router) {
 	}
 }
 
-// rememberVersions adds to the keys the cache learns those of the items
-// that are originals, new and kept: a cache hit proves only an original's
-// repeat.
+// rememberVersions adds to the keys the cache learns those of the kept
+// items: an original, new, as any new key (a cache hit proves only an
+// original's repeat); a version as Versioned, which proves no repeat but
+// that the key is stored (and replaces what the cache held of the event),
+// so that a later arrival of the event, an original that came late
+// among them, is looked up first as a version's.
 func rememberVersions(out []dedup.Insert, items []versionItem) []dedup.Insert {
 	for _, it := range items {
-		if c := it.change; !it.refused && c.Old == nil && c.Write != dedup.WriteUpdate && c.New.Revision == 0 && !c.New.Cancelled {
+		c := it.change
+		switch {
+		case it.refused:
+		case c.Old == nil && c.Write != dedup.WriteUpdate && c.New.Revision == 0 && !c.New.Cancelled:
 			out = append(out, dedup.Insert{ID: c.ID, Fingerprint: c.Fingerprint, ExpiresAt: c.ExpiresAt})
+		default:
+			out = append(out, dedup.Insert{ID: c.ID, Fingerprint: c.Fingerprint, ExpiresAt: c.ExpiresAt, Versioned: true})
 		}
 	}
 	return out

@@ -472,3 +472,55 @@ func TestLookupsOfVersionsFirst(t *testing.T) {
 		})
 	}
 }
+
+// The cache remembers a key that holds a version as Versioned: a hit
+// proves no repeat (an original that came late is stale, not a repeat),
+// so the event is claimed, and looked up first as a version's. An
+// amended event's entry replaces what the cache held of its original.
+func TestCacheKnowsVersionedKeys(t *testing.T) {
+	now := time.Date(2026, 11, 29, 14, 0, 0, 0, time.UTC)
+	at := now.Add(-time.Hour)
+	items := []versionItem{
+		{change: dedup.Change{ID: "new", New: dedup.Version{Account: "acct-1"}, ExpiresAt: now.Add(time.Hour)}},
+		{change: dedup.Change{ID: "amended", Old: &dedup.Version{}, New: dedup.Version{Revision: 1}, Write: dedup.WriteUpdate, ExpiresAt: now.Add(time.Hour)}},
+		{change: dedup.Change{ID: "cancelled-first", New: dedup.Version{Revision: 2, Cancelled: true}, ExpiresAt: now.Add(time.Hour)}},
+		{change: dedup.Change{ID: "refused", New: dedup.Version{Revision: 1}, ExpiresAt: now.Add(time.Hour)}, refused: true},
+	}
+	var got []string
+	for _, in := range rememberVersions(nil, items) {
+		got = append(got, fmt.Sprintf("%s:%v", in.ID, in.Versioned))
+	}
+	if want := "[new:false amended:true cancelled-first:true]"; fmt.Sprint(got) != want {
+		t.Errorf("remembered %v, want %v", got, want)
+	}
+	cache := dedup.NewCache(10)
+	cache.Add("o", dedup.Seen{Fingerprint: [16]byte{1}, ExpiresAt: now.Add(time.Hour), Versioned: true}, now)
+	recs := []record{rec("a", "acct-1", 5, 0, 0), rec("b", "acct-1", 6, 0, 1), rec("o", "acct-2", 7, 0, 2)}
+	for i := range recs {
+		recs[i].ev.OccurredAt = at
+	}
+	cfg := planCfg(shards{1, 1}, 0)
+	cfg.horizon = 30 * time.Minute
+	p := newPlanner(cfg, &snapshot{records: recs}, now, cache)
+	var lookups [][]string
+	kinds(t, p, func(st step) result {
+		switch st.kind {
+		case stepGenerations:
+			return registered
+		case stepClaim:
+			var ids []string
+			for _, k := range st.claims[0] {
+				ids = append(ids, k.ID)
+			}
+			return result{contested: [][]driver.Contested{{{IDs: ids, Stored: 1}}}}
+		case stepLookup:
+			lookups = append(lookups, st.lookups[0].ids)
+			return result{found: []driver.DedupKey{{ID: "o", ExpiresAt: now.Add(time.Hour),
+				Version: dedup.EncodeVersion(dedup.Version{Revision: 2, Account: "acct-2", Currency: "EUR", Amount: 3, OccurredAt: at})}}}
+		}
+		return noResults(st)
+	})
+	if fmt.Sprint(lookups) != "[[o]]" || p.o.stale != 1 || len(p.o.items) != 2 {
+		t.Errorf("lookups %v, %d stale, %d changes: want o looked up alone, stale, a and b new", lookups, p.o.stale, len(p.o.items))
+	}
+}
