@@ -10,8 +10,9 @@
 -- entry counts or takes back (0: an original).
 --
 -- The primary key takes entry, so the statement rebuilds the table (in
--- place, concurrent reads and writes allowed, on MySQL 8.4 and MariaDB
--- 10.11 alike: ALGORITHM=INPLACE, LOCK=NONE): its time grows with the
+-- place, concurrent reads and writes allowed: ALGORITHM=INPLACE, LOCK=NONE,
+-- which MariaDB 10.11 runs and MySQL 8.4 documents for replacing a primary
+-- key; no other difference between them here): its time grows with the
 -- entries kept (LEDGER_ENTRIES_RETENTION bounds them). The columns' defaults
 -- keep every stored row what it was: the event's entry of an original.
 
