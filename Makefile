@@ -111,8 +111,9 @@ demo:
 ## bench: the service against its limits (Kafka read alone, its SQL alone)
 ## and against the naive at-least-once job, on the services `make services`
 ## starts (override KAFKA_BROKERS / MYSQL_DSN like `make test`). Variants
-## default, avro, protobuf, json-schema (the default workload in each
-## registry format, service mode only, beside the default's rate), large-state, many-accounts, steady-state, changelog and
+## default, amended (10 % of the events amended or cancelled, service mode
+## only, beside the default's rate), avro, protobuf, json-schema (the default
+## workload in each registry format, service mode only, beside the default's rate), large-state, many-accounts, steady-state, changelog and
 ## larger-than-memory (it shrinks the server's innodb_buffer_pool_size for its
 ## measurements and restores it) and three-instances (three service processes
 ## in one group), BENCH_EVENTS each

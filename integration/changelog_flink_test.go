@@ -360,7 +360,7 @@ func (g *changelogGen) checkpoint(t *testing.T, work *changelogtest.Model, abort
 				"kafka_offset": g.offset, "event_id": fmt.Sprintf("évt-%d-\"%x\"", g.offset, g.rng.Uint32()),
 				"account_id": a[0], "currency": a[1], "amount_minor": g.amount(), "occurred_at": g.timestamp(),
 				"window_start": g.timestamp(), "late": g.rng.IntN(2) == 0, "checkpoint_id": src.Checkpoint,
-				"created_at": g.timestamp()},
+				"created_at": g.timestamp(), "entry": g.rng.Int64N(3), "revision": g.rng.Int64N(3)},
 			TsMs: ts, Source: src})
 		g.offset++
 	}

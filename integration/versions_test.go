@@ -242,3 +242,57 @@ func TestVersionsVerifiedEndToEnd(t *testing.T) {
 		p.Signal(syscall.SIGTERM)
 	}
 }
+
+// With LEDGER_ENTRIES=true the entries explain every version: billing-gen's
+// versions on four partitions and two instances, one killed, with windows
+// that close; billing-verify finds the ledger EXACT, entries included (one
+// net entry per counted event, their digest, each window's and each
+// adjustment's entries summing to its row), and each balance is the sum of
+// its account's entries, retractions and additions among them.
+func TestVersionsExplainedByLedgerEntries(t *testing.T) {
+	genBin := testenv.Binary(t, "github.com/billing/ledger/cmd/billing-gen")
+	verifyBin := testenv.Binary(t, "github.com/billing/ledger/cmd/billing-verify")
+	e := newTestEnv(t, 4)
+	settings := map[string]string{"WINDOW_CLOSE_AFTER": "2h", "LEDGER_ENTRIES": "true"}
+	procs := []*testenv.Process{e.start(t, "billing-1", settings), e.start(t, "billing-2", settings)}
+	expected := filepath.Join(t.TempDir(), "expected.json")
+	gen := testenv.Start(t, "billing-gen", genBin, nil,
+		"-brokers", strings.Join(e.brokers, ","), "-topic", e.topic, "-events", "3000", "-rate", "1500",
+		"-windows", "24", "-close-after", "2h", "-version-ratio", "0.2", "-ledger-entries",
+		"-dup-ratio", "0.05", "-late-ratio", "0.1", "-seed", "35", "-expected", expected, "-progress", "none")
+	time.Sleep(time.Second)
+	procs[0].Signal(syscall.SIGKILL)
+	procs = append(procs, e.start(t, "billing-3", settings))
+	if err := gen.Wait(t, 3*time.Minute); err != nil {
+		t.Fatalf("billing-gen: %v\n%s", err, gen.Output())
+	}
+	verify := testenv.Start(t, "billing-verify", verifyBin, nil,
+		"-dsn", e.dsn, "-expected", expected, "-topic", e.topic, "-wait", "2m", "-interval", "500ms")
+	if err := verify.Wait(t, 3*time.Minute); err != nil || !strings.Contains(verify.Output(), "\nEXACT: ") {
+		t.Fatalf("billing-verify: %v\n%s", err, verify.Output())
+	}
+	for _, p := range procs {
+		p.Signal(syscall.SIGTERM)
+	}
+	var kinds []struct {
+		Entry int   `db:"entry"`
+		N     int64 `db:"n"`
+	}
+	if err := e.db.Select(&kinds, `SELECT entry, COUNT(*) AS n FROM ledger_entries GROUP BY entry ORDER BY entry`); err != nil {
+		t.Fatal(err)
+	}
+	if len(kinds) != 3 {
+		t.Fatalf("entries by kind %+v: want events, retractions and additions", kinds)
+	}
+	var off []string
+	if err := e.db.Select(&off, `SELECT CONCAT(b.account_id, ' ', b.currency) FROM account_balances b LEFT JOIN
+		(SELECT account_id, currency, SUM(amount_minor) AS amount, SUM(CASE entry WHEN 1 THEN -1 ELSE 1 END) AS n FROM ledger_entries GROUP BY account_id, currency) s
+		ON s.account_id = b.account_id AND s.currency = b.currency
+		WHERE NOT (b.balance_minor = COALESCE(s.amount, 0) AND b.event_count = COALESCE(s.n, 0))`); err != nil {
+		t.Fatal(err)
+	}
+	if len(off) != 0 {
+		t.Errorf("balances not the sum of their entries: %v", off)
+	}
+	t.Logf("entries by kind %+v; %s", kinds, strings.TrimSpace(verify.Output()))
+}

@@ -104,7 +104,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&baseTime, "base-time", "2026-11-29T00:00:00Z", "RFC 3339 end of the event-time span")
 	fs.Float64Var(&o.gen.LateRatio, "late-ratio", 0.05, "fraction of valid events moved back to older windows (out of order)")
 	fs.Float64Var(&o.gen.FutureRatio, "future-ratio", 0.001, "fraction of valid events followed by a record dated in the year 9000 (an event_time_in_future dead letter) and then by its correction (counted)")
-	fs.Float64Var(&o.gen.VersionRatio, "version-ratio", 0, "fraction of valid events that get versions (docs/corrections.md): amendments and cancellations, in any order and on any partition, some sent twice; the ledger counts each event's highest revision. Not with -ledger-entries")
+	fs.Float64Var(&o.gen.VersionRatio, "version-ratio", 0, "fraction of valid events that get versions (docs/corrections.md): amendments and cancellations, in any order and on any partition, some sent twice; the ledger counts each event's highest revision (with -ledger-entries, its entries explain every version: docs/corrections.md)")
 	fs.DurationVar(&skew, "max-event-time-skew", time.Hour, "the service's MAX_EVENT_TIME_SKEW: a run whose event times reach past now plus this is refused (the service would dead-letter them)")
 	fs.Uint64Var(&seed, "seed", 0, "random seed (default: from the clock; always printed)")
 	fs.IntVar(&o.gen.MaxPayload, "max-payload", 64*1024, "the service's maximum payload in bytes; payload_too_large records exceed it by 6 KiB")
@@ -178,10 +178,6 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		if !(r >= 0 && r <= 1) {
 			bad("-%s must be in [0, 1]", name)
 		}
-	}
-	if o.gen.VersionRatio > 0 && o.gen.Entries {
-		// The service writes no entries for a version's retraction yet.
-		bad("-version-ratio cannot be used with -ledger-entries yet")
 	}
 	if o.gen.OverflowCases < 0 || o.gen.OverflowCases > 1000 {
 		bad("-overflow-cases must be 0..1000")

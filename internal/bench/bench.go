@@ -63,6 +63,7 @@ type Config struct {
 	Topic             string            // -topic: an existing topic to measure
 	Expected          string            // -expected: its expected ledger
 	Repeat            int               // -repeat
+	Interleave        bool              // -interleave: the variants' repetitions in turn
 	MaxAllowedPacket  int64             // -max-allowed-packet: the server's global for the run, 0 to leave it
 	MemLimit          int64             // -service-memlimit
 	Load              int               // -load: busy cores of background load during measurements
@@ -196,8 +197,15 @@ type variant struct {
 	pool      poolSetting
 	// liveRate: the live phase's records/s, when not -live-rate.
 	liveRate float64
-	env      map[string]string // service settings of the variant
-	note     string
+	// versionRatio: the fraction of the workload's events that get
+	// versions (billing-gen -version-ratio, docs/corrections.md),
+	// measured in service mode only: the other modes know no versions.
+	versionRatio float64
+	env          map[string]string // service settings of the variant
+	note         string
+	// vsDefault: the report gives the service's rate over the default
+	// variant's service, paired per repetition.
+	vsDefault bool
 }
 
 // live is the variant's live rate: its own, or -live-rate.
@@ -251,7 +259,12 @@ type variantInfo struct {
 	ProduceS  float64 `json:"produce_s"`
 	LiveRate  float64 `json:"live_rate"` // records/s of its live phase
 	Note      string  `json:"note"`
+	VsDefault bool    `json:"vs_default,omitempty"` // its service over the default's, in the report
 }
+
+// amendedRatio is the amended variant's share of events with versions:
+// the corrections' promise holds at this share (docs/corrections.md).
+const amendedRatio = 0.1
 
 func run(ctx context.Context, o *options) error {
 	began := time.Now()
@@ -317,16 +330,29 @@ func run(ctx context.Context, o *options) error {
 		"avro":        formatVariant(o, "avro"),
 		"protobuf":    formatVariant(o, "protobuf"),
 		"json-schema": formatVariant(o, "json-schema"),
+		"amended": {name: "amended", accounts: o.Accounts, versionRatio: amendedRatio, vsDefault: true,
+			note: fmt.Sprintf("the default workload with %.0f%% of its events amended or cancelled (billing-gen -version-ratio %g: 1 to 3 versions each, out of order, some sent twice, on any partition); service mode only, beside the default's rate", 100*amendedRatio, amendedRatio)},
 		"hostile": {name: "hostile", accounts: 1000, hostile: true,
 			note: fmt.Sprintf("%d valid events padded to MAX_PAYLOAD_BYTES, one junk record of 1 MiB per %d; service mode only", o.HostileEvents, o.HostileJunkEvery)},
 	}
 	var infos []variantInfo
 	var ms []measurement
+	var vs []variant
 	for _, name := range o.Variants {
 		v, ok := all[name]
 		if !ok {
 			return fmt.Errorf("unknown variant %q (want one of %s)", name, strings.Join(slices.Sorted(maps.Keys(all)), ", "))
 		}
+		vs = append(vs, v)
+	}
+	if o.Interleave {
+		var err error
+		if infos, ms, err = runInterleaved(ctx, o, vs, runID, adm); err != nil {
+			return err
+		}
+		vs = nil // measured
+	}
+	for _, v := range vs {
 		info, got, err := runVariant(ctx, o, v, runID, adm)
 		infos = append(infos, info)
 		ms = append(ms, got...)
@@ -364,7 +390,81 @@ func formatVariant(o *options, f string) variant {
 }
 
 func runVariant(ctx context.Context, o *options, v variant, runID string, adm *kadmClient) (variantInfo, []measurement, error) {
-	info := variantInfo{Name: v.name, Accounts: v.accounts, Preload: v.preload, Note: v.note, CacheKeys: o.svc.DedupCacheKeys, LiveRate: v.live(o)}
+	pv, err := prepareVariant(ctx, o, v, runID, adm)
+	defer pv.cleanup()
+	if err != nil {
+		return pv.info, nil, err
+	}
+	var out []measurement
+	for rep := 1; rep <= o.Repeat; rep++ {
+		got, err := pv.measureRep(ctx, rep)
+		out = append(out, got...)
+		if err != nil {
+			return pv.info, out, err
+		}
+	}
+	return pv.info, out, nil
+}
+
+// preparedVariant is a variant's workload produced, ready to measure
+// repetition after repetition; cleanup deletes what it made.
+type preparedVariant struct {
+	info       variantInfo
+	measureRep func(ctx context.Context, rep int) ([]measurement, error)
+	cleanups   []func()
+}
+
+func (pv *preparedVariant) cleanup() {
+	for i := len(pv.cleanups) - 1; i >= 0; i-- {
+		pv.cleanups[i]()
+	}
+	pv.cleanups = nil
+}
+
+// runInterleaved runs the variants' repetitions in turn (repetition 1 of
+// each, then 2, ...) on workloads all produced first: a variant held
+// against another then meets the machine's load of the same minutes
+// (-interleave). A variant that changes the server's settings for its
+// measurements (larger-than-memory) cannot take turns.
+func runInterleaved(ctx context.Context, o *options, vs []variant, runID string, adm *kadmClient) ([]variantInfo, []measurement, error) {
+	var pvs []*preparedVariant
+	defer func() {
+		for _, pv := range pvs {
+			pv.cleanup()
+		}
+	}()
+	var infos []variantInfo
+	for _, v := range vs {
+		if v.pool.measure > 0 {
+			return infos, nil, fmt.Errorf("-interleave: variant %s sets the server's buffer pool for its measurements and cannot take turns", v.name)
+		}
+		pv, err := prepareVariant(ctx, o, v, runID, adm)
+		pvs = append(pvs, pv)
+		if err != nil {
+			return append(infos, pv.info), nil, err
+		}
+	}
+	for _, pv := range pvs {
+		infos = append(infos, pv.info)
+	}
+	var out []measurement
+	for rep := 1; rep <= o.Repeat; rep++ {
+		for _, pv := range pvs {
+			fmt.Printf("\n== %s, repetition %d\n", pv.info.Name, rep)
+			got, err := pv.measureRep(ctx, rep)
+			out = append(out, got...)
+			if err != nil {
+				return infos, out, err
+			}
+		}
+	}
+	return infos, out, nil
+}
+
+func prepareVariant(ctx context.Context, o *options, v variant, runID string, adm *kadmClient) (*preparedVariant, error) {
+	pv := &preparedVariant{}
+	info := &pv.info
+	*info = variantInfo{Name: v.name, Accounts: v.accounts, Preload: v.preload, Note: v.note, CacheKeys: o.svc.DedupCacheKeys, LiveRate: v.live(o), VsDefault: v.vsDefault}
 	if v.cacheKeys > 0 {
 		info.CacheKeys = v.cacheKeys
 	}
@@ -378,11 +478,11 @@ func runVariant(ctx context.Context, o *options, v variant, runID string, adm *k
 		fmt.Printf("\n== %s: producing %d events (%d accounts, %.0f%% duplicates) into %s\n", v.name, o.Events, v.accounts, 100*o.DupRatio, topic)
 		logf, err := os.Create(filepath.Join(o.Out, v.name+"-billing-gen.log"))
 		if err != nil {
-			return info, nil, err
+			return pv, err
 		}
-		defer logf.Close()
+		pv.cleanups = append(pv.cleanups, func() { logf.Close() })
 		if !o.Keep {
-			defer deleteTopic(adm, topic)
+			pv.cleanups = append(pv.cleanups, func() { deleteTopic(adm, topic) })
 		}
 		if v.hostile {
 			d, err = produceHostile(ctx, o, adm, topic, expected)
@@ -390,14 +490,14 @@ func runVariant(ctx context.Context, o *options, v variant, runID string, adm *k
 			d, err = generate(ctx, o, v, topic, expected, logf)
 		}
 		if err != nil {
-			return info, nil, err
+			return pv, err
 		}
 	}
 	info.Topic = topic
 	info.ProduceS = d.Seconds()
 	ends, total, err := endOffsets(ctx, adm, topic)
 	if err != nil {
-		return info, nil, err
+		return pv, err
 	}
 	info.Records = total
 	if d > 0 {
@@ -407,9 +507,9 @@ func runVariant(ctx context.Context, o *options, v variant, runID string, adm *k
 	if v.pool.measure > 0 {
 		orig, restore, err := shrinkPool(ctx, o.Admin, v.pool.measure, v.pool.oldPct)
 		if err != nil {
-			return info, nil, err
+			return pv, err
 		}
-		defer restore()
+		pv.cleanups = append(pv.cleanups, restore)
 		v.pool.preload = max(v.pool.preload, orig)
 		fmt.Printf("   innodb_buffer_pool_size %d MiB for the variant (the server's %d MiB restored after it; %d MiB while keys are preloaded)", v.pool.measure>>20, orig>>20, v.pool.preload>>20)
 		if v.pool.oldPct > 0 {
@@ -428,7 +528,7 @@ func runVariant(ctx context.Context, o *options, v variant, runID string, adm *k
 		env["DEDUP_CACHE_KEYS"] = fmt.Sprint(v.cacheKeys)
 	}
 	modes := o.Modes
-	if v.hostile || v.format != "" {
+	if v.hostile || v.format != "" || v.versionRatio > 0 {
 		modes = []string{modeService}
 	}
 	if v.changelog {
@@ -442,8 +542,7 @@ func runVariant(ctx context.Context, o *options, v variant, runID string, adm *k
 	if i := slices.Index(modes, modeSink); i >= 0 && slices.Contains(modes, modeService) {
 		modes = append(slices.Delete(slices.Clone(modes), i, i+1), modeSink)
 	}
-	var out []measurement
-	for rep := 1; rep <= o.Repeat; rep++ {
+	pv.measureRep = func(ctx context.Context, rep int) (out []measurement, err error) {
 		var replay []map[int32]int64
 		order := modes
 		if v.changelog && rep%2 == 0 {
@@ -451,7 +550,7 @@ func runVariant(ctx context.Context, o *options, v variant, runID string, adm *k
 		}
 		for _, mode := range order {
 			if ctx.Err() != nil {
-				return info, out, ctx.Err()
+				return out, ctx.Err()
 			}
 			var m measurement
 			if v.instances > 1 && mode == modeService {
@@ -468,8 +567,9 @@ func runVariant(ctx context.Context, o *options, v variant, runID string, adm *k
 				fmt.Print("   " + instancesLines([]measurement{m}))
 			}
 		}
+		return out, nil
 	}
-	return info, out, nil
+	return pv, nil
 }
 
 func measure(ctx context.Context, o *options, v variant, mode, runID, topic, expected string, ends map[int32]int64, total int64, env map[string]string, adm *kadmClient, rep int, replay []map[int32]int64) (m measurement) {

@@ -366,6 +366,17 @@ func renderTable(o *options, infos []variantInfo, ms []measurement) string {
 				in.Name, median(rs), slices.Min(rs), slices.Max(rs), len(rs))
 		}
 	}
+	// A variant held against the default's rate: its service over the
+	// default variant's service, paired per repetition.
+	for _, in := range infos {
+		if !in.VsDefault {
+			continue
+		}
+		if rs := pairedRatios(in.Name, modeService, func(rep int) float64 { return repRate[fmt.Sprintf("default/%s/%d", modeService, rep)] }); len(rs) > 0 {
+			fmt.Fprintf(&b, "%s: service ÷ the default variant's service, paired per repetition: median %.2f, range %.2f–%.2f over %d\n",
+				in.Name, median(rs), slices.Min(rs), slices.Max(rs), len(rs))
+		}
+	}
 	b.WriteString(instancesLines(ms))
 	b.WriteString(`
 events/s: sustained catch-up rate (records after the first checkpoint/batch/poll, over the time

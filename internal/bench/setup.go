@@ -81,6 +81,9 @@ func generate(ctx context.Context, o *options, v variant, topic, expected string
 	if v.format != "" {
 		args = append(args, "-format", v.format, "-schema-registry", o.Registry)
 	}
+	if v.versionRatio > 0 {
+		args = append(args, "-version-ratio", fmt.Sprint(v.versionRatio))
+	}
 	if c := setting("WINDOW_CLOSE_AFTER", o.svc.WindowCloseAfter.String()); c != "" {
 		args = append(args, "-close-after", c)
 	}

@@ -53,7 +53,9 @@ func EntryRow(b []byte, r driver.EntryRow) []byte {
 	b = AppendTime(b, r.WindowStart)
 	b = AppendBool(b, r.Late)
 	b = AppendString(b, r.Checkpoint)
-	return AppendTime(b, r.CreatedAt)
+	b = AppendTime(b, r.CreatedAt)
+	b = AppendInt(b, int64(r.Kind))
+	return AppendInt(b, r.Revision)
 }
 
 // Update is the change of one row of a sums table: op c when it had no

@@ -26,6 +26,11 @@ type Column struct {
 	Name     string
 	Kind     Kind
 	Nullable bool
+	// Added: the column came after the table's first columns, last, with
+	// a zero default (0, false, an empty string): a binary row written
+	// before it (an outbox row of an older version) ends before it, and
+	// reads as that default.
+	Added bool
 }
 
 // Table is one of the changelog's topics: the table's columns in their
@@ -93,10 +98,13 @@ func buildTables() [numTables]Table {
 			i("amount_minor"), i("event_count"), t("updated_at"),
 			{Name: "checkpoint_id", Kind: String, Nullable: true}}, Key: slices.Clone(windowKey)},
 		{ID: TClosedWindows, Name: ClosedWindows, Columns: window(), Key: slices.Clone(windowKey), Append: true},
+		// entry and revision: a version's entries (migration 00011,
+		// docs/corrections.md), 0 in every entry of an original.
 		{ID: TEntries, Name: LedgerEntries, Columns: []Column{s("kafka_topic"), i("kafka_partition"), i("kafka_offset"),
 			s("event_id"), s("account_id"), s("currency"), i("amount_minor"), t("occurred_at"),
-			t("window_start"), {Name: "late", Kind: Bool}, s("checkpoint_id"), t("created_at")},
-			Key: []string{"kafka_topic", "kafka_partition", "kafka_offset"}, Append: true},
+			t("window_start"), {Name: "late", Kind: Bool}, s("checkpoint_id"), t("created_at"),
+			{Name: "entry", Kind: Int, Added: true}, {Name: "revision", Kind: Int, Added: true}},
+			Key: []string{"kafka_topic", "kafka_partition", "kafka_offset", "entry"}, Append: true},
 	}
 	for i := range out {
 		tb := &out[i]

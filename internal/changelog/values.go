@@ -86,6 +86,10 @@ var errTruncated = errors.New("truncated")
 func DecodeRow(t Table, raw []byte, vals []Value) ([]Value, error) {
 	vals = vals[:0]
 	for _, c := range t.Columns {
+		if len(raw) == 0 && c.Added {
+			vals = append(vals, Value{}) // a row from before the column: its default
+			continue
+		}
 		if len(raw) == 0 {
 			return vals, fmt.Errorf("row of %s: %w at column %s", t.Name, errTruncated, c.Name)
 		}

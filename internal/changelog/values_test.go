@@ -251,7 +251,17 @@ func TestStoreRowsAsTheTablesColumns(t *testing.T) {
 		"entry": {LedgerEntries, EntryRow(nil, driver.EntryRow{Topic: "t", Checkpoint: "g", CreatedAt: at, Entry: driver.Entry{Partition: 3, Offset: 9, EventID: "e", Account: "a",
 			Currency: "EUR", Amount: 4, OccurredAt: at, WindowStart: start, Late: true}}),
 			Row{"kafka_topic": "t", "kafka_partition": int64(3), "kafka_offset": int64(9), "event_id": "e", "account_id": "a", "currency": "EUR",
-				"amount_minor": int64(4), "occurred_at": at, "window_start": start, "late": true, "checkpoint_id": "g", "created_at": at}},
+				"amount_minor": int64(4), "occurred_at": at, "window_start": start, "late": true, "checkpoint_id": "g", "created_at": at, "entry": int64(0), "revision": int64(0)}},
+		"retraction": {LedgerEntries, EntryRow(nil, driver.EntryRow{Topic: "t", Checkpoint: "g", CreatedAt: at, Entry: driver.Entry{Partition: 3, Offset: 9, Kind: driver.EntryRetraction,
+			EventID: "e", Account: "a", Currency: "EUR", Amount: -4, OccurredAt: at, WindowStart: start, Revision: 2}}),
+			Row{"kafka_topic": "t", "kafka_partition": int64(3), "kafka_offset": int64(9), "event_id": "e", "account_id": "a", "currency": "EUR",
+				"amount_minor": int64(-4), "occurred_at": at, "window_start": start, "late": false, "checkpoint_id": "g", "created_at": at, "entry": int64(1), "revision": int64(2)}},
+		// An outbox row of a version before entries had kinds ends at
+		// created_at: the kind and the revision read as 0.
+		"entry before kinds": {LedgerEntries, oldEntryRow(driver.EntryRow{Topic: "t", Checkpoint: "g", CreatedAt: at, Entry: driver.Entry{Partition: 3, Offset: 9, EventID: "e", Account: "a",
+			Currency: "EUR", Amount: 4, OccurredAt: at, WindowStart: start}}),
+			Row{"kafka_topic": "t", "kafka_partition": int64(3), "kafka_offset": int64(9), "event_id": "e", "account_id": "a", "currency": "EUR",
+				"amount_minor": int64(4), "occurred_at": at, "window_start": start, "late": false, "checkpoint_id": "g", "created_at": at, "entry": int64(0), "revision": int64(0)}},
 	} {
 		tb, _ := Lookup(c.table)
 		want, err := Canonical(tb, c.want)
@@ -265,6 +275,49 @@ func TestStoreRowsAsTheTablesColumns(t *testing.T) {
 		if g, _ := Canonical(tb, got); g != want {
 			t.Errorf("%s: %s, want %s", name, g, want)
 		}
+	}
+}
+
+// oldEntryRow is r as a binary row before ledger entries had a kind and
+// a revision: up to created_at.
+func oldEntryRow(r driver.EntryRow) []byte {
+	b := AppendString(nil, r.Topic)
+	b = AppendInt(b, int64(r.Partition))
+	b = AppendInt(b, r.Offset)
+	b = AppendString(b, r.EventID)
+	b = AppendString(b, r.Account)
+	b = AppendString(b, r.Currency)
+	b = AppendInt(b, r.Amount)
+	b = AppendTime(b, r.OccurredAt)
+	b = AppendTime(b, r.WindowStart)
+	b = AppendBool(b, r.Late)
+	b = AppendString(b, r.Checkpoint)
+	return AppendTime(b, r.CreatedAt)
+}
+
+// A version's retraction and addition share their Kafka position: their
+// record keys differ by the entry's kind, and a row cut before a column
+// that is not one added later is refused still.
+func TestEntriesOfOnePositionHaveKeysOfTheirOwn(t *testing.T) {
+	tb, _ := Lookup(LedgerEntries)
+	at := time.Date(2026, 11, 29, 13, 5, 1, 0, time.UTC)
+	e := driver.EntryRow{Topic: "t", Checkpoint: "g", CreatedAt: at, Entry: driver.Entry{Partition: 3, Offset: 9, Kind: driver.EntryRetraction, EventID: "e", Account: "a",
+		Currency: "EUR", Amount: -4, OccurredAt: at, WindowStart: at}}
+	retraction, err := RawKey(tb, EntryRow(nil, e))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Kind, e.Amount = driver.EntryAddition, 5
+	addition, err := RawKey(tb, EntryRow(nil, e))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"kafka_topic":"t","kafka_partition":3,"kafka_offset":9,"entry":1}`; retraction != want || addition == retraction {
+		t.Errorf("keys %s and %s, want %s and another", retraction, addition, want)
+	}
+	old := oldEntryRow(e)
+	if _, err := DecodeRow(tb, old[:len(old)-3], nil); err == nil {
+		t.Error("a row cut inside created_at decoded")
 	}
 }
 

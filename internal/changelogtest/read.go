@@ -162,7 +162,7 @@ func TableRows(ctx context.Context, servers []Scanner) (map[string][]string, err
 				break
 			}
 			last := rows[len(rows)-1]
-			after = &driver.EntryKey{Topic: last.Topic, Partition: last.Partition, Offset: last.Offset}
+			after = &driver.EntryKey{Topic: last.Topic, Partition: last.Partition, Offset: last.Offset, Kind: last.Kind}
 		}
 	}
 	return out, nil

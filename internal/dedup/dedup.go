@@ -17,6 +17,10 @@ type Key struct {
 type Seen struct {
 	Fingerprint Fingerprint
 	ExpiresAt   time.Time
+	// Versioned (in the cache only): the key holds a version other than
+	// an original, so a hit proves no repeat, only that the key is
+	// stored: its arrivals are claimed and read as a version's.
+	Versioned bool
 }
 
 // Verdict classifies one arrival.
@@ -55,6 +59,7 @@ type Insert struct {
 	ExpiresAt   time.Time
 	Replace     bool
 	Version     string // the event's version, encoded (EncodeVersion)
+	Versioned   bool   // for the cache: Seen.Versioned
 }
 
 // Classify decides every arrival of one checkpoint, in arrival order.

@@ -67,6 +67,9 @@ type Change struct {
 	// Claimed: the row in the current generation's table is this
 	// checkpoint's claim, to be taken back if the change is not kept.
 	Claimed bool
+	// Arrival is the index of the arrival that made New the event's
+	// version.
+	Arrival int
 }
 
 // Verdicts of versions, beside New, Duplicate and Conflict (a repeat of
@@ -93,7 +96,9 @@ const (
 // taken back are Classify's, and every change is a New one.
 func ClassifyVersions(now time.Time, ttl, horizon time.Duration, arrivals []Arrival, known, earlier map[string]Stored) ([]Verdict, []Change, []string) {
 	verdicts := make([]Verdict, len(arrivals))
-	var changes []Change
+	// A checkpoint's arrivals are mostly new events, each a change: the
+	// changes and the states are allocated once, at their bound.
+	changes := make([]Change, 0, len(arrivals))
 	var takeBack []string
 	type state struct {
 		cur     Stored
@@ -101,30 +106,37 @@ func ClassifyVersions(now time.Time, ttl, horizon time.Duration, arrivals []Arri
 		earlier bool // the live row is an earlier generation's
 		stored  bool // a row of the id is stored in the current table
 	}
-	batch := make(map[string]*state, len(arrivals))
+	states := make([]state, 0, len(arrivals))
+	batch := make(map[string]int, len(arrivals)) // index in states
+	expires := now.Add(ttl)
 	var order []string
 	for i, a := range arrivals {
-		st, ok := batch[a.ID]
-		if !ok {
+		var st *state
+		at, ok := batch[a.ID]
+		if ok {
+			st = &states[at]
+		} else {
 			s, stored := known[a.ID]
 			e, before := earlier[a.ID]
 			live, liveBefore := stored && now.Before(s.ExpiresAt), before && now.Before(e.ExpiresAt)
 			switch {
 			case live && (!liveBefore || !e.ExpiresAt.Before(s.ExpiresAt)):
-				st = &state{cur: s, change: -1, stored: true}
+				states = append(states, state{cur: s, change: -1, stored: true})
 			case liveBefore:
-				st = &state{cur: e, change: -1, earlier: true, stored: stored}
+				states = append(states, state{cur: e, change: -1, earlier: true, stored: stored})
 			default:
 				verdicts[i] = New
 				w := WriteNone
 				if stored {
 					w = WriteReplace
 				}
-				changes = append(changes, Change{ID: a.ID, Fingerprint: a.Fingerprint, ExpiresAt: now.Add(ttl), New: a.Version, Write: w, Claimed: !stored})
-				batch[a.ID] = &state{cur: Stored{Fingerprint: a.Fingerprint, ExpiresAt: now.Add(ttl), Version: a.Version}, change: len(changes) - 1, stored: stored}
+				changes = append(changes, Change{ID: a.ID, Fingerprint: a.Fingerprint, ExpiresAt: expires, New: a.Version, Write: w, Claimed: !stored, Arrival: i})
+				states = append(states, state{cur: Stored{Fingerprint: a.Fingerprint, ExpiresAt: expires, Version: a.Version}, change: len(changes) - 1, stored: stored})
+				batch[a.ID] = len(states) - 1
 				continue
 			}
-			batch[a.ID] = st
+			batch[a.ID] = len(states) - 1
+			st = &states[len(states)-1]
 			order = append(order, a.ID)
 		}
 		switch {
@@ -149,7 +161,7 @@ func ClassifyVersions(now time.Time, ttl, horizon time.Duration, arrivals []Arri
 				st.change = len(changes) - 1
 			}
 			c := &changes[st.change]
-			c.Fingerprint, c.New = a.Fingerprint, a.Version
+			c.Fingerprint, c.New, c.Arrival = a.Fingerprint, a.Version, i
 			if c.Write == WriteNone {
 				// A new event amended within the checkpoint: its
 				// claimed row holds the first arrival.
@@ -159,7 +171,7 @@ func ClassifyVersions(now time.Time, ttl, horizon time.Duration, arrivals []Arri
 		}
 	}
 	for _, id := range order {
-		if st := batch[id]; st.earlier && !st.stored && st.change < 0 {
+		if st := &states[batch[id]]; st.earlier && !st.stored && st.change < 0 {
 			// Neither cached nor stored in the current table before:
 			// this checkpoint's claim inserted it there, and nothing
 			// changed the event.

@@ -146,11 +146,11 @@ func TestClassifyVersionsKeepsClassify(t *testing.T) {
 		}
 		for _, id := range []string{"a", "b", "c"} {
 			if rng.IntN(2) == 0 {
-				s := Seen{fp(byte(rng.IntN(2))), expiry()}
+				s := Seen{Fingerprint: fp(byte(rng.IntN(2))), ExpiresAt: expiry()}
 				known[id], vknown[id] = s, Stored{Fingerprint: s.Fingerprint, ExpiresAt: s.ExpiresAt}
 			}
 			if rng.IntN(2) == 0 {
-				s := Seen{fp(byte(rng.IntN(2))), expiry()}
+				s := Seen{Fingerprint: fp(byte(rng.IntN(2))), ExpiresAt: expiry()}
 				earlier[id], vearlier[id] = s, Stored{Fingerprint: s.Fingerprint, ExpiresAt: s.ExpiresAt}
 			}
 		}

@@ -35,10 +35,13 @@ type Actual struct {
 
 // Entries summarises the ledger_entries rows (see ReadEntries).
 type Entries struct {
-	// Count is the number of rows, DistinctIDs that of distinct event
-	// ids, Digest the sum of EntryDigest over the rows.
-	Count, DistinctIDs int64
-	Digest             uint64
+	// Count is the number of rows, a version's retraction counting -1
+	// (the events the entries count), DistinctIDs that of the event ids
+	// whose entries count 1, Unbalanced that of those whose entries count
+	// neither 0 nor 1; Digest is the sum of EntryDigest over the rows, a
+	// retraction's taken back (the digest of the entry it retracts).
+	Count, DistinctIDs, Unbalanced int64
+	Digest                         uint64
 	// Timely and Late sum, per window, the entries counted in
 	// billing_windows and those counted in window_adjustments.
 	Timely, Late map[WindowKey]Sum
@@ -523,17 +526,19 @@ func (r *Report) checkClosing(exp *Expected, act *Actual) {
 	}
 }
 
-// checkEntries checks ledger_entries: one row per counted event (count,
-// distinct ids, the digest of their content), and, per window, the
-// entries counted in it sum to its billing_windows row and the late ones
-// to its window_adjustments row.
+// checkEntries checks ledger_entries: one row per counted event, and
+// for each version that changed one a retraction and an addition (count,
+// distinct ids, the digest of their content, a retraction taking back
+// the entry it retracts), and, per window, the entries counted in it sum
+// to its billing_windows row and the late ones to its window_adjustments
+// row (a retraction counting -1 event).
 func (r *Report) checkEntries(exp *Expected, act *Actual) {
 	en := act.Entries
 	if en.Count != exp.EventsValid {
 		r.Diffs = append(r.Diffs, Diff{Table: TableEntries, Kind: Different, Key: "rows", ExpCount: exp.EventsValid, ActCount: en.Count})
 	}
-	if en.DistinctIDs != en.Count {
-		r.violation(TableEntries, "event_id", fmt.Sprintf("%d rows for %d distinct event ids: an event has more than one entry", en.Count, en.DistinctIDs))
+	if en.DistinctIDs != en.Count || en.Unbalanced != 0 {
+		r.violation(TableEntries, "event_id", fmt.Sprintf("the entries count %d events of %d distinct event ids, %d ids counted neither once nor not at all: an event has more than one entry", en.Count, en.DistinctIDs, en.Unbalanced))
 	}
 	if en.Digest != exp.EntriesDigest {
 		r.Diffs = append(r.Diffs, Diff{Table: TableEntries, Kind: Different, Key: "digest",

@@ -281,7 +281,7 @@ func (l *Model) AddVersion(e Version) Outcome {
 	}
 	switch {
 	case !ok:
-		if !e.Cancelled && !l.count(next.content, 1) {
+		if !e.Cancelled && !l.count(e.EventID, next.content, 1) {
 			l.dead[ReasonAmountOverflow]++
 			return Overflow
 		}
@@ -296,12 +296,12 @@ func (l *Model) AddVersion(e Version) Outcome {
 	case e.Revision < cur.revision:
 		return Stale
 	}
-	if !cur.cancelled && !l.count(cur.content, -1) {
+	if !cur.cancelled && !l.count(e.EventID, cur.content, -1) {
 		l.dead[ReasonAmountOverflow]++
 		return Overflow
 	}
-	if !e.Cancelled && !l.count(next.content, 1) {
-		l.count(cur.content, 1) // both or neither
+	if !e.Cancelled && !l.count(e.EventID, next.content, 1) {
+		l.count(e.EventID, cur.content, 1) // both or neither
 		l.dead[ReasonAmountOverflow]++
 		return Overflow
 	}
@@ -310,8 +310,10 @@ func (l *Model) AddVersion(e Version) Outcome {
 }
 
 // count adds (sign 1) or takes back (sign -1) one version's content in
-// its balance and its window, unless that overflows.
-func (l *Model) count(c content, sign int64) bool {
+// its balance and its window, unless that overflows; in the entries'
+// digest, a retraction entry takes back the digest of the entry it
+// retracts.
+func (l *Model) count(id string, c content, sign int64) bool {
 	at := time.Unix(c.sec, int64(c.nsec)).UTC()
 	bk := BalanceKey{c.accountID, c.currency}
 	wk := WindowKey{c.accountID, c.currency, l.opt.Period.Start(at).UnixMicro()}
@@ -331,5 +333,6 @@ func (l *Model) count(c content, sign int64) bool {
 	l.balances[bk] = totals{nb, b.count + sign}
 	l.windows[wk] = totals{nw, w.count + sign}
 	l.counted += sign
+	l.digest += uint64(sign) * EntryDigest(Event{EventID: id, AccountID: c.accountID, Currency: c.currency, AmountMinor: c.amount, OccurredAt: at})
 	return true
 }

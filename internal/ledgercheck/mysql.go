@@ -188,6 +188,14 @@ func readShard(ctx context.Context, db *sqlx.DB, shard int, topic string, act *A
 	return nil
 }
 
+// The entry column of a version's retraction (migration 00011,
+// docs/corrections.md), and what an entry counts: -1 a retraction, 1
+// any other.
+const (
+	entryRetraction = 1
+	entrySign       = `CASE entry WHEN 1 THEN -1 ELSE 1 END`
+)
+
 // readEntries adds one server's ledger_entries to en: the rows one by one
 // for the digest (nothing is kept per row), and the sums per window and
 // lateness from the server. Ids are counted distinct per server; an event
@@ -198,16 +206,21 @@ func readEntries(ctx context.Context, tx *sqlx.Tx, topic string, en *Entries) er
 	if topic != "" {
 		where, args = " WHERE kafka_topic = ?", []any{topic}
 	}
+	// Per event id, what its entries count: 1 an event counted, 0 one
+	// cancelled (or never counted), a retraction counting -1.
 	var n struct {
-		Count    int64 `db:"n"`
-		Distinct int64 `db:"d"`
+		Count      int64 `db:"n"`
+		Distinct   int64 `db:"d"`
+		Unbalanced int64 `db:"u"`
 	}
-	if err := tx.GetContext(ctx, &n, `SELECT COUNT(*) AS n, COUNT(DISTINCT event_id) AS d FROM ledger_entries`+where, args...); err != nil {
+	if err := tx.GetContext(ctx, &n, `SELECT COALESCE(SUM(s), 0) AS n, COALESCE(SUM(s = 1), 0) AS d, COALESCE(SUM(s NOT IN (0, 1)), 0) AS u FROM
+		(SELECT event_id, SUM(`+entrySign+`) AS s FROM ledger_entries`+where+` GROUP BY event_id) AS ids`, args...); err != nil {
 		return err
 	}
 	en.Count += n.Count
 	en.DistinctIDs += n.Distinct
-	rows, err := tx.QueryxContext(ctx, `SELECT event_id, account_id, currency, amount_minor, occurred_at FROM ledger_entries`+where, args...)
+	en.Unbalanced += n.Unbalanced
+	rows, err := tx.QueryxContext(ctx, `SELECT event_id, account_id, currency, amount_minor, occurred_at, entry FROM ledger_entries`+where, args...)
 	if err != nil {
 		return err
 	}
@@ -218,10 +231,16 @@ func readEntries(ctx context.Context, tx *sqlx.Tx, topic string, en *Entries) er
 			Currency string    `db:"currency"`
 			Amount   int64     `db:"amount_minor"`
 			Occurred time.Time `db:"occurred_at"`
+			Entry    int       `db:"entry"`
 		}
 		if err := rows.StructScan(&e); err != nil {
 			_ = rows.Close()
 			return err
+		}
+		if e.Entry == entryRetraction {
+			// It takes back the entry it retracts: that entry's digest.
+			en.Digest -= EntryDigest(Event{EventID: string(e.EventID), AccountID: string(e.Account), AmountMinor: -e.Amount, Currency: e.Currency, OccurredAt: e.Occurred})
+			continue
 		}
 		en.Digest += EntryDigest(Event{EventID: string(e.EventID), AccountID: string(e.Account), AmountMinor: e.Amount, Currency: e.Currency, OccurredAt: e.Occurred})
 	}
@@ -229,7 +248,7 @@ func readEntries(ctx context.Context, tx *sqlx.Tx, topic string, en *Entries) er
 		return err
 	}
 	// Each window's entries sum to its row, which fits 64 bits.
-	rows, err = tx.QueryxContext(ctx, `SELECT account_id, currency, window_start, late, CAST(SUM(amount_minor) AS SIGNED) AS amount, COUNT(*) AS n
+	rows, err = tx.QueryxContext(ctx, `SELECT account_id, currency, window_start, late, CAST(SUM(amount_minor) AS SIGNED) AS amount, CAST(SUM(`+entrySign+`) AS SIGNED) AS n
 		FROM ledger_entries`+where+` GROUP BY account_id, currency, window_start, late`, args...)
 	if err != nil {
 		return err

@@ -93,7 +93,7 @@ func rowChanges(w *work, im *images, kept []driver.EntryKey, gtrid, topic string
 		out = append(out, changelog.Update(changelog.TAdjustments, before, changelog.AdjustmentRow(nil, after)))
 	}
 	for _, e := range w.entries {
-		if stored[driver.EntryKey{Topic: topic, Partition: e.Partition, Offset: e.Offset}] {
+		if stored[driver.EntryKey{Topic: topic, Partition: e.Partition, Offset: e.Offset, Kind: e.Kind}] {
 			continue
 		}
 		e.OccurredAt, e.WindowStart = e.OccurredAt.UTC().Truncate(time.Microsecond), e.WindowStart.UTC()

@@ -92,7 +92,7 @@ type gatedStore struct {
 	inst string
 }
 
-func (s gatedStore) ClaimKeys(ctx context.Context, g driver.Generation, keys []driver.DedupKey) ([]string, error) {
+func (s gatedStore) ClaimKeys(ctx context.Context, g driver.Generation, keys []driver.DedupKey) ([]driver.Contested, error) {
 	ids := make([]string, len(keys))
 	for i, k := range keys {
 		ids[i] = k.ID

@@ -70,7 +70,9 @@
 // claim statement met a stored key (on a pooled connection: under READ
 // COMMITTED that reads what an in-branch read would, the committed rows,
 // and the claim's row lock already decided which checkpoint owns a
-// contested key), the classification of every record, the locking reads
+// contested key; of a statement that holds versions, those first, and its
+// other ids only if the versions are not all the stored keys it met), the
+// classification of every record, the locking reads
 // of the risky sums, the aggregation (aggregate.go), the writes of every
 // participant with the sealing of closed windows, and the decision (its
 // cuts and frontier change); the pure pieces they are built
@@ -186,7 +188,9 @@
 // (dedup.ClassifyVersions) and applies each changed event as one item,
 // the counted version retracted (from its window, or the window's
 // adjustments once the window is closed; from its balance) and the new
-// one added, both or neither (versions.go).
+// one added, both or neither (versions.go); with LedgerEntries, with the
+// entries that explain it at the version's position (the retraction, the
+// addition), so that the entries still sum to the sums.
 //
 // # Dead letters and overflow
 //

@@ -193,8 +193,8 @@ func (x *execution) fail(ctx context.Context, phase string, err error) Checkpoin
 // lock wait. Beside other instances the claims therefore wait up to the
 // attempt's own deadline (CHECKPOINT_TIMEOUT), and the branch's bound is
 // set back before its later statements.
-func (x *execution) claim(ctx context.Context, c dedup.Claim, claims [][]driver.DedupKey) ([][]string, []driver.DedupKey, error) {
-	contested := make([][]string, len(claims))
+func (x *execution) claim(ctx context.Context, c dedup.Claim, claims [][]driver.DedupKey) ([][]driver.Contested, []driver.DedupKey, error) {
+	contested := make([][]driver.Contested, len(claims))
 	earlier := make([][]driver.DedupKey, len(claims))
 	rounds := [][]int{nonEmpty(claims)}
 	var wait time.Duration
@@ -517,7 +517,7 @@ func (x *execution) decide(ctx context.Context, d decision, now time.Time) Check
 func (x *execution) committed(now time.Time) {
 	c := x.c
 	for _, in := range x.p.remember() {
-		c.cache.Add(in.ID, dedup.Seen{Fingerprint: in.Fingerprint, ExpiresAt: in.ExpiresAt}, now)
+		c.cache.Add(in.ID, dedup.Seen{Fingerprint: in.Fingerprint, ExpiresAt: in.ExpiresAt, Versioned: in.Versioned}, now)
 	}
 	c.cacheLen.Store(int64(c.cache.Len()))
 	c.stats.Counted.Add(int64(x.info.Counted))

@@ -37,6 +37,28 @@ type claimPlan struct {
 	// the current generation (knownV) and the earlier ones (earlierV).
 	versioned        bool
 	knownV, earlierV map[string]string
+	// versions: the ids of the records that are versions (nil: none).
+	versions map[string]struct{}
+}
+
+// lookupFirst splits a contested claim statement's ids into those to
+// look up first and the rest: its versions first, when they may be all
+// the keys it met stored; else all of them.
+func (cp *claimPlan) lookupFirst(c driver.Contested) (first, rest []string) {
+	if cp.versions == nil {
+		return c.IDs, nil
+	}
+	for _, id := range c.IDs {
+		if _, ok := cp.versions[id]; ok {
+			first = append(first, id)
+		} else {
+			rest = append(rest, id)
+		}
+	}
+	if len(first) < c.Stored || len(rest) == 0 {
+		return c.IDs, nil
+	}
+	return first, rest
 }
 
 func planClaims(records []record, cache cacheView, now time.Time, ttl time.Duration, r router) claimPlan {
@@ -45,7 +67,7 @@ func planClaims(records []record, cache cacheView, now time.Time, ttl time.Durat
 	queued := make(map[string]struct{}, len(records))
 	expires := now.Add(ttl)
 	uncached := versionedIDs(records)
-	cp.versioned = uncached != nil
+	cp.versioned, cp.versions = uncached != nil, uncached
 	// The claims' versions share one allocation: their bytes, then the
 	// string of them all, cut at ends.
 	arena := make([]byte, 0, 32*len(records)) // a typical version's bytes
@@ -55,9 +77,15 @@ func planClaims(records []record, cache cacheView, now time.Time, ttl time.Durat
 		ev := &records[i].ev
 		cp.keys[i] = dedup.Key{ID: ev.EventID, Fingerprint: ev.Fingerprint()}
 		if _, skip := uncached[ev.EventID]; !skip {
-			if seen, ok := cache.Get(ev.EventID, now); ok {
+			if seen, ok := cache.Get(ev.EventID, now); ok && !seen.Versioned {
 				cp.known[ev.EventID] = seen
 				continue
+			} else if ok {
+				// Stored with a version: claimed, and looked up first.
+				if cp.versions == nil {
+					cp.versions = map[string]struct{}{}
+				}
+				cp.versions[ev.EventID] = struct{}{}
 			}
 		}
 		if _, ok := queued[ev.EventID]; !ok {
@@ -96,7 +124,7 @@ type outcomes struct {
 	counted    int
 	late       int             // of counted: in window_adjustments
 	overflowed map[string]bool // ids refused as amount_overflow
-	entries    []*record       // the counted events, when ledger entries are kept
+	entries    []entryOf       // the counted events and versions' changes, when ledger entries are kept
 	// items are the changes of events by versions (versions.go), counted
 	// after fresh; stale the arrivals dropped for a lower revision.
 	items []versionItem
@@ -146,7 +174,7 @@ func (o *outcomes) count(agg *aggregate, prefix int, entries bool) {
 				o.late++
 			}
 			if entries {
-				o.entries = append(o.entries, r)
+				o.entries = append(o.entries, entryOf{r, driver.EntryEvent})
 			}
 			continue
 		}

@@ -76,7 +76,7 @@ func TestPlan(t *testing.T) {
 	}
 	var entries []string
 	for _, e := range o.entries {
-		entries = append(entries, fmt.Sprintf("%s@%d:%d", e.ev.EventID, e.partition, e.offset))
+		entries = append(entries, fmt.Sprintf("%s@%d:%d", e.r.ev.EventID, e.r.partition, e.r.offset))
 	}
 	if fmt.Sprint(entries) != "[a@0:0 b@1:0]" {
 		t.Errorf("ledger entries of %v, want one per counted event (not the repeat, the conflict or the overflow)", entries)

@@ -149,7 +149,7 @@ type decision struct {
 type result struct {
 	eventTime   txsink.EventTime      // eventTime
 	generations driver.KeyGenerations // generations
-	contested   [][]string            // claim: by participant
+	contested   [][]driver.Contested  // claim: by participant
 	earlier     []driver.DedupKey     // claim: what the locking reads of earlier generations found
 	found       []driver.DedupKey     // lookup
 	seeded      []seededSums          // seed: by participant
@@ -228,6 +228,7 @@ type planner struct {
 	et        eventTimePlan
 	cp        claimPlan
 	claimed   *dedup.Claim // nil until the keys are claimed
+	recheck   []recheck    // contested statements looked up in part (afterClaims)
 	o         outcomes
 	agg       *aggregate
 	risky     riskySet
@@ -337,8 +338,12 @@ func (p *planner) afterGenerations(s driver.KeyGenerations) {
 // generations and plans the lookups: only the ids of claim statements that
 // met a stored row in the current generation, on a pooled connection
 // outside the branches, which sees the committed rows and not this
-// checkpoint's own inserts.
-func (p *planner) afterClaims(contested [][]string, earlier []driver.DedupKey) {
+// checkpoint's own inserts. Of a statement that holds versions (stored,
+// most likely: their events came before) only those are looked up at
+// first; when they are not all the stored keys the statement met, its
+// other ids are looked up after (afterLookups), so that the originals
+// beside the versions are not read in vain.
+func (p *planner) afterClaims(contested [][]driver.Contested, earlier []driver.DedupKey) {
 	for _, k := range earlier {
 		// Of an id's rows in several earlier generations, a live one; of
 		// two live ones, the first arrival's (it expires first).
@@ -350,7 +355,15 @@ func (p *planner) afterClaims(contested [][]string, earlier []driver.DedupKey) {
 		}
 	}
 	var ls []lookup
-	for i, ids := range contested {
+	for i, statements := range contested {
+		var ids []string
+		for _, c := range statements {
+			first, rest := p.cp.lookupFirst(c)
+			ids = append(ids, first...)
+			if len(rest) > 0 {
+				p.recheck = append(p.recheck, recheck{participant: i, looked: first, rest: rest, stored: c.Stored})
+			}
+		}
 		if len(ids) > 0 {
 			ls = append(ls, lookup{server: p.cfg.route.ServerOf(i), ids: ids})
 		}
@@ -362,10 +375,46 @@ func (p *planner) afterClaims(contested [][]string, earlier []driver.DedupKey) {
 	p.next = step{kind: stepLookup, claim: *p.claimed, lookups: ls}
 }
 
+// recheck is a contested claim statement whose versions were looked up
+// first: if they are not all the keys it met stored, the rest of its ids
+// are looked up too.
+type recheck struct {
+	participant int
+	looked      []string
+	rest        []string
+	stored      int // of the statement's keys
+}
+
 func (p *planner) afterLookups(found []driver.DedupKey) {
 	for _, k := range found {
 		p.cp.known[k.ID] = dedup.Seen{Fingerprint: k.Fingerprint, ExpiresAt: k.ExpiresAt}
 		p.cp.storedVersion(&p.cp.knownV, k)
+	}
+	if len(p.recheck) > 0 {
+		rs := p.recheck
+		p.recheck = nil
+		byParticipant := map[int][]string{}
+		for _, r := range rs {
+			n := 0
+			for _, id := range r.looked {
+				if _, ok := p.cp.known[id]; ok {
+					n++
+				}
+			}
+			if n < r.stored {
+				byParticipant[r.participant] = append(byParticipant[r.participant], r.rest...)
+			}
+		}
+		var ls []lookup
+		for i := range p.cfg.route.Participants() {
+			if ids := byParticipant[i]; len(ids) > 0 {
+				ls = append(ls, lookup{server: p.cfg.route.ServerOf(i), ids: ids})
+			}
+		}
+		if len(ls) > 0 {
+			p.next = step{kind: stepLookup, claim: *p.claimed, lookups: ls}
+			return
+		}
 	}
 	p.next = step{kind: stepClassify}
 }

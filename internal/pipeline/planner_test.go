@@ -133,7 +133,7 @@ func TestPlannerFeedsOnResults(t *testing.T) {
 		case stepEventTime:
 			return result{eventTime: txsink.EventTime{Frontier: driver.Frontier{Closed: closed, Sealed: closed.Add(-2 * time.Hour)}}}
 		case stepClaim:
-			contested := make([][]string, s.Participants())
+			contested := make([][]driver.Contested, s.Participants())
 			for i, ks := range st.claims {
 				for _, k := range ks {
 					if k.ID == stored && i != storedAt {
@@ -141,7 +141,7 @@ func TestPlannerFeedsOnResults(t *testing.T) {
 					}
 				}
 			}
-			contested[storedAt] = []string{stored}
+			contested[storedAt] = []driver.Contested{{IDs: []string{stored}, Stored: 1}}
 			return result{contested: contested}
 		case stepLookup:
 			if len(st.lookups) != 1 || st.lookups[0].server != s.ServerOf(storedAt) || !slices.Equal(st.lookups[0].ids, []string{stored}) {

@@ -44,12 +44,28 @@ func toDedupKeys(ins []dedup.Insert) []driver.DedupKey {
 	return out
 }
 
-// entryRows are the ledger_entries rows of counted events.
-func toEntries(period event.Windows, recs []*record) []driver.Entry {
-	out := make([]driver.Entry, len(recs))
-	for i, r := range recs {
-		out[i] = driver.Entry{Partition: r.partition, Offset: r.offset, EventID: r.ev.EventID, Account: r.ev.AccountID, Currency: r.ev.Currency,
-			Amount: r.ev.AmountMinor, OccurredAt: r.ev.OccurredAt, WindowStart: period.Start(r.ev.OccurredAt), Late: r.late}
+// entryOf is a ledger entry to write: a counted record, of its kind (a
+// version's retraction or addition, or the event itself).
+type entryOf struct {
+	r    *record
+	kind driver.EntryKind
+}
+
+// toEntries are the ledger_entries rows of counted events and of
+// versions' changes: a retraction at the position of the version that
+// made it, with the counted version's account, currency, window and
+// revision, and its amount negated (countVersions refuses one whose
+// amount has no negation).
+func toEntries(period event.Windows, es []entryOf) []driver.Entry {
+	out := make([]driver.Entry, len(es))
+	for i, e := range es {
+		r := e.r
+		amount := r.ev.AmountMinor
+		if r.retract {
+			amount = -amount
+		}
+		out[i] = driver.Entry{Partition: r.partition, Offset: r.offset, Kind: e.kind, EventID: r.ev.EventID, Account: r.ev.AccountID, Currency: r.ev.Currency,
+			Amount: amount, OccurredAt: r.ev.OccurredAt, WindowStart: period.Start(r.ev.OccurredAt), Late: r.late, Revision: r.ev.Revision}
 	}
 	return out
 }

@@ -286,13 +286,6 @@ func (p *Pipeline) processLocked(fetches kgo.Fetches) {
 		} else {
 			ev, err = p.dec.Decode(r.Value)
 		}
-		if err == nil && p.cfg.LedgerEntries && (ev.Revision != 0 || ev.Cancelled) {
-			// A version's retraction writes no ledger entries yet: applied,
-			// it would leave the entries short of the balance. Refused
-			// loudly instead, and reinjectable once entries record versions.
-			err = &event.DecodeError{Reason: event.ReasonInvalidField, Field: "revision", EventID: ev.EventID,
-				Detail: "a revised or cancelled event is not applied with LEDGER_ENTRIES=true yet (docs/corrections.md)"}
-		}
 		if err != nil {
 			reason, eventID := "invalid_record", ""
 			var de *event.DecodeError

@@ -99,8 +99,8 @@ func classifyVersions(records []record, dead []deadletters.Letter, cp claimPlan,
 		arrivals[i] = dedup.Arrival{ID: records[i].ev.EventID, Fingerprint: cp.keys[i].Fingerprint, Version: versionOf(&records[i].ev)}
 	}
 	verdicts, changes, takeBack := dedup.ClassifyVersions(now, ttl, horizon, arrivals, storedRows(cp.known, cp.knownV), storedRows(cp.earlier, cp.earlierV))
-	o := outcomes{verdicts: verdicts, takeBack: takeBack, dead: append([]deadletters.Letter(nil), dead...), overflowed: map[string]bool{}}
-	last := map[string]*record{} // the record that set each change's version
+	o := outcomes{verdicts: verdicts, takeBack: takeBack, dead: append([]deadletters.Letter(nil), dead...), overflowed: map[string]bool{},
+		items: make([]versionItem, 0, len(changes))}
 	for i, v := range verdicts {
 		r := &records[i]
 		switch v {
@@ -115,15 +115,13 @@ func classifyVersions(records []record, dead []deadletters.Letter, cp claimPlan,
 		case dedup.PastHorizon:
 			o.dead = append(o.dead, deadletters.New(r.partition, r.offset, r.key, r.value, prefix, string(event.ReasonVersionPastHorizon),
 				fmt.Sprintf("event_id %q revision %d arrived past the version horizon (%s after the event's first version), or its key keeps no version to retract", r.ev.EventID, r.ev.Revision, horizon), r.ev.EventID))
-		case dedup.New, dedup.Amend:
-			last[r.ev.EventID] = r
 		}
 	}
 	for _, c := range changes {
-		r := last[c.ID]
+		r := &records[c.Arrival] // the record that set the change's version
 		it := versionItem{change: c, rec: r}
 		if c.Old != nil {
-			it.retract = &record{ev: event.Event{EventID: c.ID, AccountID: c.Old.Account, Currency: c.Old.Currency, AmountMinor: c.Old.Amount, OccurredAt: c.Old.OccurredAt},
+			it.retract = &record{ev: event.Event{EventID: c.ID, Revision: c.Old.Revision, AccountID: c.Old.Account, Currency: c.Old.Currency, AmountMinor: c.Old.Amount, OccurredAt: c.Old.OccurredAt},
 				partition: r.partition, offset: r.offset, retract: true, late: !closed.IsZero() && w.Start(c.Old.OccurredAt).Before(closed)}
 		}
 		if !c.New.Cancelled {
@@ -155,22 +153,33 @@ func (o *outcomes) applied() []*record {
 // countVersions applies the items after the new events: each its
 // retraction and its addition, both or neither; an item that would
 // overflow a sum is refused, an amount_overflow dead letter of the record
-// that made it. A new event's item (nothing to retract) keeps its ledger
-// entry when entries are kept.
+// that made it. When entries are kept, an item writes the entries that
+// explain it, so that they still sum to the balances and windows: a new
+// event's (nothing to retract) is the event's entry, an amendment's a
+// retraction and an addition, a tombstone's a retraction. A retraction of
+// the one amount whose negation has no 64-bit value (math.MinInt64) has
+// no entry, and is refused as an overflow too.
 func (o *outcomes) countVersions(agg *aggregate, prefix int, entries bool) {
 	for i := range o.items {
 		it := &o.items[i]
 		if it.retract == nil && it.add == nil {
 			continue // a tombstone of an event that counts nothing
 		}
-		if agg.apply(it.retract, it.add) {
+		if !(entries && it.retract != nil && it.retract.ev.AmountMinor == math.MinInt64) && agg.apply(it.retract, it.add) {
 			if it.add != nil {
 				o.counted++
 				if it.add.late {
 					o.late++
 				}
-				if entries && it.retract == nil {
-					o.entries = append(o.entries, it.add)
+			}
+			if entries {
+				switch {
+				case it.retract == nil:
+					o.entries = append(o.entries, entryOf{it.add, driver.EntryEvent})
+				case it.add == nil:
+					o.entries = append(o.entries, entryOf{it.retract, driver.EntryRetraction})
+				default:
+					o.entries = append(o.entries, entryOf{it.retract, driver.EntryRetraction}, entryOf{it.add, driver.EntryAddition})
 				}
 			}
 			continue
@@ -207,13 +216,21 @@ func planVersionKeys(items []versionItem, works []work, r router) {
 	}
 }
 
-// rememberVersions adds to the keys the cache learns those of the items
-// that are originals, new and kept: a cache hit proves only an original's
-// repeat.
+// rememberVersions adds to the keys the cache learns those of the kept
+// items: an original, new, as any new key (a cache hit proves only an
+// original's repeat); a version as Versioned, which proves no repeat but
+// that the key is stored (and replaces what the cache held of the event),
+// so that a later arrival of the event, an original that came late
+// among them, is looked up first as a version's.
 func rememberVersions(out []dedup.Insert, items []versionItem) []dedup.Insert {
 	for _, it := range items {
-		if c := it.change; !it.refused && c.Old == nil && c.Write != dedup.WriteUpdate && c.New.Revision == 0 && !c.New.Cancelled {
+		c := it.change
+		switch {
+		case it.refused:
+		case c.Old == nil && c.Write != dedup.WriteUpdate && c.New.Revision == 0 && !c.New.Cancelled:
 			out = append(out, dedup.Insert{ID: c.ID, Fingerprint: c.Fingerprint, ExpiresAt: c.ExpiresAt})
+		default:
+			out = append(out, dedup.Insert{ID: c.ID, Fingerprint: c.Fingerprint, ExpiresAt: c.ExpiresAt, Versioned: true})
 		}
 	}
 	return out

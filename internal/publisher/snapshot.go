@@ -69,6 +69,9 @@ type RowKey struct {
 	Topic     string    `json:"kafka_topic,omitempty"`
 	Partition int32     `json:"kafka_partition,omitempty"`
 	Offset    int64     `json:"kafka_offset,omitempty"`
+	// Entry: a ledger entry's kind (absent in a position stored before
+	// entries had kinds, when every entry's was 0).
+	Entry driver.EntryKind `json:"entry,omitempty"`
 }
 
 // snapshotStart is where a snapshot starts.
@@ -389,14 +392,14 @@ func scanChunk(ctx context.Context, s Tables, sp SnapshotPos, limit int) ([]scan
 	case changelog.LedgerEntries:
 		var after *driver.EntryKey
 		if sp.After != nil {
-			after = &driver.EntryKey{Topic: sp.After.Topic, Partition: sp.After.Partition, Offset: sp.After.Offset}
+			after = &driver.EntryKey{Topic: sp.After.Topic, Partition: sp.After.Partition, Offset: sp.After.Offset, Kind: sp.After.Entry}
 		}
 		rows, e := s.ScanEntries(ctx, after, limit)
 		for _, r := range rows {
 			if err = add(sp.Table, changelog.EntryRow(nil, r), r.Checkpoint); err != nil {
 				break
 			}
-			last = &RowKey{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}
+			last = &RowKey{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Entry: r.Kind}
 		}
 		err = firstErr(e, err)
 	default:

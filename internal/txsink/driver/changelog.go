@@ -55,6 +55,7 @@ type EntryKey struct {
 	Topic     string
 	Partition int32
 	Offset    int64
+	Kind      EntryKind
 }
 
 // outboxRowText bounds the text of a one-row INSERT into changelog_outbox

@@ -50,12 +50,12 @@ type StoreTx interface {
 	// ClaimKeys inserts into generation g's table the dedup keys that are
 	// not stored there and leaves every stored one as it was (fingerprint
 	// and expiry included), in id order, as statements of many keys each.
-	// It returns the ids of every statement that met a stored key
-	// (contested: to be looked up); every other id was inserted by this
-	// call. A key another open branch inserted makes it wait for that
-	// branch: committed, the key counts as stored; rolled back, it is
-	// inserted here.
-	ClaimKeys(ctx context.Context, g Generation, keys []DedupKey) (contested []string, err error)
+	// It returns every statement that met a stored key (contested: its
+	// ids, to be looked up, and how many of them were stored); every other
+	// id was inserted by this call. A key another open branch inserted
+	// makes it wait for that branch: committed, the key counts as stored;
+	// rolled back, it is inserted here.
+	ClaimKeys(ctx context.Context, g Generation, keys []DedupKey) (contested []Contested, err error)
 	// LockKeys reads the stored keys of ids in generation g's table under
 	// shared row locks, in id order (ids without a row are left out, and
 	// not locked). A key another open branch inserted there makes it wait
@@ -114,7 +114,7 @@ type StoreTx interface {
 	// written records checkpoint, the last checkpoint that changed it.
 	WriteAdjustments(ctx context.Context, rows []WindowSum, checkpoint string, now time.Time) error
 	// WriteEntries inserts one ledger_entries row per entry, keyed by its
-	// Kafka position in topic; an entry already stored at that position is
+	// Kafka position in topic and its Kind; an entry already stored at that position is
 	// kept as it is, and its key is returned in kept (in no particular
 	// order): the checkpoint created no row there, so its changelog must
 	// not say it did.
@@ -198,6 +198,14 @@ type DedupKey struct {
 	Version string
 }
 
+// Contested is a claim statement that met stored keys: its ids, and how
+// many of them were stored (its rows it did not insert). A lookup that
+// finds that many stored rows among some of its ids has found them all.
+type Contested struct {
+	IDs    []string
+	Stored int
+}
+
 // BalanceKey is the primary key of account_balances.
 type BalanceKey struct {
 	Account, Currency string
@@ -228,15 +236,39 @@ type WindowSum struct {
 	Absolute, New bool
 }
 
-// Entry is a ledger_entries row: one counted event, at its Kafka position.
+// Entry is a ledger_entries row: one counted event, at its Kafka position,
+// or one half of a version's change there (Kind).
 type Entry struct {
 	Partition               int32
 	Offset                  int64
+	Kind                    EntryKind
 	EventID, Account        string
 	Currency                string
-	Amount                  int64
+	Amount                  int64 // negated in a retraction
 	OccurredAt, WindowStart time.Time
-	Late                    bool // counted in window_adjustments
+	Late                    bool  // counted in window_adjustments
+	Revision                int64 // the revision counted or taken back
+}
+
+// EntryKind numbers the entries of one Kafka position (the entry column):
+// a version that amends a counted event writes the retraction of the
+// counted version and the addition of the new one at its position
+// (docs/corrections.md).
+type EntryKind int8
+
+const (
+	EntryEvent      EntryKind = 0 // the event counted (every entry of an original)
+	EntryRetraction EntryKind = 1 // the counted version taken back: its account, currency, window; its amount negated
+	EntryAddition   EntryKind = 2 // the new version counted in its place
+)
+
+// Sign is what the entry adds to its window's event count: -1 for a
+// retraction, 1 otherwise.
+func (k EntryKind) Sign() int64 {
+	if k == EntryRetraction {
+		return -1
+	}
+	return 1
 }
 
 // DeadLetter is a dead_letters row: a record that was not counted, at its

@@ -233,7 +233,7 @@ func testScans(t *testing.T, ctx context.Context, f Fixture) {
 		gotE := pages(t, page, func(after *driver.EntryRow) ([]driver.EntryRow, error) {
 			var k *driver.EntryKey
 			if after != nil {
-				k = &driver.EntryKey{Topic: after.Topic, Partition: after.Partition, Offset: after.Offset}
+				k = &driver.EntryKey{Topic: after.Topic, Partition: after.Partition, Offset: after.Offset, Kind: after.Kind}
 			}
 			return f.Store.ScanEntries(ctx, k, page)
 		})

@@ -31,6 +31,7 @@ var storeTests = []struct {
 	{"Store/SumsAddSetAndOverflow", testSums},
 	{"Store/AdjustmentsNameTheirCheckpoint", testAdjustments},
 	{"Store/EntriesAndDeadLettersKeepTheStoredRow", testKeepStored},
+	{"Store/EntriesOfOnePositionByKind", testEntryKinds},
 	{"Store/WindowStartsOfTheCommittedRows", testWindowStarts},
 	{"Store/ServerCounters", testStats},
 	{"Store/IdentifiersOfAnyBytesRoundTrip", testCharsets},
@@ -47,6 +48,15 @@ var storeTests = []struct {
 	{"Store/EmptyingWaitsBoundedForAPreparedBranch", testEmptyPrepared},
 	{"Store/LockingReadsAndUnclaimsLockTheirIdsOnly", testPointLocks},
 	{"Store/EmptyingTheFirstTableWaitsForTheJournal", testEmptyJournal},
+}
+
+// contestedIDs are the ids of a claim's contested statements.
+func contestedIDs(cs []driver.Contested) []string {
+	var out []string
+	for _, c := range cs {
+		out = append(out, c.IDs...)
+	}
+	return out
 }
 
 // branch is one open branch on a connection of its own, for store tests.
@@ -172,13 +182,15 @@ func testClaimKeys(t *testing.T, ctx context.Context, f Fixture) {
 	again := keys("a", 2999, later.Add(time.Hour))
 	stored := first[1500]
 	again = append(again, driver.DedupKey{ID: stored.ID, Fingerprint: [16]byte{0xff}, ExpiresAt: later.Add(time.Hour)})
-	var contested []string
+	var statements []driver.Contested
 	commit(t, ctx, f, func(tx driver.StoreTx) (err error) {
-		contested, err = tx.ClaimKeys(ctx, 0, again)
+		statements, err = tx.ClaimKeys(ctx, 0, again)
 		return err
 	})
-	if !slices.Contains(contested, stored.ID) || len(contested) != 1000 {
-		t.Fatalf("%d contested ids (stored key among them: %v), want one statement's 1000", len(contested), slices.Contains(contested, stored.ID))
+	contested := contestedIDs(statements)
+	if !slices.Contains(contested, stored.ID) || len(contested) != 1000 || len(statements) != 1 || statements[0].Stored != 1 {
+		t.Fatalf("%d contested ids (stored key among them: %v) in %d statements (stored %v), want one statement's 1000, one of them stored",
+			len(contested), slices.Contains(contested, stored.ID), len(statements), statements)
 	}
 	found, err := f.Store.LookupKeys(ctx, 0, []string{stored.ID})
 	must(t, err)
@@ -203,7 +215,7 @@ func testClaimWaits(t *testing.T, ctx context.Context, f Fixture) {
 				t.Fatalf("first claim: %v, %v", s, err)
 			}
 			second := open(t, ctx, f.Server)
-			var contested []string
+			var contested []driver.Contested
 			done := async(func() (err error) {
 				contested, err = second.tx().ClaimKeys(ctx, 0, slices.Clone(k))
 				return err
@@ -211,7 +223,7 @@ func testClaimWaits(t *testing.T, ctx context.Context, f Fixture) {
 			blocked(t, done, f.LockWait/4, "a claim of a key another branch claimed")
 			must(t, first.end(commitFirst))
 			must(t, <-done)
-			if got := len(contested) == 1; got != commitFirst {
+			if got := len(contested) == 1 && contested[0].Stored == 1 && len(contested[0].IDs) == 1; got != commitFirst {
 				t.Fatalf("contested after the first's commit=%v: %v", commitFirst, contested)
 			}
 			must(t, second.end(true))
@@ -239,10 +251,11 @@ func testClaimRace(t *testing.T, ctx context.Context, f Fixture) {
 		}
 		b := open(t, ctx, f.Server)
 		errs[i] = async(func() error {
-			contested, err := b.tx().ClaimKeys(ctx, 0, mine)
+			statements, err := b.tx().ClaimKeys(ctx, 0, mine)
 			if err != nil {
 				return err
 			}
+			contested := contestedIDs(statements)
 			found, err := f.Store.LookupKeys(ctx, 0, contested)
 			if err != nil {
 				return err

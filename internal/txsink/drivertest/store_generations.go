@@ -25,7 +25,7 @@ import (
 func testGenerationTables(t *testing.T, ctx context.Context, f Fixture) {
 	later := clock().Add(time.Hour)
 	for g := range driver.Generation(driver.KeyTables + 1) {
-		var contested []string
+		var contested []driver.Contested
 		commit(t, ctx, f, func(tx driver.StoreTx) (err error) {
 			contested, err = tx.ClaimKeys(ctx, g, []driver.DedupKey{
 				{ID: fmt.Sprintf("own-%d", g), ExpiresAt: later}, {ID: "shared", Fingerprint: [16]byte{byte(g)}, ExpiresAt: later}})
@@ -135,7 +135,8 @@ func (c *claimer) insert(ctx context.Context, f Fixture, expires time.Time) ([]s
 	for i, id := range c.ids {
 		ks[i] = driver.DedupKey{ID: id, ExpiresAt: expires}
 	}
-	return c.b.tx().ClaimKeys(ctx, c.write, ks)
+	statements, err := c.b.tx().ClaimKeys(ctx, c.write, ks)
+	return contestedIDs(statements), err
 }
 
 func (c *claimer) readOthers(ctx context.Context, f Fixture, contested []string) error {

@@ -1,6 +1,7 @@
 package drivertest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -430,6 +431,63 @@ func testKeepStored(t *testing.T, ctx context.Context, f Fixture) {
 	}
 	if len(tb.DeadLetters) != 1 || tb.DeadLetters[0].Detail != "first" || tb.DeadLetters[0].Checkpoint != "c1" {
 		t.Fatalf("dead letters %+v, want the first one kept", tb.DeadLetters)
+	}
+}
+
+// Property (versions' entries): one Kafka position holds an entry of each
+// kind (a version's retraction and addition), each its own row with its
+// revision and its signed amount; a replay keeps every stored one and
+// names exactly those it kept, kind included; the scan pages through
+// them in key order, kind last.
+func testEntryKinds(t *testing.T, ctx context.Context, f Fixture) {
+	t0 := clock()
+	w := t0.Truncate(time.Hour)
+	event := driver.Entry{Partition: 2, Offset: 40, Kind: driver.EntryEvent, EventID: "e", Account: "a", Currency: "EUR", Amount: 10, OccurredAt: t0, WindowStart: w}
+	retraction := driver.Entry{Partition: 2, Offset: 41, Kind: driver.EntryRetraction, EventID: "e", Account: "a", Currency: "EUR", Amount: -10,
+		OccurredAt: t0, WindowStart: w, Late: true}
+	addition := driver.Entry{Partition: 2, Offset: 41, Kind: driver.EntryAddition, EventID: "e", Account: "a", Currency: "EUR", Amount: 25,
+		OccurredAt: t0.Add(time.Hour), WindowStart: w.Add(time.Hour), Revision: 3}
+	commit(t, ctx, f, func(tx driver.StoreTx) error {
+		kept, err := tx.WriteEntries(ctx, "topic", "c1", []driver.Entry{event, retraction}, t0)
+		if err == nil && len(kept) != 0 {
+			err = fmt.Errorf("the first write kept %v, want none", kept)
+		}
+		return err
+	})
+	// The replay meets the stored retraction and the event's entry, and
+	// writes the addition beside them at the retraction's position.
+	replay := []driver.Entry{event, retraction, addition}
+	replay[1].Amount = -99
+	commit(t, ctx, f, func(tx driver.StoreTx) error {
+		kept, err := tx.WriteEntries(ctx, "topic", "c2", replay, t0.Add(time.Minute))
+		slices.SortFunc(kept, func(a, b driver.EntryKey) int { return cmp.Compare(a.Offset, b.Offset) })
+		if want := []driver.EntryKey{{Topic: "topic", Partition: 2, Offset: 40, Kind: driver.EntryEvent}, {Topic: "topic", Partition: 2, Offset: 41, Kind: driver.EntryRetraction}}; err == nil && !slices.Equal(kept, want) {
+			err = fmt.Errorf("the replay kept %v, want %v", kept, want)
+		}
+		return err
+	})
+	tb := tables(t, ctx, f)
+	want := []driver.EntryRow{{Topic: "topic", Entry: event, Checkpoint: "c1", CreatedAt: t0}, {Topic: "topic", Entry: retraction, Checkpoint: "c1", CreatedAt: t0},
+		{Topic: "topic", Entry: addition, Checkpoint: "c2", CreatedAt: t0.Add(time.Minute)}}
+	if len(tb.Entries) != len(want) {
+		t.Fatalf("entries %+v, want %+v", tb.Entries, want)
+	}
+	for i, r := range tb.Entries {
+		if r.Entry != want[i].Entry || r.Topic != want[i].Topic || r.Checkpoint != want[i].Checkpoint || !r.CreatedAt.Equal(want[i].CreatedAt) {
+			t.Errorf("entry %d: %+v, want %+v", i, r, want[i])
+		}
+	}
+	for _, page := range []int{1, 2} {
+		got := pages(t, page, func(after *driver.EntryRow) ([]driver.EntryRow, error) {
+			var k *driver.EntryKey
+			if after != nil {
+				k = &driver.EntryKey{Topic: after.Topic, Partition: after.Partition, Offset: after.Offset, Kind: after.Kind}
+			}
+			return f.Store.ScanEntries(ctx, k, page)
+		})
+		if fmt.Sprint(got) != fmt.Sprint(tb.Entries) {
+			t.Errorf("scanned in pages of %d:\n got %v\nwant %v", page, got, tb.Entries)
+		}
 	}
 }
 

@@ -160,11 +160,11 @@ func compareBalanceKeys(a, b driver.BalanceKey) int {
 }
 
 func compareEntryKeys(a, b driver.EntryKey) int {
-	return cmp.Or(strings.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition), cmp.Compare(a.Offset, b.Offset))
+	return cmp.Or(strings.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition), cmp.Compare(a.Offset, b.Offset), cmp.Compare(a.Kind, b.Kind))
 }
 
 func entryKey(e driver.EntryRow) driver.EntryKey {
-	return driver.EntryKey{Topic: e.Topic, Partition: e.Partition, Offset: e.Offset}
+	return driver.EntryKey{Topic: e.Topic, Partition: e.Partition, Offset: e.Offset, Kind: e.Kind}
 }
 
 func (s *Server) ScanBalances(ctx context.Context, after *driver.BalanceKey, limit int) ([]driver.BalanceRow, error) {

@@ -205,9 +205,7 @@ func (c *Cluster) Tables() driver.Tables {
 	for _, r := range c.rows[tEntries] {
 		t.Entries = append(t.Entries, r.(driver.EntryRow))
 	}
-	slices.SortFunc(t.Entries, func(a, b driver.EntryRow) int {
-		return cmp.Or(strings.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition), cmp.Compare(a.Offset, b.Offset))
-	})
+	slices.SortFunc(t.Entries, func(a, b driver.EntryRow) int { return compareEntryKeys(entryKey(a), entryKey(b)) })
 	for _, r := range c.rows[tDeadLetters] {
 		t.DeadLetters = append(t.DeadLetters, r.(driver.DeadLetterRow))
 	}

@@ -19,6 +19,11 @@ func positionID(t table, topic string, partition int32, offset int64) rowID {
 	return rowID{t, key(topic, strconv.Itoa(int(partition)), intKey(offset))}
 }
 
+// entryID is the row of a ledger entry: its position and its kind.
+func entryID(topic string, partition int32, offset int64, kind driver.EntryKind) rowID {
+	return rowID{tEntries, key(topic, strconv.Itoa(int(partition)), intKey(offset), strconv.Itoa(int(kind)))}
+}
+
 func (t storeTx) WriteEntries(ctx context.Context, topic, checkpoint string, entries []driver.Entry, now time.Time) ([]driver.EntryKey, error) {
 	c, tx, err := t.begin()
 	if err != nil {
@@ -26,7 +31,7 @@ func (t storeTx) WriteEntries(ctx context.Context, topic, checkpoint string, ent
 	}
 	defer c.mu.Unlock()
 	var kept []driver.EntryKey
-	fixed := stmt.ArgBytes(topic) + stmt.ArgBytes(checkpoint) + 4*stmt.ArgBytes(now) + 4*stmt.ArgBytes(int64(0)) + stmt.ArgBytes(true) + 32
+	fixed := stmt.ArgBytes(topic) + stmt.ArgBytes(checkpoint) + 4*stmt.ArgBytes(now) + 6*stmt.ArgBytes(int64(0)) + stmt.ArgBytes(true) + 36
 	err = c.statementsLocked(len(entries), entryText, func(i int) int {
 		return fixed + stmt.ArgBytes(entries[i].EventID) + stmt.ArgBytes(entries[i].Account)
 	}, func(start, end int) error {
@@ -37,7 +42,7 @@ func (t storeTx) WriteEntries(ctx context.Context, topic, checkpoint string, ent
 				return err
 			}
 		}
-		id := func(i int) rowID { return positionID(tEntries, topic, part[i].Partition, part[i].Offset) }
+		id := func(i int) rowID { return entryID(topic, part[i].Partition, part[i].Offset, part[i].Kind) }
 		if err := c.insertNewLocked(ctx, tx, tEntries, len(part), id, func(i int) any {
 			e := part[i]
 			e.OccurredAt, e.WindowStart = datetime(e.OccurredAt), datetime(e.WindowStart)
@@ -49,7 +54,7 @@ func (t storeTx) WriteEntries(ctx context.Context, topic, checkpoint string, ent
 		// affected rows count them as 0, as mysqldriver reads them).
 		for i := range part {
 			if r, ok := c.getLocked(tx, id(i)); ok && r.(driver.EntryRow).Checkpoint != checkpoint {
-				kept = append(kept, driver.EntryKey{Topic: topic, Partition: part[i].Partition, Offset: part[i].Offset})
+				kept = append(kept, driver.EntryKey{Topic: topic, Partition: part[i].Partition, Offset: part[i].Offset, Kind: part[i].Kind})
 			}
 		}
 		return nil

@@ -32,7 +32,7 @@ const (
 	lockText    = 256 // the locking reads of seeding and sealing
 	resultBytes = 6*32 + 16
 	letterText  = 260 // INSERT INTO dead_letters (...) VALUES ... ON DUPLICATE KEY UPDATE id = id
-	entryText   = 220 // INSERT INTO ledger_entries (...) VALUES ... ON DUPLICATE KEY UPDATE ...
+	entryText   = 240 // INSERT INTO ledger_entries (...) VALUES ... ON DUPLICATE KEY UPDATE ...
 )
 
 // Store is the ledger's tables in the branch the connection holds.
@@ -75,14 +75,14 @@ func (t storeTx) SetLockWait(ctx context.Context, d time.Duration) error {
 	return nil
 }
 
-func (t storeTx) ClaimKeys(ctx context.Context, g driver.Generation, keys []driver.DedupKey) ([]string, error) {
+func (t storeTx) ClaimKeys(ctx context.Context, g driver.Generation, keys []driver.DedupKey) ([]driver.Contested, error) {
 	c, tx, err := t.begin()
 	if err != nil {
 		return nil, err
 	}
 	defer c.mu.Unlock()
 	keys = slices.SortedFunc(slices.Values(keys), func(a, b driver.DedupKey) int { return strings.Compare(a.ID, b.ID) })
-	var contested []string
+	var contested []driver.Contested
 	err = c.statementsLocked(len(keys), keysText, func(i int) int {
 		return stmt.RowBytes("(?,?,?,?)", keys[i].ID, keys[i].Fingerprint[:], keys[i].ExpiresAt, keys[i].Version)
 	}, func(start, end int) error {
@@ -112,9 +112,11 @@ func (t storeTx) ClaimKeys(ctx context.Context, g driver.Generation, keys []driv
 		}
 		// The affected rows of the statement: a stored key counts 0.
 		if len(insert) != len(part) {
+			s := driver.Contested{Stored: len(part) - len(insert)}
 			for _, k := range part {
-				contested = append(contested, k.ID)
+				s.IDs = append(s.IDs, k.ID)
 			}
+			contested = append(contested, s)
 		}
 		return nil
 	})

@@ -183,13 +183,13 @@ func splitPoints(q interface{ MaxStatementBytes() int }, fixed int, ids []string
 // ids of every chunk that inserted fewer rows than it holds
 // (driver.StoreTx.ClaimKeys). Keys are written in id order, as
 // replaceKeys does.
-func claimKeys(ctx context.Context, ex stmt.Execer, g driver.Generation, keys []driver.DedupKey) ([]string, error) {
+func claimKeys(ctx context.Context, ex stmt.Execer, g driver.Generation, keys []driver.DedupKey) ([]driver.Contested, error) {
 	slices.SortFunc(keys, func(a, b driver.DedupKey) int { return strings.Compare(a.ID, b.ID) })
 	// An existing row is "updated" to itself: 0 affected rows (no
 	// CLIENT_FOUND_ROWS); unlike INSERT IGNORE, no error is downgraded.
 	const onDup = ` ON DUPLICATE KEY UPDATE event_id = event_id`
 	table := keyTable(g)
-	var suspects []string
+	var suspects []driver.Contested
 	err := splitKeys(ex, table, keys, onDup, func(part []driver.DedupKey) error {
 		query, args := insertKeys(table, part, onDup)
 		exec := ex.Exec
@@ -205,9 +205,11 @@ func claimKeys(ctx context.Context, ex stmt.Execer, g driver.Generation, keys []
 			return fmt.Errorf("dedup claim: %w", err)
 		}
 		if n != int64(len(part)) {
-			for _, in := range part {
-				suspects = append(suspects, in.ID)
+			c := driver.Contested{IDs: make([]string, len(part)), Stored: len(part) - int(n)}
+			for i, in := range part {
+				c.IDs[i] = in.ID
 			}
+			suspects = append(suspects, c)
 		}
 		return nil
 	})

@@ -163,7 +163,7 @@ const (
 	tableAdjustments = "window_adjustments"
 )
 
-const entryHead = `INSERT INTO ledger_entries (kafka_topic, kafka_partition, kafka_offset, event_id, account_id, currency, amount_minor, occurred_at, window_start, late, checkpoint_id, created_at) VALUES `
+const entryHead = `INSERT INTO ledger_entries (kafka_topic, kafka_partition, kafka_offset, entry, event_id, account_id, currency, amount_minor, occurred_at, window_start, late, revision, checkpoint_id, created_at) VALUES `
 
 // A replay that meets an entry already stored (a group allowed to start
 // over the ledger's topic) keeps the stored row: its offset names the same
@@ -180,45 +180,46 @@ const entryTail = ` ON DUPLICATE KEY UPDATE kafka_offset = kafka_offset`
 // inserted one 1: only a write that affected fewer rows than it sent reads
 // which ones were kept, by primary key under the lock the insert took.
 func writeEntries(ctx context.Context, q branchQuerier, topic, checkpoint string, entries []driver.Entry, now time.Time) ([]driver.EntryKey, error) {
-	fixed := stmt.ArgBytes(topic) + stmt.ArgBytes(checkpoint) + 4*stmt.ArgBytes(now) + 4*stmt.ArgBytes(int64(0)) + stmt.ArgBytes(true) + 32
+	fixed := stmt.ArgBytes(topic) + stmt.ArgBytes(checkpoint) + 4*stmt.ArgBytes(now) + 6*stmt.ArgBytes(int64(0)) + stmt.ArgBytes(true) + 36
 	ex := &affected{Execer: q}
-	err := stmt.Insert(ctx, ex, len(entries), entryHead, "(?,?,?,?,?,?,?,?,?,?,?,?)", entryTail,
+	err := stmt.Insert(ctx, ex, len(entries), entryHead, "(?,?,?,?,?,?,?,?,?,?,?,?,?,?)", entryTail,
 		func(i int) int {
 			return fixed + stmt.ArgBytes(entries[i].EventID) + stmt.ArgBytes(entries[i].Account)
 		},
 		func(i int) []any {
 			e := &entries[i]
-			return []any{topic, e.Partition, e.Offset, e.EventID, e.Account, e.Currency, e.Amount,
-				e.OccurredAt.Truncate(time.Microsecond), e.WindowStart, e.Late, checkpoint, now}
+			return []any{topic, e.Partition, e.Offset, int8(e.Kind), e.EventID, e.Account, e.Currency, e.Amount,
+				e.OccurredAt.Truncate(time.Microsecond), e.WindowStart, e.Late, e.Revision, checkpoint, now}
 		})
 	if err != nil || ex.rows == int64(len(entries)) {
 		return nil, err
 	}
 	var kept []driver.EntryKey
 	keptFixed := len(keptHead) + stmt.ArgBytes(topic) + stmt.ArgBytes(checkpoint) + 8
-	err = stmt.Split(len(entries), keptFixed, q.MaxStatementBytes(), func(int) int { return len("(?,?),") + 2*stmt.ArgBytes(int64(0)) }, func(start, end int) error {
+	err = stmt.Split(len(entries), keptFixed, q.MaxStatementBytes(), func(int) int { return len("(?,?,?),") + 3*stmt.ArgBytes(int64(0)) }, func(start, end int) error {
 		part := entries[start:end]
-		args := make([]any, 0, 2+2*len(part))
+		args := make([]any, 0, 2+3*len(part))
 		args = append(args, topic, checkpoint)
 		for _, e := range part {
-			args = append(args, e.Partition, e.Offset)
+			args = append(args, e.Partition, e.Offset, int8(e.Kind))
 		}
 		var rows []struct {
 			Partition int32 `db:"kafka_partition"`
 			Offset    int64 `db:"kafka_offset"`
+			Kind      int8  `db:"entry"`
 		}
-		if err := q.Select(ctx, &rows, keptHead+strings.Repeat("(?,?),", len(part)-1)+`(?,?))`, args...); err != nil {
+		if err := q.Select(ctx, &rows, keptHead+strings.Repeat("(?,?,?),", len(part)-1)+`(?,?,?))`, args...); err != nil {
 			return err
 		}
 		for _, r := range rows {
-			kept = append(kept, driver.EntryKey{Topic: topic, Partition: r.Partition, Offset: r.Offset})
+			kept = append(kept, driver.EntryKey{Topic: topic, Partition: r.Partition, Offset: r.Offset, Kind: driver.EntryKind(r.Kind)})
 		}
 		return nil
 	})
 	return kept, err
 }
 
-const keptHead = `SELECT kafka_partition, kafka_offset FROM ledger_entries FORCE INDEX (PRIMARY) WHERE kafka_topic = ? AND checkpoint_id <> ? AND (kafka_partition, kafka_offset) IN (`
+const keptHead = `SELECT kafka_partition, kafka_offset, entry FROM ledger_entries FORCE INDEX (PRIMARY) WHERE kafka_topic = ? AND checkpoint_id <> ? AND (kafka_partition, kafka_offset, entry) IN (`
 
 // affected is an execer that adds up the rows its statements affected.
 type affected struct {

@@ -177,13 +177,14 @@ func (s *Server) ScanAdjustments(ctx context.Context, after *driver.WindowKey, l
 func (s *Server) ScanEntries(ctx context.Context, after *driver.EntryKey, limit int) ([]driver.EntryRow, error) {
 	where, args := "", []any{}
 	if after != nil {
-		where = `WHERE kafka_topic > ? OR (kafka_topic = ? AND (kafka_partition > ? OR (kafka_partition = ? AND kafka_offset > ?)))`
-		args = []any{after.Topic, after.Topic, after.Partition, after.Partition, after.Offset}
+		where = `WHERE kafka_topic > ? OR (kafka_topic = ? AND (kafka_partition > ? OR (kafka_partition = ? AND (kafka_offset > ? OR (kafka_offset = ? AND entry > ?)))))`
+		args = []any{after.Topic, after.Topic, after.Partition, after.Partition, after.Offset, after.Offset, int8(after.Kind)}
 	}
 	var rows []struct {
 		Topic      string    `db:"kafka_topic"`
 		Partition  int32     `db:"kafka_partition"`
 		Offset     int64     `db:"kafka_offset"`
+		Kind       int8      `db:"entry"`
 		EventID    []byte    `db:"event_id"`
 		Account    []byte    `db:"account_id"`
 		Currency   string    `db:"currency"`
@@ -191,17 +192,18 @@ func (s *Server) ScanEntries(ctx context.Context, after *driver.EntryKey, limit 
 		OccurredAt time.Time `db:"occurred_at"`
 		Start      time.Time `db:"window_start"`
 		Late       bool      `db:"late"`
+		Revision   int64     `db:"revision"`
 		Checkpoint []byte    `db:"checkpoint_id"`
 		CreatedAt  time.Time `db:"created_at"`
 	}
-	err := s.db.SelectContext(ctx, &rows, `SELECT kafka_topic, kafka_partition, kafka_offset, event_id, account_id, currency, amount_minor,
-		occurred_at, window_start, late, checkpoint_id, created_at FROM ledger_entries FORCE INDEX (PRIMARY) `+where+
-		` ORDER BY kafka_topic, kafka_partition, kafka_offset LIMIT ?`, append(args, limit)...)
+	err := s.db.SelectContext(ctx, &rows, `SELECT kafka_topic, kafka_partition, kafka_offset, entry, event_id, account_id, currency, amount_minor,
+		occurred_at, window_start, late, revision, checkpoint_id, created_at FROM ledger_entries FORCE INDEX (PRIMARY) `+where+
+		` ORDER BY kafka_topic, kafka_partition, kafka_offset, entry LIMIT ?`, append(args, limit)...)
 	out := make([]driver.EntryRow, len(rows))
 	for i, r := range rows {
 		out[i] = driver.EntryRow{Topic: r.Topic, Checkpoint: string(r.Checkpoint), CreatedAt: r.CreatedAt.UTC(), Entry: driver.Entry{
-			Partition: r.Partition, Offset: r.Offset, EventID: string(r.EventID), Account: string(r.Account), Currency: r.Currency,
-			Amount: r.Amount, OccurredAt: r.OccurredAt.UTC(), WindowStart: r.Start.UTC(), Late: r.Late}}
+			Partition: r.Partition, Offset: r.Offset, Kind: driver.EntryKind(r.Kind), EventID: string(r.EventID), Account: string(r.Account), Currency: r.Currency,
+			Amount: r.Amount, OccurredAt: r.OccurredAt.UTC(), WindowStart: r.Start.UTC(), Late: r.Late, Revision: r.Revision}}
 	}
 	return out, err
 }

@@ -56,7 +56,7 @@ func (c *Conn) MaxStatementBytes() int { return c.sv.MaxStatementBytes() }
 // tables runs the ledger's statements on a branch's connection.
 type tables struct{ c *Conn }
 
-func (t tables) ClaimKeys(ctx context.Context, g driver.Generation, keys []driver.DedupKey) ([]string, error) {
+func (t tables) ClaimKeys(ctx context.Context, g driver.Generation, keys []driver.DedupKey) ([]driver.Contested, error) {
 	return claimKeys(ctx, t.c, g, keys)
 }
 

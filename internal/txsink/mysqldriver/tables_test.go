@@ -102,6 +102,7 @@ func readEntries(ctx context.Context, db *sqlx.DB, t *driver.Tables) error {
 		Topic      string    `db:"kafka_topic"`
 		Partition  int32     `db:"kafka_partition"`
 		Offset     int64     `db:"kafka_offset"`
+		Kind       int8      `db:"entry"`
 		EventID    []byte    `db:"event_id"`
 		Account    []byte    `db:"account_id"`
 		Currency   string    `db:"currency"`
@@ -109,17 +110,18 @@ func readEntries(ctx context.Context, db *sqlx.DB, t *driver.Tables) error {
 		OccurredAt time.Time `db:"occurred_at"`
 		Window     time.Time `db:"window_start"`
 		Late       bool      `db:"late"`
+		Revision   int64     `db:"revision"`
 		Checkpoint []byte    `db:"checkpoint_id"`
 		Created    time.Time `db:"created_at"`
 	}
-	if err := db.SelectContext(ctx, &rows, `SELECT kafka_topic, kafka_partition, kafka_offset, event_id, account_id, currency, amount_minor,
-		occurred_at, window_start, late, checkpoint_id, created_at FROM ledger_entries ORDER BY kafka_topic, kafka_partition, kafka_offset`); err != nil {
+	if err := db.SelectContext(ctx, &rows, `SELECT kafka_topic, kafka_partition, kafka_offset, entry, event_id, account_id, currency, amount_minor,
+		occurred_at, window_start, late, revision, checkpoint_id, created_at FROM ledger_entries ORDER BY kafka_topic, kafka_partition, kafka_offset, entry`); err != nil {
 		return err
 	}
 	for _, r := range rows {
 		t.Entries = append(t.Entries, driver.EntryRow{Topic: r.Topic, Checkpoint: string(r.Checkpoint), CreatedAt: r.Created.UTC(),
-			Entry: driver.Entry{Partition: r.Partition, Offset: r.Offset, EventID: string(r.EventID), Account: string(r.Account), Currency: r.Currency,
-				Amount: r.Amount, OccurredAt: r.OccurredAt.UTC(), WindowStart: r.Window.UTC(), Late: r.Late}})
+			Entry: driver.Entry{Partition: r.Partition, Offset: r.Offset, Kind: driver.EntryKind(r.Kind), EventID: string(r.EventID), Account: string(r.Account), Currency: r.Currency,
+				Amount: r.Amount, OccurredAt: r.OccurredAt.UTC(), WindowStart: r.Window.UTC(), Late: r.Late, Revision: r.Revision}})
 	}
 	return nil
 }

@@ -75,6 +75,6 @@ final class Schemas {
                     List.of(s("kafka_topic"), i("kafka_partition"), i("kafka_offset"), s("event_id"),
                             s("account_id"), s("currency"), i("amount_minor"), t("occurred_at"),
                             t("window_start"), new Column("late", Kind.BOOLEAN), s("checkpoint_id"),
-                            t("created_at")),
-                    List.of("kafka_topic", "kafka_partition", "kafka_offset"), false));
+                            t("created_at"), i("entry"), i("revision")),
+                    List.of("kafka_topic", "kafka_partition", "kafka_offset", "entry"), false));
 }
