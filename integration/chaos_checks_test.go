@@ -453,11 +453,17 @@ func watchMoves(ctx context.Context, db *sqlx.DB) (found []string, polls int) {
 type auditSummary struct {
 	OffsetRows, Moves, Claims int
 	Seals                     int // billing_windows rows sealed (windows that close)
+	Fences                    int // partition rows fenced by billing shards add
 	Commits, Aborts, Pruned   int
 	Violations                []string
 	ViolationCount            int
 	MonitorPolls              int
 }
+
+// moverWriter is the instance id the audit gives the writer tags of
+// billing shards add, whose fences (an epoch raised, nothing else) are
+// not claims.
+const moverWriter = "billing shards add"
 
 // checkAudit checks the committed history of partition_offsets and
 // checkpoint_decisions against the protocol's invariants:
@@ -467,7 +473,8 @@ type auditSummary struct {
 //	    epoch, and never together with an ownership change (fencing: a
 //	    zombie's decision cannot move anyone's offsets);
 //	A3  ownership only changes with the epoch raised by exactly one, and
-//	    epochs never decrease;
+//	    epochs never decrease (billing shards add raises them alone: a
+//	    fence, its owner and offset unchanged);
 //	A4  a row is created at StartOffset and epoch 1 by its owner;
 //	A5  a gtrid is decided once (no second insert), a commit only by the
 //	    instance that ran the checkpoint;
@@ -548,6 +555,10 @@ func checkAudit(ctx context.Context, db *sqlx.DB, writers map[string]string, mov
 			bad("A3 audit #%d at %s: partition %d epoch went back from %d to %d (by %s)", o.Seq, o.At, o.Partition, oldEpoch, o.NewEpoch, wr)
 		}
 		switch {
+		case id == moverWriter && o.NewEpoch == oldEpoch+1 && o.NewOwner == oldOwner && o.NewNext == oldNext:
+			// billing shards add fences every partition (its epoch
+			// raised, its owner and offset as they were).
+			s.Fences++
 		case o.NewEpoch != oldEpoch || o.NewOwner != oldOwner: // a claim
 			s.Claims++
 			if o.NewEpoch != oldEpoch+1 {

@@ -4,10 +4,14 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/billing/ledger/internal/shards"
+	"github.com/billing/ledger/internal/testenv"
 )
 
 // faultKind names one kind of fault the chaos driver injects.
@@ -45,10 +49,26 @@ const (
 	// MiB and more, padded invalid and valid records; see
 	// chaos_hostile_test.go).
 	faultHostile faultKind = "hostile"
+	// A server added to the ledger (billing shards add, a new database
+	// of the MariaDB server): the command killed at one of its steps by a
+	// failpoint and run again to its end; every instance is fenced by it
+	// (an expected exit 4) and restarted with the new server list, waiting
+	// at its start until the move is done. Only with CHAOS_KINDS naming
+	// it; injected once per time it is named.
+	faultAddServer faultKind = "add-server"
 )
 
 var allFaultKinds = []faultKind{faultKill, faultTerm, faultZombie, faultStepKill,
-	faultRestartMariaDB, faultCrashMariaDB, faultRestartKafka, faultCrashKafka, faultHostile}
+	faultRestartMariaDB, faultCrashMariaDB, faultRestartKafka, faultCrashKafka, faultHostile, faultAddServer}
+
+// defaultFaultKinds are the kinds a run injects unless CHAOS_KINDS says
+// otherwise: all but add-server, which changes the ledger's layout for the
+// rest of the run.
+var defaultFaultKinds = slices.DeleteFunc(slices.Clone(allFaultKinds), func(k faultKind) bool { return k == faultAddServer })
+
+// addServerSteps are the failpoints of billing shards add a fault kills it
+// at, in its order.
+var addServerSteps = []string{shards.FailAfterFence, shards.FailAfterSettle, shards.FailBeforeCopy, shards.FailAfterBatch, shards.FailBeforeDone, shards.FailAfterDone}
 
 func (k faultKind) instanceFault() bool {
 	return k == faultKill || k == faultTerm || k == faultZombie || k == faultStepKill
@@ -100,7 +120,12 @@ func (f plannedFault) String() string {
 func planFaults(seed uint64, p chaosProfile, allowed []faultKind, instances int) []plannedFault {
 	rng := rand.New(rand.NewPCG(seed, 0x6368616f73)) // "chaos"
 	var kinds []faultKind
-	for _, group := range p.Required {
+	required := p.Required
+	if slices.Contains(allowed, faultAddServer) {
+		// First: a profile's required groups may fill every fault.
+		required = append([][]faultKind{{faultAddServer}}, required...)
+	}
+	for _, group := range required {
 		var in []faultKind
 		for _, k := range group {
 			if slices.Contains(allowed, k) {
@@ -272,6 +297,8 @@ func (d *faultDriver) inject(ctx context.Context, f plannedFault, res *faultResu
 		return d.services(ctx, res, []string{"restart", "kafka"})
 	case faultCrashKafka:
 		return d.services(ctx, res, []string{"kill", "kafka"}, f.Hold, []string{"start", "kafka"})
+	case faultAddServer:
+		return d.addServer(ctx, f, res)
 	case faultHostile:
 		d.r.endsMu.Lock()
 		defer d.r.endsMu.Unlock()
@@ -416,5 +443,57 @@ func (d *faultDriver) services(ctx context.Context, res *faultResult, steps ...a
 		}
 	}
 	res.Note = strings.Join(notes, ", ")
+	return nil
+}
+
+// addServer adds a server to the ledger: a new database, billing shards
+// add killed at one of its steps (f.Nth picks it), then run to its end;
+// every instance, fenced by it, exits (expected) and comes back with the
+// new server list.
+func (d *faultDriver) addServer(ctx context.Context, f plannedFault, res *faultResult) error {
+	r := d.r
+	dsn := testenv.NewDatabaseOn(r.t, r.admin, testenv.RandomName("t_"))
+	step := addServerSteps[f.Nth%len(addServerSteps)]
+	// The command runs with the ledger's servers as they were (the new
+	// one is its --dsn), both times.
+	n := len(r.shardDSNs()) + 1
+	envs := [][]string{r.moverEnv(fmt.Sprintf("add%d.1", n)), r.moverEnv(fmt.Sprintf("add%d.2", n))}
+	incs := make([]*incarnation, len(r.instances))
+	for i, in := range r.instances {
+		incs[i] = in.expectEnd("fenced by billing shards add")
+	}
+	// Instances restarted from now on start with the new list, and wait
+	// for the move.
+	r.addShard(dsn)
+	var notes []string
+	for run, fps := range []string{step + "=kill", ""} {
+		tag := fmt.Sprintf("add%d.%d", n, run+1)
+		env := append(envs[run], "BILLING_FAILPOINTS="+fps)
+		p, err := startProc("billing shards add", filepath.Join(r.logDir, tag+".log"), r.billingBin, env, "shards", "add", "--dsn", dsn)
+		if err != nil {
+			return err
+		}
+		werr, ok := p.waitFor(ctx, r.prof.Settle)
+		if !ok {
+			p.signal(syscall.SIGKILL)
+			return fmt.Errorf("billing shards add (%s) did not end within %s", tag, r.prof.Settle)
+		}
+		switch {
+		case fps == "" && werr != nil:
+			return fmt.Errorf("billing shards add, run again: %s\n%s", p.exitText(), strings.Join(tail(p.logPath, 20), "\n"))
+		case fps != "" && !strings.Contains(p.exitText(), "killed") && werr != nil:
+			return fmt.Errorf("billing shards add armed with %s: %s\n%s", fps, p.exitText(), strings.Join(tail(p.logPath, 20), "\n"))
+		}
+		notes = append(notes, fmt.Sprintf("%s: %s", map[bool]string{true: "armed with " + fps, false: "run again"}[fps != ""], p.exitText()))
+	}
+	for i, in := range r.instances {
+		if incs[i] == nil {
+			continue
+		}
+		if _, err := in.awaitNext(ctx, incs[i]); err != nil {
+			return err
+		}
+	}
+	res.Note = fmt.Sprintf("server %d added (%s)", n, strings.Join(notes, "; "))
 	return nil
 }

@@ -297,6 +297,20 @@ func (in *instance) end(reason string, sig syscall.Signal, delay time.Duration, 
 	return inc
 }
 
+// expectEnd records that the current incarnation is to end by itself, for
+// reason (it is not signalled): its exit is counted as expected and it is
+// restarted at once. It returns that incarnation, or nil if none runs.
+func (in *instance) expectEnd(reason string) *incarnation {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	inc := in.cur
+	if inc == nil || inc.exited() {
+		return nil
+	}
+	in.expect, in.delay = reason, 0
+	return inc
+}
+
 // awaitNext waits until an incarnation after inc runs; it returns it.
 func (in *instance) awaitNext(ctx context.Context, inc *incarnation) (*incarnation, error) {
 	for {

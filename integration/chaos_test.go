@@ -42,6 +42,8 @@ import (
 //	                            the events get versions (docs/corrections.md)
 //	CHAOS_FAULTS                number of faults
 //	CHAOS_KINDS                 comma-separated fault kinds to draw from
+//	                            (default: all but add-server; naming
+//	                            add-server adds one server to the ledger)
 //	CHAOS_LOG_DIR               where the processes' logs go (default: a
 //	                            temporary folder, removed after a pass
 //	                            unless CHAOS_KEEP_LOGS is set)
@@ -169,6 +171,18 @@ type chaosRun struct {
 	sessionTimeout time.Duration
 	began          time.Time
 
+	// For the add-server fault: the admin DSN new databases are made
+	// with, the service's binary, its environment for a writer tag, the
+	// log folder; the servers added so far (MYSQL_SHARD_DSNS of every
+	// incarnation started since) and the writer tags of the moves.
+	admin      string
+	billingBin string
+	logDir     string
+	moverEnv   func(tag string) []string
+	shardsMu   sync.Mutex
+	shards     []string
+	moverTags  []string
+
 	// endsMu orders taking the end offsets with hostile bursts, which
 	// produce beside the generator and may come after it finished: a
 	// burst either lands before the ends are first taken, or takes them
@@ -178,6 +192,28 @@ type chaosRun struct {
 	targets   map[int32]int64 // set once the generator finished
 	lso       map[int32]int64
 	anomalies []string
+}
+
+// addShard makes dsn the last server of the list every incarnation
+// started from now on runs with.
+func (r *chaosRun) addShard(dsn string) {
+	r.shardsMu.Lock()
+	defer r.shardsMu.Unlock()
+	r.shards = append(r.shards, dsn)
+}
+
+// shardDSNs are the servers added so far.
+func (r *chaosRun) shardDSNs() []string {
+	r.shardsMu.Lock()
+	defer r.shardsMu.Unlock()
+	return slices.Clone(r.shards)
+}
+
+// moverTag records the writer tag of a run of billing shards add.
+func (r *chaosRun) moverTag(tag string) {
+	r.shardsMu.Lock()
+	defer r.shardsMu.Unlock()
+	r.moverTags = append(r.moverTags, tag)
 }
 
 // takeEnds records the positions consumption must reach: the offset after
@@ -293,7 +329,7 @@ func TestChaos(t *testing.T) {
 		}
 		prof.Rate = rate
 	}
-	allowed := allFaultKinds
+	allowed := defaultFaultKinds
 	if v := os.Getenv("CHAOS_KINDS"); v != "" {
 		allowed = nil
 		for _, k := range strings.Split(v, ",") {
@@ -369,7 +405,7 @@ func TestChaos(t *testing.T) {
 	t.Cleanup(func() { db.Close() })
 
 	r := &chaosRun{t: t, prof: prof, svc: svc, brokers: brokers, topic: topic, group: "g-" + topic, dsn: dsn, db: db,
-		sessionTimeout: 6 * time.Second, began: time.Now()}
+		sessionTimeout: 6 * time.Second, began: time.Now(), admin: admin, billingBin: billingBin, logDir: logDir}
 	base := (&testEnv{brokers: brokers, topic: topic, dsn: dsn}).serviceEnv(map[string]string{
 		"MYSQL_BRANCHES":          "2",
 		"MYSQL_LOCK_WAIT_TIMEOUT": "1s",
@@ -411,7 +447,14 @@ func TestChaos(t *testing.T) {
 			}
 			env = append(env, k+"="+v)
 		}
+		if added := r.shardDSNs(); len(added) > 0 {
+			env = append(env, "MYSQL_SHARD_DSNS="+strings.Join(added, ","))
+		}
 		return env
+	}
+	r.moverEnv = func(tag string) []string {
+		r.moverTag(tag)
+		return envFor(tag)
 	}
 
 	// Failure diagnostics: the last lines of every instance, the
@@ -568,6 +611,9 @@ func TestChaos(t *testing.T) {
 		if genPeriod.closing() {
 			wait = []string{"-wait", "90s", "-interval", "1s"}
 		}
+		if added := r.shardDSNs(); len(added) > 0 {
+			wait = append(wait, "-shard-dsns", strings.Join(added, ","))
+		}
 		verdict, err = runVerify(ctx, verifyBin, logDir, dsn, expectedPath, topic, wait...)
 		r.logf("billing-verify: %s", verdict)
 		if err != nil {
@@ -578,7 +624,7 @@ func TestChaos(t *testing.T) {
 	if clPrefix != "" && !t.Failed() {
 		err := published(ctx, dsn, 3*time.Minute)
 		if err == nil {
-			clVerdict, _, err = changelogMatches(ctx, brokers, dsn, clPrefix)
+			clVerdict, _, err = changelogMatches(ctx, brokers, dsn, clPrefix, r.shardDSNs()...)
 		}
 		if err != nil {
 			clVerdict = "FAILED: " + err.Error()
@@ -590,6 +636,11 @@ func TestChaos(t *testing.T) {
 	for _, in := range r.instances {
 		maps.Copy(writers, in.writers())
 	}
+	r.shardsMu.Lock()
+	for _, tag := range r.moverTags {
+		writers[tag] = moverWriter
+	}
+	r.shardsMu.Unlock()
 	stopMonitor()
 	mon := <-monitored
 	audit, aerr := checkAudit(ctx, db, writers, mon.found, genPeriod.closing())

@@ -57,5 +57,10 @@ func AddServer(ctx context.Context, cfg config.Config, dsn string, log *slog.Log
 	for i, dsn := range all {
 		hosts[i] = shards.Host(dsn)
 	}
-	return shards.Add(ctx, d, hosts, shards.AddOptions{By: "billing shards add on " + hostname(), Recover: recover, Log: log, Failpoints: fps})
+	inDoubt := func(ctx context.Context) (int, error) {
+		bs, err := sink.InDoubtBranches(ctx)
+		return len(bs), err
+	}
+	return shards.Add(ctx, d, hosts, shards.AddOptions{By: "billing shards add on " + hostname(), Recover: recover, InDoubt: inDoubt,
+		Log: log, Failpoints: fps})
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/billing/ledger/internal/failpoint"
 	"github.com/billing/ledger/internal/placement"
+	"github.com/billing/ledger/internal/txsink/driver"
 	"github.com/billing/ledger/internal/txsink/mysqldriver"
 )
 
@@ -20,13 +21,20 @@ type AddOptions struct {
 	// By names who adds (recorded with the move).
 	By string
 	// Recover resolves the branches a checkpoint left in doubt (a
-	// txsink.Sink's recovery over the ledger's servers): the move waits
-	// until every decided checkpoint is applied, which a coordinator
-	// killed before it committed leaves to recovery. Nil: the move only
-	// waits.
+	// txsink.Sink's recovery over the ledger's servers), and InDoubt
+	// counts those left: the move waits until every decided checkpoint
+	// is applied and no branch is in doubt (a prepared branch of a
+	// checkpoint the fence keeps from deciding still holds the locks of
+	// rows to move, until recovery rolls it back), which a coordinator
+	// killed leaves to recovery. Nil: the move only waits for the commit
+	// log.
 	Recover func(ctx context.Context) error
+	InDoubt func(ctx context.Context) (int, error)
 	// Batch is how many rows of a table are read at once (1000 when 0).
 	Batch int
+	// Attempts bounds the starts of one table's move on transient errors
+	// (120 when 0, about two minutes).
+	Attempts int
 	// Log receives progress; slog.Default() when nil.
 	Log *slog.Logger
 	// Failpoints are armed by tests to stop the move at its steps (the
@@ -80,6 +88,9 @@ type AddReport struct {
 func Add(ctx context.Context, d *mysqldriver.Driver, hosts []string, opts AddOptions) (*AddReport, error) {
 	if opts.Batch <= 0 {
 		opts.Batch = 1000
+	}
+	if opts.Attempts <= 0 {
+		opts.Attempts = 120
 	}
 	if opts.Log == nil {
 		opts.Log = slog.Default()
@@ -140,7 +151,7 @@ func Add(ctx context.Context, d *mysqldriver.Driver, hosts []string, opts AddOpt
 	if err := step(FailAfterFence); err != nil {
 		return rep, err
 	}
-	if err := awaitApplied(ctx, d, opts.Recover, log); err != nil {
+	if err := awaitApplied(ctx, d, opts, log); err != nil {
 		return rep, err
 	}
 	if err := step(FailAfterSettle); err != nil {
@@ -158,17 +169,33 @@ func Add(ctx context.Context, d *mysqldriver.Driver, hosts []string, opts AddOpt
 	control := d.Server(0).DB()
 	for i := 0; i < n; i++ {
 		for _, t := range mysqldriver.MovedTables {
-			moved, err := mysqldriver.MoveRows(ctx, d.Server(i), d.Server(n), t.Table, t.Key, moving, opts.Batch, func() error {
-				return step(FailBeforeCopy)
-			}, func(k int64) error {
-				if err := mysqldriver.AddMoved(ctx, control, stored.Version, k); err != nil {
-					return err
+			var moved int64
+			// A transient error (a lost connection, a server restarted,
+			// a lock wait) costs the table's move a new start: it is
+			// idempotent.
+			for attempt := 1; ; attempt++ {
+				m, err := mysqldriver.MoveRows(ctx, d.Server(i), d.Server(n), t.Table, t.Key, moving, opts.Batch, func() error {
+					return step(FailBeforeCopy)
+				}, func(k int64) error {
+					if err := mysqldriver.AddMoved(ctx, control, stored.Version, k); err != nil {
+						return err
+					}
+					rep.RowsMoved += k
+					return step(FailAfterBatch)
+				})
+				moved += m
+				if err == nil {
+					break
 				}
-				rep.RowsMoved += k
-				return step(FailAfterBatch)
-			})
-			if err != nil {
-				return rep, fmt.Errorf("shards add: server %d: %w", i, err)
+				if mysqldriver.Code(err) != driver.Transient || attempt >= opts.Attempts || ctx.Err() != nil {
+					return rep, fmt.Errorf("shards add: server %d: %w", i, err)
+				}
+				log.Warn("moving rows failed; starting the table again", "from_server", i, "table", t.Table, "attempt", attempt, "err", err)
+				select {
+				case <-ctx.Done():
+					return rep, ctx.Err()
+				case <-time.After(time.Second):
+				}
 			}
 			if moved > 0 {
 				log.Info("moved rows to the new server", "from_server", i, "table", t.Table, "rows", moved)
@@ -275,24 +302,31 @@ func begin(ctx context.Context, d *mysqldriver.Driver, ledger string, stored Lay
 	return l, nil
 }
 
-// awaitApplied waits until every decided checkpoint is applied, recovering
-// those in doubt.
-func awaitApplied(ctx context.Context, d *mysqldriver.Driver, recover func(context.Context) error, log *slog.Logger) error {
+// awaitApplied waits until every decided checkpoint is applied and no
+// branch is in doubt, recovering those in doubt.
+func awaitApplied(ctx context.Context, d *mysqldriver.Driver, opts AddOptions, log *slog.Logger) error {
 	logged := time.Time{}
 	for {
 		pos, err := d.Control().CommitPosition(ctx)
-		if err != nil {
+		if err != nil && mysqldriver.Code(err) != driver.Transient {
 			return err
 		}
-		if pos.Visible >= pos.Decided {
+		inDoubt := 0
+		if err == nil && opts.InDoubt != nil {
+			if inDoubt, err = opts.InDoubt(ctx); err != nil && mysqldriver.Code(err) != driver.Transient {
+				return err
+			}
+		}
+		if err == nil && pos.Visible >= pos.Decided && inDoubt == 0 {
 			return nil
 		}
 		if time.Since(logged) >= 10*time.Second {
-			log.Info("waiting for the checkpoints decided before the fence to be applied", "visible", pos.Visible, "decided", pos.Decided)
+			log.Info("waiting for the checkpoints decided before the fence to be applied and the branches in doubt resolved",
+				"visible", pos.Visible, "decided", pos.Decided, "in_doubt", inDoubt, "err", err)
 			logged = time.Now()
 		}
-		if recover != nil {
-			if err := recover(ctx); err != nil {
+		if opts.Recover != nil {
+			if err := opts.Recover(ctx); err != nil {
 				log.Warn("recovery of checkpoints in doubt failed; trying again", "err", err)
 			}
 		}
