@@ -160,16 +160,19 @@ func parseObjectInto(data []byte, p, depth int, out map[string]any, names []stri
 		if err != nil {
 			return nil, 0, err
 		}
-		if _, dup := out[key]; dup {
+		// A repeated key does not make the map grow (one hash of the key,
+		// not a lookup and then a store).
+		n := len(out)
+		out[key] = v
+		if len(out) == n {
 			if depth == 0 {
 				return nil, 0, &DecodeError{
 					Reason: ReasonDuplicateKey,
 					Detail: fmt.Sprintf("duplicate key %s at offset %d", quote(kb), keyStart),
 				}
 			}
-			v = ambiguous{}
+			out[key] = ambiguous{}
 		}
-		out[key] = v
 		p = skipSpace(data, q)
 		switch {
 		case p < len(data) && data[p] == ',':

@@ -17,7 +17,7 @@ import (
 // that is integral only in its fraction, 1.0), goes to the validator,
 // which decides and names the cause: its dead letters are unchanged.
 type quickSchema struct {
-	required []string
+	required []string // those that are not properties
 	props    map[string]*quickProp
 	list     []*quickProp // props, in a slice (cheaper to go through)
 	closed   bool         // additionalProperties false
@@ -25,6 +25,7 @@ type quickSchema struct {
 
 type quickProp struct {
 	name           string
+	required       bool
 	types          []string // empty: any
 	minLen, maxLen int      // -1: none
 	pattern        *regexp.Regexp
@@ -104,6 +105,15 @@ func newQuickSchema(text string) *quickSchema {
 	if !sawType {
 		return nil
 	}
+	var others []string
+	for _, k := range q.required {
+		if p := q.props[k]; p != nil {
+			p.required = true
+		} else {
+			others = append(others, k)
+		}
+	}
+	q.required = others
 	return q
 }
 
@@ -209,7 +219,8 @@ func (q *quickSchema) valid(tree any) bool {
 		}
 	}
 	for _, p := range q.list {
-		if v, ok := obj[p.name]; ok && !p.valid(v) {
+		v, ok := obj[p.name]
+		if !ok && p.required || ok && !p.valid(v) {
 			return false
 		}
 	}
