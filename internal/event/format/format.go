@@ -81,11 +81,11 @@ type Decoder struct {
 }
 
 // keyedDecoder decodes the bytes after the wire-format header into the
-// tree restricted to the member names its schema was compiled for (the
-// Decoder's keys), at every level, with the errors of the whole tree's
-// decoding: a mapping whose paths only use those names reads the same
-// values from it as from the whole tree. It may build the tree's root in
-// into (empty; nil: none), saving a map per record.
+// tree, or only the part of it that the member names its schema was
+// compiled for (the Decoder's keys) reach at every level, with the errors
+// of the whole tree's decoding: a mapping whose paths only use those names
+// reads the same values from it as from the whole tree. It may build the
+// tree's root in into (empty; nil: none), saving a map per record.
 type keyedDecoder interface {
 	decodeKeyed(b []byte, into map[string]any) (any, error)
 }
