@@ -53,26 +53,29 @@ func compileAvro(limit int, keys map[string]bool) func(context.Context, *sr.Clie
 	}
 }
 
-// reader returns a reader of b, and gives it back for the next record.
-func (a *avroBody) reader(b []byte) (*avro.Reader, func()) {
+// reader returns a reader of b (done gives it back).
+func (a *avroBody) reader(b []byte) *avro.Reader {
 	r, _ := a.readers.Get().(*avro.Reader)
 	if r == nil {
 		r = avro.NewReader(nil, 0, avro.WithReaderConfig(a.api))
 	}
 	r.Reset(b)
-	return r, func() {
-		r.Reset(nil)
-		r.Error = nil
-		a.readers.Put(r)
-	}
+	return r
+}
+
+// done keeps r for the next record.
+func (a *avroBody) done(r *avro.Reader) {
+	r.Reset(nil)
+	r.Error = nil
+	a.readers.Put(r)
 }
 
 // decodeKeyed reads a record with the schema's plan, or decodes it whole.
 func (a *avroBody) decodeKeyed(b []byte, into map[string]any) (any, error) {
 	if a.plan != nil {
-		r, done := a.reader(b)
+		r := a.reader(b)
 		tree, ok := a.plan.tree(r, into)
-		done()
+		a.done(r)
 		if ok {
 			return tree, nil
 		}
@@ -84,8 +87,8 @@ func (a *avroBody) decode(b []byte) (any, error) {
 	// Not api.Unmarshal: it takes running out of bytes (a truncated
 	// record) for success.
 	var v any
-	r, done := a.reader(b)
-	defer done()
+	r := a.reader(b)
+	defer a.done(r)
 	r.ReadVal(a.schema, &v)
 	if r.Error != nil {
 		return nil, &event.DecodeError{Reason: event.ReasonInvalidEncoding, Detail: "avro: " + trim(r.Error.Error())}

@@ -424,7 +424,7 @@ func TestPlansAllocations(t *testing.T) {
 	for i, c := range []struct {
 		format string
 		max    float64
-	}{{Avro, 6}, {Protobuf, 6}, {JSONSchema, 11}} {
+	}{{Avro, 4}, {Protobuf, 5}, {JSONSchema, 10}} {
 		d := newDecoder(t, Options{Format: c.format, Registry: RegistryOptions{URL: reg, Subject: "bench-value"}})
 		v := contractRecords(t, c.format, i+1, 1)[0].Value
 		if _, err := d.Decode(context.Background(), v, nil); err != nil {
