@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -477,4 +478,45 @@ func newDecoderTB(tb testing.TB, o Options) *Decoder {
 		tb.Fatal(err)
 	}
 	return d
+}
+
+// Decoders are used concurrently: the trees they build in their pooled
+// maps are a record's own (run with -race too).
+func TestPlansConcurrentDecode(t *testing.T) {
+	schemas := map[int]sr.Schema{}
+	for i, f := range []string{Avro, Protobuf, JSONSchema} {
+		text, _, _ := ContractSchema(f)
+		schemas[i+1] = sr.Schema{Schema: text, Type: []sr.SchemaType{sr.TypeAvro, sr.TypeProtobuf, sr.TypeJSON}[i]}
+	}
+	reg := fakeRegistryF(t, schemas)
+	for i, f := range []string{Avro, Protobuf, JSONSchema} {
+		d := newDecoder(t, Options{Format: f, Registry: RegistryOptions{URL: reg, Subject: "bench-value"}})
+		recs := contractRecords(t, f, i+1, 64)
+		want := make([]event.Event, len(recs))
+		for j, r := range recs {
+			var err error
+			if want[j], err = generalDecode(t, d, r.Value); err != nil {
+				t.Fatal(err)
+			}
+		}
+		errs := make(chan error, 4)
+		for g := range 4 {
+			go func() {
+				for n := range 2000 {
+					j := (n*7 + g) % len(recs)
+					got, err := d.Decode(context.Background(), recs[j].Value, nil)
+					if err != nil || got != want[j] {
+						errs <- fmt.Errorf("%s record %d: %+v %v, want %+v", f, j, got, err, want[j])
+						return
+					}
+				}
+				errs <- nil
+			}()
+		}
+		for range 4 {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 }
