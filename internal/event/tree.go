@@ -20,12 +20,24 @@ const MaxTreeDepth = 64
 // ReasonDuplicateKey: which of the values it meant would be a guess; like
 // Decode, an ignored member's duplicates do no harm), and so is nesting deeper than MaxTreeDepth (ReasonInvalidJSON). Errors
 // are *DecodeError; ParseJSON never panics.
-func ParseJSON(data []byte) (any, *DecodeError) {
+func ParseJSON(data []byte) (any, *DecodeError) { return ParseJSONInto(data, nil, nil) }
+
+// ParseJSONInto is ParseJSON building a top-level object in root (empty;
+// nil: a new map) and naming its members found in names by those strings:
+// a decoder that reuses root, and names the members it expects, saves the
+// allocations of a map and of its keys per record. The tree is the same.
+func ParseJSONInto(data []byte, root map[string]any, names []string) (any, *DecodeError) {
 	p := skipSpace(data, 0)
 	if p >= len(data) {
 		return nil, syntaxError(p, "record value contains only white space")
 	}
-	v, p, err := parseTree(data, p, 0)
+	var v any
+	var err *DecodeError
+	if p < len(data) && data[p] == '{' {
+		v, p, err = parseObjectInto(data, p, 0, root, names)
+	} else {
+		v, p, err = parseTree(data, p, 0)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -104,7 +116,15 @@ func parseArray(data []byte, p, depth int) (any, int, *DecodeError) {
 }
 
 func parseObject(data []byte, p, depth int) (any, int, *DecodeError) {
-	out := map[string]any{}
+	return parseObjectInto(data, p, depth, nil, nil)
+}
+
+// parseObjectInto builds the object in out (nil: a new map), its keys
+// found in names by those strings.
+func parseObjectInto(data []byte, p, depth int, out map[string]any, names []string) (any, int, *DecodeError) {
+	if out == nil {
+		out = map[string]any{}
+	}
 	p = skipSpace(data, p+1)
 	if p < len(data) && data[p] == '}' {
 		return out, p + 1, nil
@@ -122,7 +142,16 @@ func parseObject(data []byte, p, depth int) (any, int, *DecodeError) {
 		if escaped {
 			kb = appendUnescaped(nil, kb)
 		}
-		key := string(kb)
+		key := ""
+		for _, n := range names {
+			if n == string(kb) {
+				key = n
+				break
+			}
+		}
+		if key == "" {
+			key = string(kb)
+		}
 		p = skipSpace(data, end)
 		if p >= len(data) || data[p] != ':' {
 			return nil, 0, unexpected(data, p, "':' after object key")
@@ -131,16 +160,19 @@ func parseObject(data []byte, p, depth int) (any, int, *DecodeError) {
 		if err != nil {
 			return nil, 0, err
 		}
-		if _, dup := out[key]; dup {
+		// A repeated key does not make the map grow (one hash of the key,
+		// not a lookup and then a store).
+		n := len(out)
+		out[key] = v
+		if len(out) == n {
 			if depth == 0 {
 				return nil, 0, &DecodeError{
 					Reason: ReasonDuplicateKey,
 					Detail: fmt.Sprintf("duplicate key %s at offset %d", quote(kb), keyStart),
 				}
 			}
-			v = ambiguous{}
+			out[key] = ambiguous{}
 		}
-		out[key] = v
 		p = skipSpace(data, q)
 		switch {
 		case p < len(data) && data[p] == ',':

@@ -22,9 +22,14 @@ type avroBody struct {
 	api     avro.API
 	aliases bool // some field of the schema has an alias
 	readers sync.Pool
+	// plan reads the records straight into the tree of the mapping's keys
+	// (decodeKeyed; nil: the schema has no plan).
+	plan *avroPlan
 }
 
-func compileAvro(limit int) func(context.Context, *sr.Client, sr.Schema) (bodyDecoder, error) {
+// compileAvro compiles schemas whose records the tree of keys is read
+// from (decodeKeyed).
+func compileAvro(limit int, keys map[string]bool) func(context.Context, *sr.Client, sr.Schema) (bodyDecoder, error) {
 	// Allocations a record can ask for are bounded by its size: a hostile
 	// length prefix cannot allocate more than the record could hold.
 	api := avro.Config{MaxByteSliceSize: limit, MaxSliceAllocSize: limit}.Freeze()
@@ -44,24 +49,46 @@ func compileAvro(limit int) func(context.Context, *sr.Client, sr.Schema) (bodyDe
 		if err != nil {
 			return nil, err
 		}
-		return &avroBody{schema: schema, api: api, aliases: hasAliases(schema, map[string]bool{})}, nil
+		return &avroBody{schema: schema, api: api, aliases: hasAliases(schema, map[string]bool{}), plan: newAvroPlan(schema, keys)}, nil
 	}
+}
+
+// reader returns a reader of b (done gives it back).
+func (a *avroBody) reader(b []byte) *avro.Reader {
+	r, _ := a.readers.Get().(*avro.Reader)
+	if r == nil {
+		r = avro.NewReader(nil, 0, avro.WithReaderConfig(a.api))
+	}
+	r.Reset(b)
+	return r
+}
+
+// done keeps r for the next record.
+func (a *avroBody) done(r *avro.Reader) {
+	r.Reset(nil)
+	r.Error = nil
+	a.readers.Put(r)
+}
+
+// decodeKeyed reads a record with the schema's plan, or decodes it whole.
+func (a *avroBody) decodeKeyed(b []byte, into map[string]any) (any, error) {
+	if a.plan != nil {
+		r := a.reader(b)
+		tree, ok := a.plan.tree(r, into)
+		a.done(r)
+		if ok {
+			return tree, nil
+		}
+	}
+	return a.decode(b)
 }
 
 func (a *avroBody) decode(b []byte) (any, error) {
 	// Not api.Unmarshal: it takes running out of bytes (a truncated
 	// record) for success.
 	var v any
-	r, _ := a.readers.Get().(*avro.Reader)
-	if r == nil {
-		r = avro.NewReader(nil, 0, avro.WithReaderConfig(a.api))
-	}
-	defer func() {
-		r.Reset(nil)
-		r.Error = nil
-		a.readers.Put(r)
-	}()
-	r.Reset(b)
+	r := a.reader(b)
+	defer a.done(r)
 	r.ReadVal(a.schema, &v)
 	if r.Error != nil {
 		return nil, &event.DecodeError{Reason: event.ReasonInvalidEncoding, Detail: "avro: " + trim(r.Error.Error())}

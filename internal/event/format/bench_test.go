@@ -9,8 +9,10 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/bufbuild/protocompile"
+	"github.com/hamba/avro/v2"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sr"
 	"google.golang.org/protobuf/proto"
@@ -193,6 +195,119 @@ func BenchmarkDecodePoll(b *testing.B) {
 			recs[i] = &kgo.Record{Value: c.enc(doc, i)}
 		}
 		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			n := 0
+			for b.Loop() {
+				if n%poll == 0 {
+					if err := d.Prepare(ctx, recs); err != nil {
+						b.Fatal(err)
+					}
+				}
+				r := recs[n%poll]
+				sinkEvent, sinkErr = d.Decode(ctx, r.Value, r.Headers)
+				if sinkErr != nil {
+					b.Fatal(sinkErr)
+				}
+				n++
+			}
+		})
+	}
+}
+
+// contractRecords returns poll records of distinct events of the default
+// workload in format f as billing-gen -format writes them (the contract's
+// schema of the format, registered as id).
+func contractRecords(tb testing.TB, f string, id, n int) []*kgo.Record {
+	text, file, err := ContractSchema(f)
+	if err != nil && f != JSON {
+		tb.Fatal(err)
+	}
+	var as avro.Schema
+	var md protoreflect.MessageDescriptor
+	switch f {
+	case Avro:
+		if as, err = avro.Parse(text); err != nil {
+			tb.Fatal(err)
+		}
+	case Protobuf:
+		c := protocompile.Compiler{Resolver: protocompile.WithStandardImports(&protocompile.SourceResolver{
+			Accessor: protocompile.SourceAccessorFromMap(map[string]string{file: text})})}
+		files, err := c.Compile(context.Background(), file)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		md = files[0].Messages().Get(0)
+	}
+	recs := make([]*kgo.Record, n)
+	for i := range recs {
+		ev := event.Event{EventID: fmt.Sprintf("e-bench-%08d", i), AccountID: fmt.Sprintf("acct-%06d", i%997),
+			AmountMinor: int64(100 + i), Currency: "EUR", OccurredAt: want.OccurredAt.Add(time.Duration(i) * time.Second)}
+		doc, err := json.Marshal(ev)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		var v []byte
+		switch f {
+		case JSON:
+			v = doc
+		case JSONSchema:
+			v = wire(id, doc)
+		case Avro:
+			body, err := avro.Marshal(as, map[string]any{"event_id": ev.EventID, "account_id": ev.AccountID,
+				"amount_minor": ev.AmountMinor, "currency": ev.Currency, "occurred_at": ev.OccurredAt})
+			if err != nil {
+				tb.Fatal(err)
+			}
+			v = wire(id, body)
+		case Protobuf:
+			m := dynamicpb.NewMessage(md)
+			fs := md.Fields()
+			m.Set(fs.ByName("event_id"), protoreflect.ValueOfString(ev.EventID))
+			m.Set(fs.ByName("account_id"), protoreflect.ValueOfString(ev.AccountID))
+			m.Set(fs.ByName("amount_minor"), protoreflect.ValueOfInt64(ev.AmountMinor))
+			m.Set(fs.ByName("currency"), protoreflect.ValueOfString(ev.Currency))
+			ts := m.Mutable(fs.ByName("occurred_at")).Message()
+			ts.Set(ts.Descriptor().Fields().ByName("seconds"), protoreflect.ValueOfInt64(ev.OccurredAt.Unix()))
+			body, err := proto.Marshal(m)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			v = wireIndex(id, []int{0}, body)
+		}
+		recs[i] = &kgo.Record{Value: v}
+	}
+	return recs
+}
+
+// BenchmarkDecodeContract: what the service's decoding costs per event in
+// the bench's format variants: the default workload (distinct events)
+// written in each format with the contract's schema, read with the
+// default mapping, driven as the pipeline drives it (Prepare per poll of
+// 500, then Decode of each). ns/op is per event.
+func BenchmarkDecodeContract(b *testing.B) {
+	schemas := map[int]sr.Schema{}
+	for i, f := range []string{Avro, Protobuf, JSONSchema} {
+		text, _, err := ContractSchema(f)
+		if err != nil {
+			b.Fatal(err)
+		}
+		typ := map[string]sr.SchemaType{Avro: sr.TypeAvro, Protobuf: sr.TypeProtobuf, JSONSchema: sr.TypeJSON}[f]
+		schemas[i+1] = sr.Schema{Schema: text, Type: typ}
+	}
+	reg := fakeRegistry(b, schemas)
+	const poll = 500
+	ctx := context.Background()
+	for i, f := range []string{JSON, Avro, Protobuf, JSONSchema} {
+		opts := Options{Format: f}
+		if f != JSON {
+			opts.Registry = RegistryOptions{URL: reg, Subject: "bench-value"}
+		}
+		d, err := New(opts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		recs := contractRecords(b, f, i, poll)
+		b.Run(f, func(b *testing.B) {
 			b.ReportAllocs()
 			n := 0
 			for b.Loop() {

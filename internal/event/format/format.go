@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math/big"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -66,20 +67,48 @@ type Decoder struct {
 	fast    *event.Decoder // today's JSON contract: no mapping, no envelope
 	mapping event.Mapping
 	limit   int
-	body    func(ctx context.Context, value []byte) (any, error)
-	ce      bool
-	types   map[string]struct{}
-	reg     *registry // nil: the format needs none
+	// body decodes a record value (of a CloudEvent's data) into its
+	// tree; a keyedDecoder may build it in into (empty, nil for none),
+	// which the caller empties and reuses once the mapping has read it.
+	body  func(ctx context.Context, value []byte, into map[string]any) (any, error)
+	trees sync.Pool // maps for into, with a registry format
+	ce    bool
+	types map[string]struct{}
+	reg   *registry // nil: the format needs none
 	// keys are the member names the mapping's paths use: a decoder that
 	// can (keyedDecoder) builds only the part of the tree they reach.
 	keys map[string]bool
 }
 
 // keyedDecoder decodes the bytes after the wire-format header into the
-// tree restricted to the member names in keys, at every level (nil: the
-// whole tree), with the errors of the whole tree's decoding.
+// tree, or only the part of it that the member names its schema was
+// compiled for (the Decoder's keys) reach at every level, with the errors
+// of the whole tree's decoding: a mapping whose paths only use those names
+// reads the same values from it as from the whole tree. It may build the
+// tree's root in into (empty; nil: none), saving a map per record.
 type keyedDecoder interface {
-	decodeKeys(b []byte, keys map[string]bool) (any, error)
+	decodeKeyed(b []byte, into map[string]any) (any, error)
+}
+
+// tree returns an empty map for a body to build a tree in (nil without a
+// registry format, whose bodies build none in it).
+func (d *Decoder) tree() map[string]any {
+	if d.reg == nil {
+		return nil
+	}
+	if m, ok := d.trees.Get().(map[string]any); ok {
+		return m
+	}
+	return make(map[string]any, len(d.keys))
+}
+
+// release empties a map of tree for the next record: the mapping has
+// read the tree, and neither the event nor an error refers to the map.
+func (d *Decoder) release(m map[string]any) {
+	if m != nil {
+		clear(m)
+		d.trees.Put(m)
+	}
 }
 
 // New returns a Decoder for opts.
@@ -91,28 +120,6 @@ func New(opts Options) (*Decoder, error) {
 	d.mapping = event.DefaultMapping()
 	if opts.Mapping != nil {
 		d.mapping = *opts.Mapping
-	}
-	switch opts.Format {
-	case "", JSON:
-		d.body = jsonTree
-	case Avro:
-		reg, err := newRegistry(opts.Registry, compileAvro(d.limit))
-		if err != nil {
-			return nil, err
-		}
-		d.reg, d.body = reg, d.registryBody
-	case Protobuf, JSONSchema:
-		compile := compileProto
-		if opts.Format == JSONSchema {
-			compile = compileJSONSchema
-		}
-		reg, err := newRegistry(opts.Registry, compile)
-		if err != nil {
-			return nil, err
-		}
-		d.reg, d.body = reg, d.registryBody
-	default:
-		return nil, fmt.Errorf("format: unknown format %q (one of %s)", opts.Format, strings.Join(Formats(), ", "))
 	}
 	if d.ce {
 		if d.mapping.Named("event_id") {
@@ -134,6 +141,27 @@ func New(opts Options) (*Decoder, error) {
 			d.keys[seg] = true
 		}
 	}
+	switch opts.Format {
+	case "", JSON:
+		d.body = jsonTree
+	case Avro, Protobuf, JSONSchema:
+		var compile func(context.Context, *sr.Client, sr.Schema) (bodyDecoder, error)
+		switch opts.Format {
+		case Avro:
+			compile = compileAvro(d.limit, d.keys)
+		case Protobuf:
+			compile = compileProto(d.keys)
+		default:
+			compile = compileJSONSchema(d.keys)
+		}
+		reg, err := newRegistry(opts.Registry, compile)
+		if err != nil {
+			return nil, err
+		}
+		d.reg, d.body = reg, d.registryBody
+	default:
+		return nil, fmt.Errorf("format: unknown format %q (one of %s)", opts.Format, strings.Join(Formats(), ", "))
+	}
 	if (opts.Format == "" || opts.Format == JSON) && !d.ce && d.mapping.IsDefault() {
 		d.fast = event.NewDecoder(d.limit)
 	}
@@ -146,13 +174,13 @@ func (d *Decoder) Fast() bool { return d.fast != nil }
 
 // registryBody decodes a value in the Confluent wire format: magic byte 0,
 // the schema id (4 bytes, big-endian), the body in the schema's format.
-func (d *Decoder) registryBody(ctx context.Context, value []byte) (any, error) {
-	return d.registryTree(ctx, value, d.keys)
+func (d *Decoder) registryBody(ctx context.Context, value []byte, into map[string]any) (any, error) {
+	return d.registryTree(ctx, value, true, into)
 }
 
-// registryTree is registryBody's tree, restricted to keys where the
-// schema's decoder can (nil: the whole tree).
-func (d *Decoder) registryTree(ctx context.Context, value []byte, keys map[string]bool) (any, error) {
+// registryTree is registryBody's tree, restricted to the mapping's keys
+// where the schema's decoder can (keyed), or the whole tree.
+func (d *Decoder) registryTree(ctx context.Context, value []byte, keyed bool, into map[string]any) (any, error) {
 	id, rest, err := wireID(value)
 	if err != nil {
 		return nil, err
@@ -161,8 +189,8 @@ func (d *Decoder) registryTree(ctx context.Context, value []byte, keys map[strin
 	if err != nil {
 		return nil, err
 	}
-	if k, ok := body.(keyedDecoder); ok && keys != nil {
-		return k.decodeKeys(rest, keys)
+	if k, ok := body.(keyedDecoder); ok && keyed {
+		return k.decodeKeyed(rest, into)
 	}
 	return body.decode(rest)
 }
@@ -224,7 +252,7 @@ func (d *Decoder) Render(ctx context.Context, value []byte) (schemaID int, doc [
 	if werr != nil {
 		return 0, nil, false, nil
 	}
-	tree, err := d.registryTree(ctx, value, nil)
+	tree, err := d.registryTree(ctx, value, false, nil)
 	if err != nil {
 		return id, nil, true, err
 	}
@@ -259,7 +287,7 @@ func readable(v any) any {
 	return v
 }
 
-func jsonTree(_ context.Context, value []byte) (any, error) {
+func jsonTree(_ context.Context, value []byte, _ map[string]any) (any, error) {
 	tree, err := event.ParseJSON(value)
 	if err != nil {
 		return nil, err
@@ -280,7 +308,9 @@ func (d *Decoder) Decode(ctx context.Context, value []byte, headers []kgo.Record
 	if d.ce {
 		return d.cloudEvent(ctx, value, headers)
 	}
-	tree, err := d.body(ctx, value)
+	into := d.tree()
+	defer d.release(into)
+	tree, err := d.body(ctx, value, into)
 	if err != nil {
 		return event.Event{}, err
 	}
@@ -404,7 +434,9 @@ func (d *Decoder) structured(ctx context.Context, value []byte) (event.Event, er
 		if err := d.checkSize(raw); err != nil {
 			return event.Event{}, err
 		}
-		data, err := d.body(ctx, raw)
+		into := d.tree()
+		defer d.release(into)
+		data, err := d.body(ctx, raw, into)
 		if err != nil {
 			return event.Event{}, withEventID(err, id)
 		}
@@ -434,7 +466,9 @@ func (d *Decoder) binary(ctx context.Context, value []byte, headers []kgo.Record
 	if err != nil {
 		return event.Event{}, err
 	}
-	data, err := d.body(ctx, value)
+	into := d.tree()
+	defer d.release(into)
+	data, err := d.body(ctx, value, into)
 	if err != nil {
 		return event.Event{}, withEventID(err, id)
 	}

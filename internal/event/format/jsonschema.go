@@ -21,6 +21,8 @@ import (
 // where), and read by the mapping.
 type jsonSchemaBody struct {
 	schema *jsonschema.Schema
+	quick  *quickSchema // nil: the validator checks every record
+	names  []string     // member names expected: the mapping's keys, the schema's properties
 }
 
 // jsonSchemaMainURL is where the record's schema is placed; a reference's
@@ -36,7 +38,31 @@ func (noLoader) Load(url string) (any, error) {
 	return nil, fmt.Errorf("%s is not among the schema's registry references", url)
 }
 
-func compileJSONSchema(ctx context.Context, cl *sr.Client, s sr.Schema) (bodyDecoder, error) {
+// compileJSONSchema compiles schemas whose records are read by a mapping
+// of keys.
+func compileJSONSchema(keys map[string]bool) func(context.Context, *sr.Client, sr.Schema) (bodyDecoder, error) {
+	return func(ctx context.Context, cl *sr.Client, s sr.Schema) (bodyDecoder, error) {
+		body, err := compileJSONSchemaBody(ctx, cl, s)
+		if err != nil {
+			return nil, err
+		}
+		names := map[string]bool{}
+		for k := range keys {
+			names[k] = true
+		}
+		if body.quick != nil {
+			for k := range body.quick.props {
+				names[k] = true
+			}
+		}
+		for k := range names {
+			body.names = append(body.names, k)
+		}
+		return body, nil
+	}
+}
+
+func compileJSONSchemaBody(ctx context.Context, cl *sr.Client, s sr.Schema) (*jsonSchemaBody, error) {
 	if s.Type != sr.TypeJSON {
 		return nil, &event.DecodeError{Reason: event.ReasonUnknownSchema, Detail: fmt.Sprintf("the schema is %s, not JSON (EVENT_FORMAT=json-schema)", s.Type)}
 	}
@@ -68,11 +94,21 @@ func compileJSONSchema(ctx context.Context, cl *sr.Client, s sr.Schema) (bodyDec
 	if err != nil {
 		return nil, err
 	}
-	return &jsonSchemaBody{schema: sch}, nil
+	body := &jsonSchemaBody{schema: sch}
+	if len(s.References) == 0 {
+		body.quick = newQuickSchema(s.Schema)
+	}
+	return body, nil
 }
 
-func (j *jsonSchemaBody) decode(b []byte) (any, error) {
-	tree, derr := event.ParseJSON(b)
+// jsonSchemaDetail begins the detail of a record the validator fails.
+const jsonSchemaDetail = "json schema: "
+
+func (j *jsonSchemaBody) decode(b []byte) (any, error) { return j.decodeKeyed(b, nil) }
+
+// decodeKeyed decodes the whole tree, its root built in into.
+func (j *jsonSchemaBody) decodeKeyed(b []byte, into map[string]any) (any, error) {
+	tree, derr := event.ParseJSONInto(b, into, j.names)
 	if derr != nil {
 		return nil, derr
 	}
@@ -81,15 +117,19 @@ func (j *jsonSchemaBody) decode(b []byte) (any, error) {
 	// the validator does not know (the mark ParseJSON leaves for a key
 	// repeated in a nested object) is validated in the validator's own
 	// parse, where the last of the repeated values counts.
+	plain := plainJSON(tree, 0)
+	if plain && j.quick != nil && j.quick.valid(tree) {
+		return tree, nil
+	}
 	inst := tree
-	if !plainJSON(tree, 0) {
+	if !plain {
 		var err error
 		if inst, err = jsonschema.UnmarshalJSON(bytes.NewReader(b)); err != nil {
 			return nil, &event.DecodeError{Reason: event.ReasonInvalidJSON, Detail: "json: " + trim(err.Error())}
 		}
 	}
 	if err := j.schema.Validate(inst); err != nil {
-		return nil, &event.DecodeError{Reason: event.ReasonInvalidEncoding, Detail: "json schema: " + trim(strings.Join(strings.Fields(err.Error()), " "))}
+		return nil, &event.DecodeError{Reason: event.ReasonInvalidEncoding, Detail: jsonSchemaDetail + trim(strings.Join(strings.Fields(err.Error()), " "))}
 	}
 	return tree, nil
 }

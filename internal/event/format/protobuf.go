@@ -37,11 +37,29 @@ type protoBody struct {
 	// *sync.Pool of *dynamicpb.Message) for the next records: a new one
 	// costs its allocations per record.
 	msgs sync.Map
+	// keys are the member names of the mapping's paths (decodeKeyed).
+	keys map[string]bool
+	// plans holds, per message type (MessageDescriptor), its *protoPlan:
+	// how to read its records without dynamicpb (nil: not possible).
+	plans sync.Map
 }
 
 const protoMainFile = "registry-schema.proto"
 
-func compileProto(ctx context.Context, cl *sr.Client, s sr.Schema) (bodyDecoder, error) {
+// compileProto compiles schemas whose records the tree of keys is read
+// from (decodeKeyed).
+func compileProto(keys map[string]bool) func(context.Context, *sr.Client, sr.Schema) (bodyDecoder, error) {
+	return func(ctx context.Context, cl *sr.Client, s sr.Schema) (bodyDecoder, error) {
+		body, err := compileProtoBody(ctx, cl, s)
+		if err != nil {
+			return nil, err
+		}
+		body.keys = keys
+		return body, nil
+	}
+}
+
+func compileProtoBody(ctx context.Context, cl *sr.Client, s sr.Schema) (*protoBody, error) {
 	if s.Type != sr.TypeProtobuf {
 		return nil, &event.DecodeError{Reason: event.ReasonUnknownSchema, Detail: fmt.Sprintf("the schema is %s, not PROTOBUF (EVENT_FORMAT=protobuf)", s.Type)}
 	}
@@ -104,6 +122,32 @@ func messageRequired(md protoreflect.MessageDescriptor, seen map[protoreflect.Fu
 }
 
 func (p *protoBody) decode(b []byte) (any, error) { return p.decodeKeys(b, nil) }
+
+// decodeKeyed is decodeKeys with the mapping's keys: straight from the
+// wire when the message type has a plan and the record is plain (see
+// protoPlan), with dynamicpb otherwise.
+func (p *protoBody) decodeKeyed(b []byte, into map[string]any) (any, error) {
+	md, rest, err := p.header(b)
+	if err != nil {
+		return nil, err
+	}
+	if pl := p.plan(md); pl != nil {
+		if tree, ok := pl.tree(rest, into); ok {
+			return tree, nil
+		}
+	}
+	return p.decodeKeys(b, p.keys)
+}
+
+// plan returns the plan of message type md for the body's keys (nil:
+// records of md are decoded with dynamicpb).
+func (p *protoBody) plan(md protoreflect.MessageDescriptor) *protoPlan {
+	if v, ok := p.plans.Load(md); ok {
+		return v.(*protoPlan)
+	}
+	v, _ := p.plans.LoadOrStore(md, newProtoPlan(md, p.keys))
+	return v.(*protoPlan)
+}
 
 // decodeKeys decodes a record into the tree restricted to the member
 // names in keys (nil: every member), at every level: a mapping whose

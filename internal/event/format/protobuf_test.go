@@ -269,7 +269,7 @@ func TestProtobufTreeOfTheMapping(t *testing.T) {
 			if reasonOf(err) != c.want || err == nil && got != want {
 				t.Errorf("%s, %s: %+v %v, want %q", spec, c.name, got, err, c.want)
 			}
-			full, ferr := d.registryTree(ctx, c.value, nil)
+			full, ferr := d.registryTree(ctx, c.value, false, nil)
 			if ferr == nil {
 				ev, merr := d.mapping.Event(full, "")
 				if ev != got || (merr == nil) != (err == nil) {
