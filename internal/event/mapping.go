@@ -250,11 +250,22 @@ func (m *Mapping) badRevision(text, problem string) *DecodeError {
 // optional is the value of an optional field, nil when its path leads to
 // no value (or to null).
 func (m *Mapping) optional(tree any, f int) (any, *DecodeError) {
-	v, err := m.lookup(tree, f)
-	if err != nil && err.Reason == ReasonMissingField {
-		return nil, nil
+	// Absent is the common case (an original): said without building
+	// lookup's error, which is formatted text.
+	v := tree
+	for _, seg := range m.paths[f] {
+		obj, ok := v.(map[string]any)
+		if !ok {
+			return nil, nil
+		}
+		if v, ok = obj[seg]; !ok {
+			return nil, nil
+		}
+		if _, dup := v.(ambiguous); dup {
+			return m.lookup(tree, f) // its error names the duplicate key
+		}
 	}
-	return v, err
+	return v, nil
 }
 
 func (m *Mapping) rest(tree any, e Event) (Event, *DecodeError) {

@@ -21,6 +21,11 @@ type quickSchema struct {
 	props    map[string]*quickProp
 	list     []*quickProp // props, in a slice (cheaper to go through)
 	closed   bool         // additionalProperties false
+	// cond, then and els are if, then and else: the condition exactly
+	// decided (members present, members equal to a constant), then and
+	// else schemas of the same kinds of keyword (nil: none).
+	cond      *quickCond
+	then, els *quickSchema
 }
 
 type quickProp struct {
@@ -29,6 +34,16 @@ type quickProp struct {
 	types          []string // empty: any
 	minLen, maxLen int      // -1: none
 	pattern        *regexp.Regexp
+	min            *int64 // minimum, an integer
+	konst          any    // const: a boolean or a string (nil: none)
+}
+
+// quickCond is an if of the shape a tombstone's schema takes: members
+// required, members (when present) equal to a boolean or string constant;
+// decided exactly.
+type quickCond struct {
+	required []string
+	consts   map[string]any
 }
 
 // jsonDraft07 are the spellings of draft-07, the registries' default and
@@ -52,13 +67,38 @@ func newQuickSchema(text string) *quickSchema {
 	if err := dec.Decode(&doc); err != nil {
 		return nil
 	}
+	return quickSchemaOf(doc, true)
+}
+
+// quickSchemaOf is the quickSchema of a schema's document, or nil; top:
+// the schema itself (an object type, of draft-07, if and else allowed),
+// not its then or else.
+func quickSchemaOf(doc map[string]any, top bool) *quickSchema {
 	q := &quickSchema{props: map[string]*quickProp{}}
 	sawType := false
 	for k, v := range doc {
 		switch {
-		case annotation(k), k == "$id" && isString(v):
-		case k == "$schema":
+		case annotation(k), top && k == "$id" && isString(v):
+		case top && k == "$schema":
 			if s, _ := v.(string); !jsonDraft07[s] {
+				return nil
+			}
+		case top && (k == "then" || k == "else"):
+			sub, ok := v.(map[string]any)
+			if !ok {
+				return nil
+			}
+			sq := quickSchemaOf(sub, false)
+			if sq == nil {
+				return nil
+			}
+			if k == "then" {
+				q.then = sq
+			} else {
+				q.els = sq
+			}
+		case top && k == "if":
+			if q.cond = newQuickCond(v); q.cond == nil {
 				return nil
 			}
 		case k == "type":
@@ -102,7 +142,7 @@ func newQuickSchema(text string) *quickSchema {
 			return nil
 		}
 	}
-	if !sawType {
+	if top && !sawType || q.cond == nil && (q.then != nil || q.els != nil) {
 		return nil
 	}
 	var others []string
@@ -115,6 +155,66 @@ func newQuickSchema(text string) *quickSchema {
 	}
 	q.required = others
 	return q
+}
+
+// newQuickCond reads an if of the shape quickCond decides, or nil.
+func newQuickCond(v any) *quickCond {
+	doc, ok := v.(map[string]any)
+	if !ok {
+		return nil
+	}
+	c := &quickCond{consts: map[string]any{}}
+	for k, v := range doc {
+		switch k {
+		case "required":
+			names, ok := v.([]any)
+			if !ok {
+				return nil
+			}
+			for _, n := range names {
+				s, ok := n.(string)
+				if !ok {
+					return nil
+				}
+				c.required = append(c.required, s)
+			}
+		case "properties":
+			props, ok := v.(map[string]any)
+			if !ok {
+				return nil
+			}
+			for name, ps := range props {
+				pd, ok := ps.(map[string]any)
+				if !ok || len(pd) != 1 {
+					return nil
+				}
+				switch k := pd["const"].(type) {
+				case bool, string:
+					c.consts[name] = k
+				default:
+					return nil
+				}
+			}
+		default:
+			return nil
+		}
+	}
+	return c
+}
+
+// holds decides the condition on a record's object.
+func (c *quickCond) holds(obj map[string]any) bool {
+	for _, k := range c.required {
+		if _, ok := obj[k]; !ok {
+			return false
+		}
+	}
+	for k, want := range c.consts {
+		if v, ok := obj[k]; ok && v != want {
+			return false
+		}
+	}
+	return true
 }
 
 func isString(v any) bool {
@@ -162,6 +262,23 @@ func newQuickProp(v any) *quickProp {
 				return nil
 			}
 			p.pattern = re
+		case k == "minimum":
+			n, ok := v.(json.Number)
+			if !ok || !isIntText(string(n)) {
+				return nil
+			}
+			i, err := n.Int64()
+			if err != nil {
+				return nil
+			}
+			p.min = &i
+		case k == "const":
+			switch c := v.(type) {
+			case bool, string:
+				p.konst = c
+			default:
+				return nil
+			}
 		default:
 			return nil
 		}
@@ -224,6 +341,15 @@ func (q *quickSchema) valid(tree any) bool {
 			return false
 		}
 	}
+	if q.cond != nil {
+		sub := q.els
+		if q.cond.holds(obj) {
+			sub = q.then
+		}
+		if sub != nil && !sub.valid(obj) {
+			return false
+		}
+	}
 	return true
 }
 
@@ -239,6 +365,18 @@ func (p *quickProp) valid(v any) bool {
 		}
 		if !found {
 			return false
+		}
+	}
+	if p.konst != nil && v != p.konst {
+		return false
+	}
+	if p.min != nil {
+		if n, ok := v.(json.Number); ok {
+			// An integer's text only (1e3, 2.0: the validator's).
+			i, err := n.Int64()
+			if !isIntText(string(n)) || err != nil || i < *p.min {
+				return false
+			}
 		}
 	}
 	s, ok := v.(string)

@@ -363,6 +363,11 @@ func TestJSONSchemaQuickCheckDecodesAsBefore(t *testing.T) {
 			{"channel", `null`}, {"channel", `"shop"`}, {"channel", ""}, {"note", `{"a":1,"a":2}`}, {"note", `[1,"x"]`},
 			{"ratio", `0.5`}, {"ratio", `"0.5"`}, {"meta", `{"k":{"k":1,"k":2}}`}, {"meta", `[]`}, {"tags", `[]`}, {"tags", `{}`},
 			{"ok", `false`}, {"ok", `0`}, {"extra", `1`},
+			// Versions: the contract's if/else (a tombstone needs only
+			// event_id) and the revision's minimum.
+			{"revision", `0`}, {"revision", `3`}, {"revision", `-1`}, {"revision", `1.5`}, {"revision", `2.0`}, {"revision", `1e2`},
+			{"revision", `"1"`}, {"revision", `9223372036854775808`}, {"revision", `null`},
+			{"cancelled", `true`}, {"cancelled", `false`}, {"cancelled", `"true"`}, {"cancelled", `1`}, {"cancelled", `null`},
 		} {
 			docs = append(docs, member(doc, kv[0], kv[1]))
 		}
@@ -375,6 +380,11 @@ func TestJSONSchemaQuickCheckDecodesAsBefore(t *testing.T) {
 	}
 	values = append(values, mutations(wire(1, []byte(base)))...)
 	values = append(values, wire(1, []byte(`[1]`)), wire(1, []byte(`"x"`)), wire(2, []byte(`{}`)))
+	// Tombstones, whole and not.
+	for _, doc := range []string{`{"event_id":"e-1","cancelled":true}`, `{"event_id":"e-1","cancelled":false}`, `{"event_id":"e-1","cancelled":true,"revision":2}`,
+		`{"event_id":"e-1","cancelled":true,"revision":-2}`, `{"event_id":"e-1","cancelled":"yes"}`, `{"event_id":"e-1"}`, `{"cancelled":true}`} {
+		values = append(values, wire(1, []byte(doc)))
+	}
 	for _, spec := range []string{"", "account_id=channel", "amount_minor=ratio"} {
 		d := newDecoder(t, Options{Format: JSONSchema, Mapping: mapping(t, spec), Registry: RegistryOptions{URL: reg, Subject: "bench-value"}})
 		if n := sameDecoding(t, d, values); spec == "" && n < 4 {
@@ -392,7 +402,12 @@ func TestJSONSchemaQuickCheckDecodesAsBefore(t *testing.T) {
 // validator checks its records.
 func TestJSONSchemaQuickCheckOnlyForItsKeywords(t *testing.T) {
 	for _, text := range []string{
-		`{"type":"object","properties":{"a":{"type":"integer","minimum":1}}}`,
+		`{"type":"object","properties":{"a":{"type":"integer","maximum":1}}}`,
+		`{"type":"object","properties":{"a":{"type":"integer","minimum":1.5}}}`,
+		`{"type":"object","properties":{"a":{"const":1}}}`,
+		`{"type":"object","if":{"type":"object"},"else":{"required":["a"]}}`,
+		`{"type":"object","then":{"required":["a"]}}`,
+		`{"type":"object","if":{"properties":{"a":{"const":true,"type":"boolean"}}}}`,
 		`{"type":"object","properties":{"a":{"type":"string","format":"date-time"}}}`,
 		`{"type":"object","properties":{"a":{"$ref":"#/definitions/x"}},"definitions":{"x":{}}}`,
 		`{"type":"object","properties":{"a":{"type":"object","properties":{"b":{"type":"string"}}}}}`,
