@@ -199,7 +199,7 @@ func (m *Mapping) version(tree any) (int64, bool, *DecodeError) {
 		const tooLarge = "does not fit a signed 64-bit integer"
 		switch x := v.(type) {
 		case json.Number:
-			if !isIntText(string(x)) {
+			if !IsIntText(string(x)) {
 				return 0, false, m.badType(fRevision, v, "a non-negative integer")
 			}
 			if x[0] == '-' { // -0 too, as the contract's decoder
@@ -342,7 +342,7 @@ func (m *Mapping) id(tree any, f, maxLen int) (string, *DecodeError) {
 	case string:
 		s = x
 	case json.Number:
-		if !isIntText(string(x)) {
+		if !IsIntText(string(x)) {
 			return "", m.badType(f, v, "a string or an integer")
 		}
 		s = string(x)
@@ -405,7 +405,7 @@ func (m *Mapping) amount(v any, cur string, curErr *DecodeError) (int64, *Decode
 	}
 	switch x := v.(type) {
 	case json.Number:
-		if !isIntText(string(x)) {
+		if !IsIntText(string(x)) {
 			return 0, &DecodeError{Reason: ReasonAmountNotInteger, Field: "amount_minor",
 				Detail: fmt.Sprintf("%s %s is not a JSON integer (fraction or exponent present); write a decimal as a string", m.where(fAmount), quote([]byte(x)))}
 		}
@@ -464,8 +464,9 @@ func decimalOf(v any) (r *big.Rat, text string, ok bool) {
 	return nil, "", false
 }
 
-// isIntText reports s matches -?[0-9]+.
-func isIntText(s string) bool {
+// IsIntText reports whether s matches -?[0-9]+ (a JSON number's text that
+// is an integer's).
+func IsIntText(s string) bool {
 	s = strings.TrimPrefix(s, "-")
 	if s == "" {
 		return false
@@ -485,7 +486,7 @@ func isDecimalText(s string) bool {
 		return false
 	}
 	i, f, hasPoint := strings.Cut(s, ".")
-	return isIntText(i) && (!hasPoint || f != "" && isIntText(f) && f[0] != '-')
+	return IsIntText(i) && (!hasPoint || f != "" && IsIntText(f) && f[0] != '-')
 }
 
 func asInt64(v any) (int64, bool) {

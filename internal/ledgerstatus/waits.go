@@ -57,21 +57,9 @@ func (r *Report) AddWaits(ctx context.Context, client *http.Client, instances []
 }
 
 func fetchWaits(ctx context.Context, client *http.Client, base string) ([]waits.Info, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(base, "/")+waits.Path, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s: %s", waits.Path, resp.Status)
-	}
 	var body waits.List
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&body); err != nil {
-		return nil, fmt.Errorf("%s: %w", waits.Path, err)
+	if err := getJSON(ctx, client, base, waits.Path, 1<<20, &body); err != nil {
+		return nil, err
 	}
 	if body.Waits == nil {
 		body.Waits = []waits.Info{}
@@ -80,21 +68,30 @@ func fetchWaits(ctx context.Context, client *http.Client, base string) ([]waits.
 }
 
 func fetchRecords(ctx context.Context, client *http.Client, base string) (*health.Records, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(base, "/")+health.PathRecords, nil)
-	if err != nil {
+	var rec health.Records
+	if err := getJSON(ctx, client, base, health.PathRecords, 1<<16, &rec); err != nil {
 		return nil, err
+	}
+	return &rec, nil
+}
+
+// getJSON decodes an instance's answer to GET path (at most limit bytes)
+// into v.
+func getJSON(ctx context.Context, client *http.Client, base, path string, limit int64, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(base, "/")+path, nil)
+	if err != nil {
+		return err
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s: %s", health.PathRecords, resp.Status)
+		return fmt.Errorf("%s: %s", path, resp.Status)
 	}
-	var rec health.Records
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&rec); err != nil {
-		return nil, fmt.Errorf("%s: %w", health.PathRecords, err)
+	if err := json.NewDecoder(io.LimitReader(resp.Body, limit)).Decode(v); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
 	}
-	return &rec, nil
+	return nil
 }

@@ -5,6 +5,8 @@ import (
 	"regexp"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/billing/ledger/internal/event"
 )
 
 // quickSchema checks records against a JSON Schema of the shape an
@@ -107,17 +109,11 @@ func quickSchemaOf(doc map[string]any, top bool) *quickSchema {
 			}
 			sawType = true
 		case k == "required":
-			names, ok := v.([]any)
+			names, ok := stringList(v)
 			if !ok {
 				return nil
 			}
-			for _, n := range names {
-				s, ok := n.(string)
-				if !ok {
-					return nil
-				}
-				q.required = append(q.required, s)
-			}
+			q.required = append(q.required, names...)
 		case k == "properties":
 			props, ok := v.(map[string]any)
 			if !ok {
@@ -167,17 +163,11 @@ func newQuickCond(v any) *quickCond {
 	for k, v := range doc {
 		switch k {
 		case "required":
-			names, ok := v.([]any)
+			names, ok := stringList(v)
 			if !ok {
 				return nil
 			}
-			for _, n := range names {
-				s, ok := n.(string)
-				if !ok {
-					return nil
-				}
-				c.required = append(c.required, s)
-			}
+			c.required = append(c.required, names...)
 		case "properties":
 			props, ok := v.(map[string]any)
 			if !ok {
@@ -217,6 +207,23 @@ func (c *quickCond) holds(obj map[string]any) bool {
 	return true
 }
 
+// stringList reads a list of strings (a required keyword's).
+func stringList(v any) ([]string, bool) {
+	items, ok := v.([]any)
+	if !ok {
+		return nil, false
+	}
+	out := make([]string, 0, len(items))
+	for _, it := range items {
+		s, ok := it.(string)
+		if !ok {
+			return nil, false
+		}
+		out = append(out, s)
+	}
+	return out, true
+}
+
 func isString(v any) bool {
 	_, ok := v.(string)
 	return ok
@@ -240,7 +247,7 @@ func newQuickProp(v any) *quickProp {
 			}
 		case k == "minLength", k == "maxLength":
 			n, ok := v.(json.Number)
-			if !ok || !isIntText(string(n)) || strings.HasPrefix(string(n), "-") {
+			if !ok || !event.IsIntText(string(n)) || strings.HasPrefix(string(n), "-") {
 				return nil
 			}
 			i, err := n.Int64()
@@ -264,7 +271,7 @@ func newQuickProp(v any) *quickProp {
 			p.pattern = re
 		case k == "minimum":
 			n, ok := v.(json.Number)
-			if !ok || !isIntText(string(n)) {
+			if !ok || !event.IsIntText(string(n)) {
 				return nil
 			}
 			i, err := n.Int64()
@@ -374,7 +381,7 @@ func (p *quickProp) valid(v any) bool {
 		if n, ok := v.(json.Number); ok {
 			// An integer's text only (1e3, 2.0: the validator's).
 			i, err := n.Int64()
-			if !isIntText(string(n)) || err != nil || i < *p.min {
+			if !event.IsIntText(string(n)) || err != nil || i < *p.min {
 				return false
 			}
 		}
@@ -404,7 +411,7 @@ func quickType(v any) string {
 	case string:
 		return "string"
 	case json.Number:
-		if isIntText(string(x)) {
+		if event.IsIntText(string(x)) {
 			return "integer"
 		}
 		return "number"
@@ -414,18 +421,4 @@ func quickType(v any) string {
 		return "array"
 	}
 	return ""
-}
-
-// isIntText reports whether s matches -?[0-9]+.
-func isIntText(s string) bool {
-	s = strings.TrimPrefix(s, "-")
-	if s == "" {
-		return false
-	}
-	for i := range len(s) {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return true
 }
