@@ -115,17 +115,12 @@ func Add(ctx context.Context, d *mysqldriver.Driver, hosts []string, opts AddOpt
 	rep := &AddReport{}
 	newSrv := servers[n]
 	switch {
-	case !stored.Moving && stored.Move.Version == stored.Version && len(Compare(ledger, stored, servers)) == 0:
+	case !stored.Moving() && stored.Move.Version == stored.Version && len(Compare(ledger, stored, servers)) == 0:
 		// Run again after it finished (its answer lost, say): done.
 		log.Info("the move to the ledger's layout is already done", "layout", stored.Describe())
-		rep.Layout = stored
-		for _, o := range stored.Placement.Owners() {
-			if o == n {
-				rep.Slots++
-			}
-		}
+		rep.Layout, rep.Slots = stored, slotsOf(stored, n)
 		return rep, nil
-	case stored.Moving:
+	case stored.Moving():
 		// Resume: the configured list must be the moving layout's.
 		if diffs := Compare(ledger, stored, servers); len(diffs) > 0 {
 			return nil, &MismatchError{Stored: stored, Differences: append(diffs,
@@ -160,11 +155,7 @@ func Add(ctx context.Context, d *mysqldriver.Driver, hosts []string, opts AddOpt
 	// The slots the new server owns in the new layout, which the old
 	// servers held: every row of theirs moves.
 	next := stored.Placement
-	for _, o := range next.Owners() {
-		if o == n {
-			rep.Slots++
-		}
-	}
+	rep.Slots = slotsOf(stored, n)
 	moving := func(key []byte) bool { return next.Server(placement.Hash(string(key))) == n }
 	control := d.Server(0).DB()
 	for i := 0; i < n; i++ {
@@ -208,7 +199,7 @@ func Add(ctx context.Context, d *mysqldriver.Driver, hosts []string, opts AddOpt
 	if err := mysqldriver.FinishMove(ctx, control, stored.Version, time.Now()); err != nil {
 		return rep, err
 	}
-	rep.Layout.Moving = false
+	rep.Layout.Move.State = mysqldriver.MoveDone
 	log.Info("the ledger's new layout is complete: start the instances with its servers", "layout", stored.Describe(),
 		"slots_moved", rep.Slots, "rows_moved_by_this_run", rep.RowsMoved)
 	return rep, step(FailAfterDone)
@@ -270,7 +261,8 @@ func begin(ctx context.Context, d *mysqldriver.Driver, ledger string, stored Lay
 		return Layout{}, fmt.Errorf("shards add: the server was claimed by ledger %s meanwhile", id.Ledger)
 	}
 	l := Layout{Version: stored.Version + 1, Servers: append(slices.Clone(stored.Servers), s.Identity.UUID),
-		RecordedAt: time.Now().UTC().Truncate(time.Microsecond), RecordedBy: by, Placement: next, Moving: true}
+		RecordedAt: time.Now().UTC().Truncate(time.Microsecond), RecordedBy: by, Placement: next}
+	l.Move = mysqldriver.MoveState{Version: l.Version, State: mysqldriver.MoveMoving, StartedAt: l.RecordedAt, StartedBy: by}
 	err = d.Control().Quiesce(ctx, func(ctx context.Context, tx *sqlx.Tx, q mysqldriver.Quiesced) error {
 		// The layout's rows are the decisions' to read: locked here, so
 		// that two adds do not both begin.

@@ -23,13 +23,14 @@ type Layout struct {
 	// version without slots (version 1), else its slots
 	// (ledger_placement). Read sets it; FromRows leaves it zero.
 	Placement placement.Placement
-	// Moving: the rows of this version's moved slots are still being
-	// moved to it (billing shards add runs or was interrupted); no
-	// instance counts meanwhile.
-	Moving bool
 	// Move is the state of the move to this version (zero: none was).
 	Move mysqldriver.MoveState
 }
+
+// Moving says the rows of this version's moved slots are still being
+// moved to it (billing shards add runs or was interrupted); no instance
+// counts meanwhile.
+func (l Layout) Moving() bool { return l.Move.State == mysqldriver.MoveMoving }
 
 // FromRows gives a stored version's rows (by ordinal) their meaning, and
 // refuses rows that are not one layout: ordinals other than 0..n-1, a

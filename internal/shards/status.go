@@ -75,7 +75,7 @@ func Status(ctx context.Context, d *mysqldriver.Driver, hosts []string) (*Report
 // moving says what is moving, for status.
 func moving(l Layout) string {
 	switch {
-	case l.Moving:
+	case l.Moving():
 		return fmt.Sprintf("rows of %d slots to server %d (layout version %d), begun %s by %s: %d rows moved so far; counting waits for it (resume an interrupted move with billing shards add)",
 			slotsOf(l, len(l.Servers)-1), len(l.Servers)-1, l.Version, l.Move.StartedAt.Format(time.RFC3339), l.Move.StartedBy, l.Move.RowsMoved)
 	case l.Move.Version > 0:

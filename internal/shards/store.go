@@ -72,7 +72,7 @@ func Ensure(ctx context.Context, d *mysqldriver.Driver, hosts []string, newIdent
 	if diffs := Compare(ledger, stored, servers); len(diffs) > 0 {
 		return "", Layout{}, &MismatchError{Stored: stored, Differences: diffs}
 	}
-	if stored.Moving {
+	if stored.Moving() {
 		if stored, err = awaitMove(ctx, d, stored, log); err != nil {
 			return "", Layout{}, err
 		}
@@ -167,7 +167,7 @@ func withPlacement(ctx context.Context, d *mysqldriver.Driver, l Layout) (Layout
 		return Layout{}, err
 	}
 	if found {
-		l.Move, l.Moving = m, m.State == mysqldriver.MoveMoving
+		l.Move = m
 	}
 	return l, nil
 }
@@ -197,7 +197,7 @@ func Verify(ctx context.Context, d *mysqldriver.Driver, version int) error {
 // where the layout places them), and returns the layout then.
 func awaitMove(ctx context.Context, d *mysqldriver.Driver, l Layout, log *slog.Logger) (Layout, error) {
 	logged := time.Time{}
-	for l.Moving {
+	for l.Moving() {
 		if time.Since(logged) >= 30*time.Second {
 			log.Info("waiting for the move to the ledger's new layout to finish (billing shards add); this instance starts then",
 				"layout", l.Describe(), "rows_moved", l.Move.RowsMoved, "started_at", l.Move.StartedAt)
@@ -212,7 +212,7 @@ func awaitMove(ctx context.Context, d *mysqldriver.Driver, l Layout, log *slog.L
 		if err != nil {
 			return Layout{}, err
 		}
-		l.Move, l.Moving = m, m.State == mysqldriver.MoveMoving
+		l.Move = m
 	}
 	return l, nil
 }
