@@ -50,11 +50,12 @@ const (
 	// chaos_hostile_test.go).
 	faultHostile faultKind = "hostile"
 	// A server added to the ledger (billing shards add, a new database
-	// of the MariaDB server): the command killed at one of its steps by a
-	// failpoint and run again to its end; every instance is fenced by it
-	// (an expected exit 4) and restarted with the new server list, waiting
-	// at its start until the move is done. Only with CHAOS_KINDS naming
-	// it; injected once per time it is named.
+	// of the MariaDB server) while the instances count: each instance
+	// restarted with the new server list first (SIGTERM, one after the
+	// other), then the command killed at one of its steps by a failpoint
+	// and run again to its end, an instance killed (SIGKILL) while it
+	// runs. Only with CHAOS_KINDS naming it; injected once per time it
+	// is named.
 	faultAddServer faultKind = "add-server"
 )
 
@@ -68,7 +69,8 @@ var defaultFaultKinds = slices.DeleteFunc(slices.Clone(allFaultKinds), func(k fa
 
 // addServerSteps are the failpoints of billing shards add a fault kills it
 // at, in its order.
-var addServerSteps = []string{shards.FailAfterFence, shards.FailAfterSettle, shards.FailBeforeCopy, shards.FailAfterBatch, shards.FailBeforeDone, shards.FailAfterDone}
+var addServerSteps = []string{shards.FailAfterBegin, shards.FailAfterFreeze + "=kill@3", shards.FailAfterSettle + "=kill@2", shards.FailBeforeCopy + "=kill@4",
+	shards.FailAfterBatch + "=kill@5", shards.FailBeforeUnfreeze + "=kill@2", shards.FailAfterStep + "=kill@6", shards.FailAfterDone}
 
 func (k faultKind) instanceFault() bool {
 	return k == faultKill || k == faultTerm || k == faultZombie || k == faultStepKill
@@ -446,32 +448,54 @@ func (d *faultDriver) services(ctx context.Context, res *faultResult, steps ...a
 	return nil
 }
 
-// addServer adds a server to the ledger: a new database, billing shards
-// add killed at one of its steps (f.Nth picks it), then run to its end;
-// every instance, fenced by it, exits (expected) and comes back with the
-// new server list.
+// addServer adds a server to the ledger while the instances count: a new
+// database; every instance restarted with the new server list, one after
+// the other; billing shards add killed at one of its steps (f.Nth picks
+// it), then run to its end, with an instance (f.Slot) killed and
+// restarted while it runs.
 func (d *faultDriver) addServer(ctx context.Context, f plannedFault, res *faultResult) error {
 	r := d.r
 	dsn := testenv.NewDatabaseOn(r.t, r.admin, testenv.RandomName("t_"))
 	step := addServerSteps[f.Nth%len(addServerSteps)]
+	if !strings.Contains(step, "=") {
+		step += "=kill"
+	}
 	// The command runs with the ledger's servers as they were (the new
 	// one is its --dsn), both times.
 	n := len(r.shardDSNs()) + 1
 	envs := [][]string{r.moverEnv(fmt.Sprintf("add%d.1", n)), r.moverEnv(fmt.Sprintf("add%d.2", n))}
-	incs := make([]*incarnation, len(r.instances))
-	for i, in := range r.instances {
-		incs[i] = in.expectEnd("fenced by billing shards add")
-	}
-	// Instances restarted from now on start with the new list, and wait
-	// for the move.
+	// Instances started from now on have the new server, last: a rolling
+	// restart gives it to those running.
 	r.addShard(dsn)
+	for _, in := range r.instances {
+		inc := in.end("restarted with the new server list", syscall.SIGTERM, 0, nil)
+		if inc == nil {
+			continue
+		}
+		if _, ok := inc.waitFor(ctx, r.prof.ShutdownGrace); !ok {
+			inc.signal(syscall.SIGKILL)
+			<-inc.done
+		}
+		if _, err := in.awaitNext(ctx, inc); err != nil {
+			return err
+		}
+	}
 	var notes []string
-	for run, fps := range []string{step + "=kill", ""} {
+	for run, fps := range []string{step, ""} {
 		tag := fmt.Sprintf("add%d.%d", n, run+1)
 		env := append(envs[run], "BILLING_FAILPOINTS="+fps)
-		p, err := startProc("billing shards add", filepath.Join(r.logDir, tag+".log"), r.billingBin, env, "shards", "add", "--dsn", dsn)
+		p, err := startProc("billing shards add", filepath.Join(r.logDir, tag+".log"), r.billingBin, env, "shards", "add", "--dsn", dsn, "--step-rows", "500")
 		if err != nil {
 			return err
+		}
+		if fps == "" && len(r.instances) > 0 {
+			// A counting instance killed while the move runs.
+			in := r.instances[f.Slot%len(r.instances)]
+			time.Sleep(500 * time.Millisecond)
+			if inc := in.end("SIGKILL during billing shards add", syscall.SIGKILL, time.Second, nil); inc != nil {
+				<-inc.done
+				notes = append(notes, fmt.Sprintf("billing-%d killed during the move", in.slot))
+			}
 		}
 		werr, ok := p.waitFor(ctx, r.prof.Settle)
 		if !ok {
@@ -486,14 +510,14 @@ func (d *faultDriver) addServer(ctx context.Context, f plannedFault, res *faultR
 		}
 		notes = append(notes, fmt.Sprintf("%s: %s", map[bool]string{true: "armed with " + fps, false: "run again"}[fps != ""], p.exitText()))
 	}
-	for i, in := range r.instances {
-		if incs[i] == nil {
-			continue
-		}
-		if _, err := in.awaitNext(ctx, incs[i]); err != nil {
-			return err
+	for _, in := range r.instances {
+		cur, _ := in.current()
+		if cur == nil || cur.exited() {
+			if _, err := in.awaitNext(ctx, cur); err != nil {
+				return err
+			}
 		}
 	}
-	res.Note = fmt.Sprintf("server %d added (%s)", n, strings.Join(notes, "; "))
+	res.Note = fmt.Sprintf("server %d added while counting (%s)", n, strings.Join(notes, "; "))
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,9 +18,11 @@ import (
 	"github.com/billing/ledger/internal/testenv"
 )
 
-// growEnv is a ledger on one server, counting with instances a and b,
-// half of a workload of 3000 events sent (and at least min counted), and
-// an empty database on a second server to add.
+// growEnv is a ledger on one server, counting with instances restarted
+// with the second server in their list (to be added: they place nothing
+// there until the move begins), half of a workload of 3000 events sent (and at
+// least counted of them counted), and an empty database on a second
+// server to add.
 type growEnv struct {
 	*testEnv
 	dsnB string
@@ -44,19 +47,39 @@ func newGrowEnv(t *testing.T, prefix string, counted int64, instances ...string)
 	}
 	testenv.Produce(t, g.brokers, g.topic, g.w.records[:g.half]...)
 	waitCountedOver(t, []*sqlx.DB{g.db}, counted, 60*time.Second)
+	// A rolling restart gives the instances the server to add.
+	for i, p := range ps {
+		p.Signal(syscall.SIGTERM)
+		if err := p.Wait(t, 60*time.Second); err != nil {
+			t.Fatalf("%s, stopped for the restart: %v", p.Name, err)
+		}
+		ps[i] = g.start(t, p.Name+"-both", g.both())
+	}
 	return g, ps
 }
 
-// A server added to a counting ledger (billing shards add), the command
-// killed (SIGKILL) at each of its steps and run again: two instances count
-// on one server; the move fences them (they stop, exit 4); two instances
-// configured with both servers wait for it, then count the rest of the
-// stream, with repeats of events counted before the move. The ledger is
-// exact over both servers, no row is on both, and the new server holds its
-// share of balances, windows and dedup keys (a repeat of a moved key is
-// dropped there).
+// both is the environment of an instance configured with both servers.
+func (g *growEnv) both() map[string]string { return map[string]string{"MYSQL_SHARD_DSNS": g.dsnB} }
+
+// moverArgs are billing shards add's: small steps with a rest, so that a
+// move of this ledger takes many steps and counting runs between them.
+func (g *growEnv) moverArgs() []string {
+	return []string{"shards", "add", "--dsn", g.dsnB, "--step-rows", "150", "--rest", "1"}
+}
+
+// A server added to a counting ledger (billing shards add) while the
+// instances count: the command killed (SIGKILL) at each of its steps, and
+// a counting instance with it, then both run again. Two instances count,
+// configured with both servers; a third, configured with the first server
+// only, stops when the move begins (exit 4, saying what to do). The rest
+// of the stream, with repeats of events counted before, is sent while the
+// move runs. The ledger is exact over both servers, no row is on both, the
+// new server holds its share of balances, windows and dedup keys (a repeat
+// of a moved key is dropped there), the instances counted while the move
+// ran, and none stopped.
 func TestAddServerToACountingLedger(t *testing.T) {
-	for _, fp := range []string{shards.FailAfterFence, shards.FailAfterSettle, shards.FailAfterBatch + "=kill@2", shards.FailBeforeDone, shards.FailAfterDone} {
+	for _, fp := range []string{shards.FailAfterBegin, shards.FailAfterFreeze + "=kill@2", shards.FailAfterBatch + "=kill@3",
+		shards.FailBeforeUnfreeze + "=kill@2", shards.FailAfterStep + "=kill@4", shards.FailAfterDone} {
 		if !strings.Contains(fp, "=") {
 			fp += "=kill"
 		}
@@ -66,43 +89,56 @@ func TestAddServerToACountingLedger(t *testing.T) {
 
 func addServerKilled(t *testing.T, failpoints string) {
 	g, ps := newGrowEnv(t, "grow", 200, "a", "b")
-	e, dsnB, dbB, w, half := g.testEnv, g.dsnB, g.dbB, g.w, g.half
+	e, dbB, w, half := g.testEnv, g.dbB, g.w, g.half
 	a, b := ps[0], ps[1]
-	// Every 7th record of the first half again, under another key, after
-	// the move: a repeat whose key moved must be dropped.
+	old := e.start(t, "old", nil)
+	// Every 7th record of the first half again, under another key, with
+	// the rest: a repeat whose key moved must be dropped.
 	var repeats []*kgo.Record
 	for i := 0; i < half; i += 7 {
 		repeats = append(repeats, &kgo.Record{Key: []byte(fmt.Sprintf("again-%d", i)), Value: w.records[i].Value})
 	}
-	var err error
+	rest := append(slices.Clone(w.records[half:]), repeats...)
+	dbs := []*sqlx.DB{e.db, dbB}
 
-	both := map[string]string{"MYSQL_SHARD_DSNS": dsnB}
-	mover := testenv.Start(t, "add-1", e.bin, e.serviceEnv(map[string]string{"BILLING_FAILPOINTS": failpoints}), "shards", "add", "--dsn", dsnB)
-	err = mover.Wait(t, 120*time.Second)
+	mover := testenv.Start(t, "add-1", e.bin, e.serviceEnv(map[string]string{"BILLING_FAILPOINTS": failpoints}), g.moverArgs()...)
+	// The rest of the stream, in slices, while the move runs.
+	sent := make(chan struct{})
+	t.Cleanup(func() { <-sent })
+	go func() {
+		defer close(sent)
+		for i := 0; i < len(rest); i += 100 {
+			testenv.Produce(t, e.brokers, e.topic, rest[i:min(i+100, len(rest))]...)
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	err := mover.Wait(t, 120*time.Second)
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
 		t.Fatalf("the move was not killed at %s: %v\n%s", failpoints, err, lastLines(mover.Output(), 20))
 	}
-	for _, p := range []*testenv.Process{a, b} {
-		err := p.Wait(t, 60*time.Second)
-		if !errors.As(err, &exit) || exit.ExitCode() != 4 || !strings.Contains(p.Output(), "not the ledger's layout") {
-			t.Fatalf("instance %s on the old layout: %v, want exit 4 for the layout change:\n%s", p.Name, err, lastLines(p.Output(), 20))
-		}
-	}
-	// Instances on the new layout wait for the move (unless it was
-	// done), which is resumed.
-	c := e.start(t, "c", both)
-	d := e.start(t, "d", both)
-	if failpoints != shards.FailAfterDone+"=kill" && !c.WaitOutput(context.Background(), "waiting for the move", 30*time.Second) {
-		t.Fatalf("c did not wait for the move:\n%s", lastLines(c.Output(), 20))
-	}
-	mover = testenv.Start(t, "add-2", e.bin, e.serviceEnv(nil), "shards", "add", "--dsn", dsnB)
+	// A counting instance killed with it, and started again.
+	b.Signal(syscall.SIGKILL)
+	_ = b.Wait(t, 30*time.Second)
+	b = e.start(t, "b2", g.both())
+	_, before := ledgerOver(t, dbs)
+	mover = testenv.Start(t, "add-2", e.bin, e.serviceEnv(nil), g.moverArgs()...)
 	if err := mover.Wait(t, 120*time.Second); err != nil {
 		t.Fatalf("resumed move: %v\n%s", err, mover.Output())
 	}
-	testenv.Produce(t, e.brokers, e.topic, append(w.records[half:], repeats...)...)
-	dbs := []*sqlx.DB{e.db, dbB}
+	_, after := ledgerOver(t, dbs)
+	<-sent
 	waitExactOver(t, dbs, w, 120*time.Second)
+	t.Logf("counted %d events while the resumed move ran (%d before it, %d in all)", after-before, before, w.events)
+	if failpoints != shards.FailAfterDone+"=kill" && !strings.Contains(mover.Output(), "moved a step of keys") {
+		t.Errorf("the resumed move moved no step:\n%s", lastLines(mover.Output(), 20))
+	}
+
+	// The instance without the new server stopped, saying what to do.
+	err = old.Wait(t, 60*time.Second)
+	if !errors.As(err, &exit) || exit.ExitCode() != 4 || !strings.Contains(old.Output(), "add it to MYSQL_SHARD_DSNS") {
+		t.Fatalf("instance old, configured with the first server only: %v, want exit 4 saying to add the server:\n%s", err, lastLines(old.Output(), 20))
+	}
 	for _, table := range []string{"account_balances", "billing_windows", "dedup_keys"} {
 		keyCols := map[string]string{"account_balances": "account_id, currency", "billing_windows": "account_id, currency, window_start", "dedup_keys": "event_id"}[table]
 		var keysA, keysB []string
@@ -130,7 +166,7 @@ func addServerKilled(t *testing.T, failpoints string) {
 		}
 		t.Logf("%s: %d rows on the first server, %d on the new one", table, len(keysA), len(keysB))
 	}
-	for _, p := range []*testenv.Process{c, d} {
+	for _, p := range []*testenv.Process{a, b} {
 		if p.Exited() {
 			t.Fatalf("%s stopped:\n%s", p.Name, lastLines(p.Output(), 20))
 		}
@@ -138,23 +174,21 @@ func addServerKilled(t *testing.T, failpoints string) {
 }
 
 // A run of billing shards add paused (SIGSTOP) with a batch of rows read
-// but not written, while another run finishes the move and instances count
-// on the new layout, changes nothing once it wakes: its stale rows never
-// overwrite the new server's, its deletes find nothing left, and its
-// record of the move is of one already done.
+// but not written, while another run takes the move over and finishes it
+// and an instance counts on the new layout, changes nothing once it
+// wakes: its stale rows never overwrite the new server's, its deletes find
+// nothing left, and its next change of the move's cursor finds the other
+// run's: it ends, the move being done.
 func TestPausedAddChangesNothingAfterAnotherFinished(t *testing.T) {
 	g, ps := newGrowEnv(t, "paused", 1000, "a")
-	e, dsnB, w, half, a := g.testEnv, g.dsnB, g.w, g.half, ps[0]
+	e, w, half, a := g.testEnv, g.w, g.half, ps[0]
 
-	paused := testenv.Start(t, "add-paused", e.bin, e.serviceEnv(map[string]string{"BILLING_FAILPOINTS": shards.FailBeforeCopy + "=stop@1"}),
-		"shards", "add", "--dsn", dsnB)
+	paused := testenv.Start(t, "add-paused", e.bin, e.serviceEnv(map[string]string{"BILLING_FAILPOINTS": shards.FailBeforeCopy + "=stop@1"}), g.moverArgs()...)
 	if !paused.WaitOutput(context.Background(), "failpoint "+shards.FailBeforeCopy+": SIGSTOP", 60*time.Second) {
 		t.Fatalf("the move never paused:\n%s", paused.Output())
 	}
 	t.Cleanup(func() { paused.Signal(syscall.SIGCONT) })
-	_ = a.Wait(t, 60*time.Second)
-	c := e.start(t, "c", map[string]string{"MYSQL_SHARD_DSNS": dsnB})
-	other := testenv.Start(t, "add-2", e.bin, e.serviceEnv(nil), "shards", "add", "--dsn", dsnB)
+	other := testenv.Start(t, "add-2", e.bin, e.serviceEnv(nil), g.moverArgs()...)
 	if err := other.Wait(t, 120*time.Second); err != nil {
 		t.Fatalf("the second run: %v\n%s", err, other.Output())
 	}
@@ -166,9 +200,12 @@ func TestPausedAddChangesNothingAfterAnotherFinished(t *testing.T) {
 	if err := paused.Wait(t, 60*time.Second); err != nil {
 		t.Fatalf("the paused run, woken: %v\n%s", err, paused.Output())
 	}
+	if !strings.Contains(paused.Output(), "another run of billing shards add finished the move") {
+		t.Errorf("the paused run did not notice the other's:\n%s", lastLines(paused.Output(), 20))
+	}
 	waitExactOver(t, dbs, w, 30*time.Second)
-	if c.Exited() {
-		t.Fatalf("c stopped:\n%s", lastLines(c.Output(), 20))
+	if a.Exited() {
+		t.Fatalf("a stopped:\n%s", lastLines(a.Output(), 20))
 	}
 }
 
@@ -176,8 +213,7 @@ func TestPausedAddChangesNothingAfterAnotherFinished(t *testing.T) {
 // entries, which move too), a server added between two halves of a stream
 // leaves every chain of the changelog unbroken (the next change of a moved
 // row takes up from its image before the move), and the last images equal
-// the rows of both servers; the outbox a checkpoint left on the first
-// server before the fence is published from there.
+// the rows of both servers. The second half is sent while the move runs.
 func TestAddServerKeepsTheChangelogsChains(t *testing.T) {
 	prefix := testenv.RandomName("grow-cl-")
 	cleanupChangelogTopics(t, testenv.Kafka(t), prefix)
@@ -193,16 +229,14 @@ func TestAddServerKeepsTheChangelogsChains(t *testing.T) {
 	dsnB := testenv.NewDatabaseOn(t, testenv.MySQL2(t), testenv.RandomName("t_"))
 	w := newWorkload("grow-cl", 2000)
 	half := len(w.records) / 2
-	a := e.start(t, "a", env(nil))
+	c := e.start(t, "c", env(map[string]string{"MYSQL_SHARD_DSNS": dsnB}))
 	testenv.Produce(t, e.brokers, e.topic, w.records[:half]...)
 	waitCountedOver(t, []*sqlx.DB{e.db}, 500, 60*time.Second)
-	mover := testenv.Start(t, "add", e.bin, e.serviceEnv(env(nil)), "shards", "add", "--dsn", dsnB)
+	mover := testenv.Start(t, "add", e.bin, e.serviceEnv(env(nil)), "shards", "add", "--dsn", dsnB, "--step-rows", "200")
+	testenv.Produce(t, e.brokers, e.topic, w.records[half:]...)
 	if err := mover.Wait(t, 120*time.Second); err != nil {
 		t.Fatalf("shards add: %v\n%s", err, mover.Output())
 	}
-	_ = a.Wait(t, 60*time.Second)
-	c := e.start(t, "c", env(map[string]string{"MYSQL_SHARD_DSNS": dsnB}))
-	testenv.Produce(t, e.brokers, e.topic, w.records[half:]...)
 	dbB, err := sqlx.Open("mysql", dsnB)
 	if err != nil {
 		t.Fatal(err)

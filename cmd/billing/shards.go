@@ -31,8 +31,8 @@ Commands:
             host, an estimate of its tables' rows), how the configured list
             differs from the layout, and what is moving (read-only)
   add       adds a server to the ledger and moves its share of the rows to
-            it; counting stops meanwhile (every instance is fenced, and
-            instances configured with the new list wait at their start)
+            it, step by step, while the instances count (those configured
+            without the new server stop: configure it first)
 
 billing shards COMMAND --help describes one command (docs/production.md).
 `
@@ -46,14 +46,17 @@ func shardsCmd(args []string, stdout, stderr io.Writer) int {
 }
 
 func shardsAdd(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("billing shards add", "--dsn DSN", "Adds the server of DSN (an empty database, migrated here) to the ledger of the\n"+
+	fs := newFlags("billing shards add", "--dsn DSN [--step-rows N] [--rest R]", "Adds the server of DSN (an empty database, migrated here) to the ledger of the\n"+
 		"configured servers (MYSQL_DSN, then MYSQL_SHARD_DSNS), and moves to it its share of\n"+
-		"the accounts' and event ids' rows. Every running instance is fenced when the move\n"+
-		"begins and stops (exit 4); start them with the new list (the DSN last in\n"+
-		"MYSQL_SHARD_DSNS): they wait until the move is done. Interrupted, it is resumed by\n"+
-		"running it again. Exit status: 0 the layout is complete, 4 the configured servers\n"+
-		"are not the ledger's, 1 failure. See docs/production.md, Growing.\n")
+		"the accounts' and event ids' rows while the instances count: step by step, in key\n"+
+		"order; a checkpoint that writes a key of the step under way waits for it. Configure\n"+
+		"the instances with the new list first (the DSN last in MYSQL_SHARD_DSNS): an instance\n"+
+		"without the new server stops when the move begins (exit 4). Interrupted, it is\n"+
+		"resumed by running it again. Exit status: 0 the layout is complete, 4 the configured\n"+
+		"servers are not the ledger's, 1 failure. See docs/production.md, Growing.\n")
 	dsn := fs.String("dsn", "", "the new server's DSN (go-sql-driver form, as MYSQL_DSN)")
+	stepRows := fs.Int("step-rows", 5000, "a step moves the keys of at most this many rows of each table on each server")
+	rest := fs.Float64("rest", 2, "rest after each step for this multiple of the step's time (0: none)")
 	if _, code, done := fs.parse(args, 0, stdout, stderr); done {
 		return code
 	}
@@ -62,7 +65,10 @@ func shardsAdd(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	return withConfig(stderr, nil, func(ctx context.Context, cfg config.Config, log *slog.Logger) int {
-		r, err := service.AddServer(ctx, cfg, *dsn, log)
+		if *rest == 0 {
+			*rest = -1
+		}
+		r, err := service.AddServer(ctx, cfg, *dsn, shards.AddOptions{StepRows: *stepRows, Rest: *rest}, log)
 		if err != nil {
 			fmt.Fprintln(stderr, "billing shards add:", err)
 			var mismatch *shards.MismatchError
@@ -71,8 +77,8 @@ func shardsAdd(args []string, stdout, stderr io.Writer) int {
 			}
 			return 1
 		}
-		fmt.Fprintf(stdout, "layout %s complete: %d slot(s) on the new server, %d row(s) moved by this run\n", r.Layout.Describe(), r.Slots, r.RowsMoved)
-		fmt.Fprintln(stdout, "start the instances with the new server last in MYSQL_SHARD_DSNS")
+		fmt.Fprintf(stdout, "layout %s complete: %d slot(s) on the new server, %d row(s) moved by this run in %d step(s) (longest %s, moving %s)\n",
+			r.Layout.Describe(), r.Slots, r.RowsMoved, r.Steps, r.Paused.Round(time.Millisecond), r.Moving.Round(time.Millisecond))
 		return 0
 	})
 }

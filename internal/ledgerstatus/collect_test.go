@@ -77,7 +77,7 @@ func TestCollectReadsTheLedgerThroughTheView(t *testing.T) {
 		t.Fatal(err)
 	}
 	decided := driver.Decision{Gtrid: "blg1-insta-5-19000000000", Outcome: driver.Committed, By: "inst-a", At: now.Add(-10 * time.Second)}
-	if _, err := control.Commit(ctx, decided, scope, []driver.Cut{{Partition: 0, NextOffset: 60}}, func([]driver.Stored) error { return nil }, nil, nil, true); err != nil {
+	if _, err := control.Commit(ctx, decided, scope, []driver.Cut{{Partition: 0, NextOffset: 60}}, func([]driver.Stored) error { return nil }, nil, nil, nil, true); err != nil {
 		t.Fatal(err)
 	}
 
@@ -151,7 +151,8 @@ func TestCollectReadsTheLedgerThroughTheView(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := control.Commit(ctx, driver.Decision{Gtrid: "blg1-insta-6-19000000000", Outcome: driver.Committed, By: "inst-a", At: now, Changelog: true},
-		scope, []driver.Cut{{Partition: 0, NextOffset: 61}}, func([]driver.Stored) error { return nil }, nil, nil, true); err != nil {
+		scope, []driver.Cut{{Partition: 0, NextOffset: 61}}, func([]driver.Stored) error { return nil }, nil, nil, nil,
+		true); err != nil {
 		t.Fatal(err)
 	}
 	r = Collect(ctx, Sources{View: memdriver.NewView(l.servers...), Letters: dead, Kafka: k, Topic: "events", Group: "billing-ledger", Now: clock})

@@ -16,6 +16,7 @@ const (
 	CauseFenced           = "fenced"              // a partition moved to another instance (a rebalance)
 	CauseAbortedRecovery  = "aborted_by_recovery" // the decision is abort: a recoverer's, or the coordinator gave up
 	CauseFrontierMoved    = "frontier_moved"      // another checkpoint closed a window this one wrote to as open
+	CauseLayoutMoved      = "layout_moved"        // a live move of rows to a new server passed a key this one placed (billing shards add): retried at once
 	CauseOutcomeUnknown   = "outcome_unknown"     // the decision was neither made durable nor proven either way
 	CauseCanceled         = "canceled"            // the attempt's context ended: CHECKPOINT_TIMEOUT or the instance stopping
 	CauseCreatedUncounted = "created_uncounted"   // beside other instances the seed created a row no counted event writes (every event on it refused): retried at once without creating it
@@ -25,7 +26,7 @@ const (
 // AbortCauses lists every label value of billing_checkpoint_aborts_total,
 // in a stable order.
 func AbortCauses() []string {
-	out := []string{CauseFenced, CauseAbortedRecovery, CauseFrontierMoved, CauseOutcomeUnknown, CauseCreatedUncounted}
+	out := []string{CauseFenced, CauseAbortedRecovery, CauseFrontierMoved, CauseLayoutMoved, CauseOutcomeUnknown, CauseCreatedUncounted}
 	for _, k := range mysqldriver.ErrorKinds() {
 		if k != mysqldriver.KindOther {
 			out = append(out, k)
@@ -54,6 +55,8 @@ func AbortCause(info pipeline.CheckpointInfo) string {
 		return CauseAbortedRecovery
 	case errors.Is(err, txsink.ErrFrontierMoved):
 		return CauseFrontierMoved
+	case errors.Is(err, txsink.ErrLayoutMoved):
+		return CauseLayoutMoved
 	case errors.Is(err, txsink.ErrOutcomeUnknown):
 		return CauseOutcomeUnknown
 	case errors.Is(err, pipeline.ErrCreatedUncounted):

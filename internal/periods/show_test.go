@@ -35,7 +35,8 @@ func TestShowReadsTheView(t *testing.T) {
 	closed := at.Add(-24 * time.Hour)
 	d := driver.Decision{Gtrid: "g1", Outcome: driver.Committed, By: "a", At: at}
 	if _, err := s.Commit(ctx, d, scope, []driver.Cut{{Partition: 0, NextOffset: 5, Watermark: wm.Add(-time.Hour)}, {Partition: 1, NextOffset: 9, Watermark: wm}},
-		func([]driver.Stored) error { return nil }, &driver.FrontierChange{Raise: driver.Frontier{Closed: closed}}, nil, true); err != nil {
+		func([]driver.Stored) error { return nil }, &driver.FrontierChange{Raise: driver.Frontier{Closed: closed}}, nil, nil,
+		true); err != nil {
 		t.Fatal(err)
 	}
 	r, err := Show(ctx, v, scope)

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"time"
 
@@ -163,6 +164,10 @@ func (p *Pipeline) collectLocked() {
 // the snapshot cut no partition (an event-time tick): nothing was built on
 // it.
 func (p *Pipeline) finishLocked(s *snapshot, out outcome) {
+	if errors.Is(out.err, txsink.ErrNotPlaceable) {
+		// The ledger grew onto a server this instance was not given.
+		p.fail(out.err)
+	}
 	if out.decided {
 		for _, c := range s.cuts {
 			if pt := p.parts[c.Partition]; pt != nil && pt.epoch == c.Epoch {

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -121,6 +122,9 @@ func (c *Checkpointer) run(ctx context.Context, s *snapshot) outcome {
 	defer c.mu.Unlock()
 	var l ladder
 	for {
+		if err := c.followLayout(ctx); err != nil {
+			return outcome{err: err}
+		}
 		actx, cancel := context.WithTimeout(ctx, c.cfg.CheckpointTimeout)
 		info := c.attempt(actx, s, l.careful, false, l.uncreated)
 		cancel()
@@ -222,4 +226,41 @@ func offsetRanges(s *snapshot) string {
 		fmt.Fprintf(&b, "p%d:%d-%d", p, lo[p], hi[p])
 	}
 	return b.String()
+}
+
+// frozenPoll is how often a checkpoint waiting for a step of a move
+// rereads the move's cursor.
+const frozenPoll = 10 * time.Millisecond
+
+// followLayout places the next attempt's keys by the ledger's layout as
+// it is now (txsink.Sink.Refresh): a live move's cursor, read before
+// every attempt (one point read on the control server). While a step of
+// the move is under way the attempt waits for it, up to half the
+// checkpoint's timeout: a checkpoint that wrote one of the step's keys
+// would be refused at its decision, and nearly every one does. It fails
+// only when the layout cannot be followed (txsink.ErrNotPlaceable: the
+// instance stops); a failed read leaves the last layout read, which the
+// decision checks.
+func (c *Checkpointer) followLayout(ctx context.Context) error {
+	wait := time.NewTimer(c.cfg.CheckpointTimeout / 2)
+	defer wait.Stop()
+	for {
+		if err := c.sink.Refresh(ctx); err != nil {
+			if errors.Is(err, txsink.ErrNotPlaceable) {
+				return err
+			}
+			c.log.Warn("cannot read the ledger's layout; placing keys by the last read", "err", err)
+			return nil
+		}
+		if !c.sink.Frozen() {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-wait.C:
+			return nil
+		case <-time.After(frozenPoll):
+		}
+	}
 }

@@ -44,20 +44,23 @@ func (c *Checkpointer) attempt(ctx context.Context, s *snapshot, careful, trial 
 	if c.cfg.Changelog {
 		now = now.Truncate(time.Microsecond)
 	}
-	cfg := c.planConfig(careful, trial)
+	c.seq++
+	tx := c.sink.Begin(c.seq)
+	// The checkpoint places its keys by the layout of its Begin, which
+	// its decision checks against a move (txsink: Txn.Route).
+	cfg := c.planConfig(tx, careful, trial)
 	cfg.uncreated = uncreated
 	p := newPlanner(cfg, s, now, c.cache)
-	c.seq++
-	x := &execution{c: c, p: p, tx: c.sink.Begin(c.seq), mark: started, done: map[string]bool{}}
+	x := &execution{c: c, p: p, tx: tx, mark: started, done: map[string]bool{}}
 	snap := p.snapshot()
 	x.info = CheckpointInfo{Gtrid: x.tx.Gtrid(), Started: started, Careful: careful, Records: len(snap.records) + len(snap.dead), Bytes: snap.bytes,
 		Partitions: len(snap.cuts), Cuts: snap.cuts, Phases: map[string]time.Duration{}, DeadLetters: map[string]int{}}
 	return x.run(ctx, now)
 }
 
-func (c *Checkpointer) planConfig(careful, trial bool) planConfig {
+func (c *Checkpointer) planConfig(route placement, careful, trial bool) planConfig {
 	return planConfig{window: c.cfg.Window, closeAfter: c.cfg.WindowCloseAfter, skew: c.cfg.MaxEventTimeSkew, ttl: c.cfg.dedupTTL(),
-		prefix: c.cfg.DeadLetterPayloadBytes, entries: c.cfg.LedgerEntries, route: c.sink, servers: len(c.pools), careful: careful, trial: trial,
+		prefix: c.cfg.DeadLetterPayloadBytes, entries: c.cfg.LedgerEntries, route: route, servers: len(c.pools), careful: careful, trial: trial,
 		changelog: c.cfg.Changelog, shared: !c.alone.Load(), horizon: c.cfg.versionHorizon()}
 }
 
@@ -373,6 +376,11 @@ func (x *execution) write(ctx context.Context, st step, now time.Time) ([]sealRe
 		}
 	}
 	turns := newTurns(len(st.works), st.turnFrom, writers)
+	if !st.seal.to.IsZero() {
+		// Sealing writes every row of the closed windows on each
+		// server, placed by no key of the checkpoint's.
+		x.tx.TouchAll()
+	}
 	err := x.tx.Each(ctx, writers, func(ctx context.Context, b *txsink.Branch) error {
 		w := &st.works[b.Participant]
 		kept, err := x.writeRows(ctx, b, w, turns.wait[b.Participant], turns.done[b.Participant], now)

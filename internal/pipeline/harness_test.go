@@ -262,7 +262,7 @@ type heldControl struct {
 	in *instance
 }
 
-func (c heldControl) Commit(ctx context.Context, d driver.Decision, scope driver.Scope, cuts []driver.Cut, fence func([]driver.Stored) error, f *driver.FrontierChange, keys *driver.Generation, applied bool) (int64, error) {
+func (c heldControl) Commit(ctx context.Context, d driver.Decision, scope driver.Scope, cuts []driver.Cut, fence func([]driver.Stored) error, f *driver.FrontierChange, keys *driver.Generation, layout func(driver.MoveCursor) error, applied bool) (int64, error) {
 	h := &c.in.hold
 	h.mu.Lock()
 	armed := h.armed
@@ -280,7 +280,7 @@ func (c heldControl) Commit(ctx context.Context, d driver.Decision, scope driver
 			return 0, ctx.Err()
 		}
 	}
-	return c.Server.Commit(ctx, d, scope, cuts, fence, f, keys, applied)
+	return c.Server.Commit(ctx, d, scope, cuts, fence, f, keys, layout, applied)
 }
 
 // settings are the service's configuration of a start: the defaults, the

@@ -16,6 +16,12 @@ import (
 // decision found windows closed under it; beyond, it is replayed.
 const maxFrontierRetries = 3
 
+// maxLayoutRetries bounds the immediate retries of a checkpoint whose
+// decision found the ledger's layout moved under it (txsink.ErrLayoutMoved,
+// at most one per step of a live move, each retried on the layout read
+// then); beyond, it is replayed.
+const maxLayoutRetries = 8
+
 // maxRaceRetries bounds the immediate retries, with the changelog, of a
 // checkpoint whose write met a row created since it read (a duplicate key:
 // the changelog's insert of a row a locking read found absent); beyond, it
@@ -58,6 +64,7 @@ type attemptOutcome struct {
 	stopped   bool        // run's own context ended
 	code      driver.Code // the error's classification by the servers
 	moved     bool        // txsink.ErrFrontierMoved or driver.ErrKeysMoved
+	relaid    bool        // txsink.ErrLayoutMoved
 	refused   bool        // a refusal of the data a trial can reproduce (refusedForData)
 	oversized bool        // of refused: a row over its statement's budget (a bug)
 	// lostInWrite: a Transient failure of the write step. MariaDB answers
@@ -80,7 +87,7 @@ func (c *Checkpointer) outcomeOf(info CheckpointInfo, stopped bool) attemptOutco
 	if errors.As(info.Err, &u) {
 		uncounted = u.keys
 	}
-	return attemptOutcome{uncounted: uncounted, failed: info.Err != nil && !info.Decided, stopped: stopped, code: c.sink.Code(info.Err),
+	return attemptOutcome{uncounted: uncounted, relaid: errors.Is(info.Err, txsink.ErrLayoutMoved), failed: info.Err != nil && !info.Decided, stopped: stopped, code: c.sink.Code(info.Err),
 		moved: errors.Is(info.Err, txsink.ErrFrontierMoved) || errors.Is(info.Err, driver.ErrKeysMoved), refused: c.refusedForData(info.Err), oversized: oversized(info.Err),
 		lostInWrite: c.sink.Code(info.Err) == driver.Transient && info.FailedPhase == stepWrite.phase(),
 		raced:       c.cfg.Changelog && c.sink.Code(info.Err) == driver.Duplicate && info.FailedPhase == stepWrite.phase()}
@@ -89,7 +96,7 @@ func (c *Checkpointer) outcomeOf(info CheckpointInfo, stopped bool) attemptOutco
 // ladder is what the attempts of one snapshot have tried so far.
 type ladder struct {
 	careful, refreshed, dataRetried, isolated bool
-	moved, raced                              int
+	moved, raced, relaid                      int
 	// uncreated: the keys attempts created for nothing, not to create again
 	uncreated []lockKey
 }
@@ -116,6 +123,9 @@ func (m move) String() string { return moveNames[m] }
 //     between the claims and the decision (driver.ErrKeysMoved, a
 //     rotation: at most once a DEDUP_TTL): retried at once, on the new
 //     frontier or generation, up to maxFrontierRetries times;
+//   - a live move of the ledger's rows passed a key the attempt placed
+//     (txsink.ErrLayoutMoved): retried at once on the layout read then,
+//     up to maxLayoutRetries times;
 //   - the seed created rows no counted event writes (uncountedError):
 //     retried at once without creating them (at most once per key);
 //   - a write met a row created since the attempt read it absent
@@ -145,6 +155,9 @@ func (l ladder) next(o attemptOutcome) (move, ladder) {
 		return moveRetry, l
 	case o.moved && l.moved < maxFrontierRetries:
 		l.moved++
+		return moveRetry, l
+	case o.relaid && l.relaid < maxLayoutRetries:
+		l.relaid++
 		return moveRetry, l
 	case o.raced && l.raced < maxRaceRetries:
 		l.raced++

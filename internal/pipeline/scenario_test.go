@@ -529,7 +529,9 @@ func (cm *command) oldCommits() string {
 	var first, last int64
 	for i := range n {
 		seq, err := ctrl.Commit(context.Background(), driver.Decision{Gtrid: fmt.Sprintf("old-%d", i+1), Outcome: driver.Committed, By: "gone", At: cm.w.clock.Now()},
-			scope, nil, none, nil, nil, true)
+			scope, nil, none, nil, nil, nil,
+			true)
+
 		if err != nil {
 			cm.fatalf("%v", err)
 		}

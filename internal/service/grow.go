@@ -17,7 +17,7 @@ import (
 // cfg's servers, and its share of the rows moved to it (shards.Add). A
 // move left unfinished is resumed. BILLING_FAILPOINTS arms the move's
 // failpoints (shards.Fail*).
-func AddServer(ctx context.Context, cfg config.Config, dsn string, log *slog.Logger) (*shards.AddReport, error) {
+func AddServer(ctx context.Context, cfg config.Config, dsn string, opts shards.AddOptions, log *slog.Logger) (*shards.AddReport, error) {
 	fps, err := failpoint.Parse(cfg.Failpoints)
 	if err != nil {
 		return nil, err
@@ -41,8 +41,8 @@ func AddServer(ctx context.Context, cfg config.Config, dsn string, log *slog.Log
 		return nil, err
 	}
 	defer d.Close()
-	// Recovery of what the fenced instances left in doubt, as an
-	// instance's: over the ledger's servers as they were.
+	// Recovery of what the instances left in doubt, as an instance's:
+	// over the ledger's servers as they were.
 	sink, rd, err := mysqldriver.OpenSink(ctx, dsns, MySQLOptions(cfg), SinkConfig(cfg, log))
 	if err != nil {
 		return nil, err
@@ -57,10 +57,6 @@ func AddServer(ctx context.Context, cfg config.Config, dsn string, log *slog.Log
 	for i, dsn := range all {
 		hosts[i] = shards.Host(dsn)
 	}
-	inDoubt := func(ctx context.Context) (int, error) {
-		bs, err := sink.InDoubtBranches(ctx)
-		return len(bs), err
-	}
-	return shards.Add(ctx, d, hosts, shards.AddOptions{By: "billing shards add on " + hostname(), Recover: recover, InDoubt: inDoubt,
-		Log: log, Failpoints: fps})
+	opts.By, opts.Recover, opts.Log, opts.Failpoints = "billing shards add on "+hostname(), recover, log, fps
+	return shards.Add(ctx, d, hosts, opts)
 }

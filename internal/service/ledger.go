@@ -14,6 +14,7 @@ import (
 	"github.com/billing/ledger/internal/ledgerstatus"
 	"github.com/billing/ledger/internal/metrics"
 	"github.com/billing/ledger/internal/periods"
+	"github.com/billing/ledger/internal/placement"
 	"github.com/billing/ledger/internal/shards"
 	"github.com/billing/ledger/internal/txsink"
 	"github.com/billing/ledger/internal/txsink/mysqldriver"
@@ -32,6 +33,9 @@ type Ledger struct {
 	// Layout is the ledger's layout the instance started on (its
 	// placement is the sink's); a newer one stops the instance.
 	Layout shards.Layout
+	// Servers are the configured servers' identities, in order: the
+	// layout's first, then any to be added (shards.Covers).
+	Servers []string
 }
 
 // Close closes the sink, then the servers' pools.
@@ -77,6 +81,7 @@ func OpenLedger(ctx context.Context, cfg config.Config, dsns []string, fps *fail
 	// in its order (package shards), or its identity would be created on
 	// a shard listed first.
 	var layout shards.Layout
+	var uuids []string
 	opts.BeforeSink = func(ctx context.Context, d *mysqldriver.Driver, cfg *txsink.Config) error {
 		phase("checking the ledger's layout")
 		hosts := make([]string, len(dsns))
@@ -87,14 +92,20 @@ func OpenLedger(ctx context.Context, cfg config.Config, dsns []string, fps *fail
 		if _, layout, err = shards.Ensure(ctx, d, hosts, txsink.NewIdentity, "an instance on "+hostname(), log); err != nil {
 			return err
 		}
+		_, servers, err := shards.Read(ctx, d, hosts)
+		if err != nil {
+			return err
+		}
+		uuids = shards.UUIDs(servers)
 		cfg.Placement = layout.Placement
+		cfg.Layouts = layouts(d, uuids)
 		return nil
 	}
 	sink, d, err := mysqldriver.OpenSink(ctx, dsns, opts, sinkCfg)
 	if err != nil {
 		return nil, err
 	}
-	l := &Ledger{Sink: sink, Driver: d, Clock: clock, Layout: layout}
+	l := &Ledger{Sink: sink, Driver: d, Clock: clock, Layout: layout, Servers: uuids}
 	if err := clock.Sync(ctx, d.Server(0)); err != nil {
 		l.Close()
 		return nil, err
@@ -153,4 +164,31 @@ func hostname() string {
 		return "an unnamed host"
 	}
 	return h
+}
+
+// layouts reads a layout version's placements for a sink over the
+// servers of uuids (txsink.Layouts): a version with a server the instance
+// was not configured with cannot be followed (txsink.ErrNotPlaceable,
+// wrapping a *shards.MismatchError that says what to do).
+func layouts(d *mysqldriver.Driver, uuids []string) txsink.Layouts {
+	return func(ctx context.Context, version int) (place, before placement.Placement, err error) {
+		l, err := shards.ReadVersion(ctx, d, version)
+		if err != nil {
+			return place, before, err
+		}
+		if l.Version == 0 {
+			return place, before, fmt.Errorf("layout version %d is not stored", version)
+		}
+		if diffs := shards.Covers(l, uuids); len(diffs) > 0 {
+			return place, before, fmt.Errorf("%w: %w", txsink.ErrNotPlaceable, &shards.MismatchError{Stored: l, Differences: diffs})
+		}
+		if version > 1 {
+			prev, err := shards.ReadVersion(ctx, d, version-1)
+			if err != nil {
+				return place, before, err
+			}
+			before = prev.Placement
+		}
+		return l.Placement, before, nil
+	}
 }

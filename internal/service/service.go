@@ -235,10 +235,9 @@ func newPipeline(cfg config.Config, c *conns, l *Ledger, stored periods.Stored, 
 		if err != nil {
 			log.Warn("cannot check the ledger's period settings; checked again later", "err", err)
 		}
-		// A server added (billing shards add) fenced every partition
-		// with the new layout: this instance's placement is no longer
-		// the ledger's.
-		err = shards.Verify(ctx, l.Driver, l.Layout.Version)
+		// A server added (billing shards add) that this instance was not
+		// configured with: it cannot reach the rows moved there.
+		err = shards.Verify(ctx, l.Driver, l.Servers)
 		var moved *shards.MismatchError
 		if errors.As(err, &moved) {
 			return err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -21,18 +22,25 @@ type AddOptions struct {
 	// By names who adds (recorded with the move).
 	By string
 	// Recover resolves the branches a checkpoint left in doubt (a
-	// txsink.Sink's recovery over the ledger's servers), and InDoubt
-	// counts those left: the move waits until every decided checkpoint
-	// is applied and no branch is in doubt (a prepared branch of a
-	// checkpoint the fence keeps from deciding still holds the locks of
-	// rows to move, until recovery rolls it back), which a coordinator
-	// killed leaves to recovery. Nil: the move only waits for the commit
-	// log.
+	// txsink.Sink's recovery over the ledger's servers): a step waits
+	// until every checkpoint decided before its freeze is applied, which
+	// a coordinator killed leaves to recovery, and a branch of a
+	// checkpoint refused by the freeze holds the locks of rows to move
+	// until it is rolled back. Nil: the instances' own recovery does it.
 	Recover func(ctx context.Context) error
-	InDoubt func(ctx context.Context) (int, error)
+	// StepRows bounds a step: the keys it moves are those of at most
+	// StepRows rows of each table on each server (5000 when 0), of which
+	// the moving slots' share moves.
+	StepRows int
+	// Rest is how long the mover rests after each step, as a multiple of
+	// the step's own time (2 when 0; negative: no rest): checkpoints that
+	// write a key of a step wait for it, so a step is a short pause of
+	// counting, and with a rest of 2 the pauses take at most a third of
+	// the move's time.
+	Rest float64
 	// Batch is how many rows of a table are read at once (1000 when 0).
 	Batch int
-	// Attempts bounds the starts of one table's move on transient errors
+	// Attempts bounds the starts of one table's step on transient errors
 	// (120 when 0, about two minutes).
 	Attempts int
 	// Log receives progress; slog.Default() when nil.
@@ -45,12 +53,14 @@ type AddOptions struct {
 // The failpoints of a move, in its order (BILLING_FAILPOINTS of billing
 // shards add).
 const (
-	FailAfterFence  = "shards-add-after-fence"  // the new layout stored, the instances fenced
-	FailAfterSettle = "shards-add-after-settle" // every checkpoint decided before the fence applied
-	FailBeforeCopy  = "shards-add-before-copy"  // a batch of rows read, not yet written to the new server
-	FailAfterBatch  = "shards-add-after-batch"  // a batch of rows moved (written, then deleted)
-	FailBeforeDone  = "shards-add-before-done"  // every row moved, the move not recorded done
-	FailAfterDone   = "shards-add-after-done"   // the move recorded done
+	FailAfterBegin     = "shards-add-after-begin"     // the new layout and the move's cursor stored
+	FailAfterFreeze    = "shards-add-after-freeze"    // a step's keys frozen
+	FailAfterSettle    = "shards-add-after-settle"    // every checkpoint decided before the freeze applied
+	FailBeforeCopy     = "shards-add-before-copy"     // a batch of rows read, not yet written to the new server
+	FailAfterBatch     = "shards-add-after-batch"     // a batch of rows moved (written, then deleted)
+	FailBeforeUnfreeze = "shards-add-before-unfreeze" // a step's rows all moved, the cursor not yet past them
+	FailAfterStep      = "shards-add-after-step"      // the cursor past a step's keys
+	FailAfterDone      = "shards-add-after-done"      // the move recorded done
 )
 
 // AddReport is what a move did.
@@ -58,36 +68,50 @@ type AddReport struct {
 	Layout    Layout // the new layout
 	Slots     int    // slots moved to the new server
 	RowsMoved int64  // rows moved by this run (a resumed move counts its own)
+	Steps     int    // steps done by this run
 	Resumed   bool   // the move had begun before this run
+	// Paused is the longest step (its keys frozen, checkpoints that
+	// write them waiting), Moving the time from the first step's start
+	// to the last one's end.
+	Paused, Moving time.Duration
 }
 
 // Add adds the last of d's servers (named by hosts) to the ledger whose
-// layout the others are, and moves to it its share of the rows: the
-// slots the new placement gives it (placement.Grow), with every row of
-// their accounts and event ids, dedup keys included (their expiry and
-// counted version kept). The move:
+// layout the others are, and moves to it its share of the rows while the
+// instances count: the slots the new placement gives it (placement.Grow),
+// with every row of their accounts and event ids, dedup keys included
+// (their expiry and counted version kept). The move:
 //
-//  1. stores the new layout version, its slots and the move as begun, in
-//     one transaction that raises every partition's epoch
-//     (mysqldriver.Control.Quiesce): no checkpoint of a running instance
-//     commits after it, and the instance stops at its next check
-//     (Verify); a second such transaction fences a claim of a partition
-//     that was new meanwhile;
-//  2. waits until every checkpoint decided before is applied (recovering
-//     those left in doubt), so that no write to a moving row is still on
-//     its way;
-//  3. moves each table's rows of the moved slots, server by server
-//     (mysqldriver.MoveRows: copied, then deleted, batch by batch);
-//  4. records the move as done. Instances configured with the new
-//     layout's servers, waiting at their start, then count.
+//  1. stores the new layout version, its slots, the move as begun and the
+//     move's cursor at the first key (driver.MoveCursor), in one
+//     transaction that waits for the decisions in progress: from then on
+//     every decision checks the cursor (txsink: ErrLayoutMoved), and an
+//     instance that lacks the new server stops (txsink.ErrNotPlaceable);
+//  2. moves the keys step by step, in byte order: a step freezes the keys
+//     from the cursor to a bound (StepRows rows of each table further,
+//     NextKeyBound), waits until every checkpoint decided before the
+//     freeze is applied, moves the rows of those keys whose slot moves
+//     (mysqldriver.MoveRows: copied, then deleted, batch by batch), then
+//     moves the cursor past them; checkpoints that write a frozen key
+//     wait for the step (or are refused at their decision and built
+//     again), the others are not held;
+//  3. once the cursor is past every key, records the move as done.
 //
-// Counting stops from 1 to 4. A move interrupted anywhere (a kill, an
-// error) is resumed by running Add again with the same servers: every step
-// is idempotent, and no row is moved twice (a moved row is gone from its
-// old server) or lost (it is deleted only once written to the new one).
+// A move interrupted anywhere (a kill, an error) is resumed by running
+// Add again with the same servers: the cursor says where, a frozen step is
+// moved again (no row is moved twice: a moved row is gone from its old
+// server; none is lost: it is deleted only once written to the new one),
+// and each change of the cursor is a compare-and-set, so a paused run
+// that wakes after another took over fails at its next one.
 func Add(ctx context.Context, d *mysqldriver.Driver, hosts []string, opts AddOptions) (*AddReport, error) {
 	if opts.Batch <= 0 {
 		opts.Batch = 1000
+	}
+	if opts.StepRows <= 0 {
+		opts.StepRows = 5000
+	}
+	if opts.Rest == 0 {
+		opts.Rest = 2
 	}
 	if opts.Attempts <= 0 {
 		opts.Attempts = 120
@@ -95,7 +119,6 @@ func Add(ctx context.Context, d *mysqldriver.Driver, hosts []string, opts AddOpt
 	if opts.Log == nil {
 		opts.Log = slog.Default()
 	}
-	step := opts.Failpoints.Inject
 	log := opts.Log
 	n := d.Len() - 1
 	if n < 1 {
@@ -111,6 +134,11 @@ func Add(ctx context.Context, d *mysqldriver.Driver, hosts []string, opts AddOpt
 	}
 	if !found || stored.Version == 0 {
 		return nil, errors.New("shards add: the ledger has no stored layout yet: start an instance on it first")
+	}
+	control := d.Server(0).DB()
+	cur, err := d.Control().MoveCursor(ctx)
+	if err != nil {
+		return nil, err
 	}
 	rep := &AddReport{}
 	newSrv := servers[n]
@@ -129,8 +157,11 @@ func Add(ctx context.Context, d *mysqldriver.Driver, hosts []string, opts AddOpt
 		if len(stored.Servers) != n+1 || stored.Servers[n] != newSrv.Identity.UUID {
 			return nil, fmt.Errorf("shards add: the move under way adds %s, not this server", stored.Servers[len(stored.Servers)-1])
 		}
+		if cur.Version != stored.Version {
+			return nil, fmt.Errorf("shards add: the move's cursor is at layout version %d, the move under way is to version %d", cur.Version, stored.Version)
+		}
 		rep.Resumed = true
-		log.Info("resuming the move to the ledger's new layout", "layout", stored.Describe(), "rows_moved", stored.Move.RowsMoved)
+		log.Info("resuming the move to the ledger's new layout", "layout", stored.Describe(), "rows_moved", stored.Move.RowsMoved, "keys_moved_below", printable(cur.MovedBelow))
 	default:
 		if diffs := Compare(ledger, stored, servers[:n]); len(diffs) > 0 {
 			return nil, &MismatchError{Stored: stored, Differences: diffs}
@@ -138,71 +169,254 @@ func Add(ctx context.Context, d *mysqldriver.Driver, hosts []string, opts AddOpt
 		if err := addable(ctx, d, ledger, stored, newSrv, n); err != nil {
 			return nil, err
 		}
-		if stored, err = begin(ctx, d, ledger, stored, newSrv, opts.By, log); err != nil {
+		if stored, cur, err = begin(ctx, d, ledger, stored, cur, newSrv, opts.By, log); err != nil {
 			return nil, err
 		}
 	}
 	rep.Layout = stored
-	if err := step(FailAfterFence); err != nil {
-		return rep, err
-	}
-	if err := awaitApplied(ctx, d, opts, log); err != nil {
-		return rep, err
-	}
-	if err := step(FailAfterSettle); err != nil {
-		return rep, err
-	}
-	// The slots the new server owns in the new layout, which the old
-	// servers held: every row of theirs moves.
-	next := stored.Placement
 	rep.Slots = slotsOf(stored, n)
-	moving := func(key []byte) bool { return next.Server(placement.Hash(string(key))) == n }
-	control := d.Server(0).DB()
-	for i := 0; i < n; i++ {
-		for _, t := range mysqldriver.MovedTables {
-			var moved int64
-			// A transient error (a lost connection, a server restarted,
-			// a lock wait) costs the table's move a new start: it is
-			// idempotent.
-			for attempt := 1; ; attempt++ {
-				m, err := mysqldriver.MoveRows(ctx, d.Server(i), d.Server(n), t.Table, t.Key, moving, opts.Batch, func() error {
-					return step(FailBeforeCopy)
-				}, func(k int64) error {
-					if err := mysqldriver.AddMoved(ctx, control, stored.Version, k); err != nil {
-						return err
-					}
-					rep.RowsMoved += k
-					return step(FailAfterBatch)
-				})
-				moved += m
-				if err == nil {
-					break
-				}
-				if mysqldriver.Code(err) != driver.Transient || attempt >= opts.Attempts || ctx.Err() != nil {
-					return rep, fmt.Errorf("shards add: server %d: %w", i, err)
-				}
-				log.Warn("moving rows failed; starting the table again", "from_server", i, "table", t.Table, "attempt", attempt, "err", err)
-				select {
-				case <-ctx.Done():
-					return rep, ctx.Err()
-				case <-time.After(time.Second):
-				}
+	step := opts.Failpoints.Inject
+	if err := step(FailAfterBegin); err != nil {
+		return rep, err
+	}
+	// This run holds the move from here: a paused run that wakes fails
+	// at its next change of the cursor.
+	me := cur
+	me.Mover = fmt.Sprintf("%s %d", opts.By, time.Now().UnixNano())
+	if _, err := mysqldriver.ChangeMoveCursor(ctx, control, cur, me, nil); err != nil {
+		return rep, fmt.Errorf("shards add: take the move: %w", err)
+	}
+	cur = me
+	m := &mover{d: d, n: n, opts: opts, rep: rep, version: stored.Version, control: control, step: step, log: log,
+		before: stored.Placement}
+	if m.before, err = previous(ctx, d, stored); err != nil {
+		return rep, err
+	}
+	began := time.Now()
+	for cur.Moving {
+		t := time.Now()
+		if cur, err = m.moveStep(ctx, cur); err != nil {
+			if errors.Is(err, driver.ErrMoveCursorMoved) {
+				return rep, m.takenOver(ctx, err)
 			}
-			if moved > 0 {
-				log.Info("moved rows to the new server", "from_server", i, "table", t.Table, "rows", moved)
+			return rep, err
+		}
+		took := time.Since(t)
+		rep.Steps++
+		rep.Paused = max(rep.Paused, took)
+		if err := step(FailAfterStep); err != nil {
+			return rep, err
+		}
+		if cur.Moving && opts.Rest > 0 {
+			select {
+			case <-ctx.Done():
+				return rep, ctx.Err()
+			case <-time.After(time.Duration(opts.Rest * float64(took))):
 			}
 		}
 	}
-	if err := step(FailBeforeDone); err != nil {
-		return rep, err
-	}
+	rep.Moving = time.Since(began)
 	if err := mysqldriver.FinishMove(ctx, control, stored.Version, time.Now()); err != nil {
 		return rep, err
 	}
 	rep.Layout.Move.State = mysqldriver.MoveDone
-	log.Info("the ledger's new layout is complete: start the instances with its servers", "layout", stored.Describe(),
-		"slots_moved", rep.Slots, "rows_moved_by_this_run", rep.RowsMoved)
+	log.Info("the ledger's new layout is complete", "layout", stored.Describe(),
+		"slots_moved", rep.Slots, "rows_moved_by_this_run", rep.RowsMoved, "steps", rep.Steps, "longest_step", rep.Paused)
 	return rep, step(FailAfterDone)
+}
+
+// mover is one run's state of a move.
+type mover struct {
+	d       *mysqldriver.Driver
+	n       int // the new server's ordinal
+	opts    AddOptions
+	rep     *AddReport
+	version int
+	control *sqlx.DB
+	step    func(string) error
+	log     *slog.Logger
+	before  placement.Placement // the placement moved from
+}
+
+// moveStep does (or, frozen already, finishes) the step from cur and
+// returns the cursor after it.
+func (m *mover) moveStep(ctx context.Context, cur driver.MoveCursor) (driver.MoveCursor, error) {
+	keys := mysqldriver.KeyRange{From: cur.MovedBelow, Below: cur.FrozenBelow}
+	var decided int64
+	var err error
+	if !cur.Frozen() {
+		if keys.Below, err = m.bound(ctx, cur.MovedBelow); err != nil {
+			return cur, err
+		}
+		frozen := cur
+		frozen.FrozenBelow = keys.Below
+		if decided, err = mysqldriver.ChangeMoveCursor(ctx, m.control, cur, frozen, nil); err != nil {
+			return cur, fmt.Errorf("shards add: freeze: %w", err)
+		}
+		cur = frozen
+	} else if decided, err = mysqldriver.CommitSequence(ctx, m.control); err != nil {
+		// Frozen by a run before: every decision before the freeze is
+		// numbered up to the counter now.
+		return cur, err
+	}
+	if err := m.step(FailAfterFreeze); err != nil {
+		return cur, err
+	}
+	if err := m.awaitApplied(ctx, decided); err != nil {
+		return cur, err
+	}
+	if err := m.step(FailAfterSettle); err != nil {
+		return cur, err
+	}
+	next := m.rep.Layout.Placement
+	moving := func(key []byte) bool {
+		h := placement.Hash(string(key))
+		return next.Server(h) == m.n && m.before.Server(h) != m.n
+	}
+	var moved int64
+	for i := 0; i < m.n; i++ {
+		for _, t := range mysqldriver.MovedTables {
+			k, err := m.moveTable(ctx, i, t.Table, t.Key, keys, moving)
+			moved += k
+			if err != nil {
+				return cur, err
+			}
+		}
+	}
+	if err := m.step(FailBeforeUnfreeze); err != nil {
+		return cur, err
+	}
+	after := cur
+	after.MovedBelow, after.FrozenBelow = keys.Below, ""
+	after.Moving = keys.Below < driver.KeysEnd
+	if _, err := mysqldriver.ChangeMoveCursor(ctx, m.control, cur, after, nil); err != nil {
+		return cur, fmt.Errorf("shards add: unfreeze: %w", err)
+	}
+	m.log.Info("moved a step of keys to the new server", "keys_from", printable(keys.From), "keys_below", printable(keys.Below), "rows", moved)
+	return after, nil
+}
+
+// takenOver is the end of a run whose change of the cursor found another
+// run's: nil when that one finished the move (this run's rows, written
+// without overwriting and deleted where they were, changed nothing), else
+// err.
+func (m *mover) takenOver(ctx context.Context, err error) error {
+	cur, rerr := m.d.Control().MoveCursor(ctx)
+	if rerr != nil {
+		return errors.Join(err, rerr)
+	}
+	if cur.Version == m.version && !cur.Moving {
+		m.log.Info("another run of billing shards add finished the move meanwhile", "version", m.version)
+		return nil
+	}
+	return fmt.Errorf("shards add: another run of billing shards add holds the move (%s): %w", cur.Mover, err)
+}
+
+// bound is the end of the step from from: StepRows rows further in the
+// table and server where that is nearest (driver.KeysEnd: the rest).
+func (m *mover) bound(ctx context.Context, from string) (string, error) {
+	bound := driver.KeysEnd
+	for i := 0; i < m.n; i++ {
+		for _, t := range mysqldriver.MovedTables {
+			b, found, err := mysqldriver.NextKeyBound(ctx, m.d.Server(i).DB(), t.Table, t.Key, from, m.opts.StepRows)
+			if err != nil {
+				return "", err
+			}
+			if found && b < bound {
+				bound = b
+			}
+		}
+	}
+	if bound <= from {
+		// More than StepRows rows of one key: a step of that key alone.
+		bound = from + "\x00"
+	}
+	return bound, nil
+}
+
+// moveTable moves the rows of keys of table from server i to the new
+// one; a transient error (a lost connection, a server restarted, a lock
+// wait on a branch left in doubt) costs a new start, after recovery: it
+// is idempotent.
+func (m *mover) moveTable(ctx context.Context, i int, table, key string, keys mysqldriver.KeyRange, moving func([]byte) bool) (int64, error) {
+	var moved int64
+	for attempt := 1; ; attempt++ {
+		k, err := mysqldriver.MoveRows(ctx, m.d.Server(i), m.d.Server(m.n), table, key, keys, moving, m.opts.Batch, func() error {
+			return m.step(FailBeforeCopy)
+		}, func(k int64) error {
+			if err := mysqldriver.AddMoved(ctx, m.control, m.version, k); err != nil {
+				return err
+			}
+			m.rep.RowsMoved += k
+			return m.step(FailAfterBatch)
+		})
+		moved += k
+		if err == nil {
+			return moved, nil
+		}
+		if mysqldriver.Code(err) != driver.Transient || attempt >= m.opts.Attempts || ctx.Err() != nil {
+			return moved, fmt.Errorf("shards add: server %d: %w", i, err)
+		}
+		m.log.Warn("moving rows failed; starting the table's step again", "from_server", i, "table", table, "attempt", attempt, "err", err)
+		if m.opts.Recover != nil {
+			if err := m.opts.Recover(ctx); err != nil {
+				m.log.Warn("recovery of checkpoints in doubt failed", "err", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return moved, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// awaitApplied waits until every checkpoint decided up to decided is
+// applied, recovering those left in doubt.
+func (m *mover) awaitApplied(ctx context.Context, decided int64) error {
+	wait := 5 * time.Millisecond
+	logged := time.Now()
+	for {
+		pos, err := m.d.Control().CommitPosition(ctx)
+		if err != nil && mysqldriver.Code(err) != driver.Transient {
+			return err
+		}
+		if err == nil && pos.Visible >= decided {
+			return nil
+		}
+		if time.Since(logged) >= 10*time.Second {
+			m.log.Info("waiting for the checkpoints decided before the step's freeze to be applied", "visible", pos.Visible, "decided_before_freeze", decided, "err", err)
+			logged = time.Now()
+		}
+		if wait >= 500*time.Millisecond && m.opts.Recover != nil {
+			if err := m.opts.Recover(ctx); err != nil {
+				m.log.Warn("recovery of checkpoints in doubt failed; trying again", "err", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
+}
+
+// previous is the placement of the layout version before l.
+func previous(ctx context.Context, d *mysqldriver.Driver, l Layout) (placement.Placement, error) {
+	p, err := ReadVersion(ctx, d, l.Version-1)
+	if err != nil {
+		return placement.Placement{}, err
+	}
+	return p.Placement, nil
+}
+
+// printable is a key for the log: Go-quoted, so bytes of any kind show.
+func printable(key string) string {
+	if key == driver.KeysEnd {
+		return "(end)"
+	}
+	return strconv.Quote(key)
 }
 
 // addable says why the server cannot be added to the ledger (nil: it can).
@@ -245,25 +459,26 @@ func addable(ctx context.Context, d *mysqldriver.Driver, ledger string, stored L
 	return nil
 }
 
-// begin stores the new layout and its move as begun, fencing every
-// instance, and returns the new layout.
-func begin(ctx context.Context, d *mysqldriver.Driver, ledger string, stored Layout, s Server, by string, log *slog.Logger) (Layout, error) {
+// begin stores the new layout, its move as begun and the move's cursor
+// at its first key, and returns the new layout and the cursor.
+func begin(ctx context.Context, d *mysqldriver.Driver, ledger string, stored Layout, cur driver.MoveCursor, s Server, by string, log *slog.Logger) (Layout, driver.MoveCursor, error) {
 	next, _, err := stored.Placement.Grow(1)
 	if err != nil {
-		return Layout{}, err
+		return Layout{}, cur, err
 	}
 	if err := mysqldriver.ClaimServer(ctx, d.Server(d.Len()-1).DB(), ledger); err != nil {
-		return Layout{}, err
+		return Layout{}, cur, err
 	}
 	if id, _, err := mysqldriver.ReadServerIdentity(ctx, d.Server(d.Len()-1).DB()); err != nil {
-		return Layout{}, err
+		return Layout{}, cur, err
 	} else if id.Ledger != ledger {
-		return Layout{}, fmt.Errorf("shards add: the server was claimed by ledger %s meanwhile", id.Ledger)
+		return Layout{}, cur, fmt.Errorf("shards add: the server was claimed by ledger %s meanwhile", id.Ledger)
 	}
 	l := Layout{Version: stored.Version + 1, Servers: append(slices.Clone(stored.Servers), s.Identity.UUID),
 		RecordedAt: time.Now().UTC().Truncate(time.Microsecond), RecordedBy: by, Placement: next}
 	l.Move = mysqldriver.MoveState{Version: l.Version, State: mysqldriver.MoveMoving, StartedAt: l.RecordedAt, StartedBy: by}
-	err = d.Control().Quiesce(ctx, func(ctx context.Context, tx *sqlx.Tx, q mysqldriver.Quiesced) error {
+	moving := driver.MoveCursor{Version: l.Version, Moving: true, Mover: by}
+	_, err = mysqldriver.ChangeMoveCursor(ctx, d.Server(0).DB(), cur, moving, func(ctx context.Context, tx *sqlx.Tx) error {
 		// The layout's rows are the decisions' to read: locked here, so
 		// that two adds do not both begin.
 		top, err := mysqldriver.LockLayoutVersion(ctx, tx)
@@ -278,54 +493,11 @@ func begin(ctx context.Context, d *mysqldriver.Driver, ledger string, stored Lay
 		} else if !added {
 			return fmt.Errorf("shards add: layout version %d exists", l.Version)
 		}
-		log.Info("fenced every instance: counting stops until the move is done", "partitions_fenced", q.Fenced)
 		return mysqldriver.StartMove(ctx, tx, l.Version, runsOf(next), l.RecordedAt, by)
 	})
 	if err != nil {
-		return Layout{}, fmt.Errorf("shards add: begin: %w", err)
+		return Layout{}, cur, fmt.Errorf("shards add: begin: %w", err)
 	}
-	// A claim of a partition whose row did not exist yet inserted it
-	// beside the transaction above, unfenced, and may have checked the
-	// layout before it committed: its epoch is raised now.
-	if err := d.Control().Quiesce(ctx, func(context.Context, *sqlx.Tx, mysqldriver.Quiesced) error { return nil }); err != nil {
-		return Layout{}, fmt.Errorf("shards add: fence again: %w", err)
-	}
-	log.Info("stored the ledger's new layout; moving rows", "layout", l.Describe(), "slots", next.Slots())
-	return l, nil
-}
-
-// awaitApplied waits until every decided checkpoint is applied and no
-// branch is in doubt, recovering those in doubt.
-func awaitApplied(ctx context.Context, d *mysqldriver.Driver, opts AddOptions, log *slog.Logger) error {
-	logged := time.Time{}
-	for {
-		pos, err := d.Control().CommitPosition(ctx)
-		if err != nil && mysqldriver.Code(err) != driver.Transient {
-			return err
-		}
-		inDoubt := 0
-		if err == nil && opts.InDoubt != nil {
-			if inDoubt, err = opts.InDoubt(ctx); err != nil && mysqldriver.Code(err) != driver.Transient {
-				return err
-			}
-		}
-		if err == nil && pos.Visible >= pos.Decided && inDoubt == 0 {
-			return nil
-		}
-		if time.Since(logged) >= 10*time.Second {
-			log.Info("waiting for the checkpoints decided before the fence to be applied and the branches in doubt resolved",
-				"visible", pos.Visible, "decided", pos.Decided, "in_doubt", inDoubt, "err", err)
-			logged = time.Now()
-		}
-		if opts.Recover != nil {
-			if err := opts.Recover(ctx); err != nil {
-				log.Warn("recovery of checkpoints in doubt failed; trying again", "err", err)
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(time.Second):
-		}
-	}
+	log.Info("stored the ledger's new layout; moving rows while the instances count (instances without the new server stop)", "layout", l.Describe(), "slots", next.Slots())
+	return l, moving, nil
 }

@@ -115,6 +115,9 @@ func Compare(ledger string, stored Layout, configured []Server) []string {
 			continue
 		}
 		switch j := slices.Index(stored.Servers, s.Identity.UUID); {
+		case j < 0 && i >= len(stored.Servers) && !s.Control && (s.Identity.Ledger == "" || s.Identity.Ledger == ledger):
+			// A server listed after the ledger's, to be added (billing
+			// shards add): the instance places nothing on it until then.
 		case j < 0:
 			diffs = append(diffs, fmt.Sprintf("%s (server %s) is not one of the ledger's servers", s.name(i), s.Identity.UUID))
 		case j != i:
@@ -124,6 +127,23 @@ func Compare(ledger string, stored Layout, configured []Server) []string {
 	for j, u := range stored.Servers {
 		if _, ok := seen[u]; !ok {
 			diffs = append(diffs, fmt.Sprintf("the ledger's server %d (server %s) is missing from the list", j, u))
+		}
+	}
+	return diffs
+}
+
+// Covers lists why an instance whose configured servers are uuids, in
+// order, cannot place keys by the stored layout (none: it can): the
+// layout's servers must come first, in its order; servers after them are
+// the ones billing shards add will add.
+func Covers(stored Layout, uuids []string) []string {
+	var diffs []string
+	for j, u := range stored.Servers {
+		switch i := slices.Index(uuids, u); {
+		case i < 0:
+			diffs = append(diffs, fmt.Sprintf("the ledger's server %d (server %s) is not configured: add it to MYSQL_SHARD_DSNS, in the layout's place (the ledger grew by billing shards add)", j, u))
+		case i != j:
+			diffs = append(diffs, fmt.Sprintf("the ledger's server %d (server %s) is configured as server %d: the list is in another order", j, u, i))
 		}
 	}
 	return diffs

@@ -34,7 +34,12 @@ func TestCompare(t *testing.T) {
 		{"a server missing", stored, []shards.Server{a, b}, []string{"the ledger's server 2 (server u2) is missing from the list"}},
 		{"a server missing in the middle", stored, []shards.Server{a, c}, []string{
 			"server 1 (c:3306) is the ledger's server 2", "the ledger's server 1 (server u1) is missing"}},
-		{"a server added", stored, []shards.Server{a, b, c, srv("d:3306", "u3", "")}, []string{"server 3 (d:3306) (server u3) is not one of the ledger's servers"}},
+		{"a server to add, last", stored, []shards.Server{a, b, c, srv("d:3306", "u3", "")}, nil},
+		{"a server to add, claimed by the add", stored, []shards.Server{a, b, c, srv("d:3306", "u3", ledger)}, nil},
+		{"a server to add, not last", stored, []shards.Server{a, srv("d:3306", "u3", ""), b, c}, []string{
+			"server 1 (d:3306) (server u3) is not one of the ledger's servers", "server 2 (b:3306) is the ledger's server 1", "server 3 (c:3306) is the ledger's server 2"}},
+		{"another ledger's server to add", stored, []shards.Server{a, b, c, srv("d:3306", "u3", "00000000000000bb")}, []string{
+			"server 3 (d:3306) belongs to another ledger", "server 3 (d:3306) (server u3) is not one of the ledger's servers"}},
 		{"another ledger's server", stored, []shards.Server{a, b, srv("c:3306", "u2", "00000000000000bb")}, []string{
 			"server 2 (c:3306) belongs to another ledger (00000000000000bb)"}},
 		{"the same database twice", stored, []shards.Server{a, b, c, srv("c2:3306", "u2", ledger)}, []string{"server 3 (c2:3306) is the same database as server 2 (c:3306)"}},
@@ -88,5 +93,33 @@ func TestMismatchErrorSaysWhatToDo(t *testing.T) {
 func TestHostHidesThePassword(t *testing.T) {
 	if h := shards.Host("u:secret@tcp(db1:3306)/ledger?tls=true"); h != "db1:3306/ledger" || strings.Contains(h, "secret") {
 		t.Fatalf("host %q", h)
+	}
+}
+
+// Covers accepts the configured servers that begin with the layout's, in
+// its order, and names each of the layout's servers missing or elsewhere.
+func TestCovers(t *testing.T) {
+	grown := shards.Layout{Version: 2, Servers: []string{"u0", "u1", "u2"}}
+	for _, tc := range []struct {
+		name  string
+		uuids []string
+		want  []string
+	}{
+		{"the layout's servers", []string{"u0", "u1", "u2"}, nil},
+		{"and one to add", []string{"u0", "u1", "u2", "u3"}, nil},
+		{"the added server missing", []string{"u0", "u1"}, []string{"the ledger's server 2 (server u2) is not configured: add it to MYSQL_SHARD_DSNS"}},
+		{"in another order", []string{"u0", "u2", "u1"}, []string{"server 1 (server u1) is configured as server 2", "server 2 (server u2) is configured as server 1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := shards.Covers(grown, tc.uuids)
+			if len(got) != len(tc.want) {
+				t.Fatalf("Covers(%q) = %q, want %d like %q", tc.uuids, got, len(tc.want), tc.want)
+			}
+			for i, w := range tc.want {
+				if !strings.Contains(got[i], w) {
+					t.Errorf("difference %d is %q, want it to say %q", i, got[i], w)
+				}
+			}
+		})
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/billing/ledger/internal/txsink/driver"
 	"github.com/billing/ledger/internal/txsink/mysqldriver"
 )
 
@@ -25,6 +26,18 @@ type Report struct {
 	// instance configured so refuses to start); none: it is the layout.
 	Differences []string `json:"differences"`
 	Moving      string   `json:"moving"`
+	// Cursor is the live move's (driver.MoveCursor): MovedBelow and
+	// FrozenBelow as Go-quoted keys.
+	Cursor CursorReport `json:"move_cursor"`
+}
+
+// CursorReport is the live move's cursor, for status.
+type CursorReport struct {
+	Version     int    `json:"version"`
+	Moving      bool   `json:"moving"`
+	MovedBelow  string `json:"moved_below,omitempty"`
+	FrozenBelow string `json:"frozen_below,omitempty"`
+	Mover       string `json:"mover,omitempty"`
 }
 
 // ServerReport is one configured server.
@@ -48,8 +61,19 @@ func Status(ctx context.Context, d *mysqldriver.Driver, hosts []string) (*Report
 	if err != nil {
 		return nil, err
 	}
+	cur, err := d.Control().MoveCursor(ctx)
+	if err != nil {
+		return nil, err
+	}
 	r := &Report{Version: stored.Version, RecordedAt: stored.RecordedAt, RecordedBy: stored.RecordedBy, Layout: stored.Servers,
-		Differences: Compare(ledger, stored, servers), Moving: moving(stored)}
+		Differences: Compare(ledger, stored, servers), Moving: moving(stored, cur),
+		Cursor: CursorReport{Version: cur.Version, Moving: cur.Moving, Mover: cur.Mover}}
+	if cur.Moving {
+		r.Cursor.MovedBelow = printable(cur.MovedBelow)
+		if cur.Frozen() {
+			r.Cursor.FrozenBelow = printable(cur.FrozenBelow)
+		}
+	}
 	if r.Layout == nil {
 		r.Layout = []string{}
 	}
@@ -73,11 +97,18 @@ func Status(ctx context.Context, d *mysqldriver.Driver, hosts []string) (*Report
 }
 
 // moving says what is moving, for status.
-func moving(l Layout) string {
+func moving(l Layout, cur driver.MoveCursor) string {
 	switch {
 	case l.Moving():
-		return fmt.Sprintf("rows of %d slots to server %d (layout version %d), begun %s by %s: %d rows moved so far; counting waits for it (resume an interrupted move with billing shards add)",
-			slotsOf(l, len(l.Servers)-1), len(l.Servers)-1, l.Version, l.Move.StartedAt.Format(time.RFC3339), l.Move.StartedBy, l.Move.RowsMoved)
+		at := "keys from the first"
+		if cur.Version == l.Version && cur.MovedBelow != "" {
+			at = "keys below " + printable(cur.MovedBelow) + " moved"
+		}
+		if cur.Version == l.Version && cur.Frozen() {
+			at += ", a step up to " + printable(cur.FrozenBelow) + " under way"
+		}
+		return fmt.Sprintf("rows of %d slots to server %d (layout version %d), begun %s by %s: %d rows moved so far, %s; the instances count meanwhile (resume an interrupted move with billing shards add)",
+			slotsOf(l, len(l.Servers)-1), len(l.Servers)-1, l.Version, l.Move.StartedAt.Format(time.RFC3339), l.Move.StartedBy, l.Move.RowsMoved, at)
 	case l.Move.Version > 0:
 		return fmt.Sprintf("nothing moving (the move to layout version %d moved %d rows, done %s)", l.Version, l.Move.RowsMoved, l.Move.FinishedAt.Time.UTC().Format(time.RFC3339))
 	}

@@ -72,11 +72,6 @@ func Ensure(ctx context.Context, d *mysqldriver.Driver, hosts []string, newIdent
 	if diffs := Compare(ledger, stored, servers); len(diffs) > 0 {
 		return "", Layout{}, &MismatchError{Stored: stored, Differences: diffs}
 	}
-	if stored.Moving() {
-		if stored, err = awaitMove(ctx, d, stored, log); err != nil {
-			return "", Layout{}, err
-		}
-	}
 	if stored.Version > 0 {
 		return ledger, stored, nil
 	}
@@ -148,6 +143,20 @@ func Host(dsn string) string {
 	return cfg.Addr
 }
 
+// ReadVersion reads one stored layout version with its placement (the
+// zero Layout: no such version).
+func ReadVersion(ctx context.Context, d *mysqldriver.Driver, version int) (Layout, error) {
+	rows, err := mysqldriver.ReadLayoutVersion(ctx, d.Server(0).DB(), version)
+	if err != nil {
+		return Layout{}, err
+	}
+	l, err := FromRows(rows)
+	if err != nil {
+		return Layout{}, err
+	}
+	return withPlacement(ctx, d, l)
+}
+
 // withPlacement reads the placement of a stored layout and the state of
 // the move to it.
 func withPlacement(ctx context.Context, d *mysqldriver.Driver, l Layout) (Layout, error) {
@@ -172,10 +181,11 @@ func withPlacement(ctx context.Context, d *mysqldriver.Driver, l Layout) (Layout
 	return l, nil
 }
 
-// Verify says whether the ledger's layout is still version (the one an
-// instance started on): a *MismatchError when a server was added since
-// (the instance must stop: its placement is not the ledger's).
-func Verify(ctx context.Context, d *mysqldriver.Driver, version int) error {
+// Verify says whether an instance whose configured servers are uuids can
+// still place keys by the ledger's layout: a *MismatchError when a server
+// it was not given was added since (the instance must stop: it cannot
+// reach the rows moved there).
+func Verify(ctx context.Context, d *mysqldriver.Driver, uuids []string) error {
 	rows, err := d.View().Layout(ctx)
 	if err != nil {
 		return err
@@ -184,35 +194,17 @@ func Verify(ctx context.Context, d *mysqldriver.Driver, version int) error {
 	if err != nil {
 		return err
 	}
-	if stored.Version == version {
-		return nil
+	if diffs := Covers(stored, uuids); len(diffs) > 0 {
+		return &MismatchError{Stored: stored, Differences: diffs}
 	}
-	return &MismatchError{Stored: stored, Differences: []string{fmt.Sprintf(
-		"the ledger's layout changed from version %d to version %d while this instance ran (billing shards add): restart it with the new layout's servers once the move is done",
-		version, stored.Version)}}
+	return nil
 }
 
-// awaitMove waits until the move to the stored layout is done (an instance
-// configured with the new layout's servers starts once its rows are all
-// where the layout places them), and returns the layout then.
-func awaitMove(ctx context.Context, d *mysqldriver.Driver, l Layout, log *slog.Logger) (Layout, error) {
-	logged := time.Time{}
-	for l.Moving() {
-		if time.Since(logged) >= 30*time.Second {
-			log.Info("waiting for the move to the ledger's new layout to finish (billing shards add); this instance starts then",
-				"layout", l.Describe(), "rows_moved", l.Move.RowsMoved, "started_at", l.Move.StartedAt)
-			logged = time.Now()
-		}
-		select {
-		case <-ctx.Done():
-			return Layout{}, ctx.Err()
-		case <-time.After(time.Second):
-		}
-		m, _, err := mysqldriver.ReadMove(ctx, d.Server(0).DB(), l.Version)
-		if err != nil {
-			return Layout{}, err
-		}
-		l.Move = m
+// UUIDs are the configured servers' identities, in order.
+func UUIDs(servers []Server) []string {
+	out := make([]string, len(servers))
+	for i, s := range servers {
+		out[i] = s.Identity.UUID
 	}
-	return l, nil
+	return out
 }

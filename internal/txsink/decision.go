@@ -45,6 +45,10 @@ type FrontierChange struct {
 // unless *keys, the generation the checkpoint claimed its keys in, is
 // still the current one (package dedup: generations).
 //
+// The decision also checks the move's cursor (layout.go): a checkpoint
+// that placed a key the live move has passed or frozen since its Begin is
+// refused (ErrLayoutMoved).
+//
 // The decision also appends the checkpoint to the commit log (see
 // CommitSeq), applied at once if no branch was prepared.
 //
@@ -77,7 +81,7 @@ func (t *Txn) Decide(ctx context.Context, cuts []PartitionCut, f *FrontierChange
 	d := driver.Decision{Gtrid: t.gtrid, Outcome: driver.Committed, By: t.s.instance, At: t.s.now().UTC(), Changelog: t.s.cfg.Changelog}
 	seq, err := t.s.control.Commit(ctx, d, t.s.scope(), dc, func(stored []driver.Stored) error {
 		return fence(t.s.instance, cuts, stored)
-	}, fc, keys, applied)
+	}, fc, keys, t.layoutGuard(), applied)
 	switch {
 	case errors.Is(err, driver.ErrDecided):
 		return &PhaseError{"decide", fmt.Errorf("%w: a recoverer decided first", ErrAborted)}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/billing/ledger/internal/failpoint"
@@ -55,6 +56,11 @@ type Config struct {
 	// layout's (package shards). The zero Placement is the modulo
 	// placement over the servers given to New.
 	Placement placement.Placement
+	// Layouts reads a layout version's placements when the ledger's
+	// layout moves while the sink runs (see layout.go). Nil: the sink
+	// cannot follow a move (Refresh fails with ErrNotPlaceable once one
+	// begins).
+	Layouts Layouts
 	// Changelog: the checkpoints write the ledger's changelog (their
 	// branches write the outbox). While the ledger's changelog is on, a
 	// decision of a sink without it is refused (ErrChangelogOn).
@@ -89,7 +95,7 @@ type Sink struct {
 	ledger   Identity
 	control  driver.Control
 	servers  []driver.Server
-	place    placement.Placement
+	layout   atomic.Pointer[layout] // where keys are placed (layout.go)
 
 	mu       sync.Mutex     // guards idle and reported
 	idle     []driver.Conn  // per participant: its connection between checkpoints
@@ -112,7 +118,9 @@ func New(ctx context.Context, cfg Config, control driver.Control, servers []driv
 			return nil, fmt.Errorf("txsink: %w", err)
 		}
 	}
-	if place.Servers() != len(servers) {
+	if place.Servers() > len(servers) {
+		// Servers after the placement's are to be added (a live move
+		// places keys there once it begins).
 		return nil, fmt.Errorf("txsink: a placement over %d servers for %d servers", place.Servers(), len(servers))
 	}
 	if cfg.Logger == nil {
@@ -128,11 +136,25 @@ func New(ctx context.Context, cfg Config, control driver.Control, servers []driv
 	if err != nil {
 		return nil, fmt.Errorf("txsink: ledger identity: %w", err)
 	}
-	return &Sink{
+	s := &Sink{
 		cfg: cfg, log: cfg.Logger, now: cfg.Now, instance: cfg.Instance,
-		ledger: Identity{ID: id, Secret: secret}, control: control, servers: servers, place: place,
+		ledger: Identity{ID: id, Secret: secret}, control: control, servers: servers,
 		idle: make([]driver.Conn, len(servers)*cfg.Branches), reported: map[string]int{},
-	}, nil
+	}
+	// A move's cursor that is not the start's placement's (a move under
+	// way, or done since the layout was read) is followed from here.
+	cur, err := control.MoveCursor(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("txsink: read the move's cursor: %w", err)
+	}
+	l := &layout{cursor: cur, place: place}
+	if cur.Version != 0 && cfg.Layouts != nil {
+		if l, err = s.loadLayout(ctx, cur); err != nil {
+			return nil, err
+		}
+	}
+	s.layout.Store(l)
+	return s, nil
 }
 
 // NewIdentity makes a new ledger's identity: a random id and a random
@@ -185,12 +207,13 @@ func (s *Sink) MaxStatementBytes(participant int) int {
 func (s *Sink) Code(err error) driver.Code { return s.servers[0].Code(err) }
 
 // Route places a key (an account id or an event id) on a participant: its
-// server by the ledger's placement (Config.Placement), so rows keep their
-// server across restarts; the branch within a server only spreads the
-// work.
+// server by the ledger's placement (Config.Placement, and a move's
+// cursor: layout.go), so rows keep their server across restarts; the
+// branch within a server only spreads the work. A checkpoint places its
+// keys by Txn.Route.
 func (s *Sink) Route(key string) int {
-	h := placement.Hash(key)
-	return s.place.Server(h)*s.cfg.Branches + s.place.Branch(h, s.cfg.Branches)
+	p, _ := s.layout.Load().participant(key, s.cfg.Branches)
+	return p
 }
 
 func (s *Sink) scope() driver.Scope { return driver.Scope{Group: s.cfg.Group, Topic: s.cfg.Topic} }

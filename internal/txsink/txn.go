@@ -22,13 +22,18 @@ type Txn struct {
 	branches []*Branch
 	decided  bool
 	seq      int64 // the decision's number in the commit log
+	// layout places the checkpoint's keys (Route); touched are those of
+	// moving slots, all says it wrote rows not placed by key (layout.go).
+	layout  *layout
+	touched []string
+	all     bool
 }
 
 // Begin starts a checkpoint transaction. No branch exists until it is first
 // used: participants a checkpoint does not touch take no part in it.
 func (s *Sink) Begin(checkpoint uint64) *Txn {
 	id := GlobalID{Instance: s.instance, Checkpoint: checkpoint, Created: s.now()}
-	return &Txn{s: s, id: id, gtrid: id.String(), branches: make([]*Branch, s.Participants())}
+	return &Txn{s: s, id: id, gtrid: id.String(), branches: make([]*Branch, s.Participants()), layout: s.layout.Load()}
 }
 
 // Gtrid is the global transaction id, also recorded as the checkpoint id of

@@ -226,7 +226,11 @@ type Control interface {
 	// generations' state is then read under a shared lock, held to the
 	// COMMIT, and the decision refused with ErrKeysMoved unless *keys is
 	// still the current generation: no decision commits keys claimed under
-	// a generation after RotateKeys moved on from it. Last, it locks the commit log's counter and appends the
+	// a generation after RotateKeys moved on from it. Then the move's
+	// cursor (MoveCursor) is read under a shared lock, held to the
+	// COMMIT, and passed to layout, whose error refuses the decision: no
+	// decision commits between a step's freeze and its end unless layout
+	// allows it. Last, it locks the commit log's counter and appends the
 	// decision to the commit log under the next sequence number, applied
 	// at once when applied is true (no branch was prepared), and returns
 	// that number. Every commit decision takes the counter last and holds
@@ -236,7 +240,9 @@ type Control interface {
 	// for d.Gtrid exists, ErrChangelogOn when the ledger's changelog is on
 	// and d.Changelog is not, or an error wrapping ErrAmbiguous when the
 	// outcome of the transaction's COMMIT is unknown.
-	Commit(ctx context.Context, d Decision, s Scope, cuts []Cut, fence func([]Stored) error, f *FrontierChange, keys *Generation, applied bool) (int64, error)
+	Commit(ctx context.Context, d Decision, s Scope, cuts []Cut, fence func([]Stored) error, f *FrontierChange, keys *Generation, layout func(MoveCursor) error, applied bool) (int64, error)
+	// MoveCursor reads the live move's cursor as committed (no lock).
+	MoveCursor(ctx context.Context) (MoveCursor, error)
 	// MarkApplied records that every branch of the checkpoints of gtrids
 	// has committed (those already applied, or not in the log, are left).
 	MarkApplied(ctx context.Context, gtrids []string) (int64, error)

@@ -300,7 +300,9 @@ func testChangelogGuard(t *testing.T, ctx context.Context, f Fixture) {
 	must(t, err)
 	g := xid().Gtrid
 	_, err = f.Control.Commit(ctx, decision(g, driver.Committed), sc, []driver.Cut{{Partition: 0, NextOffset: 5}},
-		func([]driver.Stored) error { return nil }, nil, nil, true)
+		func([]driver.Stored) error { return nil }, nil, nil, nil,
+		true)
+
 	if !errors.Is(err, driver.ErrChangelogOn) {
 		t.Fatalf("a decision without the changelog: %v, want ErrChangelogOn", err)
 	}
@@ -315,7 +317,7 @@ func testChangelogGuard(t *testing.T, ctx context.Context, f Fixture) {
 	}
 	d := decision(xid().Gtrid, driver.Committed)
 	d.Changelog = true
-	seq, err := f.Control.Commit(ctx, d, sc, []driver.Cut{{Partition: 0, NextOffset: 5}}, func([]driver.Stored) error { return nil }, nil, nil, true)
+	seq, err := f.Control.Commit(ctx, d, sc, []driver.Cut{{Partition: 0, NextOffset: 5}}, func([]driver.Stored) error { return nil }, nil, nil, nil, true)
 	must(t, err)
 	if seq != st.From {
 		t.Fatalf("the first decision with the changelog got %d, want From %d", seq, st.From)

@@ -78,6 +78,10 @@ type Fixture struct {
 	// shared with other tests is never lowered: MariaDB's limit is global,
 	// and every connection opened meanwhile, other tests' too, would get it.
 	LowerPacket func(t *testing.T, n int) Fixture
+	// MoveCursor changes the live move's cursor from was to next, as a
+	// step of the mover does, and returns the commit log's last number as
+	// of the change; nil when the implementation cannot.
+	MoveCursor func(ctx context.Context, was, next driver.MoveCursor) (int64, error)
 }
 
 // Harness makes fixtures.
@@ -482,7 +486,9 @@ func testControlCommit(t *testing.T, ctx context.Context, f Fixture) {
 	var seen []driver.Stored
 	g := xid().Gtrid
 	_, err = f.Control.Commit(ctx, decision(g, driver.Committed), sc, []driver.Cut{{Partition: 0, NextOffset: 10}, {Partition: 1, NextOffset: 20}},
-		func(s []driver.Stored) error { seen = s; return nil }, nil, nil, true)
+		func(s []driver.Stored) error { seen = s; return nil }, nil, nil, nil,
+		true)
+
 	must(t, err)
 	if len(seen) != 2 || seen[0].Epoch != st[0].Epoch || seen[0].Owner != "me" {
 		t.Fatalf("fence saw %+v", seen)
@@ -498,7 +504,7 @@ func testControlCommit(t *testing.T, ctx context.Context, f Fixture) {
 	// A fence that refuses writes nothing.
 	refused := errors.New("fenced")
 	g2 := xid().Gtrid
-	_, err = f.Control.Commit(ctx, decision(g2, driver.Committed), sc, []driver.Cut{{Partition: 0, NextOffset: 99}}, func([]driver.Stored) error { return refused }, nil, nil, true)
+	_, err = f.Control.Commit(ctx, decision(g2, driver.Committed), sc, []driver.Cut{{Partition: 0, NextOffset: 99}}, func([]driver.Stored) error { return refused }, nil, nil, nil, true)
 	if !errors.Is(err, refused) {
 		t.Fatalf("refused fence: %v", err)
 	}
@@ -513,7 +519,7 @@ func testControlCommit(t *testing.T, ctx context.Context, f Fixture) {
 	if _, err := f.Control.Decide(ctx, decision(g3, driver.Aborted)); err != nil {
 		t.Fatal(err)
 	}
-	_, err = f.Control.Commit(ctx, decision(g3, driver.Committed), sc, []driver.Cut{{Partition: 0, NextOffset: 50}}, func([]driver.Stored) error { return nil }, nil, nil, true)
+	_, err = f.Control.Commit(ctx, decision(g3, driver.Committed), sc, []driver.Cut{{Partition: 0, NextOffset: 50}}, func([]driver.Stored) error { return nil }, nil, nil, nil, true)
 	if !errors.Is(err, driver.ErrDecided) {
 		t.Fatalf("commit of a decided gtrid: %v, want ErrDecided", err)
 	}
@@ -571,7 +577,7 @@ func testEventTime(t *testing.T, ctx context.Context, f Fixture) {
 	at := func(h int) time.Time { return time.Date(2026, 3, 29, h, 0, 0, 123456000, time.UTC) }
 	commit := func(cuts ...driver.Cut) {
 		t.Helper()
-		_, err := f.Control.Commit(ctx, decision(xid().Gtrid, driver.Committed), sc, cuts, func([]driver.Stored) error { return nil }, nil, nil, true)
+		_, err := f.Control.Commit(ctx, decision(xid().Gtrid, driver.Committed), sc, cuts, func([]driver.Stored) error { return nil }, nil, nil, nil, true)
 		must(t, err)
 	}
 	read := func() map[int32]driver.Stored {
@@ -637,7 +643,7 @@ func testFrontier(t *testing.T, ctx context.Context, f Fixture) {
 	}
 	commit := func(fc *driver.FrontierChange, cuts ...driver.Cut) (string, error) {
 		g := xid().Gtrid
-		_, err := f.Control.Commit(ctx, decision(g, driver.Committed), sc, cuts, func([]driver.Stored) error { return nil }, fc, nil, true)
+		_, err := f.Control.Commit(ctx, decision(g, driver.Committed), sc, cuts, func([]driver.Stored) error { return nil }, fc, nil, nil, true)
 		return g, err
 	}
 	frontier := func() driver.Frontier {
@@ -709,7 +715,9 @@ func commitOne(t *testing.T, ctx context.Context, f Fixture, fc *driver.Frontier
 	t.Helper()
 	g := xid().Gtrid
 	seq, err := f.Control.Commit(ctx, decision(g, driver.Committed), driver.Scope{Group: "g-" + g, Topic: "log"}, nil,
-		func([]driver.Stored) error { return nil }, fc, nil, applied)
+		func([]driver.Stored) error { return nil }, fc, nil, nil,
+		applied)
+
 	must(t, err)
 	return g, seq
 }
@@ -744,7 +752,10 @@ func testCommitOrder(t *testing.T, ctx context.Context, f Fixture) {
 							return fmt.Errorf("fence saw %+v", s)
 						}
 						return nil
-					}, nil, nil, n%2 == 0)
+					}, nil, nil, nil,
+
+					n%2 == 0)
+
 				if err != nil {
 					errs[i] = err
 					return
@@ -860,12 +871,15 @@ func testApplied(t *testing.T, ctx context.Context, f Fixture) {
 	_, err = f.Control.Claim(ctx, sc, "me", []int32{0}, time.Now().UTC())
 	must(t, err)
 	_, err = f.Control.Commit(ctx, decision(xid().Gtrid, driver.Committed), sc, []driver.Cut{{Partition: 0, NextOffset: 1}},
-		func([]driver.Stored) error { return refused }, nil, nil, true)
+		func([]driver.Stored) error { return refused }, nil, nil, nil,
+		true)
+
 	if !errors.Is(err, refused) {
 		t.Fatalf("refused fence: %v", err)
 	}
 	if _, err := f.Control.Commit(ctx, decision(g2, driver.Committed), driver.Scope{Group: "g", Topic: "log"}, nil,
-		func([]driver.Stored) error { return nil }, nil, nil, true); !errors.Is(err, driver.ErrDecided) {
+		func([]driver.Stored) error { return nil }, nil, nil, nil,
+		true); !errors.Is(err, driver.ErrDecided) {
 		t.Fatalf("commit of a decided gtrid: %v", err)
 	}
 	if n, err := f.Control.MarkApplied(ctx, []string{g1, g2, "never-decided"}); err != nil || n != 1 {

@@ -86,13 +86,13 @@ func testCommitGeneration(t *testing.T, ctx context.Context, f Fixture) {
 	must(t, err)
 	ok := func([]driver.Stored) error { return nil }
 	g0 := driver.Generation(0)
-	_, err = f.Control.Commit(ctx, decision(xid().Gtrid, driver.Committed), sc, []driver.Cut{{Partition: 0, NextOffset: 5}}, ok, nil, &g0, true)
+	_, err = f.Control.Commit(ctx, decision(xid().Gtrid, driver.Committed), sc, []driver.Cut{{Partition: 0, NextOffset: 5}}, ok, nil, &g0, nil, true)
 	must(t, err)
 	if moved, err := f.Control.RotateKeys(ctx, 0); err != nil || !moved {
 		t.Fatalf("rotation: %v %v", moved, err)
 	}
 	late := xid().Gtrid
-	_, err = f.Control.Commit(ctx, decision(late, driver.Committed), sc, []driver.Cut{{Partition: 0, NextOffset: 9}}, ok, nil, &g0, true)
+	_, err = f.Control.Commit(ctx, decision(late, driver.Committed), sc, []driver.Cut{{Partition: 0, NextOffset: 9}}, ok, nil, &g0, nil, true)
 	if !errors.Is(err, driver.ErrKeysMoved) {
 		t.Fatalf("a decision of keys claimed under the generation left: %v, want ErrKeysMoved", err)
 	}
@@ -105,9 +105,9 @@ func testCommitGeneration(t *testing.T, ctx context.Context, f Fixture) {
 		t.Fatalf("the refused decision moved the offset to %d", pos[0].NextOffset)
 	}
 	g1 := driver.Generation(1)
-	_, err = f.Control.Commit(ctx, decision(xid().Gtrid, driver.Committed), sc, []driver.Cut{{Partition: 0, NextOffset: 9}}, ok, nil, &g1, true)
+	_, err = f.Control.Commit(ctx, decision(xid().Gtrid, driver.Committed), sc, []driver.Cut{{Partition: 0, NextOffset: 9}}, ok, nil, &g1, nil, true)
 	must(t, err)
-	_, err = f.Control.Commit(ctx, decision(xid().Gtrid, driver.Committed), sc, []driver.Cut{{Partition: 0, NextOffset: 10}}, ok, nil, nil, true)
+	_, err = f.Control.Commit(ctx, decision(xid().Gtrid, driver.Committed), sc, []driver.Cut{{Partition: 0, NextOffset: 10}}, ok, nil, nil, nil, true)
 	must(t, err)
 }
 
@@ -142,7 +142,9 @@ func testHoldGenerations(t *testing.T, ctx context.Context, f Fixture) {
 		cctx, cancel := context.WithTimeout(ctx, f.LockWait/2)
 		defer cancel()
 		_, err = f.Control.Commit(cctx, decision(xid().Gtrid, driver.Committed), sc, []driver.Cut{{Partition: 0, NextOffset: 3}},
-			func([]driver.Stored) error { return nil }, nil, &g1, true)
+			func([]driver.Stored) error { return nil }, nil, &g1, nil,
+			true)
+
 		if err != nil {
 			t.Errorf("a decision during a hold: %v", err)
 		}

@@ -118,7 +118,7 @@ func testViewControl(t *testing.T, ctx context.Context, f ViewFixture) {
 
 	first := decision(xid().Gtrid, driver.Committed)
 	first.At = claimed.Add(time.Second)
-	_, err = f.Control.Commit(ctx, first, a, []driver.Cut{{Partition: 0, NextOffset: 42}}, func([]driver.Stored) error { return nil }, nil, nil, true)
+	_, err = f.Control.Commit(ctx, first, a, []driver.Cut{{Partition: 0, NextOffset: 42}}, func([]driver.Stored) error { return nil }, nil, nil, nil, true)
 	must(t, err)
 	pos, err := v.Positions(ctx, a)
 	must(t, err)
@@ -135,7 +135,7 @@ func testViewControl(t *testing.T, ctx context.Context, f ViewFixture) {
 	// The newest commit decision, whatever aborts came after it.
 	later := decision(xid().Gtrid, driver.Committed)
 	later.At = first.At.Add(time.Second)
-	_, err = f.Control.Commit(ctx, later, a, nil, func([]driver.Stored) error { return nil }, nil, nil, true)
+	_, err = f.Control.Commit(ctx, later, a, nil, func([]driver.Stored) error { return nil }, nil, nil, nil, true)
 	must(t, err)
 	abort := decision(xid().Gtrid, driver.Aborted)
 	abort.At = later.At.Add(time.Second)

@@ -53,7 +53,7 @@ func (s *Server) Lookup(ctx context.Context, gtrid string) (driver.Outcome, bool
 // Transient fault on "commit" applies it and then reports the outcome
 // ambiguous, as a connection lost during COMMIT may; any other code fails
 // it before anything is written.
-func (s *Server) Commit(ctx context.Context, d driver.Decision, scope driver.Scope, cuts []driver.Cut, fence func([]driver.Stored) error, f *driver.FrontierChange, keys *driver.Generation, applied bool) (int64, error) {
+func (s *Server) Commit(ctx context.Context, d driver.Decision, scope driver.Scope, cuts []driver.Cut, fence func([]driver.Stored) error, f *driver.FrontierChange, keys *driver.Generation, layout func(driver.MoveCursor) error, applied bool) (int64, error) {
 	c := s.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -78,6 +78,11 @@ func (s *Server) Commit(ctx context.Context, d driver.Decision, scope driver.Sco
 	}
 	if keys != nil && *keys != c.gens.Current {
 		return 0, fmt.Errorf("%w (claimed under %d, now %d)", driver.ErrKeysMoved, *keys, c.gens.Current)
+	}
+	if layout != nil {
+		if err := layout(c.cursor); err != nil {
+			return 0, err
+		}
 	}
 	if _, ok := c.decisions[d.Gtrid]; ok {
 		return 0, driver.ErrDecided
@@ -295,3 +300,28 @@ func (s *Server) Forget(ctx context.Context, gtrids []string) (int64, error) {
 }
 
 func asCoded(err error, target **driver.CodedError) bool { return errors.As(err, target) }
+
+// MoveCursor reads the live move's cursor (driver.Control.MoveCursor).
+func (s *Server) MoveCursor(ctx context.Context) (driver.MoveCursor, error) {
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	if code, faulty := s.c.faultLocked("cursor"); faulty {
+		return driver.MoveCursor{}, coded(code, "injected cursor failure")
+	}
+	return s.c.cursor, nil
+}
+
+// ChangeMoveCursor changes the live move's cursor from was to next, as the
+// mover's steps do on a control server (mysqldriver.ChangeMoveCursor), and
+// returns the commit log's last number; tests move a layout with it. Like
+// a decision, it holds the cluster's lock: it waits for a decision that
+// is checking the cursor.
+func (s *Server) ChangeMoveCursor(_ context.Context, was, next driver.MoveCursor) (int64, error) {
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	if s.c.cursor != was {
+		return 0, fmt.Errorf("%w: it is %+v", driver.ErrMoveCursorMoved, s.c.cursor)
+	}
+	s.c.cursor = next
+	return s.c.lastSeq, nil
+}

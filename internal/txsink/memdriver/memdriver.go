@@ -98,6 +98,7 @@ type Cluster struct {
 	commits    []commitRecord // the commit log, in sequence order
 	identity   *identity
 	gens       driver.KeyGenerations    // the dedup keys' generations (generations.go); Now unused
+	cursor     driver.MoveCursor        // the live move's cursor (driver.MoveCursor)
 	genHolders int                      // HoldKeyGenerations running: rotations and records refused
 	faults     map[string][]driver.Code // by operation, one per call
 	view       viewState                // read only by the read-only view (view.go)

@@ -96,7 +96,7 @@ func (c *Control) Lookup(ctx context.Context, gtrid string) (driver.Outcome, boo
 // exclusively without waiting, so no decision waits for it long). The
 // counter is held from its increment to the COMMIT, so decisions commit
 // in the order of their numbers (see appendCommit).
-func (c *Control) Commit(ctx context.Context, d driver.Decision, s driver.Scope, cuts []driver.Cut, fence func([]driver.Stored) error, f *driver.FrontierChange, keys *driver.Generation, applied bool) (seq int64, err error) {
+func (c *Control) Commit(ctx context.Context, d driver.Decision, s driver.Scope, cuts []driver.Cut, fence func([]driver.Stored) error, f *driver.FrontierChange, keys *driver.Generation, layout func(driver.MoveCursor) error, applied bool) (seq int64, err error) {
 	tx, err := c.sv.db.BeginTxx(ctx, nil)
 	if err != nil {
 		return 0, err
@@ -144,6 +144,15 @@ func (c *Control) Commit(ctx context.Context, d driver.Decision, s driver.Scope,
 	}
 	if keys != nil {
 		if err := checkGenerations(ctx, tx, *keys); err != nil {
+			return 0, err
+		}
+	}
+	if layout != nil {
+		cur, err := readMoveCursor(ctx, tx, ` LOCK IN SHARE MODE`)
+		if err != nil {
+			return 0, err
+		}
+		if err := layout(cur); err != nil {
 			return 0, err
 		}
 	}

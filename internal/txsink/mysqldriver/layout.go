@@ -28,9 +28,19 @@ type layoutRow struct {
 // ReadLayout reads the rows of the highest layout version, by ordinal. A
 // schema without the table (before migration 00010) has none.
 func ReadLayout(ctx context.Context, q sqlx.QueryerContext) ([]driver.LayoutRow, error) {
+	return readLayout(ctx, q, `(SELECT MAX(version) FROM ledger_layout)`)
+}
+
+// ReadLayoutVersion reads the rows of one layout version, by ordinal
+// (none: no such version).
+func ReadLayoutVersion(ctx context.Context, q sqlx.QueryerContext, version int) ([]driver.LayoutRow, error) {
+	return readLayout(ctx, q, `?`, version)
+}
+
+func readLayout(ctx context.Context, q sqlx.QueryerContext, version string, args ...any) ([]driver.LayoutRow, error) {
 	var rows []layoutRow
 	err := sqlx.SelectContext(ctx, q, &rows, `SELECT version, ordinal, server_uuid, recorded_at, recorded_by FROM ledger_layout
-		WHERE version = (SELECT MAX(version) FROM ledger_layout) ORDER BY ordinal`)
+		WHERE version = `+version+` ORDER BY ordinal`, args...)
 	if NoSuchTable(err) {
 		return nil, nil
 	}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
+
+	"github.com/billing/ledger/internal/txsink/driver"
 )
 
 // The SQL of growing the ledger (migration 00012, package shards decides):
@@ -144,19 +146,23 @@ var MovedTables = []struct{ Table, Key string }{
 	{"dedup_keys_g2", "event_id"},
 }
 
-// MoveRows moves the rows of table whose key moves (moves says so of the
+// KeyRange is the keys from From up to, not including, Below, in byte
+// order (driver.KeysEnd: every key from From on).
+type KeyRange struct{ From, Below string }
+
+// MoveRows moves the rows of table, of keys in the range, whose key moves (moves says so of the
 // key's bytes) from server from to server to: it reads from's rows in
 // primary key order, batch rows at a time, and for each batch writes the
 // moving rows to to (as they are; a row already there is left as it is)
 // and then deletes them from from, each its own transaction. Nothing else
-// writes these rows on from meanwhile (the instances are fenced): then a
+// writes these rows on from meanwhile (the move's cursor freezes them): then a
 // move interrupted at any point and run again ends with every row on to,
 // once. A row already on to was written there by this move (run before)
 // with the same values, or, when this run is a paused one that another
 // finished meanwhile, is newer than what this run read: never overwritten.
 // before is called before each batch's write, done with the rows each
 // batch moved (either may be nil). It returns the rows moved.
-func MoveRows(ctx context.Context, from, to *Server, table, key string, moves func([]byte) bool, batch int, before func() error, done func(int64) error) (int64, error) {
+func MoveRows(ctx context.Context, from, to *Server, table, key string, keys KeyRange, moves func([]byte) bool, batch int, before func() error, done func(int64) error) (int64, error) {
 	cols, pk, err := tableColumns(ctx, from.db, table)
 	if err != nil {
 		return 0, err
@@ -175,6 +181,11 @@ func MoveRows(ctx context.Context, from, to *Server, table, key string, moves fu
 	var total int64
 	for {
 		where, args := afterKey(pk, after)
+		if where == "" {
+			where = " WHERE TRUE"
+		}
+		where = fmt.Sprintf("%s AND `%s` >= ? AND `%s` < ?", where, key, key)
+		args = append(args, []byte(keys.From), []byte(keys.Below))
 		rows, err := from.db.QueryContext(ctx, fmt.Sprintf("SELECT %s FROM `%s`%s ORDER BY %s LIMIT %d", colList, table, where, pkList, batch), args...)
 		if err != nil {
 			return total, fmt.Errorf("move %s: read: %w", table, err)
@@ -379,4 +390,97 @@ func TableEmpty(ctx context.Context, db *sqlx.DB, table string) (bool, error) {
 		return false, fmt.Errorf("read %s: %w", table, err)
 	}
 	return n == 0, nil
+}
+
+// The live move's cursor (migration 00013, driver.MoveCursor): one row on
+// the control server, read by every decision under a shared lock and
+// changed by the mover's steps under an exclusive one.
+
+// MoveCursor reads the cursor as committed (driver.Control.MoveCursor).
+func (c *Control) MoveCursor(ctx context.Context) (driver.MoveCursor, error) {
+	return readMoveCursor(ctx, c.sv.db, "")
+}
+
+func readMoveCursor(ctx context.Context, q sqlx.QueryerContext, lock string) (driver.MoveCursor, error) {
+	var r struct {
+		Version int    `db:"version"`
+		Moving  bool   `db:"moving"`
+		Moved   []byte `db:"moved_below"`
+		Frozen  []byte `db:"frozen_below"`
+		Mover   string `db:"mover"`
+	}
+	err := sqlx.GetContext(ctx, q, &r, `SELECT version, moving, moved_below, frozen_below, mover FROM ledger_move_cursor WHERE singleton = 1`+lock)
+	if NoSuchTable(err) {
+		// A schema before migration 00013: no move since.
+		return driver.MoveCursor{}, nil
+	}
+	if err != nil {
+		return driver.MoveCursor{}, fmt.Errorf("read ledger_move_cursor: %w", err)
+	}
+	return driver.MoveCursor{Version: r.Version, Moving: r.Moving, MovedBelow: string(r.Moved), FrozenBelow: string(r.Frozen), Mover: r.Mover}, nil
+}
+
+// ChangeMoveCursor changes the cursor from was to next, in one transaction
+// that takes the row's exclusive lock (waiting for the decisions that read
+// it), and returns the commit log's last decided number as of its commit:
+// every decision numbered up to it was taken under was (or before), every
+// later one under next. It fails with driver.ErrMoveCursorMoved, changing
+// nothing, when the stored cursor is not was. also (nil: nothing) runs in
+// the same transaction, after the cursor's lock is taken.
+func ChangeMoveCursor(ctx context.Context, db *sqlx.DB, was, next driver.MoveCursor, also func(context.Context, *sqlx.Tx) error) (decided int64, err error) {
+	tx, err := db.BeginTxx(ctx, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = tx.Rollback() }()
+	cur, err := readMoveCursor(ctx, tx, ` FOR UPDATE`)
+	if err != nil {
+		return 0, err
+	}
+	if cur != was {
+		return 0, fmt.Errorf("%w: it is %+v", driver.ErrMoveCursorMoved, cur)
+	}
+	if also != nil {
+		if err := also(ctx, tx); err != nil {
+			return 0, err
+		}
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE ledger_move_cursor SET version = ?, moving = ?, moved_below = ?, frozen_below = ?, mover = ?, updated_at = UTC_TIMESTAMP(6) WHERE singleton = 1`,
+		next.Version, next.Moving, []byte(next.MovedBelow), []byte(next.FrozenBelow), next.Mover); err != nil {
+		return 0, fmt.Errorf("update ledger_move_cursor: %w", err)
+	}
+	// Under the row's lock every decision that read the old cursor has
+	// committed (it held the shared lock to its COMMIT): the counter read
+	// now, in this transaction's locking read, covers them all.
+	if err := tx.GetContext(ctx, &decided, `SELECT last_seq FROM commit_sequence WHERE singleton = 1 FOR UPDATE`); err != nil {
+		return 0, fmt.Errorf("read commit_sequence: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, err
+	}
+	return decided, nil
+}
+
+// NextKeyBound is the key rows places after from in table on db, ordered
+// by key: the one that rows rows of table's keys from from on go before;
+// found is false when fewer rows follow from.
+func NextKeyBound(ctx context.Context, db *sqlx.DB, table, key, from string, rows int) (bound string, found bool, err error) {
+	var b []byte
+	err = db.GetContext(ctx, &b, fmt.Sprintf("SELECT `%s` FROM `%s` WHERE `%s` >= ? ORDER BY `%s` LIMIT 1 OFFSET %d", key, table, key, key, rows), []byte(from))
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("read %s: %w", table, err)
+	}
+	return string(b), true, nil
+}
+
+// CommitSequence reads the commit log's last decided number.
+func CommitSequence(ctx context.Context, db *sqlx.DB) (int64, error) {
+	var n int64
+	if err := db.GetContext(ctx, &n, `SELECT last_seq FROM commit_sequence WHERE singleton = 1`); err != nil {
+		return 0, fmt.Errorf("read commit_sequence: %w", err)
+	}
+	return n, nil
 }

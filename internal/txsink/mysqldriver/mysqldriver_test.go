@@ -55,6 +55,9 @@ func (fixtures) on(ctx context.Context, t *testing.T, dsn string) drivertest.Fix
 		Legacy: func(ctx context.Context, expires time.Time, ids []string) error {
 			return storeLegacy(ctx, db.DB, expires, ids)
 		},
+		MoveCursor: func(ctx context.Context, was, next driver.MoveCursor) (int64, error) {
+			return mysqldriver.ChangeMoveCursor(ctx, db, was, next, nil)
+		},
 	}
 	// MariaDB's max_allowed_packet is global, read by a session when it
 	// connects: the suite's property runs on a server of the test's own

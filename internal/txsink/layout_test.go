@@ -1,0 +1,152 @@
+package txsink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/billing/ledger/internal/placement"
+	"github.com/billing/ledger/internal/testenv"
+	"github.com/billing/ledger/internal/txsink/driver"
+	"github.com/billing/ledger/internal/txsink/memdriver"
+)
+
+// layoutCheck refuses exactly the checkpoints that placed a key of a
+// moving slot the cursor has passed or frozen since their Begin, or that
+// wrote every server's rows while the cursor went on, or began under
+// another version.
+func TestLayoutCheck(t *testing.T) {
+	moving := func(moved, frozen string) driver.MoveCursor {
+		return driver.MoveCursor{Version: 2, Moving: true, MovedBelow: moved, FrozenBelow: frozen}
+	}
+	done := driver.MoveCursor{Version: 2, MovedBelow: driver.KeysEnd}
+	for _, tc := range []struct {
+		name    string
+		built   driver.MoveCursor
+		touched []string
+		all     bool
+		cur     driver.MoveCursor
+		refused bool
+	}{
+		{"no move", driver.MoveCursor{}, []string{"a"}, true, driver.MoveCursor{}, false},
+		{"a move began", driver.MoveCursor{}, nil, false, moving("", ""), true},
+		{"another version", moving("", ""), nil, false, driver.MoveCursor{Version: 3, Moving: true}, true},
+		{"cursor unchanged", moving("c", ""), []string{"a", "c", "z"}, true, moving("c", ""), false},
+		{"frozen above every key", moving("c", ""), []string{"a", "b", "q"}, false, moving("c", "k"), false},
+		{"frozen over a key", moving("c", ""), []string{"a", "d", "q"}, false, moving("c", "k"), true},
+		{"frozen from the key", moving("c", ""), []string{"c"}, false, moving("c", "k"), true},
+		{"frozen up to the key", moving("c", ""), []string{"k"}, false, moving("c", "k"), false},
+		{"moved past a key", moving("c", ""), []string{"e"}, false, moving("k", ""), true},
+		{"moved, the key above", moving("c", ""), []string{"m"}, false, moving("k", ""), false},
+		{"moved below the cursor built on", moving("c", ""), []string{"b"}, false, moving("k", "m"), false},
+		{"sealing while moved", moving("c", ""), nil, true, moving("k", ""), true},
+		{"sealing while frozen", moving("c", ""), nil, true, moving("c", "d"), true},
+		{"built frozen, still frozen", moving("c", "k"), []string{"d"}, false, moving("c", "k"), true},
+		{"done since", moving("c", ""), []string{"zz"}, false, done, true},
+		{"done since, keys below", moving("c", ""), []string{"a"}, false, done, false},
+		{"done before", done, []string{"a"}, true, done, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := layoutCheck(tc.built, tc.touched, tc.all, tc.cur)
+			if got := errors.Is(err, ErrLayoutMoved); got != tc.refused || (err != nil && !got) {
+				t.Fatalf("layoutCheck(%+v, %q, %v, %+v) = %v, want refused %v", tc.built, tc.touched, tc.all, tc.cur, err, tc.refused)
+			}
+		})
+	}
+}
+
+// A sink follows a live move: keys of moving slots go to their old server
+// until the cursor passes them, then to the new one; a checkpoint that
+// placed one the cursor froze or passed since its Begin is refused at its
+// decision, one that placed only keys that do not move is not; a sink
+// given too few servers for the new layout stops (ErrNotPlaceable).
+func TestSinkFollowsALiveMove(t *testing.T) {
+	ctx := context.Background()
+	c0 := memdriver.New(memdriver.Options{})
+	c1 := memdriver.New(memdriver.Options{})
+	before, err := placement.Modulo(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	grown, _, err := before.Grow(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layouts := func(_ context.Context, version int) (placement.Placement, placement.Placement, error) {
+		if version != 2 {
+			return placement.Placement{}, placement.Placement{}, fmt.Errorf("no version %d", version)
+		}
+		return grown, before, nil
+	}
+	control := c0.As("billing")
+	s, err := New(ctx, Config{Branches: 2, Group: "g", Topic: "t", StepTimeout: time.Second, Logger: testenv.Logger(), Placement: before, Layouts: layouts},
+		control, []driver.Server{control, c1.As("billing")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var moves, stays string
+	for i := 0; moves == "" || stays == ""; i++ {
+		k := fmt.Sprintf("acct-%d", i)
+		if grown.Server(placement.Hash(k)) == 1 {
+			moves = k
+		} else {
+			stays = k
+		}
+	}
+	if s.ServerOf(s.Route(moves)) != 0 {
+		t.Fatal("a key placed on the server to add before the move")
+	}
+	start := driver.MoveCursor{Version: 2, Moving: true, Mover: "test"}
+	if _, err := control.ChangeMoveCursor(ctx, driver.MoveCursor{}, start); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s.ServerOf(s.Route(moves)) != 0 || s.ServerOf(s.Route(stays)) != 0 {
+		t.Fatal("keys placed on the new server before the cursor passed them")
+	}
+	decide := func(keys ...string) error {
+		tx := s.Begin(1)
+		for _, k := range keys {
+			tx.Route(k)
+		}
+		frozen := start
+		frozen.FrozenBelow = moves + "\x00"
+		if _, err := control.ChangeMoveCursor(ctx, start, frozen); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if _, err := control.ChangeMoveCursor(ctx, frozen, start); err != nil {
+				t.Fatal(err)
+			}
+		}()
+		return tx.Decide(ctx, nil, nil, nil)
+	}
+	if err := decide(moves, stays); !errors.Is(err, ErrLayoutMoved) {
+		t.Fatalf("the decision of a checkpoint that placed a frozen key: %v, want ErrLayoutMoved", err)
+	}
+	if err := decide(stays); err != nil {
+		t.Fatalf("the decision of a checkpoint whose keys do not move: %v", err)
+	}
+	passed := start
+	passed.MovedBelow = moves + "\x00"
+	if _, err := control.ChangeMoveCursor(ctx, start, passed); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s.ServerOf(s.Route(moves)) != 1 || s.ServerOf(s.Route(stays)) != 0 {
+		t.Fatal("after the cursor passed the moving key, it is not on the new server (or the other moved)")
+	}
+
+	// An instance given only the first server cannot follow.
+	one, err := New(ctx, Config{Branches: 1, Group: "g", Topic: "t", StepTimeout: time.Second, Logger: testenv.Logger(), Placement: before, Layouts: layouts},
+		control, []driver.Server{control})
+	if !errors.Is(err, ErrNotPlaceable) {
+		t.Fatalf("a sink without the new server on a moving ledger: %v, %v; want ErrNotPlaceable", one, err)
+	}
+}
