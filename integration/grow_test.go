@@ -173,6 +173,48 @@ func addServerKilled(t *testing.T, failpoints string) {
 	}
 }
 
+// A checkpoint held between its prepare and its decision (the instance
+// stopped by a failpoint, its branches holding rows of the first server)
+// while the move freezes every key in one step: the mover waits for its
+// locks; once the instance wakes, its decision finds the keys frozen and
+// is refused (txsink.ErrLayoutMoved), so the rows it wrote on the old
+// server are rolled back and written again on the new one, never deleted
+// by the move after they committed. Without the decision's check the
+// balances it wrote would be moved as they were before it.
+func TestAddServerRefusesACheckpointHeldAcrossTheMove(t *testing.T) {
+	g, ps := newGrowEnv(t, "held", 1000, "a")
+	e, w, half := g.testEnv, g.w, g.half
+	// Restarted once more, the failpoint armed (it may not have set up
+	// its signal handling yet: how it ends does not matter).
+	ps[0].Signal(syscall.SIGTERM)
+	_ = ps[0].Wait(t, 60*time.Second)
+	env := g.both()
+	env["BILLING_FAILPOINTS"] = "after-prepare=stop@1"
+	a := e.start(t, "a-held", env)
+	testenv.Produce(t, e.brokers, e.topic, w.records[half:]...)
+	if !a.WaitOutput(context.Background(), "failpoint after-prepare: SIGSTOP", 60*time.Second) {
+		t.Fatalf("the checkpoint never stopped after its prepare:\n%s", lastLines(a.Output(), 20))
+	}
+	t.Cleanup(func() { a.Signal(syscall.SIGCONT) })
+	mover := testenv.Start(t, "add", e.bin, e.serviceEnv(nil), "shards", "add", "--dsn", g.dsnB, "--step-rows", "1000000")
+	// The step's delete waits for the held branch's locks (a lock wait
+	// timeout, then the table's step again).
+	if !mover.WaitOutput(context.Background(), "starting the table's step again", 30*time.Second) || mover.Exited() {
+		t.Fatalf("the move ended while a prepared checkpoint held rows it moves:\n%s", mover.Output())
+	}
+	a.Signal(syscall.SIGCONT)
+	if err := mover.Wait(t, 120*time.Second); err != nil {
+		t.Fatalf("shards add: %v\n%s", err, mover.Output())
+	}
+	waitExactOver(t, []*sqlx.DB{e.db, g.dbB}, w, 120*time.Second)
+	if !strings.Contains(a.Output(), "layout moved") {
+		t.Errorf("the held checkpoint was not refused for the move:\n%s", lastLines(a.Output(), 30))
+	}
+	if a.Exited() {
+		t.Fatalf("a stopped:\n%s", lastLines(a.Output(), 20))
+	}
+}
+
 // A run of billing shards add paused (SIGSTOP) with a batch of rows read
 // but not written, while another run takes the move over and finishes it
 // and an instance counts on the new layout, changes nothing once it
@@ -229,9 +271,13 @@ func TestAddServerKeepsTheChangelogsChains(t *testing.T) {
 	dsnB := testenv.NewDatabaseOn(t, testenv.MySQL2(t), testenv.RandomName("t_"))
 	w := newWorkload("grow-cl", 2000)
 	half := len(w.records) / 2
-	c := e.start(t, "c", env(map[string]string{"MYSQL_SHARD_DSNS": dsnB}))
+	a := e.start(t, "a", env(nil))
 	testenv.Produce(t, e.brokers, e.topic, w.records[:half]...)
 	waitCountedOver(t, []*sqlx.DB{e.db}, 500, 60*time.Second)
+	// Restarted with the server to add.
+	a.Signal(syscall.SIGTERM)
+	_ = a.Wait(t, 60*time.Second)
+	c := e.start(t, "c", env(map[string]string{"MYSQL_SHARD_DSNS": dsnB}))
 	mover := testenv.Start(t, "add", e.bin, e.serviceEnv(env(nil)), "shards", "add", "--dsn", dsnB, "--step-rows", "200")
 	testenv.Produce(t, e.brokers, e.topic, w.records[half:]...)
 	if err := mover.Wait(t, 120*time.Second); err != nil {
