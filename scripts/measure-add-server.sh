@@ -2,9 +2,10 @@
 # Times `billing shards add` on a ledger of N events (docs/performance.md,
 # "Growing from 1 to N servers"): billing-gen writes N events to a new
 # topic, one instance counts them on a new database of the first MariaDB
-# (127.0.0.1:3306) until billing-verify says EXACT, then a new database of
-# the second one (127.0.0.1:3307) is added and the ledger verified over
-# both. Needs `make services` and the binaries in bin/ (go build -o bin/
+# (127.0.0.1:3306) until billing-verify says EXACT, then, the instance
+# restarted with it, a new database of the second one (127.0.0.1:3307) is
+# added and the ledger verified over both. ADD_FLAGS are the command's
+# (default --rest 0: the move's own rate). Needs `make services` and the binaries in bin/ (go build -o bin/
 # ./cmd/...). Writes OUT (default /tmp/measure-add-server); the databases
 # and the topic are left for a look (names in OUT/names).
 #
@@ -25,12 +26,19 @@ bin/billing-gen -topic "$TOPIC" -create-topic -partitions 4 -events "$N" -accoun
 bin/billing >"$OUT/instance.log" 2>&1 &
 instance=$!
 bin/billing-verify -expected "$OUT/expected.json" -wait 30m >"$OUT/verify-before.txt" 2>&1
+# The instance is restarted with the server to add (last), as an operator
+# does before a move: it counts on while the rows move.
+kill -TERM "$instance"; wait "$instance" || true
+export MYSQL_SHARD_DSNS="root:root@tcp(127.0.0.1:3307)/$B"
+bin/billing >"$OUT/instance2.log" 2>&1 &
+instance=$!
+sleep 3
 t0=$(date +%s.%N)
-bin/billing shards add --dsn "root:root@tcp(127.0.0.1:3307)/$B" >"$OUT/add.txt" 2>"$OUT/add.log"
+# ADD_FLAGS: the move's own rate by default (no rest between steps).
+MYSQL_SHARD_DSNS= bin/billing shards add --dsn "$MYSQL_SHARD_DSNS" ${ADD_FLAGS:---rest 0} >"$OUT/add.txt" 2>"$OUT/add.log"
 t1=$(date +%s.%N)
 echo "billing shards add took $(echo "$t1 - $t0" | bc) s" | tee "$OUT/result.txt"
-wait "$instance" || echo "the instance stopped (exit $?): fenced by the move, as it should" | tee -a "$OUT/result.txt"
-export MYSQL_SHARD_DSNS="root:root@tcp(127.0.0.1:3307)/$B"
+cat "$OUT/add.txt" | tee -a "$OUT/result.txt"
+kill -TERM "$instance"; wait "$instance" || echo "the instance ended with $?" | tee -a "$OUT/result.txt"
 bin/billing shards status | tee -a "$OUT/result.txt"
 bin/billing-verify -expected "$OUT/expected.json" | tee -a "$OUT/result.txt"
-grep -E 'fenced|moved rows|complete' "$OUT/add.log" | tee -a "$OUT/result.txt"

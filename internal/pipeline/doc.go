@@ -88,6 +88,13 @@
 // privileges in mysqldriver's declaration of what the service reads and
 // writes.
 //
+// Before each attempt the checkpointer reads where keys are placed
+// (txsink.Sink.Refresh: a live move of rows to a new server goes on
+// while the pipeline counts) and waits while a step of the move is
+// frozen; the attempt places its keys by that layout (txsink.Txn.Route),
+// and a decision refused because the move went on since
+// (txsink.ErrLayoutMoved) is retried at once (retry.go).
+//
 // A failure before the decision rolls every branch back; the source then
 // discards everything it buffered and rereads its positions from MySQL
 // (replay from the last committed checkpoint). After the decision the

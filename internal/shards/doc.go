@@ -20,20 +20,24 @@
 //
 // From then on every start compares (Compare) the configured servers with
 // the stored layout and refuses (MismatchError, exit 4) any difference: a
-// server missing, added, in another place, listed twice, or another
-// ledger's, each named with what to do. MYSQL_BRANCHES is not part of the
+// server missing, in another place, listed twice, or another ledger's,
+// each named with what to do. A fresh server listed after the layout's is
+// one to add: accepted, and placed on by nothing until a move begins. MYSQL_BRANCHES is not part of the
 // layout: within a server it only spreads the work, and may differ between
 // instances. Status shows the layout (billing shards status).
 //
 // A server is added by a new layout version (Add, billing shards add):
 // its placement by slots (package placement, stored as runs in
-// ledger_placement), the move to it recorded in ledger_moves. The move
-// fences every instance (the partitions' epochs, as a change of the
-// period settings does), waits for the checkpoints decided before it,
-// moves the keyed tables' rows of the new server's slots, and is then
-// done; an instance checks the layout after every claim (Verify) and
-// stops on a newer one, and an instance configured with the new list
-// waits at its start until the move is done. Counting pauses for the
-// move; docs/production.md ("Growing") describes it and the live move
-// that is not built.
+// ledger_placement), the move to it recorded in ledger_moves, while the
+// instances count. The move goes through the keys in byte order along a
+// cursor (driver.MoveCursor, ledger_move_cursor): step by step it freezes
+// a range of keys, waits until the checkpoints decided before the freeze
+// are applied, moves the rows of those keys whose slot moves, and moves
+// the cursor past them, each change of the cursor a compare-and-set. The
+// instances place keys by the cursor (txsink: Sink.Refresh, Txn.Route),
+// and every decision refuses a checkpoint that placed a key the cursor
+// froze or passed since (txsink.ErrLayoutMoved): the decisions and the
+// steps are ordered by the cursor row's locks. An instance without the
+// new server stops (Verify after every claim, txsink.ErrNotPlaceable at
+// its next checkpoint). docs/production.md ("Growing") describes it.
 package shards

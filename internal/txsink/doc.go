@@ -65,7 +65,8 @@
 //	                  still holds each at the epoch the checkpoint was
 //	                  built under), the new next offsets and watermarks,
 //	                  optionally the closing frontier (checked, raised),
-//	                  the commit decision, its commit log record
+//	                  the move's cursor (checked: layout.go), the commit
+//	                  decision, its commit log record
 //	      ─▶ Commit:  XA COMMIT every prepared branch, then mark the record
 //	                  applied
 //	or    ─▶ Abort:   an abort decision for prepared branches, then XA ROLLBACK
@@ -91,6 +92,14 @@
 // tells which won. If neither can be proven in time the error wraps
 // ErrOutcomeUnknown, and the caller rereads its positions (Positions,
 // which waits for the outcome) instead of guessing.
+//
+// While the ledger grows (a live move of rows to a new server, package
+// shards), keys are placed by the move's cursor, and the decision reads
+// the cursor under a shared lock that each step of the mover takes
+// exclusively: a checkpoint that placed a key the cursor froze or passed
+// since its Begin is refused (ErrLayoutMoved) and built again, so no
+// checkpoint commits a row on a server the move has already read or will
+// never read (layout.go; TestLayoutCheck, TestSinkFollowsALiveMove).
 //
 // # Commit log
 //
