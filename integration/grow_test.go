@@ -256,6 +256,8 @@ func TestPausedAddChangesNothingAfterAnotherFinished(t *testing.T) {
 // leaves every chain of the changelog unbroken (the next change of a moved
 // row takes up from its image before the move), and the last images equal
 // the rows of both servers. The second half is sent while the move runs.
+// billing compare finds the grown ledger EXACT against one rebuilt from
+// the topic on one server.
 func TestAddServerKeepsTheChangelogsChains(t *testing.T) {
 	prefix := testenv.RandomName("grow-cl-")
 	cleanupChangelogTopics(t, testenv.Kafka(t), prefix)
@@ -304,6 +306,21 @@ func TestAddServerKeepsTheChangelogsChains(t *testing.T) {
 	t.Log(summary)
 	if c.Exited() {
 		t.Fatalf("c stopped:\n%s", lastLines(c.Output(), 20))
+	}
+
+	// The grown ledger equals one rebuilt from the topic on one server.
+	rebuiltDSN := testenv.NewDatabase(t)
+	rebuilt := map[string]string{"MYSQL_DSN": rebuiltDSN, "KAFKA_GROUP": "rebuilt-" + e.topic, "LEDGER_ENTRIES": "true"}
+	e.start(t, "rebuilt", rebuilt)
+	rdb, err := sqlx.Open("mysql", rebuiltDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rdb.Close() })
+	waitExactOver(t, []*sqlx.DB{rdb}, w, 120*time.Second)
+	out, code := e.cliRun(t, env(map[string]string{"MYSQL_SHARD_DSNS": dsnB}), "compare", "--other-dsn", rebuiltDSN)
+	if code != 0 || !strings.Contains(out, "EXACT") {
+		t.Fatalf("billing compare of the grown ledger with a rebuilt one: exit %d\n%s", code, out)
 	}
 }
 
