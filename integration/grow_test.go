@@ -174,18 +174,26 @@ func addServerKilled(t *testing.T, failpoints string) {
 }
 
 // A checkpoint held between its prepare and its decision (the instance
-// stopped by a failpoint, its branches holding rows of the first server)
-// while the move freezes every key in one step: the mover waits for its
-// locks; once the instance wakes, its decision finds the keys frozen and
-// is refused (txsink.ErrLayoutMoved), so the rows it wrote on the old
-// server are rolled back and written again on the new one, never deleted
-// by the move after they committed. Without the decision's check the
-// balances it wrote would be moved as they were before it.
+// stopped by a failpoint, its branches holding rows of the first server),
+// built after the move began, while a step freezes every key: the mover
+// waits for its locks; once the instance wakes, its decision finds the
+// keys frozen and is refused (txsink.ErrLayoutMoved), so the rows it wrote
+// on the old server are rolled back and written again on the new one,
+// never deleted by the move after they committed. Without the decision's
+// check the step moved the balances as they were before it (176 events
+// lost).
 func TestAddServerRefusesACheckpointHeldAcrossTheMove(t *testing.T) {
 	g, ps := newGrowEnv(t, "held", 1000, "a")
 	e, w, half := g.testEnv, g.w, g.half
-	// Restarted once more, the failpoint armed (it may not have set up
-	// its signal handling yet: how it ends does not matter).
+	// The move begun (its fence passed), then paused.
+	mover := testenv.Start(t, "add", e.bin, e.serviceEnv(map[string]string{"BILLING_FAILPOINTS": shards.FailAfterBegin + "=stop"}),
+		"shards", "add", "--dsn", g.dsnB, "--step-rows", "1000000")
+	if !mover.WaitOutput(context.Background(), "failpoint "+shards.FailAfterBegin+": SIGSTOP", 60*time.Second) {
+		t.Fatalf("the move never paused after its begin:\n%s", mover.Output())
+	}
+	t.Cleanup(func() { mover.Signal(syscall.SIGCONT) })
+	// Restarted with the failpoint armed (it may not have set up its
+	// signal handling yet: how it ends does not matter).
 	ps[0].Signal(syscall.SIGTERM)
 	_ = ps[0].Wait(t, 60*time.Second)
 	env := g.both()
@@ -196,7 +204,7 @@ func TestAddServerRefusesACheckpointHeldAcrossTheMove(t *testing.T) {
 		t.Fatalf("the checkpoint never stopped after its prepare:\n%s", lastLines(a.Output(), 20))
 	}
 	t.Cleanup(func() { a.Signal(syscall.SIGCONT) })
-	mover := testenv.Start(t, "add", e.bin, e.serviceEnv(nil), "shards", "add", "--dsn", g.dsnB, "--step-rows", "1000000")
+	mover.Signal(syscall.SIGCONT)
 	// The step's delete waits for the held branch's locks (a lock wait
 	// timeout, then the table's step again).
 	if !mover.WaitOutput(context.Background(), "starting the table's step again", 30*time.Second) || mover.Exited() {

@@ -84,9 +84,12 @@ type AddReport struct {
 //
 //  1. stores the new layout version, its slots, the move as begun and the
 //     move's cursor at the first key (driver.MoveCursor), in one
-//     transaction that waits for the decisions in progress: from then on
-//     every decision checks the cursor (txsink: ErrLayoutMoved), and an
-//     instance that lacks the new server stops (txsink.ErrNotPlaceable);
+//     transaction that raises every partition's epoch
+//     (mysqldriver.Control.Quiesce): from then on every decision checks
+//     the cursor (txsink: ErrLayoutMoved); an instance of this version
+//     claims its partitions again and counts on, one that lacks the new
+//     server stops (txsink.ErrNotPlaceable, Verify), and one of a version
+//     before the cursor stops at its next check (the layout changed);
 //  2. moves the keys step by step, in byte order: a step freezes the keys
 //     from the cursor to a bound (StepRows rows of each table further,
 //     NextKeyBound), waits until every checkpoint decided before the
@@ -183,7 +186,7 @@ func Add(ctx context.Context, d *mysqldriver.Driver, hosts []string, opts AddOpt
 	// at its next change of the cursor.
 	me := cur
 	me.Mover = fmt.Sprintf("%s %d", opts.By, time.Now().UnixNano())
-	if _, err := mysqldriver.ChangeMoveCursor(ctx, control, cur, me, nil); err != nil {
+	if _, err := mysqldriver.ChangeMoveCursor(ctx, control, cur, me); err != nil {
 		return rep, fmt.Errorf("shards add: take the move: %w", err)
 	}
 	cur = me
@@ -250,7 +253,7 @@ func (m *mover) moveStep(ctx context.Context, cur driver.MoveCursor) (driver.Mov
 		}
 		frozen := cur
 		frozen.FrozenBelow = keys.Below
-		if decided, err = mysqldriver.ChangeMoveCursor(ctx, m.control, cur, frozen, nil); err != nil {
+		if decided, err = mysqldriver.ChangeMoveCursor(ctx, m.control, cur, frozen); err != nil {
 			return cur, fmt.Errorf("shards add: freeze: %w", err)
 		}
 		cur = frozen
@@ -289,7 +292,7 @@ func (m *mover) moveStep(ctx context.Context, cur driver.MoveCursor) (driver.Mov
 	after := cur
 	after.MovedBelow, after.FrozenBelow = keys.Below, ""
 	after.Moving = keys.Below < driver.KeysEnd
-	if _, err := mysqldriver.ChangeMoveCursor(ctx, m.control, cur, after, nil); err != nil {
+	if _, err := mysqldriver.ChangeMoveCursor(ctx, m.control, cur, after); err != nil {
 		return cur, fmt.Errorf("shards add: unfreeze: %w", err)
 	}
 	m.log.Info("moved a step of keys to the new server", "keys_from", printable(keys.From), "keys_below", printable(keys.Below), "rows", moved)
@@ -478,7 +481,16 @@ func begin(ctx context.Context, d *mysqldriver.Driver, ledger string, stored Lay
 		RecordedAt: time.Now().UTC().Truncate(time.Microsecond), RecordedBy: by, Placement: next}
 	l.Move = mysqldriver.MoveState{Version: l.Version, State: mysqldriver.MoveMoving, StartedAt: l.RecordedAt, StartedBy: by}
 	moving := driver.MoveCursor{Version: l.Version, Moving: true, Mover: by}
-	_, err = mysqldriver.ChangeMoveCursor(ctx, d.Server(0).DB(), cur, moving, func(ctx context.Context, tx *sqlx.Tx) error {
+	// The move begins under the fence of a change of settings: every
+	// partition's epoch raised with it. An instance of this version claims
+	// its partitions again and places keys by the cursor from then on
+	// (one checkpoint's pause); one of a version before the cursor stops
+	// at its next check (the layout changed) instead of placing keys by
+	// the old layout while rows move.
+	err = d.Control().Quiesce(ctx, func(ctx context.Context, tx *sqlx.Tx, q mysqldriver.Quiesced) error {
+		if err := mysqldriver.ChangeMoveCursorTx(ctx, tx, cur, moving); err != nil {
+			return err
+		}
 		// The layout's rows are the decisions' to read: locked here, so
 		// that two adds do not both begin.
 		top, err := mysqldriver.LockLayoutVersion(ctx, tx)
@@ -493,10 +505,17 @@ func begin(ctx context.Context, d *mysqldriver.Driver, ledger string, stored Lay
 		} else if !added {
 			return fmt.Errorf("shards add: layout version %d exists", l.Version)
 		}
+		log.Info("fenced every instance: each claims its partitions again and counts on", "partitions_fenced", q.Fenced)
 		return mysqldriver.StartMove(ctx, tx, l.Version, runsOf(next), l.RecordedAt, by)
 	})
 	if err != nil {
 		return Layout{}, cur, fmt.Errorf("shards add: begin: %w", err)
+	}
+	// A claim of a partition whose row did not exist yet inserted it
+	// beside the transaction above, unfenced, and may have checked the
+	// layout before it committed: its epoch is raised now.
+	if err := d.Control().Quiesce(ctx, func(context.Context, *sqlx.Tx, mysqldriver.Quiesced) error { return nil }); err != nil {
+		return Layout{}, cur, fmt.Errorf("shards add: fence again: %w", err)
 	}
 	log.Info("stored the ledger's new layout; moving rows while the instances count (instances without the new server stop)", "layout", l.Describe(), "slots", next.Slots())
 	return l, moving, nil

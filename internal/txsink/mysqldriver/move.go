@@ -425,29 +425,15 @@ func readMoveCursor(ctx context.Context, q sqlx.QueryerContext, lock string) (dr
 // it), and returns the commit log's last decided number as of its commit:
 // every decision numbered up to it was taken under was (or before), every
 // later one under next. It fails with driver.ErrMoveCursorMoved, changing
-// nothing, when the stored cursor is not was. also (nil: nothing) runs in
-// the same transaction, after the cursor's lock is taken.
-func ChangeMoveCursor(ctx context.Context, db *sqlx.DB, was, next driver.MoveCursor, also func(context.Context, *sqlx.Tx) error) (decided int64, err error) {
+// nothing, when the stored cursor is not was.
+func ChangeMoveCursor(ctx context.Context, db *sqlx.DB, was, next driver.MoveCursor) (decided int64, err error) {
 	tx, err := db.BeginTxx(ctx, nil)
 	if err != nil {
 		return 0, err
 	}
 	defer func() { _ = tx.Rollback() }()
-	cur, err := readMoveCursor(ctx, tx, ` FOR UPDATE`)
-	if err != nil {
+	if err := ChangeMoveCursorTx(ctx, tx, was, next); err != nil {
 		return 0, err
-	}
-	if cur != was {
-		return 0, fmt.Errorf("%w: it is %+v", driver.ErrMoveCursorMoved, cur)
-	}
-	if also != nil {
-		if err := also(ctx, tx); err != nil {
-			return 0, err
-		}
-	}
-	if _, err := tx.ExecContext(ctx, `UPDATE ledger_move_cursor SET version = ?, moving = ?, moved_below = ?, frozen_below = ?, mover = ?, updated_at = UTC_TIMESTAMP(6) WHERE singleton = 1`,
-		next.Version, next.Moving, []byte(next.MovedBelow), []byte(next.FrozenBelow), next.Mover); err != nil {
-		return 0, fmt.Errorf("update ledger_move_cursor: %w", err)
 	}
 	// Under the row's lock every decision that read the old cursor has
 	// committed (it held the shared lock to its COMMIT): the counter read
@@ -459,6 +445,23 @@ func ChangeMoveCursor(ctx context.Context, db *sqlx.DB, was, next driver.MoveCur
 		return 0, err
 	}
 	return decided, nil
+}
+
+// ChangeMoveCursorTx changes the cursor from was to next in tx (see
+// ChangeMoveCursor), holding its exclusive lock to tx's end.
+func ChangeMoveCursorTx(ctx context.Context, tx *sqlx.Tx, was, next driver.MoveCursor) error {
+	cur, err := readMoveCursor(ctx, tx, ` FOR UPDATE`)
+	if err != nil {
+		return err
+	}
+	if cur != was {
+		return fmt.Errorf("%w: it is %+v", driver.ErrMoveCursorMoved, cur)
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE ledger_move_cursor SET version = ?, moving = ?, moved_below = ?, frozen_below = ?, mover = ?, updated_at = UTC_TIMESTAMP(6) WHERE singleton = 1`,
+		next.Version, next.Moving, []byte(next.MovedBelow), []byte(next.FrozenBelow), next.Mover); err != nil {
+		return fmt.Errorf("update ledger_move_cursor: %w", err)
+	}
+	return nil
 }
 
 // NextKeyBound is the key rows places after from in table on db, ordered

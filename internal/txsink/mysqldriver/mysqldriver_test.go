@@ -56,7 +56,7 @@ func (fixtures) on(ctx context.Context, t *testing.T, dsn string) drivertest.Fix
 			return storeLegacy(ctx, db.DB, expires, ids)
 		},
 		MoveCursor: func(ctx context.Context, was, next driver.MoveCursor) (int64, error) {
-			return mysqldriver.ChangeMoveCursor(ctx, db, was, next, nil)
+			return mysqldriver.ChangeMoveCursor(ctx, db, was, next)
 		},
 	}
 	// MariaDB's max_allowed_packet is global, read by a session when it
