@@ -16,6 +16,7 @@ import (
 
 	"github.com/billing/ledger/internal/shards"
 	"github.com/billing/ledger/internal/testenv"
+	"github.com/billing/ledger/internal/txsink/mysqldriver"
 )
 
 // growEnv is a ledger on one server, counting with instances restarted
@@ -351,4 +352,68 @@ func lastLines(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// A server added and drained again (billing shards remove) while the
+// instances count, the drain killed at a step and run again: the ledger is
+// exact over both servers during it, the drained server holds no keyed
+// row after it, and an instance configured without it counts on, exact
+// on the first server alone, repeats of events once on the drained server
+// dropped.
+func TestRemoveServerWhileCounting(t *testing.T) {
+	g, ps := newGrowEnv(t, "drain", 1000, "a")
+	e, w, half, dbB := g.testEnv, g.w, g.half, g.dbB
+	add := testenv.Start(t, "add", e.bin, e.serviceEnv(nil), g.moverArgs()...)
+	if err := add.Wait(t, 120*time.Second); err != nil {
+		t.Fatalf("shards add: %v\n%s", err, add.Output())
+	}
+	sent := make(chan struct{})
+	t.Cleanup(func() { <-sent })
+	go func() {
+		defer close(sent)
+		for i := half; i < len(w.records); i += 100 {
+			testenv.Produce(t, e.brokers, e.topic, w.records[i:min(i+100, len(w.records))]...)
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	removeArgs := []string{"shards", "remove", "--dsn", g.dsnB, "--step-rows", "150", "--rest", "1"}
+	armed := g.both()
+	armed["BILLING_FAILPOINTS"] = shards.FailAfterBatch + "=kill@2"
+	killed := testenv.Start(t, "remove-1", e.bin, e.serviceEnv(armed), removeArgs...)
+	err := killed.Wait(t, 120*time.Second)
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("the drain was not killed: %v\n%s", err, lastLines(killed.Output(), 20))
+	}
+	again := testenv.Start(t, "remove-2", e.bin, e.serviceEnv(g.both()), removeArgs...)
+	if err := again.Wait(t, 120*time.Second); err != nil {
+		t.Fatalf("shards remove, run again: %v\n%s", err, again.Output())
+	}
+	<-sent
+	waitExactOver(t, []*sqlx.DB{e.db, dbB}, w, 120*time.Second)
+	for _, m := range mysqldriver.MovedTables {
+		var n int
+		if err := dbB.Get(&n, "SELECT COUNT(*) FROM "+m.Table); err != nil {
+			t.Fatal(err)
+		}
+		if n != 0 {
+			t.Errorf("the drained server still holds %d rows of %s", n, m.Table)
+		}
+	}
+	if ps[0].Exited() {
+		t.Fatalf("a stopped during the drain:\n%s", lastLines(ps[0].Output(), 20))
+	}
+	ps[0].Signal(syscall.SIGTERM)
+	_ = ps[0].Wait(t, 60*time.Second)
+	one := e.start(t, "a-one", nil)
+	var repeats []*kgo.Record
+	for i := 0; i < len(w.records); i += 11 {
+		repeats = append(repeats, &kgo.Record{Key: []byte(fmt.Sprintf("again-%d", i)), Value: w.records[i].Value})
+	}
+	testenv.Produce(t, e.brokers, e.topic, repeats...)
+	time.Sleep(2 * time.Second)
+	waitExactOver(t, []*sqlx.DB{e.db}, w, 60*time.Second)
+	if one.Exited() {
+		t.Fatalf("the instance without the drained server stopped:\n%s", lastLines(one.Output(), 20))
+	}
 }

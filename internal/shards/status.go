@@ -107,8 +107,8 @@ func moving(l Layout, cur driver.MoveCursor) string {
 		if cur.Version == l.Version && cur.Frozen() {
 			at += ", a step up to " + printable(cur.FrozenBelow) + " under way"
 		}
-		return fmt.Sprintf("rows of %d slots to server %d (layout version %d), begun %s by %s: %d rows moved so far, %s; the instances count meanwhile (resume an interrupted move with billing shards add)",
-			slotsOf(l, len(l.Servers)-1), len(l.Servers)-1, l.Version, l.Move.StartedAt.Format(time.RFC3339), l.Move.StartedBy, l.Move.RowsMoved, at)
+		return fmt.Sprintf("the rows of the slots that change server to layout version %d, begun %s by %s: %d rows moved so far, %s; the instances count meanwhile (resume an interrupted move by running its command again)",
+			l.Version, l.Move.StartedAt.Format(time.RFC3339), l.Move.StartedBy, l.Move.RowsMoved, at)
 	case l.Move.Version > 0:
 		return fmt.Sprintf("nothing moving (the move to layout version %d moved %d rows, done %s)", l.Version, l.Move.RowsMoved, l.Move.FinishedAt.Time.UTC().Format(time.RFC3339))
 	}

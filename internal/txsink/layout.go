@@ -139,7 +139,12 @@ func (s *Sink) loadLayout(ctx context.Context, cur driver.MoveCursor) (*layout, 
 	if err != nil {
 		return nil, err
 	}
-	for _, p := range []placement.Placement{place, before} {
+	check := []placement.Placement{place}
+	if cur.Moving {
+		// Keys not yet moved are on their servers before the move.
+		check = append(check, before)
+	}
+	for _, p := range check {
 		if p.Servers() > len(s.servers) {
 			return nil, fmt.Errorf("%w: layout version %d places keys on %d servers, this instance has %d", ErrNotPlaceable, cur.Version, p.Servers(), len(s.servers))
 		}
