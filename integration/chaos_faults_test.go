@@ -53,8 +53,8 @@ const (
 	// of the MariaDB server) while the instances count: each instance
 	// restarted with the new server list first (SIGTERM, one after the
 	// other), then the command killed at one of its steps by a failpoint
-	// and run again to its end, an instance killed (SIGKILL) while it
-	// runs. Only with CHAOS_KINDS naming it; injected once per time it
+	// and run again to its end, an instance killed (SIGKILL) and the
+	// MariaDB server restarted while it runs. Only with CHAOS_KINDS naming it; injected once per time it
 	// is named.
 	faultAddServer faultKind = "add-server"
 )
@@ -489,12 +489,21 @@ func (d *faultDriver) addServer(ctx context.Context, f plannedFault, res *faultR
 			return err
 		}
 		if fps == "" && len(r.instances) > 0 {
-			// A counting instance killed while the move runs.
+			// A counting instance killed while the move runs, then the
+			// MariaDB server restarted under it (the ledger's servers and
+			// the new one): the command goes on from the stored cursor.
 			in := r.instances[f.Slot%len(r.instances)]
 			time.Sleep(500 * time.Millisecond)
 			if inc := in.end("SIGKILL during billing shards add", syscall.SIGKILL, time.Second, nil); inc != nil {
 				<-inc.done
 				notes = append(notes, fmt.Sprintf("billing-%d killed during the move", in.slot))
+			}
+			if !p.exited() {
+				var restart faultResult
+				if err := d.services(ctx, &restart, []string{"restart", "mariadb"}); err != nil {
+					return err
+				}
+				notes = append(notes, "MariaDB restarted during the move ("+restart.Note+")")
 			}
 		}
 		werr, ok := p.waitFor(ctx, r.prof.Settle)

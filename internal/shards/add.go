@@ -212,14 +212,33 @@ func runMove(ctx context.Context, d *mysqldriver.Driver, stored Layout, cur driv
 		before: before, next: stored.Placement}
 	m.pairs = pairsOf(before, stored.Placement)
 	began := time.Now()
-	for cur.Moving {
+	for failed := 0; cur.Moving; {
 		t := time.Now()
-		if cur, err = m.moveStep(ctx, cur); err != nil {
-			if errors.Is(err, driver.ErrMoveCursorMoved) {
-				return rep, m.takenOver(ctx, err)
+		next, err := m.moveStep(ctx, cur)
+		switch {
+		case errors.Is(err, driver.ErrMoveCursorMoved):
+			return rep, m.takenOver(ctx, err)
+		case err != nil && mysqldriver.Code(err) == driver.Transient && failed < opts.Attempts && ctx.Err() == nil:
+			// A server restarted, a connection lost: the step is
+			// idempotent from the stored cursor (frozen or not).
+			failed++
+			log.Warn("a step of the move failed; doing it again from the stored cursor", "attempt", failed, "err", err)
+			select {
+			case <-ctx.Done():
+				return rep, ctx.Err()
+			case <-time.After(time.Second):
 			}
+			if stored, rerr := m.d.Control().MoveCursor(ctx); rerr == nil {
+				if stored.Mover != cur.Mover {
+					return rep, m.takenOver(ctx, fmt.Errorf("%w: it is %+v", driver.ErrMoveCursorMoved, stored))
+				}
+				cur = stored
+			}
+			continue
+		case err != nil:
 			return rep, err
 		}
+		cur, failed = next, 0
 		took := time.Since(t)
 		rep.Steps++
 		rep.Paused = max(rep.Paused, took)

@@ -180,12 +180,14 @@ func MoveRows(ctx context.Context, from, to *Server, table, key string, keys Key
 	var after []any // the last primary key read
 	var total int64
 	for {
-		where, args := afterKey(pk, after)
-		if where == "" {
-			where = " WHERE TRUE"
+		// The range first, the page's start after it, each in its own
+		// parentheses: afterKey's condition is a disjunction.
+		where := fmt.Sprintf(" WHERE `%s` >= ? AND `%s` < ?", key, key)
+		args := []any{[]byte(keys.From), []byte(keys.Below)}
+		if page, pargs := afterKey(pk, after); page != "" {
+			where += " AND (" + strings.TrimPrefix(page, " WHERE ") + ")"
+			args = append(args, pargs...)
 		}
-		where = fmt.Sprintf("%s AND `%s` >= ? AND `%s` < ?", where, key, key)
-		args = append(args, []byte(keys.From), []byte(keys.Below))
 		rows, err := from.db.QueryContext(ctx, fmt.Sprintf("SELECT %s FROM `%s`%s ORDER BY %s LIMIT %d", colList, table, where, pkList, batch), args...)
 		if err != nil {
 			return total, fmt.Errorf("move %s: read: %w", table, err)
