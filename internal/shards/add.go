@@ -17,7 +17,7 @@ import (
 	"github.com/billing/ledger/internal/txsink/mysqldriver"
 )
 
-// AddOptions configure Add.
+// AddOptions configure Add and Remove.
 type AddOptions struct {
 	// By names who adds (recorded with the move).
 	By string
@@ -71,7 +71,7 @@ func (o AddOptions) withDefaults() AddOptions {
 }
 
 // The failpoints of a move, in its order (BILLING_FAILPOINTS of billing
-// shards add).
+// shards add and billing shards remove).
 const (
 	FailAfterBegin     = "shards-add-after-begin"     // the new layout and the move's cursor stored
 	FailAfterFreeze    = "shards-add-after-freeze"    // a step's keys frozen
@@ -83,10 +83,10 @@ const (
 	FailAfterDone      = "shards-add-after-done"      // the move recorded done
 )
 
-// AddReport is what a move did.
+// AddReport is what a move (an add or a remove) did.
 type AddReport struct {
 	Layout    Layout // the new layout
-	Slots     int    // slots moved to the new server
+	Slots     int    // slots moved to the new server (a remove: off the drained one)
 	RowsMoved int64  // rows moved by this run (a resumed move counts its own)
 	Steps     int    // steps done by this run
 	Resumed   bool   // the move had begun before this run

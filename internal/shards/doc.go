@@ -39,5 +39,7 @@
 // froze or passed since (txsink.ErrLayoutMoved): the decisions and the
 // steps are ordered by the cursor row's locks. An instance without the
 // new server stops (Verify after every claim, txsink.ErrNotPlaceable at
-// its next checkpoint). docs/production.md ("Growing") describes it.
+// its next checkpoint). Remove drains the last server the same way (its
+// slots given back by placement.ShrinkLast). docs/production.md
+// ("Growing") describes both.
 package shards
