@@ -137,7 +137,7 @@ func addServerKilled(t *testing.T, failpoints string) {
 
 	// The instance without the new server stopped, saying what to do.
 	err = old.Wait(t, 60*time.Second)
-	if !errors.As(err, &exit) || exit.ExitCode() != 4 || !strings.Contains(old.Output(), "add it to MYSQL_SHARD_DSNS") {
+	if !errors.As(err, &exit) || exit.ExitCode() != 4 || !strings.Contains(old.Output(), "to MYSQL_SHARD_DSNS") {
 		t.Fatalf("instance old, configured with the first server only: %v, want exit 4 saying to add the server:\n%s", err, lastLines(old.Output(), 20))
 	}
 	for _, table := range []string{"account_balances", "billing_windows", "dedup_keys"} {

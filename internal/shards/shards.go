@@ -126,7 +126,7 @@ func Compare(ledger string, stored Layout, configured []Server) []string {
 	}
 	for j, u := range stored.Servers {
 		if _, ok := seen[u]; !ok {
-			diffs = append(diffs, fmt.Sprintf("the ledger's server %d (server %s) is missing from the list", j, u))
+			diffs = append(diffs, fmt.Sprintf("the ledger's server %d (server %s) is missing from the list: add its DSN to MYSQL_SHARD_DSNS, in the layout's place", j, u))
 		}
 	}
 	return diffs

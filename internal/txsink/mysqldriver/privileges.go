@@ -121,6 +121,10 @@ var access = []TableAccess{
 	// state of the move to it, read at start and after every claim
 	// (written by billing shards add, not by instances).
 	{"ledger_placement", Select, FeatureAlways}, {"ledger_moves", Select, FeatureAlways},
+	// The live move (migration 00013): its cursor read before every
+	// checkpoint and by every decision, under a shared lock (changed by
+	// billing shards add and remove, not by instances).
+	{"ledger_move_cursor", Select, FeatureAlways},
 	// goose's version table: read at start to see whether migrations are
 	// pending (created by goose, not by a migration).
 	{SchemaVersionTable, Select, FeatureAlways},
