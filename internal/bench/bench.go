@@ -845,14 +845,17 @@ func measure(ctx context.Context, o *options, v variant, mode, runID, topic, exp
 		if g != nil {
 			acct = liveAccountPrefix
 			if g.mv != nil && g.mv.running() {
-				// The live phase lasts as long as the move.
-				d, stopLive, g.res.LiveDuring = o.Timeout, g.mv.done, true
+				// The live phase ends with the move, if that comes first.
+				// Not longer than it: the live ids come after the move's
+				// cursor, which would chase them.
+				stopLive, g.res.LiveDuring = g.mv.done, true
 			}
 		}
 		liveStart := time.Now()
 		n, err := liveProducer(ctx, o.Brokers, spec.LiveTopic, fmt.Sprintf("live-%s-%s", runID, short), v.live(o), d, stopLive, acct, v.accounts, o.DupRatio, o.Seed, v.randomIDs)
 		if g != nil {
-			g.res.LiveS = time.Since(liveStart).Seconds()
+			g.liveEnd = time.Now()
+			g.res.LiveS = g.liveEnd.Sub(liveStart).Seconds()
 		}
 		if err != nil {
 			m.Err = "live producer: " + err.Error()
