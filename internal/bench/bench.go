@@ -843,7 +843,7 @@ func measure(ctx context.Context, o *options, v variant, mode, runID, topic, exp
 		fmt.Fprintln(stdin, "live-start")
 		d, stopLive, acct := o.LiveDuration, (<-chan struct{})(nil), ""
 		if g != nil {
-			acct = liveAccountPrefix
+			acct = liveAccountSuffix
 			if g.mv != nil && g.mv.running() {
 				// The live phase ends with the move, if that comes first.
 				// Not longer than it: the live ids come after the move's
@@ -879,14 +879,14 @@ func measure(ctx context.Context, o *options, v variant, mode, runID, topic, exp
 
 // check verifies the ledger of database dbName on servers (verify),
 // waiting a little for it to become exact.
-func check(ctx context.Context, servers []string, dbName, expected, topic, dropPrefix string) string {
+func check(ctx context.Context, servers []string, dbName, expected, topic, dropSuffix string) string {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	// Windows closed by the last checkpoint of the catch-up are sealed by
 	// the next one: give it a moment.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		v, rep, err := verify(cctx, servers, dbName, expected, topic, dropPrefix)
+		v, rep, err := verify(cctx, servers, dbName, expected, topic, dropSuffix)
 		if err != nil {
 			return "check failed: " + err.Error()
 		}

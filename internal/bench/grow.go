@@ -30,10 +30,12 @@ import (
 // it ends first), so that its end-to-end latency is the move's. At the end the ledger must be
 // exact over both databases, no row on both.
 
-// liveAccountPrefix marks the accounts of the variant's live phase: the
+// liveAccountSuffix marks the accounts of the variant's live phase: the
 // generator's expectation holds only the backlog's, so the check at the
-// end, after the live phase, leaves them out.
-const liveAccountPrefix = "live-"
+// end, after the live phase, leaves them out. A suffix, so that in the
+// keys' byte order, the move's, each one is next to the backlog's account
+// of its name: the move's steps freeze them as often.
+const liveAccountSuffix = "-live"
 
 // seriesPoint is one committed checkpoint of a catch-up.
 type seriesPoint struct {
@@ -153,11 +155,11 @@ type rates struct {
 	OverlapS float64 `json:"catch_up_during_move_s"`
 }
 
-// dropAccounts removes from act the rows of the accounts whose id begins
-// with prefix.
-func dropAccounts(act *ledgercheck.Actual, prefix string) {
-	act.Balances = slices.DeleteFunc(act.Balances, func(r ledgercheck.ActualBalance) bool { return strings.HasPrefix(r.AccountID, prefix) })
-	drop := func(r ledgercheck.ActualWindow) bool { return strings.HasPrefix(r.AccountID, prefix) }
+// dropAccounts removes from act the rows of the accounts whose id ends in
+// suffix.
+func dropAccounts(act *ledgercheck.Actual, suffix string) {
+	act.Balances = slices.DeleteFunc(act.Balances, func(r ledgercheck.ActualBalance) bool { return strings.HasSuffix(r.AccountID, suffix) })
+	drop := func(r ledgercheck.ActualWindow) bool { return strings.HasSuffix(r.AccountID, suffix) }
 	act.Windows = slices.DeleteFunc(act.Windows, drop)
 	act.Adjustments = slices.DeleteFunc(act.Adjustments, drop)
 }
@@ -273,10 +275,8 @@ func growLines(ms []measurement) string {
 		if !g.LiveDuring {
 			e2e = fmt.Sprintf("e2e NOT measured during the move (it ended before the catch-up did; p99 after it %s)", fmtMs(m.Result.LatP99))
 		}
-		settings := "the command's default --step-rows and --rest"
-		if g.StepRows > 0 || g.Rest != 0 {
-			settings = fmt.Sprintf("--step-rows %d --rest %g (0: default)", g.StepRows, g.Rest)
-		}
+		settings := "--step-rows " + map[bool]string{true: strconv.Itoa(g.StepRows), false: "default"}[g.StepRows > 0] +
+			" --rest " + map[bool]string{true: strconv.FormatFloat(max(g.Rest, 0), 'g', -1, 64), false: "default"}[g.Rest != 0]
 		fmt.Fprintf(&b, "%s %s #%d: move started at %d records; catch-up %s events/s before it (%d checkpoints), %s during it (%d checkpoints over %.1fs) = %.2f × (target ≥ 0.70: %s); %s; the move (%s): %d rows moved in %d steps, %.1fs moving (%s rows/s), longest step %s, %d slots, %.1fs in all; ledger over both databases: %s\n",
 			m.Variant, m.Mode, m.Rep, g.AtRecords, fmtRate(g.Before), g.BeforeN, fmtRate(g.During), g.DuringN, g.OverlapS, g.Ratio, verdict(g.Ratio >= 0.7), e2e,
 			settings, g.RowsMoved, g.Steps, g.MovingS, fmtRate(g.RowsPerS), fmtMs(g.LongestMs), g.Slots, g.MoveS, g.Ledger)
@@ -327,7 +327,7 @@ func (g *growRun) finish(ctx context.Context, o *options, dbName, expected, topi
 			res.LiveEndS = g.mv.end.Sub(g.liveEnd).Seconds()
 		}
 	}
-	res.Ledger = check(ctx, []string{o.Admin, o.Admin2}, dbName, expected, topic, liveAccountPrefix)
+	res.Ledger = check(ctx, []string{o.Admin, o.Admin2}, dbName, expected, topic, liveAccountSuffix)
 	res.Exact = res.Ledger == "exact"
 	if !res.Exact {
 		errs = append(errs, "the ledger is NOT exact over both databases after the move: "+res.Ledger)

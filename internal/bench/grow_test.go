@@ -73,11 +73,11 @@ func TestDropAccounts(t *testing.T) {
 		return ledgercheck.ActualWindow{WindowRow: ledgercheck.WindowRow{AccountID: acct}}
 	}
 	act := &ledgercheck.Actual{
-		Balances:    []ledgercheck.ActualBalance{bal("acct-000001"), bal(liveAccountPrefix + "acct-000001")},
-		Windows:     []ledgercheck.ActualWindow{win(liveAccountPrefix + "acct-000002"), win("acct-000002")},
-		Adjustments: []ledgercheck.ActualWindow{win(liveAccountPrefix + "acct-000003")},
+		Balances:    []ledgercheck.ActualBalance{bal("acct-000001"), bal("acct-000001" + liveAccountSuffix)},
+		Windows:     []ledgercheck.ActualWindow{win("acct-000002" + liveAccountSuffix), win("acct-000002")},
+		Adjustments: []ledgercheck.ActualWindow{win("acct-000003" + liveAccountSuffix)},
 	}
-	dropAccounts(act, liveAccountPrefix)
+	dropAccounts(act, liveAccountSuffix)
 	if len(act.Balances) != 1 || act.Balances[0].AccountID != "acct-000001" || len(act.Windows) != 1 || act.Windows[0].AccountID != "acct-000002" || len(act.Adjustments) != 0 {
 		t.Errorf("after dropping the live accounts: %+v", act)
 	}

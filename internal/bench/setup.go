@@ -321,9 +321,10 @@ func uuidShaped(b [16]byte) string {
 // verify compares a database's ledger, read from the database of that
 // name on each of servers (admin DSNs, in the ledger's order), with the
 // generator's expectation. The rows of accounts whose id begins with
-// dropPrefix (none when empty: the live phase's of the add-server
-// variant, which the expectation does not hold) are left out.
-func verify(ctx context.Context, servers []string, name, expectedPath, topic, dropPrefix string) (string, *ledgercheck.Report, error) {
+// The rows of accounts whose id ends in dropSuffix (none when empty: the
+// live phase's of the add-server variant, which the expectation does not
+// hold) are left out.
+func verify(ctx context.Context, servers []string, name, expectedPath, topic, dropSuffix string) (string, *ledgercheck.Report, error) {
 	exp, err := ledgercheck.ReadFile(expectedPath)
 	if err != nil {
 		return "", nil, err
@@ -349,8 +350,8 @@ func verify(ctx context.Context, servers []string, name, expectedPath, topic, dr
 	if err != nil {
 		return "", nil, err
 	}
-	if dropPrefix != "" {
-		dropAccounts(act, dropPrefix)
+	if dropSuffix != "" {
+		dropAccounts(act, dropSuffix)
 	}
 	rep := ledgercheck.Compare(exp, act)
 	switch {
@@ -369,11 +370,11 @@ func verify(ctx context.Context, servers []string, name, expectedPath, topic, dr
 
 // liveProducer produces events at a fixed rate for d or until stop is
 // closed (nil: never), with fresh ids, billing-gen's account names
-// (acct-000123) after acctPrefix, and repeats at the workload's
+// (acct-000123) followed by acctSuffix, and repeats at the workload's
 // duplicate ratio. Each record's timestamp is its creation time. With
 // randomIDs the ids are UUID-shaped digests of <prefix>-<n>, as
 // billing-gen -random-ids makes them.
-func liveProducer(ctx context.Context, brokers []string, topic, prefix string, rate float64, d time.Duration, stop <-chan struct{}, acctPrefix string, accounts int, dupRatio float64, seed uint64, randomIDs bool) (int64, error) {
+func liveProducer(ctx context.Context, brokers []string, topic, prefix string, rate float64, d time.Duration, stop <-chan struct{}, acctSuffix string, accounts int, dupRatio float64, seed uint64, randomIDs bool) (int64, error) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(0))
 	if err != nil {
 		return 0, err
@@ -415,7 +416,7 @@ func liveProducer(ctx context.Context, brokers []string, topic, prefix string, r
 				continue
 			}
 			n++
-			acct := fmt.Sprintf("%sacct-%06d", acctPrefix, zipf.Uint64())
+			acct := fmt.Sprintf("acct-%06d%s", zipf.Uint64(), acctSuffix)
 			at := time.Now().UTC().Truncate(time.Millisecond).Format(time.RFC3339Nano)
 			id := fmt.Sprintf("%s-%d", prefix, n)
 			if randomIDs {
