@@ -99,3 +99,25 @@ func TestGrowFailures(t *testing.T) {
 		t.Error("a failed move did not fail the run")
 	}
 }
+
+// TestGrowLines: the report holds the ratio against 0.7 and the e2e p99
+// against CHECKPOINT_INTERVAL + 1 s, each met or not, and says so when
+// the live phase did not run during the move.
+func TestGrowLines(t *testing.T) {
+	m := measurement{Variant: "add-server", Mode: modeService, Rep: 1,
+		Result: childResult{LatP50: 700, LatP99: 2500},
+		Grow:   &growResult{rates: rates{Before: 1000, During: 800, Ratio: 0.8}, LiveDuring: true, LiveS: 15, BoundMs: 2000, Ledger: "exact", Exact: true}}
+	out := growLines([]measurement{m})
+	if !strings.Contains(out, "= 0.80 × (target ≥ 0.70: met)") || !strings.Contains(out, "p99 2500 ms") || !strings.Contains(out, "= 2000 ms: NOT MET)") {
+		t.Errorf("ratio 0.8 met, p99 2.5 s over 2 s not:\n%s", out)
+	}
+	m.Grow.Ratio, m.Result.LatP99 = 0.5, 1500
+	out = growLines([]measurement{m})
+	if !strings.Contains(out, "(target ≥ 0.70: NOT MET)") || !strings.Contains(out, "= 2000 ms: met)") {
+		t.Errorf("ratio 0.5 not met, p99 1.5 s met:\n%s", out)
+	}
+	m.Grow.LiveDuring = false
+	if out = growLines([]measurement{m}); !strings.Contains(out, "e2e NOT measured during the move") {
+		t.Errorf("a live phase after the move reported as during it:\n%s", out)
+	}
+}
