@@ -56,6 +56,9 @@ type Config struct {
 	LiveDuration      time.Duration     // -live-duration
 	Timeout           time.Duration     // -timeout: per phase of each measurement
 	Gen               string            // -gen: the billing-gen binary
+	Billing           string            // -billing: the billing binary (the add-server variant's billing shards add)
+	GrowStepRows      int               // -grow-step-rows: the add-server variant's --step-rows (0: the command's default)
+	GrowRest          float64           // -grow-rest: and its --rest (0: the command's default)
 	Registry          string            // -schema-registry: SCHEMA_REGISTRY_URL of the format variants
 	Out               string            // -out
 	Profile           bool              // -profile
@@ -177,6 +180,10 @@ type variant struct {
 	steady bool
 	// shard: the ledger spans two servers (MYSQL_SHARD_DSNS on -mysql2-dsn).
 	shard bool
+	// grow: the ledger starts on one server, with a second one (on
+	// -mysql2-dsn) added halfway through the catch-up by billing shards
+	// add (grow.go), measured in service mode only.
+	grow bool
 	// tables: the rows of dedup_keys and ledger_entries are counted during
 	// the catch-up (tables.go).
 	tables bool
@@ -247,6 +254,8 @@ type measurement struct {
 	WallS   float64     `json:"wall_s"`
 	// Instances: the service as several processes (instances.go).
 	Instances *instancesResult `json:"instances,omitempty"`
+	// Grow: the add-server variant's move (grow.go).
+	Grow *growResult `json:"add_server,omitempty"`
 }
 
 type variantInfo struct {
@@ -273,8 +282,13 @@ func run(ctx context.Context, o *options) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	if o.Gen, err = findGenerator(o.Gen, tmp); err != nil {
+	if o.Gen, err = findBinary(o.Gen, "billing-gen", tmp); err != nil {
 		return err
+	}
+	if slices.Contains(o.Variants, "add-server") {
+		if o.Billing, err = findBinary(o.Billing, "billing", tmp); err != nil {
+			return err
+		}
 	}
 	if o.MaxAllowedPacket > 0 {
 		restore, err := setServerPacket(ctx, o.Admin, o.MaxAllowedPacket)
@@ -314,6 +328,8 @@ func run(ctx context.Context, o *options) error {
 			env:  map[string]string{"DEDUP_CLEANUP_INTERVAL": "250ms", "LEDGER_ENTRIES": "true", "LEDGER_ENTRIES_RETENTION": "2s"},
 			note: "steady-state with LEDGER_ENTRIES=true and LEDGER_ENTRIES_RETENTION=2s: the rows of dedup_keys and ledger_entries are counted during the catch-up; both must stay bounded"},
 		"two-servers": {name: "two-servers", accounts: o.Accounts, shard: true, note: "MYSQL_SHARD_DSNS: a second server holds half the results and keys"},
+		"add-server": {name: "add-server", accounts: o.Accounts, grow: true,
+			note: "the ledger on one server, the service configured with a second (empty) one last in MYSQL_SHARD_DSNS; billing shards add moves the second's share to it once half the backlog is counted, while the service counts; the live phase runs while the move does when the catch-up ends first (its accounts left out of the check); service mode only, the ledger checked exact over both servers at the end"},
 		"ledger-entries": {name: "ledger-entries", accounts: o.Accounts, env: map[string]string{"LEDGER_ENTRIES": "true"},
 			note: "LEDGER_ENTRIES=true: one ledger_entries row per counted event"},
 		"closing": {name: "closing", accounts: o.Accounts, env: map[string]string{"WINDOW_CLOSE_AFTER": "1h"},
@@ -377,7 +393,7 @@ func run(ctx context.Context, o *options) error {
 		return err
 	}
 	fmt.Printf("results, logs and profiles in %s\n", o.Out)
-	return nil
+	return growFailures(ms)
 }
 
 // formatVariant is the default variant's workload in a registry format:
@@ -528,7 +544,7 @@ func prepareVariant(ctx context.Context, o *options, v variant, runID string, ad
 		env["DEDUP_CACHE_KEYS"] = fmt.Sprint(v.cacheKeys)
 	}
 	modes := o.Modes
-	if v.hostile || v.format != "" || v.versionRatio > 0 {
+	if v.hostile || v.format != "" || v.versionRatio > 0 || v.grow {
 		modes = []string{modeService}
 	}
 	if v.changelog {
@@ -565,6 +581,9 @@ func prepareVariant(ctx context.Context, o *options, v variant, runID string, ad
 			fmt.Println("   " + oneLine(m))
 			if m.Instances != nil {
 				fmt.Print("   " + instancesLines([]measurement{m}))
+			}
+			if m.Grow != nil {
+				fmt.Print("   " + growLines([]measurement{m}))
 			}
 		}
 		return out, nil
@@ -662,7 +681,7 @@ func measure(ctx context.Context, o *options, v variant, mode, runID, topic, exp
 				defer deleteChangelogTopics(adm, prefix)
 			}
 		}
-		if v.shard && (mode == modeSink || svc) {
+		if (v.shard || v.grow) && (mode == modeSink || svc) {
 			if err := createDatabase(ctx, o.Admin2, dbName); err != nil {
 				return fail(err)
 			}
@@ -693,8 +712,25 @@ func measure(ctx context.Context, o *options, v variant, mode, runID, topic, exp
 		spec.HeapProfile = filepath.Join(o.Out, fmt.Sprintf("%s-%s.heap.pprof", v.name, short))
 	}
 	servers := []string{o.Admin}
-	if v.shard && (mode == modeSink || svc) {
+	if (v.shard || v.grow) && (mode == modeSink || svc) {
 		servers = append(servers, o.Admin2)
+	}
+	var g *growRun
+	if v.grow && svc {
+		g = &growRun{res: &growResult{StepRows: o.GrowStepRows, Rest: o.GrowRest, BoundMs: ms(o.svc.CheckpointInterval + time.Second)}}
+		m.Grow = g.res
+		spec.MarkAt = total / 2
+		dsn, err := databaseDSN(o.Admin, dbName, false)
+		if err != nil {
+			return fail(err)
+		}
+		if g.dsnB, err = databaseDSN(o.Admin2, dbName, false); err != nil {
+			return fail(err)
+		}
+		g.dsnA = dsn
+		if err := storeOneServerLayout(ctx, env, o.Brokers, dsn); err != nil {
+			return fail(err)
+		}
 	}
 	for _, admin := range servers {
 		waited, history, prepared, err := settle(ctx, admin, 2*time.Minute)
@@ -772,6 +808,21 @@ func measure(ctx context.Context, o *options, v variant, mode, runID, topic, exp
 	}
 	budget := 2*o.Timeout + o.LiveDuration + 2*time.Minute
 	kind, r, err := next(budget)
+	if err == nil && kind == "mark" && g != nil {
+		// Half the backlog counted: the move begins.
+		g.res.AtRecords = r.Records
+		fmt.Printf("   (%d records counted: billing shards add begins)\n", r.Records)
+		moverLog, lerr := os.Create(filepath.Join(o.Out, fmt.Sprintf("%s-%s-shards-add.log", v.name, short)))
+		if lerr != nil {
+			_ = cmd.Process.Kill()
+			return fail(lerr)
+		}
+		defer moverLog.Close()
+		if g.mv, err = startMover(ctx, o, o.Billing, env, topic, spec.Group, g.dsnA, g.dsnB, moverLog); err == nil {
+			defer func() { _ = g.mv.wait(time.Minute) }() // on the early returns
+			kind, r, err = next(budget)
+		}
+	}
 	if err != nil {
 		_ = cmd.Process.Kill()
 		return fail(err)
@@ -779,17 +830,33 @@ func measure(ctx context.Context, o *options, v variant, mode, runID, topic, exp
 	m.Result = r
 	if kind == "result" { // consume-only and sink-only end here
 		if mode == modeSink && r.Err == "" && !r.TimedOut {
-			m.Ledger = check(ctx, o, dbName, expected, topic)
+			m.Ledger = check(ctx, servers, dbName, expected, topic, "")
 		}
 		return m
 	}
-	// caught-up: check the ledger, then the live phase.
-	if !r.TimedOut && r.Err == "" {
-		m.Ledger = check(ctx, o, dbName, expected, topic)
+	// caught-up: check the ledger, then the live phase. With a move
+	// under way, the check waits for its end (rows between servers).
+	if !r.TimedOut && r.Err == "" && g == nil {
+		m.Ledger = check(ctx, servers, dbName, expected, topic, "")
 	}
 	if !r.TimedOut && r.Err == "" && spec.LiveTopic != "" {
 		fmt.Fprintln(stdin, "live-start")
-		n, err := liveProducer(ctx, o.Brokers, spec.LiveTopic, fmt.Sprintf("live-%s-%s", runID, short), v.live(o), o.LiveDuration, v.accounts, o.DupRatio, o.Seed, v.randomIDs)
+		d, stopLive, acct := o.LiveDuration, (<-chan struct{})(nil), ""
+		if g != nil {
+			acct = liveAccountSuffix
+			if g.mv != nil && g.mv.running() {
+				// The live phase ends with the move, if that comes first.
+				// Not longer than it: the live ids come after the move's
+				// cursor, which would chase them.
+				stopLive, g.res.LiveDuring = g.mv.done, true
+			}
+		}
+		liveStart := time.Now()
+		n, err := liveProducer(ctx, o.Brokers, spec.LiveTopic, fmt.Sprintf("live-%s-%s", runID, short), v.live(o), d, stopLive, acct, v.accounts, o.DupRatio, o.Seed, v.randomIDs)
+		if g != nil {
+			g.liveEnd = time.Now()
+			g.res.LiveS = g.liveEnd.Sub(liveStart).Seconds()
+		}
 		if err != nil {
 			m.Err = "live producer: " + err.Error()
 		}
@@ -803,17 +870,23 @@ func measure(ctx context.Context, o *options, v variant, mode, runID, topic, exp
 		return fail(err)
 	}
 	m.Result = r
+	if g != nil {
+		g.finish(ctx, o, dbName, expected, topic, r)
+		m.Ledger = g.res.Ledger
+	}
 	return m
 }
 
-func check(ctx context.Context, o *options, dbName, expected, topic string) string {
+// check verifies the ledger of database dbName on servers (verify),
+// waiting a little for it to become exact.
+func check(ctx context.Context, servers []string, dbName, expected, topic, dropSuffix string) string {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	// Windows closed by the last checkpoint of the catch-up are sealed by
 	// the next one: give it a moment.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		v, rep, err := verify(cctx, o.Admin, dbName, expected, topic)
+		v, rep, err := verify(cctx, servers, dbName, expected, topic, dropSuffix)
 		if err != nil {
 			return "check failed: " + err.Error()
 		}

@@ -80,6 +80,11 @@ type childSpec struct {
 	// Replay: sink-only feeds these checkpoints (partition → next offset,
 	// the service's cuts; see replay.go) instead of cutting the topic.
 	Replay []map[int32]int64 `json:"replay,omitempty"`
+	// MarkAt: once this many records of the catch-up are committed, the
+	// child reports "BENCH mark {records}" (the add-server variant starts
+	// its move then, grow.go), and its result holds the catch-up's
+	// checkpoints (Series).
+	MarkAt int64 `json:"mark_at,omitempty"`
 }
 
 // childResult is what a child reports.
@@ -95,6 +100,8 @@ type childResult struct {
 	RoundTrip float64            `json:"round_trips_per_unit"`
 	RTKinds   map[string]float64 `json:"round_trips_per_unit_by_kind"`
 	Cuts      []map[int32]int64  `json:"cuts,omitempty"` // service: its catch-up checkpoints' cuts, for sink-only to replay
+	// Series: the catch-up's checkpoints in commit order (with MarkAt).
+	Series []seriesPoint `json:"series,omitempty"`
 	// Steady-state: keys the catch-up inserted, and stored keys deleted by
 	// the end of the catch-up.
 	SteadyInserted int64 `json:"steady_inserted,omitempty"`
@@ -143,6 +150,10 @@ type collector struct {
 	lat       []float64
 	failed    int
 	changed   chan struct{}
+	// onMark, if not nil, is called once, when the catch-up's committed
+	// records first reach markAt (childSpec.MarkAt).
+	markAt int64
+	onMark func(committed int64)
 }
 
 func newCollector() *collector { return &collector{changed: make(chan struct{}, 1)} }
@@ -161,7 +172,15 @@ func (c *collector) add(u unit, visible time.Time, times []time.Time) {
 		c.catchUp = append(c.catchUp, u)
 		c.inserted += int64(u.counted)
 	}
+	var mark func(int64)
+	if !c.live && c.onMark != nil && c.committed >= c.markAt {
+		mark, c.onMark = c.onMark, nil
+	}
+	committed := c.committed
 	c.mu.Unlock()
+	if mark != nil {
+		mark(committed)
+	}
 	select {
 	case c.changed <- struct{}{}:
 	default:
@@ -728,6 +747,9 @@ func start(spec childSpec, cfg config.Config, topic, group string, col *collecto
 func streaming(spec childSpec, cfg config.Config, cmds <-chan string, roundTrips *sqlCounter) (childResult, error) {
 	var res childResult
 	col := newCollector()
+	if spec.MarkAt > 0 {
+		col.markAt, col.onMark = spec.MarkAt, func(n int64) { report("mark", map[string]int64{"records": n}) }
+	}
 	var steady *steadyKeys
 	if spec.SteadyKeys > 0 && spec.Mode == modeService {
 		var err error
@@ -782,6 +804,11 @@ func streaming(spec childSpec, cfg config.Config, cmds <-chan string, roundTrips
 			if u.records > 0 {
 				res.Cuts = append(res.Cuts, u.cut)
 			}
+		}
+	}
+	if spec.MarkAt > 0 {
+		for _, u := range col.catchUp {
+			res.Series = append(res.Series, seriesPoint{EndNs: u.end.UnixNano(), Records: u.records})
 		}
 	}
 	col.mu.Unlock()

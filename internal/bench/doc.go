@@ -36,6 +36,13 @@
 // The catch-up of the service is timed from its pipeline's start, after
 // those start-up checks.
 //
+// The add-server variant (grow.go) runs billing shards add halfway
+// through the service's catch-up, with the live phase lasting as long as
+// the move when the catch-up ends first: the catch-up's events/s before
+// and during the move, the e2e latency during it, the move's own figures,
+// and the ledger exact over both servers at the end (the run fails if
+// not).
+//
 // Aborted attempts of the service are named by the service's own
 // classification (metrics.AbortCause, the cause label of
 // billing_checkpoint_aborts_total).

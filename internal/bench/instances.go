@@ -492,8 +492,8 @@ func measureInstances(ctx context.Context, o *options, v variant, runID, topic, 
 		finish()
 		return m
 	}
-	m.Ledger = check(ctx, o, dbName, expected, topic)
-	n, err := liveProducer(ctx, o.Brokers, spec.LiveTopic, fmt.Sprintf("live-%s-%s", runID, short), v.live(o), o.LiveDuration, v.accounts, o.DupRatio, o.Seed, v.randomIDs)
+	m.Ledger = check(ctx, []string{o.Admin}, dbName, expected, topic, "")
+	n, err := liveProducer(ctx, o.Brokers, spec.LiveTopic, fmt.Sprintf("live-%s-%s", runID, short), v.live(o), o.LiveDuration, nil, "", v.accounts, o.DupRatio, o.Seed, v.randomIDs)
 	if err != nil {
 		m.Err = "live producer: " + err.Error()
 	}

@@ -378,6 +378,7 @@ func renderTable(o *options, infos []variantInfo, ms []measurement) string {
 		}
 	}
 	b.WriteString(instancesLines(ms))
+	b.WriteString(growLines(ms))
 	b.WriteString(`
 events/s: sustained catch-up rate (records after the first checkpoint/batch/poll, over the time
   from its end to the last one's end); with -repeat, the median run (the row's other figures are
@@ -401,6 +402,10 @@ InnoDB: the server's counters over the catch-up (server-wide) per event committe
   data reads and writes (IO requests to the data files), pages written. dedup tables: their
   data+index pages over the measurement's innodb_buffer_pool_size, their files' allocated size
   per stored key.
+add-server: events/s before the move (from the first checkpoint's end to the start of billing shards
+  add) and during it (from its start to its end, or the catch-up's end if that came first), and their
+  ratio against 0.7; e2e: the live phase's, run while the move ran; rows/s: rows moved over the
+  move's steps and rests (first step's start to last step's end).
 `)
 	return b.String()
 }
