@@ -65,7 +65,7 @@ func (g *growEnv) both() map[string]string { return map[string]string{"MYSQL_SHA
 // moverArgs are billing shards add's: small steps with a rest, so that a
 // move of this ledger takes many steps and counting runs between them.
 func (g *growEnv) moverArgs() []string {
-	return []string{"shards", "add", "--dsn", g.dsnB, "--step-rows", "150", "--rest", "1"}
+	return []string{"shards", "add", "--dsn", g.dsnB, "--step-rows", "150", "--rest", "1", "--rest-checkpoints", "0"}
 }
 
 // A server added to a counting ledger (billing shards add) while the
@@ -376,7 +376,7 @@ func TestRemoveServerWhileCounting(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}()
-	removeArgs := []string{"shards", "remove", "--dsn", g.dsnB, "--step-rows", "150", "--rest", "1"}
+	removeArgs := []string{"shards", "remove", "--dsn", g.dsnB, "--step-rows", "150", "--rest", "1", "--rest-checkpoints", "0"}
 	armed := g.both()
 	armed["BILLING_FAILPOINTS"] = shards.FailAfterBatch + "=kill@2"
 	killed := testenv.Start(t, "remove-1", e.bin, e.serviceEnv(armed), removeArgs...)

@@ -5,7 +5,7 @@
 # (127.0.0.1:3306) until billing-verify says EXACT, then, the instance
 # restarted with it, a new database of the second one (127.0.0.1:3307) is
 # added and the ledger verified over both. ADD_FLAGS are the command's
-# (default --rest 0: the move's own rate). Needs `make services` and the binaries in bin/ (go build -o bin/
+# (default --rest 0 --rest-checkpoints 0: the move's own rate). Needs `make services` and the binaries in bin/ (go build -o bin/
 # ./cmd/...). Writes OUT (default /tmp/measure-add-server); the databases
 # and the topic are left for a look (names in OUT/names).
 #
@@ -35,7 +35,7 @@ instance=$!
 sleep 3
 t0=$(date +%s.%N)
 # ADD_FLAGS: the move's own rate by default (no rest between steps).
-MYSQL_SHARD_DSNS= bin/billing shards add --dsn "$MYSQL_SHARD_DSNS" ${ADD_FLAGS:---rest 0} >"$OUT/add.txt" 2>"$OUT/add.log"
+MYSQL_SHARD_DSNS= bin/billing shards add --dsn "$MYSQL_SHARD_DSNS" ${ADD_FLAGS:---rest 0 --rest-checkpoints 0} >"$OUT/add.txt" 2>"$OUT/add.log"
 t1=$(date +%s.%N)
 echo "billing shards add took $(echo "$t1 - $t0" | bc) s" | tee "$OUT/result.txt"
 cat "$OUT/add.txt" | tee -a "$OUT/result.txt"

@@ -50,7 +50,7 @@ func shardsCmd(args []string, stdout, stderr io.Writer) int {
 }
 
 func shardsAdd(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("billing shards add", "--dsn DSN [--step-rows N] [--rest R]", "Adds the server of DSN (an empty database, migrated here) to the ledger of the\n"+
+	fs := newFlags("billing shards add", "--dsn DSN [--step-rows N] [--rest R] [--rest-checkpoints N]", "Adds the server of DSN (an empty database, migrated here) to the ledger of the\n"+
 		"configured servers (MYSQL_DSN, then MYSQL_SHARD_DSNS), and moves to it its share of\n"+
 		"the accounts' and event ids' rows while the instances count: step by step, in key\n"+
 		"order; a checkpoint that writes a key of the step under way waits for it. Configure\n"+
@@ -60,7 +60,8 @@ func shardsAdd(args []string, stdout, stderr io.Writer) int {
 		"servers are not the ledger's, 1 failure. See docs/production.md, Growing.\n")
 	dsn := fs.String("dsn", "", "the new server's DSN (go-sql-driver form, as MYSQL_DSN)")
 	stepRows := fs.Int("step-rows", 5000, "a step moves the keys of at most this many rows of each table on each server")
-	rest := fs.Float64("rest", 2, "rest after each step for this multiple of the step's time (0: none)")
+	rest := fs.Float64("rest", 2, "rest after each step for at least this multiple of the step's time (0: none)")
+	restCkpts := fs.Int("rest-checkpoints", 3, "and until each counting instance committed this many checkpoints (0: none; ends after 1 s without any)")
 	if _, code, done := fs.parse(args, 0, stdout, stderr); done {
 		return code
 	}
@@ -72,7 +73,7 @@ func shardsAdd(args []string, stdout, stderr io.Writer) int {
 		if *rest == 0 {
 			*rest = -1
 		}
-		r, err := service.AddServer(ctx, cfg, *dsn, shards.AddOptions{StepRows: *stepRows, Rest: *rest}, log)
+		r, err := service.AddServer(ctx, cfg, *dsn, shards.AddOptions{StepRows: *stepRows, Rest: *rest, RestCheckpoints: restCheckpoints(*restCkpts)}, log)
 		if err != nil {
 			fmt.Fprintln(stderr, "billing shards add:", err)
 			var mismatch *shards.MismatchError
@@ -88,7 +89,7 @@ func shardsAdd(args []string, stdout, stderr io.Writer) int {
 }
 
 func shardsRemove(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("billing shards remove", "--dsn DSN [--step-rows N] [--rest R]", "Drains the ledger's last server (the last of MYSQL_SHARD_DSNS, which DSN must name):\n"+
+	fs := newFlags("billing shards remove", "--dsn DSN [--step-rows N] [--rest R] [--rest-checkpoints N]", "Drains the ledger's last server (the last of MYSQL_SHARD_DSNS, which DSN must name):\n"+
 		"a layout without it, and the move of its accounts' and event ids' rows to the\n"+
 		"others, step by step while the instances count. Once it is done, configure the\n"+
 		"instances without it; its dead letters and changelog outbox stay on it. Only the\n"+
@@ -97,7 +98,8 @@ func shardsRemove(args []string, stdout, stderr io.Writer) int {
 		"docs/production.md, Growing.\n")
 	dsn := fs.String("dsn", "", "the DSN of the server to remove (the last configured one)")
 	stepRows := fs.Int("step-rows", 5000, "a step moves the keys of at most this many rows of each table on each server")
-	rest := fs.Float64("rest", 2, "rest after each step for this multiple of the step's time (0: none)")
+	rest := fs.Float64("rest", 2, "rest after each step for at least this multiple of the step's time (0: none)")
+	restCkpts := fs.Int("rest-checkpoints", 3, "and until each counting instance committed this many checkpoints (0: none; ends after 1 s without any)")
 	if _, code, done := fs.parse(args, 0, stdout, stderr); done {
 		return code
 	}
@@ -109,7 +111,7 @@ func shardsRemove(args []string, stdout, stderr io.Writer) int {
 		if *rest == 0 {
 			*rest = -1
 		}
-		r, err := service.RemoveServer(ctx, cfg, *dsn, shards.AddOptions{StepRows: *stepRows, Rest: *rest}, log)
+		r, err := service.RemoveServer(ctx, cfg, *dsn, shards.AddOptions{StepRows: *stepRows, Rest: *rest, RestCheckpoints: restCheckpoints(*restCkpts)}, log)
 		if err != nil {
 			fmt.Fprintln(stderr, "billing shards remove:", err)
 			var mismatch *shards.MismatchError
@@ -123,6 +125,15 @@ func shardsRemove(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, "configure the instances without the removed server")
 		return 0
 	})
+}
+
+// restCheckpoints is --rest-checkpoints as AddOptions.RestCheckpoints
+// (0 there is the default; none is negative).
+func restCheckpoints(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }
 
 func shardsStatus(args []string, stdout, stderr io.Writer) int {

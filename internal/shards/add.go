@@ -38,6 +38,15 @@ type AddOptions struct {
 	// counting, and with a rest of 2 the pauses take at most a third of
 	// the move's time.
 	Rest float64
+	// RestCheckpoints is how many checkpoints each counting instance
+	// commits, at least, between two steps (3 when 0; negative: none):
+	// a step refuses the checkpoint each instance has in flight when it
+	// writes a key the step freezes, nearly always, so the steps must
+	// leave the instances checkpoints that commit. The rest ends when the
+	// commit log has grown by that many decisions per instance holding
+	// partitions, or when no decision came for idleRest (an idle ledger),
+	// and never before Rest's time.
+	RestCheckpoints int
 	// Batch is how many rows of a table are read at once (1000 when 0).
 	Batch int
 	// Attempts bounds the starts of one table's step on transient errors
@@ -63,6 +72,9 @@ func (o AddOptions) withDefaults() AddOptions {
 	}
 	if o.Attempts <= 0 {
 		o.Attempts = 120
+	}
+	if o.RestCheckpoints == 0 {
+		o.RestCheckpoints = 3
 	}
 	if o.Log == nil {
 		o.Log = slog.Default()
@@ -245,11 +257,9 @@ func runMove(ctx context.Context, d *mysqldriver.Driver, stored Layout, cur driv
 		if err := step(FailAfterStep); err != nil {
 			return rep, err
 		}
-		if cur.Moving && opts.Rest > 0 {
-			select {
-			case <-ctx.Done():
-				return rep, ctx.Err()
-			case <-time.After(time.Duration(opts.Rest * float64(took))):
+		if cur.Moving {
+			if err := m.rest(ctx, took); err != nil {
+				return rep, err
 			}
 		}
 	}
@@ -261,6 +271,56 @@ func runMove(ctx context.Context, d *mysqldriver.Driver, stored Layout, cur driv
 	log.Info("the ledger's new layout is complete", "layout", stored.Describe(),
 		"slots_moved", rep.Slots, "rows_moved_by_this_run", rep.RowsMoved, "steps", rep.Steps, "longest_step", rep.Paused)
 	return rep, step(FailAfterDone)
+}
+
+// idleRest ends a rest when no checkpoint was decided for that long, and
+// maxRest ends it in any case.
+const (
+	idleRest = time.Second
+	maxRest  = time.Minute
+)
+
+// rest waits after a step that took took (see AddOptions.Rest and
+// RestCheckpoints).
+func (m *mover) rest(ctx context.Context, took time.Duration) error {
+	began := time.Now()
+	least := time.Duration(max(m.opts.Rest, 0) * float64(took))
+	want := int64(-1)
+	if m.opts.RestCheckpoints > 0 {
+		from, err := mysqldriver.CommitSequence(ctx, m.control)
+		if err != nil {
+			return err
+		}
+		owners, err := mysqldriver.PartitionOwners(ctx, m.control)
+		if err != nil {
+			return err
+		}
+		want = from + int64(m.opts.RestCheckpoints*max(owners, 1))
+	}
+	last, lastAt := int64(-1), time.Now()
+	for {
+		elapsed := time.Since(began)
+		if elapsed >= least {
+			if want < 0 || elapsed >= maxRest {
+				return nil
+			}
+			seq, err := mysqldriver.CommitSequence(ctx, m.control)
+			if err != nil {
+				return err
+			}
+			if seq != last {
+				last, lastAt = seq, time.Now()
+			}
+			if seq >= want || time.Since(lastAt) >= idleRest {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // pair is a server that gives rows and one that takes them.

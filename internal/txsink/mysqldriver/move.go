@@ -489,3 +489,13 @@ func CommitSequence(ctx context.Context, db *sqlx.DB) (int64, error) {
 	}
 	return n, nil
 }
+
+// PartitionOwners counts the instances that hold partitions of the ledger
+// (any group and topic) by its partition rows.
+func PartitionOwners(ctx context.Context, db *sqlx.DB) (int, error) {
+	var n int
+	if err := db.GetContext(ctx, &n, `SELECT COUNT(DISTINCT owner) FROM partition_offsets WHERE owner <> ''`); err != nil {
+		return 0, fmt.Errorf("read partition_offsets: %w", err)
+	}
+	return n, nil
+}
