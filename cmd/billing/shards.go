@@ -50,53 +50,44 @@ func shardsCmd(args []string, stdout, stderr io.Writer) int {
 }
 
 func shardsAdd(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("billing shards add", "--dsn DSN [--step-rows N] [--rest R] [--rest-checkpoints N]", "Adds the server of DSN (an empty database, migrated here) to the ledger of the\n"+
+	return moveCmd("billing shards add", "Adds the server of DSN (an empty database, migrated here) to the ledger of the\n"+
 		"configured servers (MYSQL_DSN, then MYSQL_SHARD_DSNS), and moves to it its share of\n"+
 		"the accounts' and event ids' rows while the instances count: step by step, in key\n"+
 		"order; a checkpoint that writes a key of the step under way waits for it. Configure\n"+
 		"the instances with the new list first (the DSN last in MYSQL_SHARD_DSNS): an instance\n"+
 		"without the new server stops when the move begins (exit 4). Interrupted, it is\n"+
 		"resumed by running it again. Exit status: 0 the layout is complete, 4 the configured\n"+
-		"servers are not the ledger's, 1 failure. See docs/production.md, Growing.\n")
-	dsn := fs.String("dsn", "", "the new server's DSN (go-sql-driver form, as MYSQL_DSN)")
-	stepRows := fs.Int("step-rows", 5000, "a step moves the keys of at most this many rows of each table on each server")
-	rest := fs.Float64("rest", 2, "rest after each step for at least this multiple of the step's time (0: none)")
-	restCkpts := fs.Int("rest-checkpoints", 3, "and until each counting instance committed this many checkpoints (0: none; ends after 1 s without any)")
-	if _, code, done := fs.parse(args, 0, stdout, stderr); done {
-		return code
-	}
-	if *dsn == "" {
-		fmt.Fprintln(stderr, "billing shards add: --dsn is required")
-		return 2
-	}
-	return withConfig(stderr, nil, func(ctx context.Context, cfg config.Config, log *slog.Logger) int {
-		if *rest == 0 {
-			*rest = -1
-		}
-		r, err := service.AddServer(ctx, cfg, *dsn, shards.AddOptions{StepRows: *stepRows, Rest: *rest, RestCheckpoints: restCheckpoints(*restCkpts)}, log)
-		if err != nil {
-			fmt.Fprintln(stderr, "billing shards add:", err)
-			var mismatch *shards.MismatchError
-			if errors.As(err, &mismatch) {
-				return exitSettings
-			}
-			return 1
-		}
-		fmt.Fprintf(stdout, "layout %s complete: %d slot(s) on the new server, %d row(s) moved by this run in %d step(s) (longest %s, moving %s)\n",
-			r.Layout.Describe(), r.Slots, r.RowsMoved, r.Steps, r.Paused.Round(time.Millisecond), r.Moving.Round(time.Millisecond))
-		return 0
-	})
+		"servers are not the ledger's, 1 failure. See docs/production.md, Growing.\n",
+		"the new server's DSN (go-sql-driver form, as MYSQL_DSN)", service.AddServer,
+		func(r *shards.AddReport) string {
+			return fmt.Sprintf("layout %s complete: %d slot(s) on the new server, %d row(s) moved by this run in %d step(s) (longest %s, moving %s)\n",
+				r.Layout.Describe(), r.Slots, r.RowsMoved, r.Steps, r.Paused.Round(time.Millisecond), r.Moving.Round(time.Millisecond))
+		}, args, stdout, stderr)
 }
 
 func shardsRemove(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("billing shards remove", "--dsn DSN [--step-rows N] [--rest R] [--rest-checkpoints N]", "Drains the ledger's last server (the last of MYSQL_SHARD_DSNS, which DSN must name):\n"+
+	return moveCmd("billing shards remove", "Drains the ledger's last server (the last of MYSQL_SHARD_DSNS, which DSN must name):\n"+
 		"a layout without it, and the move of its accounts' and event ids' rows to the\n"+
 		"others, step by step while the instances count. Once it is done, configure the\n"+
 		"instances without it; its dead letters and changelog outbox stay on it. Only the\n"+
 		"last server can be removed. Interrupted, it is resumed by running it again. Exit\n"+
 		"status: 0 done, 4 the configured servers are not the ledger's, 1 failure. See\n"+
-		"docs/production.md, Growing.\n")
-	dsn := fs.String("dsn", "", "the DSN of the server to remove (the last configured one)")
+		"docs/production.md, Growing.\n",
+		"the DSN of the server to remove (the last configured one)", service.RemoveServer,
+		func(r *shards.AddReport) string {
+			return fmt.Sprintf("layout %s complete: %d slot(s) moved off the removed server, %d row(s) moved by this run in %d step(s) (longest %s, moving %s)\n",
+				r.Layout.Describe(), r.Slots, r.RowsMoved, r.Steps, r.Paused.Round(time.Millisecond), r.Moving.Round(time.Millisecond)) +
+				"configure the instances without the removed server\n"
+		}, args, stdout, stderr)
+}
+
+// moveCmd runs billing shards add or remove (name): their flags, the
+// move by run, and the report's lines (done) or the failure's status.
+func moveCmd(name, help, dsnHelp string,
+	run func(context.Context, config.Config, string, shards.AddOptions, *slog.Logger) (*shards.AddReport, error),
+	done func(*shards.AddReport) string, args []string, stdout, stderr io.Writer) int {
+	fs := newFlags(name, "--dsn DSN [--step-rows N] [--rest R] [--rest-checkpoints N]", help)
+	dsn := fs.String("dsn", "", dsnHelp)
 	stepRows := fs.Int("step-rows", 5000, "a step moves the keys of at most this many rows of each table on each server")
 	rest := fs.Float64("rest", 2, "rest after each step for at least this multiple of the step's time (0: none)")
 	restCkpts := fs.Int("rest-checkpoints", 3, "and until each counting instance committed this many checkpoints (0: none; ends after 1 s without any)")
@@ -104,25 +95,23 @@ func shardsRemove(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	if *dsn == "" {
-		fmt.Fprintln(stderr, "billing shards remove: --dsn is required")
+		fmt.Fprintln(stderr, name+": --dsn is required")
 		return 2
 	}
 	return withConfig(stderr, nil, func(ctx context.Context, cfg config.Config, log *slog.Logger) int {
 		if *rest == 0 {
 			*rest = -1
 		}
-		r, err := service.RemoveServer(ctx, cfg, *dsn, shards.AddOptions{StepRows: *stepRows, Rest: *rest, RestCheckpoints: restCheckpoints(*restCkpts)}, log)
+		r, err := run(ctx, cfg, *dsn, shards.AddOptions{StepRows: *stepRows, Rest: *rest, RestCheckpoints: restCheckpoints(*restCkpts)}, log)
 		if err != nil {
-			fmt.Fprintln(stderr, "billing shards remove:", err)
+			fmt.Fprintln(stderr, name+":", err)
 			var mismatch *shards.MismatchError
 			if errors.As(err, &mismatch) {
 				return exitSettings
 			}
 			return 1
 		}
-		fmt.Fprintf(stdout, "layout %s complete: %d slot(s) moved off the removed server, %d row(s) moved by this run in %d step(s) (longest %s, moving %s)\n",
-			r.Layout.Describe(), r.Slots, r.RowsMoved, r.Steps, r.Paused.Round(time.Millisecond), r.Moving.Round(time.Millisecond))
-		fmt.Fprintln(stdout, "configure the instances without the removed server")
+		fmt.Fprint(stdout, done(r))
 		return 0
 	})
 }
@@ -179,11 +168,7 @@ func readShards(ctx context.Context, cfg config.Config, log *slog.Logger) (*shar
 		return nil, err
 	}
 	defer d.Close()
-	hosts := make([]string, len(dsns))
-	for i, dsn := range dsns {
-		hosts[i] = shards.Host(dsn)
-	}
-	return shards.Status(ctx, d, hosts)
+	return shards.Status(ctx, d, shards.Hosts(dsns))
 }
 
 func printShards(w io.Writer, r *shards.Report) error {

@@ -84,10 +84,7 @@ func OpenLedger(ctx context.Context, cfg config.Config, dsns []string, fps *fail
 	var uuids []string
 	opts.BeforeSink = func(ctx context.Context, d *mysqldriver.Driver, cfg *txsink.Config) error {
 		phase("checking the ledger's layout")
-		hosts := make([]string, len(dsns))
-		for i, dsn := range dsns {
-			hosts[i] = shards.Host(dsn)
-		}
+		hosts := shards.Hosts(dsns)
 		var err error
 		if _, layout, err = shards.Ensure(ctx, d, hosts, txsink.NewIdentity, "an instance on "+hostname(), log); err != nil {
 			return err

@@ -59,6 +59,25 @@ type AddOptions struct {
 	Failpoints *failpoint.Set
 }
 
+// readMove reads what a move starts from: the ledger's identity, its
+// stored layout, what d's servers (named by hosts) say of themselves, and
+// the move's cursor.
+func readMove(ctx context.Context, d *mysqldriver.Driver, hosts []string) (ledger string, stored Layout, servers []Server, cur driver.MoveCursor, err error) {
+	if stored, servers, err = Read(ctx, d, hosts); err != nil {
+		return
+	}
+	var found bool
+	if ledger, _, found, err = d.View().Identity(ctx); err != nil {
+		return
+	}
+	if !found || stored.Version == 0 {
+		err = errors.New("the ledger has no stored layout yet: start an instance on it first")
+		return
+	}
+	cur, err = d.Control().MoveCursor(ctx)
+	return
+}
+
 // withDefaults is o with each option left zero at its default.
 func (o AddOptions) withDefaults() AddOptions {
 	if o.Batch <= 0 {
@@ -145,20 +164,9 @@ func Add(ctx context.Context, d *mysqldriver.Driver, hosts []string, opts AddOpt
 	if n < 1 {
 		return nil, errors.New("shards add: no server to add")
 	}
-	stored, servers, err := Read(ctx, d, hosts)
+	ledger, stored, servers, cur, err := readMove(ctx, d, hosts)
 	if err != nil {
-		return nil, err
-	}
-	ledger, _, found, err := d.View().Identity(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if !found || stored.Version == 0 {
-		return nil, errors.New("shards add: the ledger has no stored layout yet: start an instance on it first")
-	}
-	cur, err := d.Control().MoveCursor(ctx)
-	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("shards add: %w", err)
 	}
 	rep := &AddReport{}
 	newSrv := servers[n]
@@ -194,7 +202,6 @@ func Add(ctx context.Context, d *mysqldriver.Driver, hosts []string, opts AddOpt
 		}
 	}
 	rep.Layout = stored
-	rep.Slots = slotsOf(stored, n)
 	return runMove(ctx, d, stored, cur, opts, rep)
 }
 
@@ -223,6 +230,7 @@ func runMove(ctx context.Context, d *mysqldriver.Driver, stored Layout, cur driv
 	m := &mover{d: d, opts: opts, rep: rep, version: stored.Version, control: control, step: step, log: log,
 		before: before, next: stored.Placement}
 	m.pairs = pairsOf(before, stored.Placement)
+	rep.Slots = movedSlots(before, stored.Placement)
 	began := time.Now()
 	for failed := 0; cur.Moving; {
 		t := time.Now()
@@ -321,6 +329,17 @@ func (m *mover) rest(ctx context.Context, took time.Duration) error {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// movedSlots counts the slots whose server differs from before to next.
+func movedSlots(before, next placement.Placement) int {
+	b, nx, n := before.Slotted().Owners(), next.Slotted().Owners(), 0
+	for s := range nx {
+		if s < len(b) && b[s] != nx[s] {
+			n++
+		}
+	}
+	return n
 }
 
 // pair is a server that gives rows and one that takes them.

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/billing/ledger/internal/placement"
 	"github.com/billing/ledger/internal/txsink/driver"
 	"github.com/billing/ledger/internal/txsink/mysqldriver"
 )
@@ -31,20 +30,9 @@ func Remove(ctx context.Context, d *mysqldriver.Driver, hosts []string, opts Add
 	if last < 1 {
 		return nil, errors.New("shards remove: the ledger's only server cannot be removed")
 	}
-	stored, servers, err := Read(ctx, d, hosts)
+	ledger, stored, servers, cur, err := readMove(ctx, d, hosts)
 	if err != nil {
-		return nil, err
-	}
-	ledger, _, found, err := d.View().Identity(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if !found || stored.Version == 0 {
-		return nil, errors.New("shards remove: the ledger has no stored layout yet")
-	}
-	cur, err := d.Control().MoveCursor(ctx)
-	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("shards remove: %w", err)
 	}
 	rep := &AddReport{}
 	drained := servers[last].Identity.UUID
@@ -75,15 +63,7 @@ func Remove(ctx context.Context, d *mysqldriver.Driver, hosts []string, opts Add
 		}
 	}
 	rep.Layout = stored
-	rep.Slots = slotsOf(Layout{Placement: mustPrevious(ctx, d, stored)}, last)
 	return runMove(ctx, d, stored, cur, opts, rep)
-}
-
-// mustPrevious is the placement before l (zero when it cannot be read:
-// for the report only).
-func mustPrevious(ctx context.Context, d *mysqldriver.Driver, l Layout) placement.Placement {
-	p, _ := previous(ctx, d, l)
-	return p
 }
 
 // beginRemove stores the layout without the last server and the move to

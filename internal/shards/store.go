@@ -131,6 +131,15 @@ func notTheControlServer(stored Layout, servers []Server) string {
 	return ""
 }
 
+// Hosts are the addresses of dsns (Host).
+func Hosts(dsns []string) []string {
+	out := make([]string, len(dsns))
+	for i, dsn := range dsns {
+		out[i] = Host(dsn)
+	}
+	return out
+}
+
 // Host is the address of dsn, for messages: never its password.
 func Host(dsn string) string {
 	cfg, err := mysql.ParseDSN(dsn)

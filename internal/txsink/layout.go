@@ -53,9 +53,8 @@ type layout struct {
 	before placement.Placement // during a move; zero otherwise
 }
 
-// server is the server of a key, and whether its slot moves.
-func (l *layout) server(key string) (sv int, moving bool) {
-	h := placement.Hash(key)
+// server is the server of a key of hash h, and whether its slot moves.
+func (l *layout) server(key string, h uint64) (sv int, moving bool) {
 	to := l.place.Server(h)
 	if !l.cursor.Moving || l.before.Servers() == 0 {
 		return to, false
@@ -72,8 +71,9 @@ func (l *layout) server(key string) (sv int, moving bool) {
 
 // participant places a key on a participant of branches per server.
 func (l *layout) participant(key string, branches int) (int, bool) {
-	sv, moving := l.server(key)
-	return sv*branches + l.place.Branch(placement.Hash(key), branches), moving
+	h := placement.Hash(key)
+	sv, moving := l.server(key, h)
+	return sv*branches + l.place.Branch(h, branches), moving
 }
 
 // layoutCheck is the decision's guard against the move (see the top of
