@@ -224,6 +224,69 @@ func TestAddServerRefusesACheckpointHeldAcrossTheMove(t *testing.T) {
 	}
 }
 
+// A checkpoint held between its prepare and its decision (its instance
+// stopped by a failpoint) from before the move began: the begin does not
+// fence an instance that follows the move's cursor, so when the checkpoint
+// wakes before the first step it commits (no key has moved: the keys it
+// placed are where the move reads them), and when it wakes after a step
+// froze keys it is refused (txsink.ErrLayoutMoved) and built again. Either
+// way the ledger is exact over both servers. Fencing every instance at the
+// begin, as the move did before migration 00014, would refuse the first
+// one too; accepting the second would lose the events it counted.
+func TestAddServerBeginKeepsTheCheckpointInFlight(t *testing.T) {
+	for _, tc := range []struct {
+		wake    string // the mover's failpoint at which the checkpoint wakes
+		refused bool
+	}{{shards.FailAfterBegin, false}, {shards.FailAfterFreeze, true}} {
+		t.Run(tc.wake, func(t *testing.T) {
+			g, ps := newGrowEnv(t, "inflight", 1000, "a")
+			e, w, half := g.testEnv, g.w, g.half
+			ps[0].Signal(syscall.SIGTERM)
+			_ = ps[0].Wait(t, 60*time.Second)
+			env := g.both()
+			env["BILLING_FAILPOINTS"] = "after-prepare=stop@1"
+			a := e.start(t, "a-held", env)
+			testenv.Produce(t, e.brokers, e.topic, w.records[half:]...)
+			if !a.WaitOutput(context.Background(), "failpoint after-prepare: SIGSTOP", 60*time.Second) {
+				t.Fatalf("the checkpoint never stopped after its prepare:\n%s", lastLines(a.Output(), 20))
+			}
+			t.Cleanup(func() { a.Signal(syscall.SIGCONT) })
+			mover := testenv.Start(t, "add", e.bin, e.serviceEnv(map[string]string{"BILLING_FAILPOINTS": tc.wake + "=stop"}),
+				"shards", "add", "--dsn", g.dsnB, "--step-rows", "1000000")
+			if !mover.WaitOutput(context.Background(), "failpoint "+tc.wake+": SIGSTOP", 60*time.Second) {
+				t.Fatalf("the move never paused at %s:\n%s", tc.wake, mover.Output())
+			}
+			t.Cleanup(func() { mover.Signal(syscall.SIGCONT) })
+			dbs := []*sqlx.DB{e.db, g.dbB}
+			_, before := ledgerOver(t, dbs)
+			a.Signal(syscall.SIGCONT)
+			// The held checkpoint's decision: refused, or committed.
+			if tc.refused {
+				if !a.WaitOutput(context.Background(), "layout moved", 60*time.Second) {
+					t.Fatalf("the held checkpoint was not refused for the step it met:\n%s", lastLines(a.Output(), 30))
+				}
+			} else {
+				waitCountedOver(t, dbs, before+1, 60*time.Second)
+			}
+			held := a.Output()
+			mover.Signal(syscall.SIGCONT)
+			if err := mover.Wait(t, 120*time.Second); err != nil {
+				t.Fatalf("shards add: %v\n%s", err, mover.Output())
+			}
+			waitExactOver(t, dbs, w, 120*time.Second)
+			if strings.Contains(held, "fenced") {
+				t.Errorf("the begin fenced an instance that follows the move:\n%s", lastLines(held, 30))
+			}
+			if got := strings.Contains(held, "layout moved"); got != tc.refused {
+				t.Errorf("the held checkpoint refused for the move: %v, want %v:\n%s", got, tc.refused, lastLines(held, 30))
+			}
+			if a.Exited() {
+				t.Fatalf("a stopped:\n%s", lastLines(a.Output(), 20))
+			}
+		})
+	}
+}
+
 // A run of billing shards add paused (SIGSTOP) with a batch of rows read
 // but not written, while another run takes the move over and finishes it
 // and an instance counts on the new layout, changes nothing once it

@@ -94,7 +94,7 @@ func OpenLedger(ctx context.Context, cfg config.Config, dsns []string, fps *fail
 			return err
 		}
 		uuids = shards.UUIDs(servers)
-		cfg.Placement = layout.Placement
+		cfg.Placement, cfg.LayoutVersion = layout.Placement, layout.Version
 		cfg.Layouts = layouts(d, uuids)
 		return nil
 	}

@@ -135,12 +135,12 @@ type AddReport struct {
 //
 //  1. stores the new layout version, its slots, the move as begun and the
 //     move's cursor at the first key (driver.MoveCursor), in one
-//     transaction that raises every partition's epoch
-//     (mysqldriver.Control.Quiesce): from then on every decision checks
+//     transaction that locks every partition row and fences the instances
+//     of versions before (storeMove): from then on every decision checks
 //     the cursor (txsink: ErrLayoutMoved); an instance of this version
-//     claims its partitions again and counts on, one that lacks the new
-//     server stops (txsink.ErrNotPlaceable, Verify), and one of a version
-//     before the cursor stops at its next check (the layout changed);
+//     counts on, its checkpoint in flight included, one that lacks the
+//     new server stops (txsink.ErrNotPlaceable, Verify), and one of a
+//     version before stops at its next claim (the layout changed);
 //  2. moves the keys step by step, in byte order: a step freezes the keys
 //     from the cursor to a bound (StepRows rows of each table further,
 //     NextKeyBound), waits until every checkpoint decided before the
@@ -634,15 +634,17 @@ func begin(ctx context.Context, d *mysqldriver.Driver, ledger string, stored Lay
 }
 
 // storeMove stores layout l (the version after stored), its placement and
-// its move as begun, and the cursor moving (from cur), under a fence of
-// every partition. The move begins under the fence of a change of
-// settings: every partition's epoch raised with it. An instance of this
-// version claims its partitions again and places keys by the cursor from
-// then on (one checkpoint's pause); one of a version before the cursor
-// stops at its next check (the layout changed) instead of placing keys by
-// the old layout while rows move.
+// its move as begun, and the cursor moving (from cur), in the transaction
+// that fences the instances that do not follow the cursor
+// (mysqldriver.Control.QuiesceUnfollowing): the epochs of the partitions
+// claimed last by an instance of a version before are raised with it, so
+// that such an instance stops at its next claim (the layout changed)
+// instead of placing keys by the old layout while rows move. An instance
+// that follows the cursor counts on: its next attempt places keys by the
+// new layout, and the checkpoint it has in flight commits (no key has
+// moved yet: txsink.layoutCheck).
 func storeMove(ctx context.Context, d *mysqldriver.Driver, stored, l Layout, cur, moving driver.MoveCursor, log *slog.Logger) error {
-	err := d.Control().Quiesce(ctx, func(ctx context.Context, tx *sqlx.Tx, q mysqldriver.Quiesced) error {
+	err := d.Control().QuiesceUnfollowing(ctx, func(ctx context.Context, tx *sqlx.Tx, q mysqldriver.Quiesced) error {
 		if err := mysqldriver.ChangeMoveCursorTx(ctx, tx, cur, moving); err != nil {
 			return err
 		}
@@ -660,7 +662,7 @@ func storeMove(ctx context.Context, d *mysqldriver.Driver, stored, l Layout, cur
 		} else if !added {
 			return fmt.Errorf("layout version %d exists", l.Version)
 		}
-		log.Info("fenced every instance: each claims its partitions again and counts on", "partitions_fenced", q.Fenced)
+		log.Info("fenced the instances that do not follow the move (of versions before): they stop at their next claim", "partitions_fenced", q.Fenced)
 		return mysqldriver.StartMove(ctx, tx, l.Version, runsOf(l.Placement), l.RecordedAt, l.RecordedBy)
 	})
 	if err != nil {
@@ -668,8 +670,9 @@ func storeMove(ctx context.Context, d *mysqldriver.Driver, stored, l Layout, cur
 	}
 	// A claim of a partition whose row did not exist yet inserted it
 	// beside the transaction above, unfenced, and may have checked the
-	// layout before it committed: its epoch is raised now.
-	if err := d.Control().Quiesce(ctx, func(context.Context, *sqlx.Tx, mysqldriver.Quiesced) error { return nil }); err != nil {
+	// layout before it committed: its epoch is raised now (if it does not
+	// follow the cursor).
+	if err := d.Control().QuiesceUnfollowing(ctx, func(context.Context, *sqlx.Tx, mysqldriver.Quiesced) error { return nil }); err != nil {
 		return fmt.Errorf("fence again: %w", err)
 	}
 	return nil

@@ -51,6 +51,10 @@ type layout struct {
 	cursor driver.MoveCursor
 	place  placement.Placement
 	before placement.Placement // during a move; zero otherwise
+	// version is the layout version place is: the cursor's, or while
+	// the cursor has none (no move since migration 00013) the one the
+	// sink started with (Config.LayoutVersion; 0: not known).
+	version int
 }
 
 // server is the server of a key of hash h, and whether its slot moves.
@@ -77,13 +81,21 @@ func (l *layout) participant(key string, branches int) (int, bool) {
 }
 
 // layoutCheck is the decision's guard against the move (see the top of
-// this file): a checkpoint begun under cursor built, which placed the
+// this file): a checkpoint begun under cursor built, placing keys by
+// layout version version (0: not known), which placed the
 // keys of moving slots touched (sorted; all: it wrote rows it did not
 // place by key, the sealing of closed windows on every server), may
 // commit under the current cursor cur only if the cursor's version is
 // the same and no key it placed by the cursor lies where the cursor has
-// moved or frozen since.
-func layoutCheck(built driver.MoveCursor, touched []string, all bool, cur driver.MoveCursor) error {
+// moved or frozen since. One begun before a move, at the version the
+// move goes from, may commit while the move has neither moved nor frozen
+// a key: it placed every key on the server the move reads it from (the
+// begin does not fence the instances that follow the cursor; the
+// checkpoint each has in flight then is not lost).
+func layoutCheck(built driver.MoveCursor, version int, touched []string, all bool, cur driver.MoveCursor) error {
+	if !built.Moving && version > 0 && cur.Moving && cur.Version == version+1 && cur.Settled() == "" {
+		return nil
+	}
 	if cur.Version != built.Version {
 		return fmt.Errorf("%w: the layout's move went from version %d to %d", ErrLayoutMoved, built.Version, cur.Version)
 	}
@@ -117,7 +129,7 @@ func (s *Sink) Refresh(ctx context.Context) error {
 	if cur == old.cursor {
 		return nil
 	}
-	next := &layout{cursor: cur, place: old.place, before: old.before}
+	next := &layout{cursor: cur, place: old.place, before: old.before, version: old.version}
 	if cur.Version != old.cursor.Version {
 		if next, err = s.loadLayout(ctx, cur); err != nil {
 			return err
@@ -152,7 +164,7 @@ func (s *Sink) loadLayout(ctx context.Context, cur driver.MoveCursor) (*layout, 
 	if place.Servers() == 0 {
 		return nil, fmt.Errorf("txsink: layout version %d has no placement", cur.Version)
 	}
-	return &layout{cursor: cur, place: place, before: before}, nil
+	return &layout{cursor: cur, place: place, before: before, version: cur.Version}, nil
 }
 
 // Frozen says whether a step of a move is under way by the cursor the
@@ -192,6 +204,6 @@ func (t *Txn) layoutGuard() func(driver.MoveCursor) error {
 	touched := slices.Clone(t.touched)
 	t.mu.Unlock()
 	slices.Sort(touched)
-	built, all := t.layout.cursor, t.all
-	return func(cur driver.MoveCursor) error { return layoutCheck(built, touched, all, cur) }
+	built, version, all := t.layout.cursor, t.layout.version, t.all
+	return func(cur driver.MoveCursor) error { return layoutCheck(built, version, touched, all, cur) }
 }

@@ -25,33 +25,42 @@ func TestLayoutCheck(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		built   driver.MoveCursor
+		version int // the layout version placed by
 		touched []string
 		all     bool
 		cur     driver.MoveCursor
 		refused bool
 	}{
-		{"no move", driver.MoveCursor{}, []string{"a"}, true, driver.MoveCursor{}, false},
-		{"a move began", driver.MoveCursor{}, nil, false, moving("", ""), true},
-		{"another version", moving("", ""), nil, false, driver.MoveCursor{Version: 3, Moving: true}, true},
-		{"cursor unchanged", moving("c", ""), []string{"a", "c", "z"}, true, moving("c", ""), false},
-		{"frozen above every key", moving("c", ""), []string{"a", "b", "q"}, false, moving("c", "k"), false},
-		{"frozen over a key", moving("c", ""), []string{"a", "d", "q"}, false, moving("c", "k"), true},
-		{"frozen from the key", moving("c", ""), []string{"c"}, false, moving("c", "k"), true},
-		{"frozen up to the key", moving("c", ""), []string{"k"}, false, moving("c", "k"), false},
-		{"moved past a key", moving("c", ""), []string{"e"}, false, moving("k", ""), true},
-		{"moved, the key above", moving("c", ""), []string{"m"}, false, moving("k", ""), false},
-		{"moved below the cursor built on", moving("c", ""), []string{"b"}, false, moving("k", "m"), false},
-		{"sealing while moved", moving("c", ""), nil, true, moving("k", ""), true},
-		{"sealing while frozen", moving("c", ""), nil, true, moving("c", "d"), true},
-		{"built frozen, still frozen", moving("c", "k"), []string{"d"}, false, moving("c", "k"), true},
-		{"done since", moving("c", ""), []string{"zz"}, false, done, true},
-		{"done since, keys below", moving("c", ""), []string{"a"}, false, done, false},
-		{"done before", done, []string{"a"}, true, done, false},
+		{"no move", driver.MoveCursor{}, 0, []string{"a"}, true, driver.MoveCursor{}, false},
+		{"a move began", driver.MoveCursor{}, 0, nil, false, moving("", ""), true},
+		{"another version", moving("", ""), 2, nil, false, driver.MoveCursor{Version: 3, Moving: true}, true},
+		{"cursor unchanged", moving("c", ""), 2, []string{"a", "c", "z"}, true, moving("c", ""), false},
+		{"frozen above every key", moving("c", ""), 2, []string{"a", "b", "q"}, false, moving("c", "k"), false},
+		{"frozen over a key", moving("c", ""), 2, []string{"a", "d", "q"}, false, moving("c", "k"), true},
+		{"frozen from the key", moving("c", ""), 2, []string{"c"}, false, moving("c", "k"), true},
+		{"frozen up to the key", moving("c", ""), 2, []string{"k"}, false, moving("c", "k"), false},
+		{"moved past a key", moving("c", ""), 2, []string{"e"}, false, moving("k", ""), true},
+		{"moved, the key above", moving("c", ""), 2, []string{"m"}, false, moving("k", ""), false},
+		{"moved below the cursor built on", moving("c", ""), 2, []string{"b"}, false, moving("k", "m"), false},
+		{"sealing while moved", moving("c", ""), 2, nil, true, moving("k", ""), true},
+		{"sealing while frozen", moving("c", ""), 2, nil, true, moving("c", "d"), true},
+		{"built frozen, still frozen", moving("c", "k"), 2, []string{"d"}, false, moving("c", "k"), true},
+		{"done since", moving("c", ""), 2, []string{"zz"}, false, done, true},
+		{"done since, keys below", moving("c", ""), 2, []string{"a"}, false, done, false},
+		{"done before", done, 2, []string{"a"}, true, done, false},
+		// A move's begin does not fence the instances that follow it:
+		// their checkpoint in flight commits while no key moved.
+		{"a move began from the version placed by", driver.MoveCursor{}, 1, []string{"a"}, true, moving("", ""), false},
+		{"a move began from the version done", driver.MoveCursor{Version: 1, MovedBelow: driver.KeysEnd}, 1, nil, false, moving("", ""), false},
+		{"a move began and froze a step", driver.MoveCursor{}, 1, nil, false, moving("", "k"), true},
+		{"a move began and moved a step", driver.MoveCursor{}, 1, nil, false, moving("k", ""), true},
+		{"a move from another version began", driver.MoveCursor{}, 2, nil, false, moving("", ""), true},
+		{"two moves began since", driver.MoveCursor{Version: 1, MovedBelow: driver.KeysEnd}, 1, nil, false, driver.MoveCursor{Version: 3, Moving: true}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := layoutCheck(tc.built, tc.touched, tc.all, tc.cur)
+			err := layoutCheck(tc.built, tc.version, tc.touched, tc.all, tc.cur)
 			if got := errors.Is(err, ErrLayoutMoved); got != tc.refused || (err != nil && !got) {
-				t.Fatalf("layoutCheck(%+v, %q, %v, %+v) = %v, want refused %v", tc.built, tc.touched, tc.all, tc.cur, err, tc.refused)
+				t.Fatalf("layoutCheck(%+v, %d, %q, %v, %+v) = %v, want refused %v", tc.built, tc.version, tc.touched, tc.all, tc.cur, err, tc.refused)
 			}
 		})
 	}

@@ -56,6 +56,10 @@ type Config struct {
 	// layout's (package shards). The zero Placement is the modulo
 	// placement over the servers given to New.
 	Placement placement.Placement
+	// LayoutVersion is the stored layout version Placement is (0: not
+	// known). A checkpoint begun before a move from that version may then
+	// commit after its begin (layoutCheck).
+	LayoutVersion int
 	// Layouts reads a layout version's placements when the ledger's
 	// layout moves while the sink runs (see layout.go). Nil: the sink
 	// cannot follow a move (Refresh fails with ErrNotPlaceable once one
@@ -147,7 +151,7 @@ func New(ctx context.Context, cfg Config, control driver.Control, servers []driv
 	if err != nil {
 		return nil, fmt.Errorf("txsink: read the move's cursor: %w", err)
 	}
-	l := &layout{cursor: cur, place: place}
+	l := &layout{cursor: cur, place: place, version: cfg.LayoutVersion}
 	if cur.Version != 0 && cfg.Layouts != nil {
 		if l, err = s.loadLayout(ctx, cur); err != nil {
 			return nil, err

@@ -125,7 +125,9 @@ func (c *Control) Commit(ctx context.Context, d driver.Decision, s driver.Scope,
 		now := d.At
 		err = c.upsert(ctx, tx, len(cuts), func(i int) []any {
 			r := stored[cuts[i].Partition]
-			return []any{s.Group, s.Topic, cuts[i].Partition, cuts[i].NextOffset, nullTime(cuts[i].Watermark), cuts[i].CaughtUp, r.Owner, r.Epoch, now}
+			// follower_epoch NULL: a decision does not create rows (its
+			// fence found them), and one it did would be fenced by a move.
+			return []any{s.Group, s.Topic, cuts[i].Partition, cuts[i].NextOffset, nullTime(cuts[i].Watermark), cuts[i].CaughtUp, r.Owner, r.Epoch, nil, now}
 		}, ` ON DUPLICATE KEY UPDATE next_offset = VALUES(next_offset), `+
 			// The watermark never goes back; a cut without one keeps it.
 			`watermark = CASE WHEN VALUES(watermark) IS NULL THEN watermark WHEN watermark IS NULL OR VALUES(watermark) > watermark THEN VALUES(watermark) ELSE watermark END, `+
@@ -384,8 +386,14 @@ func (c *Control) Claim(ctx context.Context, s driver.Scope, owner string, parti
 	}
 	defer func() { _ = tx.Rollback() }()
 	err = c.upsert(ctx, tx, len(partitions), func(i int) []any {
-		return []any{s.Group, s.Topic, partitions[i], driver.StartOffset, nil, false, owner, 1, at}
-	}, ` ON DUPLICATE KEY UPDATE epoch = epoch + 1, owner = VALUES(owner), updated_at = VALUES(updated_at)`)
+		return []any{s.Group, s.Topic, partitions[i], driver.StartOffset, nil, false, owner, 1, 1, at}
+	},
+		// This instance follows a live move's cursor: the claim says so
+		// with its epoch (migration 00014, QuiesceUnfollowing). Named
+		// first and computed from epoch, so that the result is the same
+		// whether the server assigns left to right (MySQL) or all at once
+		// (MariaDB's SIMULTANEOUS_ASSIGNMENT).
+		` ON DUPLICATE KEY UPDATE follower_epoch = epoch + 1, epoch = epoch + 1, owner = VALUES(owner), updated_at = VALUES(updated_at)`)
 	if err != nil {
 		return nil, err
 	}
@@ -481,12 +489,12 @@ func (r storedRow) stored() driver.Stored {
 // in column order, with the given ON DUPLICATE KEY clause, in as many
 // statements as the budget needs.
 func (c *Control) upsert(ctx context.Context, tx *sqlx.Tx, n int, args func(i int) []any, onDup string) error {
-	const head = `INSERT INTO partition_offsets (consumer_group, kafka_topic, kafka_partition, next_offset, watermark, caught_up, owner, epoch, updated_at) VALUES `
-	const tuple = "(?,?,?,?,?,?,?,?,?)"
+	const head = `INSERT INTO partition_offsets (consumer_group, kafka_topic, kafka_partition, next_offset, watermark, caught_up, owner, epoch, follower_epoch, updated_at) VALUES `
+	const tuple = "(?,?,?,?,?,?,?,?,?,?)"
 	return c.chunks(n, len(head)+len(onDup), func(i int) int { return stmt.RowBytes(tuple, args(i)...) }, func(start, end int) error {
 		var b strings.Builder
 		b.WriteString(head)
-		all := make([]any, 0, 9*(end-start))
+		all := make([]any, 0, 10*(end-start))
 		for i := start; i < end; i++ {
 			if i > start {
 				b.WriteByte(',')

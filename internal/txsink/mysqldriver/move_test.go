@@ -3,9 +3,12 @@ package mysqldriver_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/jmoiron/sqlx"
 
 	"github.com/billing/ledger/internal/placement"
 	"github.com/billing/ledger/internal/testenv"
@@ -82,5 +85,89 @@ func TestMoveRowsMovesTheRangeOnly(t *testing.T) {
 		if moves([]byte(a)) {
 			t.Fatalf("account %s of a moving slot left after every range moved", a)
 		}
+	}
+}
+
+// A move's begin (QuiesceUnfollowing) fences only the partitions claimed
+// last by an instance that does not follow the move's cursor: one of a
+// version before migration 00014 (its claim leaves follower_epoch as it
+// was) or a row a decision created. A claim of this version keeps its
+// epoch, so its checkpoint in flight is not lost; every row is still
+// locked (the change waits for a decision in progress). Quiesce, a change
+// of settings, fences every partition as before.
+func TestQuiesceUnfollowingFencesOnlyClaimsOfVersionsBefore(t *testing.T) {
+	ctx := context.Background()
+	dsn, db := testenv.LedgerDB(t)
+	d, err := mysqldriver.Open(ctx, []string{dsn}, mysqldriver.Options{LockWaitTimeout: lockWait})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	sc := driver.Scope{Group: "g", Topic: "t"}
+	now := time.Now().UTC()
+	// p0, p1 claimed by this version (p1 twice: the mark follows the
+	// epoch); p2 by this version, then claimed again by one before
+	// (its statement, without the column); p3 created by one before.
+	for _, parts := range [][]int32{{0, 1, 2}, {1, 2}} {
+		if _, err := d.Control().Claim(ctx, sc, "new", parts, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := db.ExecContext(ctx, `INSERT INTO partition_offsets (consumer_group, kafka_topic, kafka_partition, next_offset, watermark, caught_up, owner, epoch, updated_at)
+		VALUES ('g','t',2,-2,NULL,FALSE,'old',1,?), ('g','t',3,-2,NULL,FALSE,'old',1,?)
+		ON DUPLICATE KEY UPDATE epoch = epoch + 1, owner = VALUES(owner), updated_at = VALUES(updated_at)`, now, now); err != nil {
+		t.Fatal(err)
+	}
+	epochs := func() map[int32]int64 {
+		st, err := d.Control().Positions(ctx, sc, []int32{0, 1, 2, 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[int32]int64{}
+		for p, s := range st {
+			out[p] = s.Epoch
+		}
+		return out
+	}
+	before := epochs()
+	if want := (map[int32]int64{0: 1, 1: 2, 2: 3, 3: 1}); !maps.Equal(before, want) {
+		t.Fatalf("epochs after the claims: %v, want %v", before, want)
+	}
+	fenced := -1
+	if err := d.Control().QuiesceUnfollowing(ctx, func(_ context.Context, _ *sqlx.Tx, q mysqldriver.Quiesced) error {
+		fenced = q.Fenced
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := epochs(), (map[int32]int64{0: 1, 1: 2, 2: 4, 3: 2}); !maps.Equal(got, want) || fenced != 2 {
+		t.Fatalf("after the begin's fence: epochs %v (%d fenced), want %v (2 fenced: the claims of a version before)", got, fenced, want)
+	}
+	// A claim of this version again: followed, not fenced by a begin.
+	if _, err := d.Control().Claim(ctx, sc, "new", []int32{2, 3}, now); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Control().QuiesceUnfollowing(ctx, func(context.Context, *sqlx.Tx, mysqldriver.Quiesced) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := epochs(), (map[int32]int64{0: 1, 1: 2, 2: 5, 3: 3}); !maps.Equal(got, want) {
+		t.Fatalf("after claims of this version and a begin: epochs %v, want %v", got, want)
+	}
+	// The fence of a change of settings takes every partition.
+	if err := d.Control().Quiesce(ctx, func(context.Context, *sqlx.Tx, mysqldriver.Quiesced) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := epochs(), (map[int32]int64{0: 2, 1: 3, 2: 6, 3: 4}); !maps.Equal(got, want) {
+		t.Fatalf("after Quiesce: epochs %v, want %v", got, want)
+	}
+	// And a claim after it is followed again.
+	if _, err := d.Control().Claim(ctx, sc, "new", []int32{0}, now); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Control().QuiesceUnfollowing(ctx, func(context.Context, *sqlx.Tx, mysqldriver.Quiesced) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := epochs(), (map[int32]int64{0: 3, 1: 4, 2: 7, 3: 5}); !maps.Equal(got, want) {
+		t.Fatalf("after a claim and a begin: epochs %v, want %v", got, want)
 	}
 }

@@ -32,7 +32,26 @@ type Quiesced struct {
 // that start later claim their partitions again. fn runs the change's own
 // statements in tx; the transaction commits if fn returns nil and rolls
 // back otherwise (the epochs too).
-func (c *Control) Quiesce(ctx context.Context, fn func(ctx context.Context, tx *sqlx.Tx, q Quiesced) error) (err error) {
+func (c *Control) Quiesce(ctx context.Context, fn func(ctx context.Context, tx *sqlx.Tx, q Quiesced) error) error {
+	return c.quiesce(ctx, "", fn)
+}
+
+// QuiesceUnfollowing is Quiesce that raises the epochs only of the
+// partitions whose last claim was not by an instance that follows a live
+// move's cursor (partition_offsets.follower_epoch, migration 00014): those
+// of versions before, which place keys by the layout they started with.
+// The instances that follow the cursor keep their claims and their
+// checkpoints in flight: each decision reads the cursor under a shared
+// lock (Commit's layout), so it sees fn's change, and one built before it
+// commits only if that change moved none of its keys (txsink.layoutCheck).
+// Every partition row is still locked: fn's change is ordered against
+// every decision.
+func (c *Control) QuiesceUnfollowing(ctx context.Context, fn func(ctx context.Context, tx *sqlx.Tx, q Quiesced) error) error {
+	return c.quiesce(ctx, ` WHERE NOT (follower_epoch <=> epoch)`, fn)
+}
+
+// quiesce is Quiesce raising the epochs of the rows where fences.
+func (c *Control) quiesce(ctx context.Context, where string, fn func(ctx context.Context, tx *sqlx.Tx, q Quiesced) error) (err error) {
 	tx, err := c.sv.db.BeginTxx(ctx, nil)
 	if err != nil {
 		return err
@@ -52,7 +71,7 @@ func (c *Control) Quiesce(ctx context.Context, fn func(ctx context.Context, tx *
 	for _, r := range rows {
 		q.Watermark = later(q.Watermark, r.Watermark.Time)
 	}
-	res, err := tx.ExecContext(ctx, `UPDATE partition_offsets SET epoch = epoch + 1`)
+	res, err := tx.ExecContext(ctx, `UPDATE partition_offsets SET epoch = epoch + 1`+where)
 	if err != nil {
 		return fmt.Errorf("fence the partitions: %w", err)
 	}
