@@ -69,7 +69,7 @@ var defaultFaultKinds = slices.DeleteFunc(slices.Clone(allFaultKinds), func(k fa
 
 // addServerSteps are the failpoints of billing shards add a fault kills it
 // at, in its order.
-var addServerSteps = []string{shards.FailAfterBegin, shards.FailAfterFreeze + "=kill@3", shards.FailAfterSettle + "=kill@2", shards.FailBeforeCopy + "=kill@4",
+var addServerSteps = []string{shards.FailAfterBegin, shards.FailAfterAnnounce + "=kill@2", shards.FailAfterFreeze + "=kill@3", shards.FailAfterSettle + "=kill@2", shards.FailBeforeCopy + "=kill@4",
 	shards.FailAfterBatch + "=kill@5", shards.FailBeforeUnfreeze + "=kill@2", shards.FailAfterStep + "=kill@6", shards.FailAfterDone}
 
 func (k faultKind) instanceFault() bool {

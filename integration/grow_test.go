@@ -79,7 +79,7 @@ func (g *growEnv) moverArgs() []string {
 // of a moved key is dropped there), the instances counted while the move
 // ran, and none stopped.
 func TestAddServerToACountingLedger(t *testing.T) {
-	for _, fp := range []string{shards.FailAfterBegin, shards.FailAfterFreeze + "=kill@2", shards.FailAfterBatch + "=kill@3",
+	for _, fp := range []string{shards.FailAfterBegin, shards.FailAfterAnnounce + "=kill@3", shards.FailAfterFreeze + "=kill@2", shards.FailAfterBatch + "=kill@3",
 		shards.FailBeforeUnfreeze + "=kill@2", shards.FailAfterStep + "=kill@4", shards.FailAfterDone} {
 		if !strings.Contains(fp, "=") {
 			fp += "=kill"
@@ -227,17 +227,19 @@ func TestAddServerRefusesACheckpointHeldAcrossTheMove(t *testing.T) {
 // A checkpoint held between its prepare and its decision (its instance
 // stopped by a failpoint) from before the move began: the begin does not
 // fence an instance that follows the move's cursor, so when the checkpoint
-// wakes before the first step it commits (no key has moved: the keys it
-// placed are where the move reads them), and when it wakes after a step
-// froze keys it is refused (txsink.ErrLayoutMoved) and built again. Either
-// way the ledger is exact over both servers. Fencing every instance at the
-// begin, as the move did before migration 00014, would refuse the first
-// one too; accepting the second would lose the events it counted.
+// wakes before the first step freezes, the step only announced, it
+// commits (no key has moved: the keys it placed are where the move reads
+// them), and when it wakes after a step froze keys (the mover waited for
+// it to say it waits, then froze without it) it is refused
+// (txsink.ErrLayoutMoved) and built again. Either way the ledger is exact
+// over both servers. Fencing every instance at the begin, as the move did
+// before migration 00014, would refuse the first ones too; accepting the
+// last would lose the events it counted.
 func TestAddServerBeginKeepsTheCheckpointInFlight(t *testing.T) {
 	for _, tc := range []struct {
 		wake    string // the mover's failpoint at which the checkpoint wakes
 		refused bool
-	}{{shards.FailAfterBegin, false}, {shards.FailAfterFreeze, true}} {
+	}{{shards.FailAfterBegin, false}, {shards.FailAfterAnnounce, false}, {shards.FailAfterFreeze, true}} {
 		t.Run(tc.wake, func(t *testing.T) {
 			g, ps := newGrowEnv(t, "inflight", 1000, "a")
 			e, w, half := g.testEnv, g.w, g.half

@@ -86,11 +86,12 @@ func shardsRemove(args []string, stdout, stderr io.Writer) int {
 func moveCmd(name, help, dsnHelp string,
 	run func(context.Context, config.Config, string, shards.AddOptions, *slog.Logger) (*shards.AddReport, error),
 	done func(*shards.AddReport) string, args []string, stdout, stderr io.Writer) int {
-	fs := newFlags(name, "--dsn DSN [--step-rows N] [--rest R] [--rest-checkpoints N]", help)
+	fs := newFlags(name, "--dsn DSN [--step-rows N] [--rest R] [--rest-checkpoints N] [--drain D]", help)
 	dsn := fs.String("dsn", "", dsnHelp)
 	stepRows := fs.Int("step-rows", 5000, "a step moves the keys of at most this many rows of each table on each server")
 	rest := fs.Float64("rest", 2, "rest after each step for at least this multiple of the step's time (0: none)")
 	restCkpts := fs.Int("rest-checkpoints", 3, "and until each counting instance committed this many checkpoints (0: none; ends after 1 s without any)")
+	drain := fs.Duration("drain", 2*time.Second, "after announcing a step, wait at most this long for the counting instances' checkpoints in flight to decide before freezing it (0: none)")
 	if _, code, done := fs.parse(args, 0, stdout, stderr); done {
 		return code
 	}
@@ -102,7 +103,10 @@ func moveCmd(name, help, dsnHelp string,
 		if *rest == 0 {
 			*rest = -1
 		}
-		r, err := run(ctx, cfg, *dsn, shards.AddOptions{StepRows: *stepRows, Rest: *rest, RestCheckpoints: restCheckpoints(*restCkpts)}, log)
+		if *drain == 0 {
+			*drain = -1
+		}
+		r, err := run(ctx, cfg, *dsn, shards.AddOptions{StepRows: *stepRows, Rest: *rest, RestCheckpoints: restCheckpoints(*restCkpts), Drain: *drain}, log)
 		if err != nil {
 			fmt.Fprintln(stderr, name+":", err)
 			var mismatch *shards.MismatchError

@@ -229,18 +229,24 @@ func offsetRanges(s *snapshot) string {
 }
 
 // frozenPoll is how often a checkpoint waiting for a step of a move
-// rereads the move's cursor.
-const frozenPoll = 10 * time.Millisecond
+// rereads the move's cursor; stepPoll how often an idle checkpointer does
+// while a move is under way (followSteps).
+const (
+	frozenPoll = 10 * time.Millisecond
+	stepPoll   = 100 * time.Millisecond
+)
 
 // followLayout places the next attempt's keys by the ledger's layout as
 // it is now (txsink.Sink.Refresh): a live move's cursor, read before
 // every attempt (one point read on the control server). While a step of
-// the move is under way the attempt waits for it, up to half the
-// checkpoint's timeout: a checkpoint that wrote one of the step's keys
-// would be refused at its decision, and nearly every one does. It fails
-// only when the layout cannot be followed (txsink.ErrNotPlaceable: the
-// instance stops); a failed read leaves the last layout read, which the
-// decision checks.
+// the move is announced or under way the attempt waits for it, up to half
+// the checkpoint's timeout, and says so once (Sink.AwaitStep: the mover
+// freezes the step once the checkpoints begun before its announcement
+// have decided): a checkpoint that wrote one of the step's keys would be
+// refused at its decision, and nearly every one does. It fails only when
+// the layout cannot be followed (txsink.ErrNotPlaceable: the instance
+// stops); a failed read leaves the last layout read, which the decision
+// checks.
 func (c *Checkpointer) followLayout(ctx context.Context) error {
 	wait := time.NewTimer(c.cfg.CheckpointTimeout / 2)
 	defer wait.Stop()
@@ -252,9 +258,10 @@ func (c *Checkpointer) followLayout(ctx context.Context) error {
 			c.log.Warn("cannot read the ledger's layout; placing keys by the last read", "err", err)
 			return nil
 		}
-		if !c.sink.Frozen() {
+		if !c.sink.Stepping() {
 			return nil
 		}
+		c.awaitStep(ctx)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -262,5 +269,39 @@ func (c *Checkpointer) followLayout(ctx context.Context) error {
 			return nil
 		case <-time.After(frozenPoll):
 		}
+	}
+}
+
+// awaitStep says that this checkpointer, with no checkpoint in flight,
+// waits for the step the sink last read announced (a failure only costs
+// the mover its wait).
+func (c *Checkpointer) awaitStep(ctx context.Context) {
+	if err := c.sink.AwaitStep(ctx); err != nil {
+		c.log.Warn("cannot record the wait for the move's step", "err", err)
+	}
+}
+
+// followSteps runs until ctx ends: while a live move is under way, an
+// idle checkpointer (no checkpoint running) reads the move's cursor every
+// stepPoll and says it waits for each step announced (followLayout's
+// AwaitStep), so that the mover need not wait for this instance's next
+// checkpoint to freeze a step. A checkpoint that begins meanwhile reads
+// the cursor first, so it waits for the step too.
+func (c *Checkpointer) followSteps(ctx context.Context) {
+	t := time.NewTicker(stepPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if !c.sink.Cursor().Moving || !c.mu.TryLock() {
+			continue
+		}
+		if err := c.sink.Refresh(ctx); err == nil {
+			c.awaitStep(ctx)
+		}
+		c.mu.Unlock()
 	}
 }

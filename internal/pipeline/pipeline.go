@@ -469,10 +469,14 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	}
 	hctx, stopHousekeeping := context.WithCancel(context.WithoutCancel(ctx))
 	var hk sync.WaitGroup
-	hk.Add(4)
+	hk.Add(5)
 	go func() {
 		defer hk.Done()
 		p.housekeeping(hctx)
+	}()
+	go func() {
+		defer hk.Done()
+		p.ckpt.followSteps(hctx)
 	}()
 	go func() {
 		defer hk.Done()

@@ -40,13 +40,21 @@ type AddOptions struct {
 	Rest float64
 	// RestCheckpoints is how many checkpoints each counting instance
 	// commits, at least, between two steps (3 when 0; negative: none):
-	// a step refuses the checkpoint each instance has in flight when it
-	// writes a key the step freezes, nearly always, so the steps must
-	// leave the instances checkpoints that commit. The rest ends when the
-	// commit log has grown by that many decisions per instance holding
-	// partitions, or when no decision came for idleRest (an idle ledger),
-	// and never before Rest's time.
+	// a step pauses every instance's checkpoints (nearly every one writes
+	// some of its keys), so the steps must leave the instances
+	// checkpoints that commit. The rest ends when the commit log has
+	// grown by that many decisions per instance that decided one within
+	// the last 10 s, or when no decision came for idleRest, and never
+	// before Rest's time; with no such instance (an idle ledger) there is
+	// no rest.
 	RestCheckpoints int
+	// Drain bounds the wait, after a step is announced, for the instances
+	// that decided a checkpoint lately to say they wait for it (2 s when
+	// 0; negative: no wait): each freezes the step only once the
+	// checkpoint it had in flight decided, instead of having it refused.
+	// An instance that does not say so in time (stopped, slow) may have
+	// its checkpoint refused, as without the wait.
+	Drain time.Duration
 	// Batch is how many rows of a table are read at once (1000 when 0).
 	Batch int
 	// Attempts bounds the starts of one table's step on transient errors
@@ -95,6 +103,9 @@ func (o AddOptions) withDefaults() AddOptions {
 	if o.RestCheckpoints == 0 {
 		o.RestCheckpoints = 3
 	}
+	if o.Drain == 0 {
+		o.Drain = 2 * time.Second
+	}
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
@@ -105,6 +116,7 @@ func (o AddOptions) withDefaults() AddOptions {
 // shards add and billing shards remove).
 const (
 	FailAfterBegin     = "shards-add-after-begin"     // the new layout and the move's cursor stored
+	FailAfterAnnounce  = "shards-add-after-announce"  // a step announced, its keys not yet frozen
 	FailAfterFreeze    = "shards-add-after-freeze"    // a step's keys frozen
 	FailAfterSettle    = "shards-add-after-settle"    // every checkpoint decided before the freeze applied
 	FailBeforeCopy     = "shards-add-before-copy"     // a batch of rows read, not yet written to the new server
@@ -121,6 +133,9 @@ type AddReport struct {
 	RowsMoved int64  // rows moved by this run (a resumed move counts its own)
 	Steps     int    // steps done by this run
 	Resumed   bool   // the move had begun before this run
+	// Drained is the longest wait after a step's announcement for the
+	// counting instances to wait for it (AddOptions.Drain).
+	Drained time.Duration
 	// Paused is the longest step (its keys frozen, checkpoints that
 	// write them waiting), Moving the time from the first step's start
 	// to the last one's end.
@@ -275,9 +290,12 @@ func runMove(ctx context.Context, d *mysqldriver.Driver, stored Layout, cur driv
 	if err := mysqldriver.FinishMove(ctx, control, stored.Version, time.Now()); err != nil {
 		return rep, err
 	}
+	if err := mysqldriver.ForgetStepWaits(ctx, control); err != nil {
+		log.Warn("cannot delete the instances' waits for the move's steps (the next move ignores them)", "err", err)
+	}
 	rep.Layout.Move.State = mysqldriver.MoveDone
 	log.Info("the ledger's new layout is complete", "layout", stored.Describe(),
-		"slots_moved", rep.Slots, "rows_moved_by_this_run", rep.RowsMoved, "steps", rep.Steps, "longest_step", rep.Paused)
+		"slots_moved", rep.Slots, "rows_moved_by_this_run", rep.RowsMoved, "steps", rep.Steps, "longest_step", rep.Paused, "longest_drain", rep.Drained)
 	return rep, step(FailAfterDone)
 }
 
@@ -289,9 +307,17 @@ const (
 )
 
 // rest waits after a step that took took (see AddOptions.Rest and
-// RestCheckpoints).
+// RestCheckpoints). On a ledger no instance decided a checkpoint of
+// within recentDecisions there is no one to rest for.
 func (m *mover) rest(ctx context.Context, took time.Duration) error {
 	began := time.Now()
+	counting, err := mysqldriver.RecentDeciders(ctx, m.control, recentDecisions)
+	if err != nil {
+		return err
+	}
+	if len(counting) == 0 {
+		return nil
+	}
 	least := time.Duration(max(m.opts.Rest, 0) * float64(took))
 	want := int64(-1)
 	if m.opts.RestCheckpoints > 0 {
@@ -299,11 +325,7 @@ func (m *mover) rest(ctx context.Context, took time.Duration) error {
 		if err != nil {
 			return err
 		}
-		owners, err := mysqldriver.PartitionOwners(ctx, m.control)
-		if err != nil {
-			return err
-		}
-		want = from + int64(m.opts.RestCheckpoints*max(owners, 1))
+		want = from + int64(m.opts.RestCheckpoints*len(counting))
 	}
 	last, lastAt := int64(-1), time.Now()
 	for {
@@ -381,22 +403,35 @@ type mover struct {
 	pairs        []pair
 }
 
-// moveStep does (or, frozen already, finishes) the step from cur and
-// returns the cursor after it.
+// moveStep does (or, announced or frozen already, finishes) the step from
+// cur and returns the cursor after it.
 func (m *mover) moveStep(ctx context.Context, cur driver.MoveCursor) (driver.MoveCursor, error) {
 	keys := mysqldriver.KeyRange{From: cur.MovedBelow, Below: cur.FrozenBelow}
 	var decided int64
 	var err error
 	if !cur.Frozen() {
-		if keys.Below, err = m.bound(ctx, cur.MovedBelow); err != nil {
+		if !cur.Announced() {
+			announced := cur
+			if announced.AnnouncedBelow, err = m.bound(ctx, cur.MovedBelow); err != nil {
+				return cur, err
+			}
+			if _, err = mysqldriver.ChangeMoveCursor(ctx, m.control, cur, announced); err != nil {
+				return cur, fmt.Errorf("shards add: announce: %w", err)
+			}
+			cur = announced
+			if err := m.step(FailAfterAnnounce); err != nil {
+				return cur, err
+			}
+		}
+		if err := m.drain(ctx, cur); err != nil {
 			return cur, err
 		}
 		frozen := cur
-		frozen.FrozenBelow = keys.Below
+		frozen.FrozenBelow, frozen.AnnouncedBelow = cur.AnnouncedBelow, ""
 		if decided, err = mysqldriver.ChangeMoveCursor(ctx, m.control, cur, frozen); err != nil {
 			return cur, fmt.Errorf("shards add: freeze: %w", err)
 		}
-		cur = frozen
+		cur, keys.Below = frozen, frozen.FrozenBelow
 	} else if decided, err = mysqldriver.CommitSequence(ctx, m.control); err != nil {
 		// Frozen by a run before: every decision before the freeze is
 		// numbered up to the counter now.
@@ -436,6 +471,55 @@ func (m *mover) moveStep(ctx context.Context, cur driver.MoveCursor) (driver.Mov
 	}
 	m.log.Info("moved a step of keys to the new server", "keys_from", printable(keys.From), "keys_below", printable(keys.Below), "rows", moved)
 	return after, nil
+}
+
+// recentDecisions is how far back (by the control server's clock) the
+// commit log says which instances count: those a step's drain waits for.
+const recentDecisions = 10 * time.Second
+
+// drain waits, once a step is announced (cur), until every instance that
+// decided a checkpoint within recentDecisions says it waits for the step
+// (driver.Control.AwaitStep: the checkpoint it had in flight at the
+// announcement has decided, and it begins none until the step is done),
+// at most Drain. A checkpoint in flight when the step freezes that wrote
+// one of its keys is refused and built again: the wait spares that work.
+// An instance that stopped, or does not say so in time, costs the wait
+// and perhaps a refusal; correctness never rests on it (the freeze and
+// the decisions' check do).
+func (m *mover) drain(ctx context.Context, cur driver.MoveCursor) error {
+	if m.opts.Drain < 0 {
+		return nil
+	}
+	began := time.Now()
+	want, err := mysqldriver.RecentDeciders(ctx, m.control, recentDecisions)
+	if err != nil {
+		return err
+	}
+	for len(want) > 0 && time.Since(began) < m.opts.Drain {
+		waiting, err := mysqldriver.StepWaiters(ctx, m.control, cur)
+		if err != nil {
+			return err
+		}
+		want = slices.DeleteFunc(want, func(inst string) bool {
+			_, found := slices.BinarySearch(waiting, inst)
+			return found
+		})
+		if len(want) == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	took := time.Since(began)
+	m.rep.Drained = max(m.rep.Drained, took)
+	if len(want) > 0 {
+		m.log.Info("freezing a step before every counting instance waits for it (their checkpoints in flight that write its keys are refused and built again)",
+			"instances", want, "waited", took)
+	}
+	return nil
 }
 
 // takenOver is the end of a run whose change of the cursor found another

@@ -26,8 +26,8 @@ type Report struct {
 	// instance configured so refuses to start); none: it is the layout.
 	Differences []string `json:"differences"`
 	Moving      string   `json:"moving"`
-	// Cursor is the live move's (driver.MoveCursor): MovedBelow and
-	// FrozenBelow as Go-quoted keys.
+	// Cursor is the live move's (driver.MoveCursor): MovedBelow,
+	// FrozenBelow and AnnouncedBelow as Go-quoted keys.
 	Cursor CursorReport `json:"move_cursor"`
 }
 
@@ -37,7 +37,9 @@ type CursorReport struct {
 	Moving      bool   `json:"moving"`
 	MovedBelow  string `json:"moved_below,omitempty"`
 	FrozenBelow string `json:"frozen_below,omitempty"`
-	Mover       string `json:"mover,omitempty"`
+	// AnnouncedBelow: a step announced, not yet frozen (its drain).
+	AnnouncedBelow string `json:"announced_below,omitempty"`
+	Mover          string `json:"mover,omitempty"`
 }
 
 // ServerReport is one configured server.
@@ -73,6 +75,9 @@ func Status(ctx context.Context, d *mysqldriver.Driver, hosts []string) (*Report
 		if cur.Frozen() {
 			r.Cursor.FrozenBelow = printable(cur.FrozenBelow)
 		}
+		if cur.Announced() {
+			r.Cursor.AnnouncedBelow = printable(cur.AnnouncedBelow)
+		}
 	}
 	if r.Layout == nil {
 		r.Layout = []string{}
@@ -106,6 +111,9 @@ func moving(l Layout, cur driver.MoveCursor) string {
 		}
 		if cur.Version == l.Version && cur.Frozen() {
 			at += ", a step up to " + printable(cur.FrozenBelow) + " under way"
+		}
+		if cur.Version == l.Version && cur.Announced() {
+			at += ", a step up to " + printable(cur.AnnouncedBelow) + " announced"
 		}
 		return fmt.Sprintf("the rows of the slots that change server to layout version %d, begun %s by %s: %d rows moved so far, %s; the instances count meanwhile (resume an interrupted move by running its command again)",
 			l.Version, l.Move.StartedAt.Format(time.RFC3339), l.Move.StartedBy, l.Move.RowsMoved, at)

@@ -167,10 +167,34 @@ func (s *Sink) loadLayout(ctx context.Context, cur driver.MoveCursor) (*layout, 
 	return &layout{cursor: cur, place: place, before: before, version: cur.Version}, nil
 }
 
-// Frozen says whether a step of a move is under way by the cursor the
-// sink last read: a checkpoint that writes one of its keys would be
-// refused, so the checkpointer waits for the step.
-func (s *Sink) Frozen() bool { return s.layout.Load().cursor.Frozen() }
+// Stepping says whether a step of a move is announced or under way by
+// the cursor the sink last read: a checkpoint that writes one of its keys
+// would be refused once it is frozen, so the checkpointer waits for the
+// step (and says so: AwaitStep).
+func (s *Sink) Stepping() bool {
+	c := s.layout.Load().cursor
+	return c.Frozen() || c.Announced()
+}
+
+// AwaitStep records on the control server, once per announcement, that
+// this instance waits for the announced step with no checkpoint in flight
+// (driver.Control.AwaitStep): the mover freezes the step once every
+// instance that decided lately has said so, and the checkpoints in flight
+// at the announcement have decided. The caller must have none in flight.
+func (s *Sink) AwaitStep(ctx context.Context) error {
+	cur := s.layout.Load().cursor
+	if !cur.Announced() {
+		return nil
+	}
+	if last := s.awaited.Load(); last != nil && *last == cur {
+		return nil
+	}
+	if err := s.control.AwaitStep(ctx, s.instance, cur); err != nil {
+		return err
+	}
+	s.awaited.Store(&cur)
+	return nil
+}
 
 // Cursor is the move's cursor as the sink last read it.
 func (s *Sink) Cursor() driver.MoveCursor { return s.layout.Load().cursor }

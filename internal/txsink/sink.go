@@ -99,7 +99,8 @@ type Sink struct {
 	ledger   Identity
 	control  driver.Control
 	servers  []driver.Server
-	layout   atomic.Pointer[layout] // where keys are placed (layout.go)
+	layout   atomic.Pointer[layout]            // where keys are placed (layout.go)
+	awaited  atomic.Pointer[driver.MoveCursor] // the announced step AwaitStep last recorded
 
 	mu       sync.Mutex     // guards idle and reported
 	idle     []driver.Conn  // per participant: its connection between checkpoints

@@ -243,6 +243,10 @@ type Control interface {
 	Commit(ctx context.Context, d Decision, s Scope, cuts []Cut, fence func([]Stored) error, f *FrontierChange, keys *Generation, layout func(MoveCursor) error, applied bool) (int64, error)
 	// MoveCursor reads the live move's cursor as committed (no lock).
 	MoveCursor(ctx context.Context) (MoveCursor, error)
+	// AwaitStep records that instance waits for the step cur announces,
+	// with no checkpoint in flight (the mover freezes once each instance
+	// deciding lately has said so).
+	AwaitStep(ctx context.Context, instance string, cur MoveCursor) error
 	// MarkApplied records that every branch of the checkpoints of gtrids
 	// has committed (those already applied, or not in the log, are left).
 	MarkApplied(ctx context.Context, gtrids []string) (int64, error)

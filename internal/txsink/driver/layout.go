@@ -15,6 +15,13 @@ import (
 // before. One row on the control server holds the cursor (MoveCursor),
 // changed only by the mover's steps and read, under a shared lock, by
 // every commit decision (Control.Commit, layout).
+//
+// A step is announced before it freezes its keys: an instance that reads
+// an announced (or frozen) step before a checkpoint waits for it, and
+// says so (Control.AwaitStep), so that the mover can freeze once the
+// checkpoints begun before the announcement have decided. A checkpoint in
+// flight when the freeze comes that wrote one of its keys is refused at
+// its decision and built again; the announcement spares that work.
 
 // KeysEnd is above every key: a step that moves the rest of the keys
 // freezes up to it. Keys are at most 128 bytes (dedup_keys.event_id).
@@ -35,12 +42,18 @@ type MoveCursor struct {
 	// from MovedBelow up to it are being moved, and no decision of a
 	// checkpoint that wrote one commits. Empty: no step is under way.
 	FrozenBelow string
+	// AnnouncedBelow: the step the mover will freeze next, from
+	// MovedBelow up to it (empty: none). Decisions do not check it.
+	AnnouncedBelow string
 	// Mover names the run of billing shards add that holds the move.
 	Mover string
 }
 
 // Frozen says whether a step is under way.
 func (c MoveCursor) Frozen() bool { return c.FrozenBelow != "" }
+
+// Announced says whether a step is announced and not yet frozen.
+func (c MoveCursor) Announced() bool { return c.AnnouncedBelow != "" && !c.Frozen() }
 
 // Settled is the bound below which the keys' places are known for good
 // from the cursor's point of view: a key of a moving slot at or above

@@ -82,6 +82,10 @@ type Fixture struct {
 	// step of the mover does, and returns the commit log's last number as
 	// of the change; nil when the implementation cannot.
 	MoveCursor func(ctx context.Context, was, next driver.MoveCursor) (int64, error)
+	// StepWaiters lists, sorted, the instances that said they wait for the
+	// step cur announces (Control.AwaitStep), as the mover reads them;
+	// nil when the implementation cannot.
+	StepWaiters func(ctx context.Context, cur driver.MoveCursor) ([]string, error)
 }
 
 // Harness makes fixtures.

@@ -3,6 +3,7 @@ package drivertest
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -20,6 +21,7 @@ func init() {
 		{"MoveCursorRoundTrips", testMoveCursorRoundTrip},
 		{"CommitRefusedByTheMoveCursor", testCommitLayout},
 		{"MoveCursorWaitsForDecisionsThatReadIt", testMoveCursorWaits},
+		{"AwaitStepRecordsTheLatestWait", testAwaitStep},
 	}
 	storeTests = append(storeTests, layoutTests...)
 }
@@ -37,6 +39,8 @@ func testMoveCursorRoundTrip(t *testing.T, ctx context.Context, f Fixture) {
 	}
 	for _, next := range []driver.MoveCursor{
 		{Version: 2, Moving: true, Mover: "run 1"},
+		{Version: 2, Moving: true, AnnouncedBelow: "acct-\x00\x01é", Mover: "run 1"},
+		{Version: 2, Moving: true, MovedBelow: "acct-\x00\x01é", AnnouncedBelow: driver.KeysEnd, Mover: "run 2"},
 		{Version: 2, Moving: true, MovedBelow: "acct-\x00\x01é", FrozenBelow: driver.KeysEnd, Mover: "run 2"},
 		{Version: 2, MovedBelow: driver.KeysEnd, Mover: "run 2"},
 	} {
@@ -140,5 +144,35 @@ func testMoveCursorWaits(t *testing.T, ctx context.Context, f Fixture) {
 	must(t, c.err)
 	if c.seq < d.seq {
 		t.Fatalf("the change returned commit number %d, below the decision's %d that read the cursor before it", c.seq, d.seq)
+	}
+}
+
+// Property: an instance's wait for an announced step reads back for that
+// step only, one per instance, the latest of each.
+func testAwaitStep(t *testing.T, ctx context.Context, f Fixture) {
+	if f.StepWaiters == nil {
+		t.Skip("the fixture cannot read the waits")
+	}
+	one := driver.MoveCursor{Version: 2, Moving: true, MovedBelow: "a\x00", AnnouncedBelow: "k\xff", Mover: "run"}
+	two := one
+	two.MovedBelow, two.AnnouncedBelow = one.AnnouncedBelow, driver.KeysEnd
+	inst := func(s string) string { return s + "-" + xid().Gtrid[:12] }
+	a, b := inst("a"), inst("b")
+	for _, w := range []struct {
+		inst string
+		cur  driver.MoveCursor
+	}{{a, one}, {b, one}, {b, one}, {a, two}} {
+		must(t, f.Control.AwaitStep(ctx, w.inst, w.cur))
+	}
+	for _, c := range []struct {
+		cur  driver.MoveCursor
+		want []string
+	}{{one, []string{b}}, {two, []string{a}}, {driver.MoveCursor{Version: 3, Moving: true, AnnouncedBelow: "k\xff"}, nil}} {
+		got, err := f.StepWaiters(ctx, c.cur)
+		must(t, err)
+		got = slices.DeleteFunc(got, func(s string) bool { return s != a && s != b })
+		if !slices.Equal(got, c.want) {
+			t.Fatalf("waiting for %+v: %q, want %q", c.cur, got, c.want)
+		}
 	}
 }

@@ -311,6 +311,36 @@ func (s *Server) MoveCursor(ctx context.Context) (driver.MoveCursor, error) {
 	return s.c.cursor, nil
 }
 
+// AwaitStep records that instance waits for the step cur announces
+// (driver.Control.AwaitStep); StepWaiters reads it.
+func (s *Server) AwaitStep(ctx context.Context, instance string, cur driver.MoveCursor) error {
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	if code, faulty := s.c.faultLocked("cursor"); faulty {
+		return coded(code, "injected cursor failure")
+	}
+	if s.c.waits == nil {
+		s.c.waits = map[string]driver.MoveCursor{}
+	}
+	s.c.waits[instance] = cur
+	return nil
+}
+
+// StepWaiters lists the instances that said they wait for the step cur
+// announces (AwaitStep), sorted.
+func (s *Server) StepWaiters(cur driver.MoveCursor) []string {
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	var out []string
+	for inst, c := range s.c.waits {
+		if c.Version == cur.Version && c.MovedBelow == cur.MovedBelow && c.AnnouncedBelow == cur.AnnouncedBelow {
+			out = append(out, inst)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // ChangeMoveCursor changes the live move's cursor from was to next, as the
 // mover's steps do on a control server (mysqldriver.ChangeMoveCursor), and
 // returns the commit log's last number; tests move a layout with it. Like

@@ -97,12 +97,13 @@ type Cluster struct {
 	lastSeq    int64          // the commit log's counter
 	commits    []commitRecord // the commit log, in sequence order
 	identity   *identity
-	gens       driver.KeyGenerations    // the dedup keys' generations (generations.go); Now unused
-	cursor     driver.MoveCursor        // the live move's cursor (driver.MoveCursor)
-	genHolders int                      // HoldKeyGenerations running: rotations and records refused
-	faults     map[string][]driver.Code // by operation, one per call
-	view       viewState                // read only by the read-only view (view.go)
-	changelog  changelogState           // changelog_state and the counter's flag (outbox.go)
+	gens       driver.KeyGenerations        // the dedup keys' generations (generations.go); Now unused
+	cursor     driver.MoveCursor            // the live move's cursor (driver.MoveCursor)
+	waits      map[string]driver.MoveCursor // AwaitStep: the step each instance waits for
+	genHolders int                          // HoldKeyGenerations running: rotations and records refused
+	faults     map[string][]driver.Code     // by operation, one per call
+	view       viewState                    // read only by the read-only view (view.go)
+	changelog  changelogState               // changelog_state and the counter's flag (outbox.go)
 
 	ledger // the ledger's tables (ledger.go)
 }

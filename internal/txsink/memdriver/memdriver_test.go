@@ -38,6 +38,7 @@ func (h harness) New(ctx context.Context, t *testing.T) drivertest.Fixture {
 	}
 	f.LowerPacket = func(_ *testing.T, n int) drivertest.Fixture { c.SetMaxAllowedPacket(n); return f }
 	f.MoveCursor = s.ChangeMoveCursor
+	f.StepWaiters = func(_ context.Context, cur driver.MoveCursor) ([]string, error) { return s.StepWaiters(cur), nil }
 	f.Packet = func(t *testing.T, n int) drivertest.Fixture {
 		c.SetMaxAllowedPacket(n)
 		if err := s.RefreshLimits(ctx); err != nil {

@@ -409,9 +409,10 @@ func readMoveCursor(ctx context.Context, q sqlx.QueryerContext, lock string) (dr
 		Moving  bool   `db:"moving"`
 		Moved   []byte `db:"moved_below"`
 		Frozen  []byte `db:"frozen_below"`
+		Next    []byte `db:"announced_below"`
 		Mover   string `db:"mover"`
 	}
-	err := sqlx.GetContext(ctx, q, &r, `SELECT version, moving, moved_below, frozen_below, mover FROM ledger_move_cursor WHERE singleton = 1`+lock)
+	err := sqlx.GetContext(ctx, q, &r, `SELECT version, moving, moved_below, frozen_below, announced_below, mover FROM ledger_move_cursor WHERE singleton = 1`+lock)
 	if NoSuchTable(err) {
 		// A schema before migration 00013: no move since.
 		return driver.MoveCursor{}, nil
@@ -419,7 +420,55 @@ func readMoveCursor(ctx context.Context, q sqlx.QueryerContext, lock string) (dr
 	if err != nil {
 		return driver.MoveCursor{}, fmt.Errorf("read ledger_move_cursor: %w", err)
 	}
-	return driver.MoveCursor{Version: r.Version, Moving: r.Moving, MovedBelow: string(r.Moved), FrozenBelow: string(r.Frozen), Mover: r.Mover}, nil
+	return driver.MoveCursor{Version: r.Version, Moving: r.Moving, MovedBelow: string(r.Moved), FrozenBelow: string(r.Frozen), AnnouncedBelow: string(r.Next), Mover: r.Mover}, nil
+}
+
+// AwaitStep records that instance waits for the step cur announces, with
+// no checkpoint in flight (driver.Control.AwaitStep): one row per
+// instance, the latest.
+func (c *Control) AwaitStep(ctx context.Context, instance string, cur driver.MoveCursor) error {
+	_, err := c.sv.db.ExecContext(ctx, `INSERT INTO ledger_move_waits (instance, version, moved_below, announced_below, waiting_since) VALUES (?, ?, ?, ?, UTC_TIMESTAMP(6))
+		ON DUPLICATE KEY UPDATE version = VALUES(version), moved_below = VALUES(moved_below), announced_below = VALUES(announced_below), waiting_since = VALUES(waiting_since)`,
+		instance, cur.Version, []byte(cur.MovedBelow), []byte(cur.AnnouncedBelow))
+	if err != nil {
+		return fmt.Errorf("record the wait for the move's step: %w", err)
+	}
+	return nil
+}
+
+// StepWaiters lists the instances that wait for the step cur announces
+// (AwaitStep).
+func StepWaiters(ctx context.Context, db *sqlx.DB, cur driver.MoveCursor) ([]string, error) {
+	var out []string
+	err := db.SelectContext(ctx, &out, `SELECT instance FROM ledger_move_waits WHERE version = ? AND moved_below = ? AND announced_below = ? ORDER BY instance`,
+		cur.Version, []byte(cur.MovedBelow), []byte(cur.AnnouncedBelow))
+	if err != nil {
+		return nil, fmt.Errorf("read ledger_move_waits: %w", err)
+	}
+	return out, nil
+}
+
+// ForgetStepWaits deletes every instance's record of the step it waited
+// for (at the end of a move).
+func ForgetStepWaits(ctx context.Context, db *sqlx.DB) error {
+	if _, err := db.ExecContext(ctx, `DELETE FROM ledger_move_waits`); err != nil {
+		return fmt.Errorf("delete ledger_move_waits: %w", err)
+	}
+	return nil
+}
+
+// RecentDeciders lists the instances that decided a checkpoint committed
+// within the last within (control server clock), looking at the last
+// 10,000 decisions of the commit log at most.
+func RecentDeciders(ctx context.Context, db *sqlx.DB, within time.Duration) ([]string, error) {
+	var out []string
+	err := db.SelectContext(ctx, &out, `SELECT DISTINCT d.decided_by FROM checkpoint_commits c JOIN checkpoint_decisions d ON d.gtrid = c.checkpoint_id
+		WHERE c.commit_seq > (SELECT last_seq - 10000 FROM commit_sequence WHERE singleton = 1)
+		AND c.committed_at > UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND ORDER BY d.decided_by`, within.Microseconds())
+	if err != nil {
+		return nil, fmt.Errorf("read the commit log's deciders: %w", err)
+	}
+	return out, nil
 }
 
 // ChangeMoveCursor changes the cursor from was to next, in one transaction
@@ -459,8 +508,8 @@ func ChangeMoveCursorTx(ctx context.Context, tx *sqlx.Tx, was, next driver.MoveC
 	if cur != was {
 		return fmt.Errorf("%w: it is %+v", driver.ErrMoveCursorMoved, cur)
 	}
-	if _, err := tx.ExecContext(ctx, `UPDATE ledger_move_cursor SET version = ?, moving = ?, moved_below = ?, frozen_below = ?, mover = ?, updated_at = UTC_TIMESTAMP(6) WHERE singleton = 1`,
-		next.Version, next.Moving, []byte(next.MovedBelow), []byte(next.FrozenBelow), next.Mover); err != nil {
+	if _, err := tx.ExecContext(ctx, `UPDATE ledger_move_cursor SET version = ?, moving = ?, moved_below = ?, frozen_below = ?, announced_below = ?, mover = ?, updated_at = UTC_TIMESTAMP(6) WHERE singleton = 1`,
+		next.Version, next.Moving, []byte(next.MovedBelow), []byte(next.FrozenBelow), []byte(next.AnnouncedBelow), next.Mover); err != nil {
 		return fmt.Errorf("update ledger_move_cursor: %w", err)
 	}
 	return nil
@@ -486,16 +535,6 @@ func CommitSequence(ctx context.Context, db *sqlx.DB) (int64, error) {
 	var n int64
 	if err := db.GetContext(ctx, &n, `SELECT last_seq FROM commit_sequence WHERE singleton = 1`); err != nil {
 		return 0, fmt.Errorf("read commit_sequence: %w", err)
-	}
-	return n, nil
-}
-
-// PartitionOwners counts the instances that hold partitions of the ledger
-// (any group and topic) by its partition rows.
-func PartitionOwners(ctx context.Context, db *sqlx.DB) (int, error) {
-	var n int
-	if err := db.GetContext(ctx, &n, `SELECT COUNT(DISTINCT owner) FROM partition_offsets WHERE owner <> ''`); err != nil {
-		return 0, fmt.Errorf("read partition_offsets: %w", err)
 	}
 	return n, nil
 }

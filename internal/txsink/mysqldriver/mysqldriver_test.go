@@ -58,6 +58,9 @@ func (fixtures) on(ctx context.Context, t *testing.T, dsn string) drivertest.Fix
 		MoveCursor: func(ctx context.Context, was, next driver.MoveCursor) (int64, error) {
 			return mysqldriver.ChangeMoveCursor(ctx, db, was, next)
 		},
+		StepWaiters: func(ctx context.Context, cur driver.MoveCursor) ([]string, error) {
+			return mysqldriver.StepWaiters(ctx, db, cur)
+		},
 	}
 	// MariaDB's max_allowed_packet is global, read by a session when it
 	// connects: the suite's property runs on a server of the test's own

@@ -125,6 +125,9 @@ var access = []TableAccess{
 	// checkpoint and by every decision, under a shared lock (changed by
 	// billing shards add and remove, not by instances).
 	{"ledger_move_cursor", Select, FeatureAlways},
+	// Migration 00014: an instance waiting for an announced step says so
+	// (an upsert of its row, read and deleted by billing shards add).
+	{"ledger_move_waits", Insert, FeatureAlways}, {"ledger_move_waits", Update, FeatureAlways},
 	// goose's version table: read at start to see whether migrations are
 	// pending (created by goose, not by a migration).
 	{SchemaVersionTable, Select, FeatureAlways},
