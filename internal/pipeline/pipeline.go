@@ -516,6 +516,13 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	p.wg.Wait()
 	stopHousekeeping()
 	hk.Wait()
+	// No checkpoint of this instance from here: a live move's steps need
+	// not wait for it.
+	lctx, cancelLeave := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	if err := p.sink.LeaveMove(lctx); err != nil {
+		p.log.Warn("cannot record for the live move that this instance stopped (its next steps wait for it a while)", "err", err)
+	}
+	cancelLeave()
 	if f := p.failure.Load(); f != nil {
 		return *f
 	}

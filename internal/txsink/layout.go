@@ -176,6 +176,16 @@ func (s *Sink) Stepping() bool {
 	return c.Frozen() || c.Announced()
 }
 
+// LeaveMove records on the control server, while a move is under way,
+// that this instance stopped (it waits for every step: AwaitStep), so
+// that the mover does not wait for it after its last checkpoint.
+func (s *Sink) LeaveMove(ctx context.Context) error {
+	if !s.layout.Load().cursor.Moving {
+		return nil
+	}
+	return s.control.AwaitStep(ctx, s.instance, driver.MoveCursor{})
+}
+
 // AwaitStep records on the control server, once per announcement, that
 // this instance waits for the announced step with no checkpoint in flight
 // (driver.Control.AwaitStep): the mover freezes the step once every

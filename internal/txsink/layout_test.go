@@ -234,4 +234,24 @@ func TestSinkWaitsForAnAnnouncedStep(t *testing.T) {
 	if !s.Stepping() {
 		t.Fatal("not stepping while a step is frozen")
 	}
+
+	// An instance that stops during the move waits for every step; one
+	// that stops while no move is under way records nothing.
+	next := driver.MoveCursor{Version: 2, Moving: true, MovedBelow: frozen.FrozenBelow, AnnouncedBelow: driver.KeysEnd, Mover: "test"}
+	if got := f.control.StepWaiters(next); len(got) != 0 {
+		t.Fatalf("instances waiting for a step not announced yet: %q", got)
+	}
+	if err := s.LeaveMove(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.control.StepWaiters(next); !slices.Equal(got, []string{s.Instance()}) {
+		t.Fatalf("instances waiting for the next step after this one stopped: %q, want this one", got)
+	}
+	idle := newMoveFixture(t)
+	if err := idle.s.LeaveMove(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := idle.control.StepWaiters(next); len(got) != 0 {
+		t.Fatalf("an instance stopped with no move under way recorded a wait: %q", got)
+	}
 }

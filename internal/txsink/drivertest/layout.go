@@ -148,7 +148,8 @@ func testMoveCursorWaits(t *testing.T, ctx context.Context, f Fixture) {
 }
 
 // Property: an instance's wait for an announced step reads back for that
-// step only, one per instance, the latest of each.
+// step only, one per instance, the latest of each; an instance that
+// stopped (a wait for no step) waits for every step.
 func testAwaitStep(t *testing.T, ctx context.Context, f Fixture) {
 	if f.StepWaiters == nil {
 		t.Skip("the fixture cannot read the waits")
@@ -157,20 +158,21 @@ func testAwaitStep(t *testing.T, ctx context.Context, f Fixture) {
 	two := one
 	two.MovedBelow, two.AnnouncedBelow = one.AnnouncedBelow, driver.KeysEnd
 	inst := func(s string) string { return s + "-" + xid().Gtrid[:12] }
-	a, b := inst("a"), inst("b")
+	a, b, gone := inst("a"), inst("b"), inst("c")
 	for _, w := range []struct {
 		inst string
 		cur  driver.MoveCursor
-	}{{a, one}, {b, one}, {b, one}, {a, two}} {
+	}{{a, one}, {b, one}, {b, one}, {a, two}, {gone, two}, {gone, driver.MoveCursor{}}} {
 		must(t, f.Control.AwaitStep(ctx, w.inst, w.cur))
 	}
 	for _, c := range []struct {
 		cur  driver.MoveCursor
 		want []string
-	}{{one, []string{b}}, {two, []string{a}}, {driver.MoveCursor{Version: 3, Moving: true, AnnouncedBelow: "k\xff"}, nil}} {
+	}{{one, []string{b, gone}}, {two, []string{a, gone}}, {driver.MoveCursor{Version: 3, Moving: true, AnnouncedBelow: "k\xff"}, []string{gone}}} {
 		got, err := f.StepWaiters(ctx, c.cur)
 		must(t, err)
-		got = slices.DeleteFunc(got, func(s string) bool { return s != a && s != b })
+		got = slices.DeleteFunc(got, func(s string) bool { return s != a && s != b && s != gone })
+		slices.Sort(c.want)
 		if !slices.Equal(got, c.want) {
 			t.Fatalf("waiting for %+v: %q, want %q", c.cur, got, c.want)
 		}

@@ -327,13 +327,13 @@ func (s *Server) AwaitStep(ctx context.Context, instance string, cur driver.Move
 }
 
 // StepWaiters lists the instances that said they wait for the step cur
-// announces (AwaitStep), sorted.
+// announces (AwaitStep), those that stopped among them, sorted.
 func (s *Server) StepWaiters(cur driver.MoveCursor) []string {
 	s.c.mu.Lock()
 	defer s.c.mu.Unlock()
 	var out []string
 	for inst, c := range s.c.waits {
-		if c.Version == cur.Version && c.MovedBelow == cur.MovedBelow && c.AnnouncedBelow == cur.AnnouncedBelow {
+		if c.AnnouncedBelow == "" || c.Version == cur.Version && c.MovedBelow == cur.MovedBelow && c.AnnouncedBelow == cur.AnnouncedBelow {
 			out = append(out, inst)
 		}
 	}

@@ -437,10 +437,10 @@ func (c *Control) AwaitStep(ctx context.Context, instance string, cur driver.Mov
 }
 
 // StepWaiters lists the instances that wait for the step cur announces
-// (AwaitStep).
+// (AwaitStep), those that stopped among them.
 func StepWaiters(ctx context.Context, db *sqlx.DB, cur driver.MoveCursor) ([]string, error) {
 	var out []string
-	err := db.SelectContext(ctx, &out, `SELECT instance FROM ledger_move_waits WHERE version = ? AND moved_below = ? AND announced_below = ? ORDER BY instance`,
+	err := db.SelectContext(ctx, &out, `SELECT instance FROM ledger_move_waits WHERE (version = ? AND moved_below = ? AND announced_below = ?) OR announced_below = '' ORDER BY instance`,
 		cur.Version, []byte(cur.MovedBelow), []byte(cur.AnnouncedBelow))
 	if err != nil {
 		return nil, fmt.Errorf("read ledger_move_waits: %w", err)
