@@ -178,10 +178,13 @@ func (s *Sink) Stepping() bool {
 
 // LeaveMove records on the control server, while a move is under way,
 // that this instance stopped (it waits for every step: AwaitStep), so
-// that the mover does not wait for it after its last checkpoint.
+// that the mover does not wait for it after its last checkpoint. The
+// cursor is read again: the move may have begun after the instance's
+// last checkpoint, which the mover counts it by.
 func (s *Sink) LeaveMove(ctx context.Context) error {
-	if !s.layout.Load().cursor.Moving {
-		return nil
+	cur, err := s.control.MoveCursor(ctx)
+	if err != nil || !cur.Moving {
+		return err
 	}
 	return s.control.AwaitStep(ctx, s.instance, driver.MoveCursor{})
 }

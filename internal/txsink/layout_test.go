@@ -254,4 +254,14 @@ func TestSinkWaitsForAnAnnouncedStep(t *testing.T) {
 	if got := idle.control.StepWaiters(next); len(got) != 0 {
 		t.Fatalf("an instance stopped with no move under way recorded a wait: %q", got)
 	}
+	// The move began after the instance's last read of the cursor.
+	if _, err := idle.control.ChangeMoveCursor(ctx, driver.MoveCursor{}, start); err != nil {
+		t.Fatal(err)
+	}
+	if err := idle.s.LeaveMove(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := idle.control.StepWaiters(next); !slices.Equal(got, []string{idle.s.Instance()}) {
+		t.Fatalf("an instance stopped after a move began unseen: waiting %q, want it", got)
+	}
 }
