@@ -100,7 +100,8 @@ type childResult struct {
 	RoundTrip float64            `json:"round_trips_per_unit"`
 	RTKinds   map[string]float64 `json:"round_trips_per_unit_by_kind"`
 	Cuts      []map[int32]int64  `json:"cuts,omitempty"` // service: its catch-up checkpoints' cuts, for sink-only to replay
-	// Series: the catch-up's checkpoints in commit order (with MarkAt).
+	// Series: the catch-up's checkpoints in commit order (the service's,
+	// and any with MarkAt).
 	Series []seriesPoint `json:"series,omitempty"`
 	// Steady-state: keys the catch-up inserted, and stored keys deleted by
 	// the end of the catch-up.
@@ -806,7 +807,7 @@ func streaming(spec childSpec, cfg config.Config, cmds <-chan string, roundTrips
 			}
 		}
 	}
-	if spec.MarkAt > 0 {
+	if spec.MarkAt > 0 || spec.Mode == modeService {
 		for _, u := range col.catchUp {
 			res.Series = append(res.Series, seriesPoint{EndNs: u.end.UnixNano(), Records: u.records})
 		}

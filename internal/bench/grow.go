@@ -143,6 +143,21 @@ func moveRates(points []seriesPoint, start, end time.Time) rates {
 	return r
 }
 
+// recordRates is moveRates split at a count of records instead of a
+// time: before, the checkpoints until at records were committed; after,
+// the rest of the catch-up. Over the default variant's catch-up with the
+// add-server variant's AtRecords, it is what the same records give
+// without a move: the catch-up slows as its tables grow, move or not.
+func recordRates(points []seriesPoint, at int64) rates {
+	var n int64
+	for i, p := range points {
+		if n += int64(p.Records); n >= at {
+			return moveRates(points, time.Unix(0, points[i].EndNs), time.Time{})
+		}
+	}
+	return rates{}
+}
+
 // rates are a catch-up's events/s before a move and during it, with the
 // checkpoints each one counts, and the seconds of the catch-up the move
 // overlapped (the span of During).
@@ -280,11 +295,42 @@ func growLines(ms []measurement) string {
 		fmt.Fprintf(&b, "%s %s #%d: move started at %d records; catch-up %s events/s before it (%d checkpoints), %s during it (%d checkpoints over %.1fs) = %.2f × (target ≥ 0.70: %s); %s; the move (%s): %d rows moved in %d steps, %.1fs moving (%s rows/s), longest step %s, %d slots, %.1fs in all; ledger over both databases: %s\n",
 			m.Variant, m.Mode, m.Rep, g.AtRecords, fmtRate(g.Before), g.BeforeN, fmtRate(g.During), g.DuringN, g.OverlapS, g.Ratio, verdict(g.Ratio >= 0.7), e2e,
 			settings, g.RowsMoved, g.Steps, g.MovingS, fmtRate(g.RowsPerS), fmtMs(g.LongestMs), g.Slots, g.MoveS, g.Ledger)
+		if c, ok := withoutMove(ms, m); ok {
+			fmt.Fprintf(&b, "   without a move (the default variant's %s #%d, split at the same records): %s events/s before, %s after = %.2f ×; the move's own cost: %.2f × of the rate without it\n",
+				c.Mode, c.Rep, fmtRate(c.rates.Before), fmtRate(c.rates.During), c.rates.Ratio, g.Ratio/c.rates.Ratio)
+		}
 		if g.Err != "" {
 			fmt.Fprintf(&b, "   FAILED: %s\n", g.Err)
 		}
 	}
 	return b.String()
+}
+
+// control is a catch-up without a move split as one with a move was.
+type control struct {
+	Mode  string
+	Rep   int
+	rates rates
+}
+
+// withoutMove is the default variant's catch-up of m's mode (its
+// repetition, else the first) split at the records m's move started at.
+func withoutMove(ms []measurement, m measurement) (control, bool) {
+	var found *measurement
+	for i := range ms {
+		d := &ms[i]
+		if d.Variant != "default" || d.Mode != m.Mode || len(d.Result.Series) == 0 {
+			continue
+		}
+		if found == nil || d.Rep == m.Rep {
+			found = d
+		}
+	}
+	if found == nil {
+		return control{}, false
+	}
+	r := recordRates(found.Result.Series, m.Grow.AtRecords)
+	return control{Mode: found.Mode, Rep: found.Rep, rates: r}, r.Ratio > 0
 }
 
 // growFailures is an error naming each add-server measurement whose move

@@ -63,6 +63,31 @@ func TestMoveRates(t *testing.T) {
 	}
 }
 
+// TestRecordRates: a catch-up without a move split at a count of records:
+// before, up to the checkpoint that reached it; after, the rest. The
+// add-server report sets the default variant's beside its own.
+func TestRecordRates(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(s float64, n int) seriesPoint {
+		return seriesPoint{EndNs: t0.Add(time.Duration(s * float64(time.Second))).UnixNano(), Records: n}
+	}
+	points := []seriesPoint{at(1, 5000), at(2, 1000), at(3, 1000), at(4, 1000), at(5, 1000), at(7, 1000), at(9, 1000), at(11, 1000)}
+	// 9000 records were committed at 5 s.
+	r := recordRates(points, 9000)
+	if r.Before != 1000 || r.BeforeN != 4 || r.During != 500 || r.DuringN != 3 || r.Ratio != 0.5 {
+		t.Errorf("split at 9000 records: %+v", r)
+	}
+	if r := recordRates(points, 1e9); r != (rates{}) {
+		t.Errorf("split past the catch-up: %+v", r)
+	}
+	def := measurement{Variant: "default", Mode: modeService, Rep: 1, Result: childResult{Series: points}}
+	m := measurement{Variant: "add-server", Mode: modeService, Rep: 1,
+		Grow: &growResult{AtRecords: 9000, rates: rates{Before: 1000, During: 400, Ratio: 0.4}, Ledger: "exact", Exact: true}}
+	if out := growLines([]measurement{def, m}); !strings.Contains(out, "= 0.50 ×; the move's own cost: 0.80 ×") {
+		t.Errorf("the report beside the default variant's catch-up:\n%s", out)
+	}
+}
+
 // TestDropAccounts: the live phase's accounts leave every table of the
 // check, the backlog's stay.
 func TestDropAccounts(t *testing.T) {
