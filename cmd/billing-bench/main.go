@@ -57,6 +57,7 @@ func main() {
 	flag.StringVar(&o.Billing, "billing", "", "billing binary, whose billing shards add the add-server variant runs (default: next to this one, else go build)")
 	flag.IntVar(&o.GrowStepRows, "grow-step-rows", 0, "add-server variant: billing shards add --step-rows (0: the command's default)")
 	flag.Float64Var(&o.GrowRest, "grow-rest", 0, "add-server variant: billing shards add --rest (0: the command's default; negative: --rest 0, no rest)")
+	flag.IntVar(&o.GrowRestCkpts, "grow-rest-checkpoints", 0, "add-server variant: billing shards add --rest-checkpoints (0: the command's default; negative: --rest-checkpoints 0, none)")
 	flag.StringVar(&o.Out, "out", "", "directory for results, logs and profiles (default bench-results/<time>)")
 	flag.BoolVar(&o.Profile, "profile", false, "write CPU and heap profiles of the naive and service catch-up")
 	flag.BoolVar(&o.Keep, "keep", false, "keep topics and databases")

@@ -90,7 +90,7 @@ func moveCmd(name, help, dsnHelp string,
 	dsn := fs.String("dsn", "", dsnHelp)
 	stepRows := fs.Int("step-rows", 5000, "a step moves the keys of at most this many rows of each table on each server")
 	rest := fs.Float64("rest", 2, "rest after each step for at least this multiple of the step's time (0: none)")
-	restCkpts := fs.Int("rest-checkpoints", 3, "and until each counting instance committed this many checkpoints (0: none; ends after 1 s without any)")
+	restCkpts := fs.Int("rest-checkpoints", 5, "and until each counting instance committed this many checkpoints (0: none; ends after 2 s without any)")
 	drain := fs.Duration("drain", 2*time.Second, "after announcing a step, wait at most this long for the counting instances' checkpoints in flight to decide before freezing it (0: none)")
 	if _, code, done := fs.parse(args, 0, stdout, stderr); done {
 		return code

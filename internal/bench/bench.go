@@ -59,6 +59,7 @@ type Config struct {
 	Billing           string            // -billing: the billing binary (the add-server variant's billing shards add)
 	GrowStepRows      int               // -grow-step-rows: the add-server variant's --step-rows (0: the command's default)
 	GrowRest          float64           // -grow-rest: and its --rest (0: the command's default)
+	GrowRestCkpts     int               // -grow-rest-checkpoints: and its --rest-checkpoints (0: the command's default)
 	Registry          string            // -schema-registry: SCHEMA_REGISTRY_URL of the format variants
 	Out               string            // -out
 	Profile           bool              // -profile
@@ -717,7 +718,7 @@ func measure(ctx context.Context, o *options, v variant, mode, runID, topic, exp
 	}
 	var g *growRun
 	if v.grow && svc {
-		g = &growRun{res: &growResult{StepRows: o.GrowStepRows, Rest: o.GrowRest, BoundMs: ms(o.svc.CheckpointInterval + time.Second)}}
+		g = &growRun{res: &growResult{StepRows: o.GrowStepRows, Rest: o.GrowRest, RestCkpts: o.GrowRestCkpts, BoundMs: ms(o.svc.CheckpointInterval + time.Second)}}
 		m.Grow = g.res
 		spec.MarkAt = total / 2
 		dsn, err := databaseDSN(o.Admin, dbName, false)

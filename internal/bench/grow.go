@@ -46,9 +46,10 @@ type seriesPoint struct {
 // growResult is what the add-server variant measures beside the service
 // mode's figures.
 type growResult struct {
-	StepRows  int     `json:"step_rows,omitempty"` // --step-rows given (0: the command's default)
-	Rest      float64 `json:"rest,omitempty"`      // --rest given (0: the command's default)
-	AtRecords int64   `json:"started_at_records"`  // catch-up records committed when the move started
+	StepRows  int     `json:"step_rows,omitempty"`        // --step-rows given (0: the command's default)
+	Rest      float64 `json:"rest,omitempty"`             // --rest given (0: the command's default)
+	RestCkpts int     `json:"rest_checkpoints,omitempty"` // --rest-checkpoints given (0: the command's default)
+	AtRecords int64   `json:"started_at_records"`         // catch-up records committed when the move started
 	rates
 	// The command: its wall time, and what its last line says.
 	MoveS     float64 `json:"move_s"`
@@ -216,6 +217,9 @@ func startMover(ctx context.Context, o *options, bin string, env map[string]stri
 	if o.GrowRest != 0 {
 		args = append(args, "--rest", strconv.FormatFloat(max(o.GrowRest, 0), 'g', -1, 64))
 	}
+	if o.GrowRestCkpts != 0 {
+		args = append(args, "--rest-checkpoints", strconv.Itoa(max(o.GrowRestCkpts, 0)))
+	}
 	m := &mover{cmd: exec.CommandContext(ctx, bin, args...), done: make(chan struct{})}
 	m.cmd.Env = os.Environ()
 	for k, v := range env {
@@ -291,7 +295,8 @@ func growLines(ms []measurement) string {
 			e2e = fmt.Sprintf("e2e NOT measured during the move (it ended before the catch-up did; p99 after it %s)", fmtMs(m.Result.LatP99))
 		}
 		settings := "--step-rows " + map[bool]string{true: strconv.Itoa(g.StepRows), false: "default"}[g.StepRows > 0] +
-			" --rest " + map[bool]string{true: strconv.FormatFloat(max(g.Rest, 0), 'g', -1, 64), false: "default"}[g.Rest != 0]
+			" --rest " + map[bool]string{true: strconv.FormatFloat(max(g.Rest, 0), 'g', -1, 64), false: "default"}[g.Rest != 0] +
+			" --rest-checkpoints " + map[bool]string{true: strconv.Itoa(max(g.RestCkpts, 0)), false: "default"}[g.RestCkpts != 0]
 		fmt.Fprintf(&b, "%s %s #%d: move started at %d records; catch-up %s events/s before it (%d checkpoints), %s during it (%d checkpoints over %.1fs) = %.2f × (target ≥ 0.70: %s); %s; the move (%s): %d rows moved in %d steps, %.1fs moving (%s rows/s), longest step %s, %d slots, %.1fs in all; ledger over both databases: %s\n",
 			m.Variant, m.Mode, m.Rep, g.AtRecords, fmtRate(g.Before), g.BeforeN, fmtRate(g.During), g.DuringN, g.OverlapS, g.Ratio, verdict(g.Ratio >= 0.7), e2e,
 			settings, g.RowsMoved, g.Steps, g.MovingS, fmtRate(g.RowsPerS), fmtMs(g.LongestMs), g.Slots, g.MoveS, g.Ledger)

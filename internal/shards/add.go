@@ -39,12 +39,12 @@ type AddOptions struct {
 	// the move's time.
 	Rest float64
 	// RestCheckpoints is how many checkpoints each counting instance
-	// commits, at least, between two steps (3 when 0; negative: none):
+	// commits, at least, between two steps (5 when 0; negative: none):
 	// a step pauses every instance's checkpoints (nearly every one writes
 	// some of its keys), so the steps must leave the instances
 	// checkpoints that commit. The rest ends when the commit log has
 	// grown by that many decisions per instance that decided one within
-	// the last 10 s, or when no decision came for idleRest, and never
+	// the last 10 s, or when no decision came for idleRest (2 s), and never
 	// before Rest's time; with no such instance (an idle ledger) there is
 	// no rest.
 	RestCheckpoints int
@@ -101,7 +101,7 @@ func (o AddOptions) withDefaults() AddOptions {
 		o.Attempts = 120
 	}
 	if o.RestCheckpoints == 0 {
-		o.RestCheckpoints = 3
+		o.RestCheckpoints = 5
 	}
 	if o.Drain == 0 {
 		o.Drain = 2 * time.Second
@@ -299,10 +299,13 @@ func runMove(ctx context.Context, d *mysqldriver.Driver, stored Layout, cur driv
 	return rep, step(FailAfterDone)
 }
 
-// idleRest ends a rest when no checkpoint was decided for that long, and
-// maxRest ends it in any case.
+// idleRest ends a rest when no checkpoint was decided for that long (an
+// instance that stopped counting; longer than a catch-up's checkpoint of
+// CHECKPOINT_MAX_RECORDS, about 1.5 s on the bench's machine, so that
+// the rest does not end between two of them), and maxRest ends it in any
+// case.
 const (
-	idleRest = time.Second
+	idleRest = 2 * time.Second
 	maxRest  = time.Minute
 )
 
