@@ -83,7 +83,7 @@ func TestRecordRates(t *testing.T) {
 	def := measurement{Variant: "default", Mode: modeService, Rep: 1, Result: childResult{Series: points}}
 	m := measurement{Variant: "add-server", Mode: modeService, Rep: 1,
 		Grow: &growResult{AtRecords: 9000, rates: rates{Before: 1000, During: 400, Ratio: 0.4}, Ledger: "exact", Exact: true}}
-	if out := growLines([]measurement{def, m}); !strings.Contains(out, "= 0.50 ×; the move's own cost: 0.80 ×") {
+	if out := growLines([]measurement{def, m}); !strings.Contains(out, "= 0.50 ×; during the move ÷ the same records without it: 0.80 ×") {
 		t.Errorf("the report beside the default variant's catch-up:\n%s", out)
 	}
 }
