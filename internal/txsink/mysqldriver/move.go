@@ -459,12 +459,15 @@ func ForgetStepWaits(ctx context.Context, db *sqlx.DB) error {
 
 // RecentDeciders lists the instances that decided a checkpoint committed
 // within the last within (control server clock), looking at the last
-// 10,000 decisions of the commit log at most.
+// 10,000 decisions of the commit log at most, but those that said they
+// stopped (AwaitStep with no step: Sink.LeaveMove).
 func RecentDeciders(ctx context.Context, db *sqlx.DB, within time.Duration) ([]string, error) {
 	var out []string
 	err := db.SelectContext(ctx, &out, `SELECT DISTINCT d.decided_by FROM checkpoint_commits c JOIN checkpoint_decisions d ON d.gtrid = c.checkpoint_id
 		WHERE c.commit_seq > (SELECT last_seq - 10000 FROM commit_sequence WHERE singleton = 1)
-		AND c.committed_at > UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND ORDER BY d.decided_by`, within.Microseconds())
+		AND c.committed_at > UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND
+		AND d.decided_by NOT IN (SELECT instance FROM ledger_move_waits WHERE announced_below = '')
+		ORDER BY d.decided_by`, within.Microseconds())
 	if err != nil {
 		return nil, fmt.Errorf("read the commit log's deciders: %w", err)
 	}

@@ -171,3 +171,53 @@ func TestQuiesceUnfollowingFencesOnlyClaimsOfVersionsBefore(t *testing.T) {
 		t.Fatalf("after a claim and a begin: epochs %v, want %v", got, want)
 	}
 }
+
+// The instances a step's drain and the mover's rest wait for: those that
+// decided a checkpoint within the window (by the control server's clock),
+// but not those that said they stopped (Sink.LeaveMove), nor those whose
+// last decision is older.
+func TestRecentDecidersAreThoseCounting(t *testing.T) {
+	ctx := context.Background()
+	dsn, db := testenv.LedgerDB(t)
+	d, err := mysqldriver.Open(ctx, []string{dsn}, mysqldriver.Options{LockWaitTimeout: lockWait})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	// a and b decided lately, c a minute ago; b then stopped.
+	for i, dec := range []struct {
+		by  string
+		ago time.Duration
+	}{{"c", time.Minute}, {"a", time.Second}, {"b", 2 * time.Second}, {"a", 0}} {
+		gtrid := fmt.Sprintf("g%d", i)
+		if _, err := db.ExecContext(ctx, `INSERT INTO checkpoint_decisions (gtrid, outcome, decided_by, decided_at) VALUES (?, 'commit', ?, UTC_TIMESTAMP(6))`, gtrid, dec.by); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.ExecContext(ctx, `INSERT INTO checkpoint_commits (commit_seq, checkpoint_id, committed_at) VALUES (?, ?, UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND)`, i+1, gtrid, dec.ago.Microseconds()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := db.ExecContext(ctx, `UPDATE commit_sequence SET last_seq = 4 WHERE singleton = 1`); err != nil {
+		t.Fatal(err)
+	}
+	recent := func() []string {
+		got, err := mysqldriver.RecentDeciders(ctx, db, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if got := recent(); !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("recent deciders %q, want a and b", got)
+	}
+	announced := driver.MoveCursor{Version: 2, Moving: true, AnnouncedBelow: "k"}
+	if err := d.Control().AwaitStep(ctx, "a", announced); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Control().AwaitStep(ctx, "b", driver.MoveCursor{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := recent(); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("recent deciders after b stopped: %q, want a (waiting for a step counts on)", got)
+	}
+}
