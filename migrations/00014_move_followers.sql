@@ -16,7 +16,7 @@
 -- freezes next (empty: none): an instance that reads it before a
 -- checkpoint waits for the step, and records in ledger_move_waits that it
 -- does, with no checkpoint in flight. The mover freezes once every
--- instance that decided lately has (or after a bound): the checkpoints in
+-- counting instance has (or after a bound): the checkpoints in
 -- flight at the announcement decide first instead of being refused.
 
 -- +goose Up

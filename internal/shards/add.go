@@ -43,13 +43,14 @@ type AddOptions struct {
 	// a step pauses every instance's checkpoints (nearly every one writes
 	// some of its keys), so the steps must leave the instances
 	// checkpoints that commit. The rest ends when the commit log has
-	// grown by that many decisions per instance that decided one within
-	// the last 10 s, or when no decision came for idleRest (2 s), and never
+	// grown by that many decisions per counting instance (one that
+	// claimed a partition or committed a checkpoint within the last 10 s), or when no decision came for idleRest (2 s), and never
 	// before Rest's time; with no such instance (an idle ledger) there is
 	// no rest.
 	RestCheckpoints int
 	// Drain bounds the wait, after a step is announced, for the instances
-	// that decided a checkpoint lately to say they wait for it (2 s when
+	// counting (claimed a partition or committed a checkpoint within the
+	// last 10 s) to say they wait for it (2 s when
 	// 0; negative: no wait): each freezes the step only once the
 	// checkpoint it had in flight decided, instead of having it refused.
 	// An instance that does not say so in time (stopped, slow) may have
@@ -310,11 +311,12 @@ const (
 )
 
 // rest waits after a step that took took (see AddOptions.Rest and
-// RestCheckpoints). On a ledger no instance decided a checkpoint of
-// within recentDecisions there is no one to rest for.
+// RestCheckpoints). On a ledger where no instance counts (none claimed a
+// partition or committed a checkpoint within countingWithin) there is no one
+// to rest for.
 func (m *mover) rest(ctx context.Context, took time.Duration) error {
 	began := time.Now()
-	counting, err := mysqldriver.RecentDeciders(ctx, m.control, recentDecisions)
+	counting, err := mysqldriver.CountingInstances(ctx, m.control, countingWithin)
 	if err != nil {
 		return err
 	}
@@ -476,12 +478,13 @@ func (m *mover) moveStep(ctx context.Context, cur driver.MoveCursor) (driver.Mov
 	return after, nil
 }
 
-// recentDecisions is how far back (by the control server's clock) the
-// commit log says which instances count: those a step's drain waits for.
-const recentDecisions = 10 * time.Second
+// countingWithin is how recent an instance's claim or checkpoint must be
+// for it to count (mysqldriver.CountingInstances): a step's drain waits
+// for it, and the rests after the steps are its.
+const countingWithin = 10 * time.Second
 
-// drain waits, once a step is announced (cur), until every instance that
-// decided a checkpoint within recentDecisions says it waits for the step
+// drain waits, once a step is announced (cur), until every counting
+// instance (countingWithin) says it waits for the step
 // (driver.Control.AwaitStep: the checkpoint it had in flight at the
 // announcement has decided, and it begins none until the step is done),
 // at most Drain. A checkpoint in flight when the step freezes that wrote
@@ -494,7 +497,7 @@ func (m *mover) drain(ctx context.Context, cur driver.MoveCursor) error {
 		return nil
 	}
 	began := time.Now()
-	want, err := mysqldriver.RecentDeciders(ctx, m.control, recentDecisions)
+	want, err := mysqldriver.CountingInstances(ctx, m.control, countingWithin)
 	if err != nil {
 		return err
 	}

@@ -192,7 +192,7 @@ func (s *Sink) LeaveMove(ctx context.Context) error {
 // AwaitStep records on the control server, once per announcement, that
 // this instance waits for the announced step with no checkpoint in flight
 // (driver.Control.AwaitStep): the mover freezes the step once every
-// instance that decided lately has said so, and the checkpoints in flight
+// counting instance has said so, and the checkpoints in flight
 // at the announcement have decided. The caller must have none in flight.
 func (s *Sink) AwaitStep(ctx context.Context) error {
 	cur := s.layout.Load().cursor

@@ -245,7 +245,7 @@ type Control interface {
 	MoveCursor(ctx context.Context) (MoveCursor, error)
 	// AwaitStep records that instance waits for the step cur announces,
 	// with no checkpoint in flight (the mover freezes once each instance
-	// deciding lately has said so); a cur that announces none records
+	// counting has said so); a cur that announces none records
 	// that the instance stopped: it waits for every step.
 	AwaitStep(ctx context.Context, instance string, cur MoveCursor) error
 	// MarkApplied records that every branch of the checkpoints of gtrids

@@ -457,19 +457,20 @@ func ForgetStepWaits(ctx context.Context, db *sqlx.DB) error {
 	return nil
 }
 
-// RecentDeciders lists the instances that decided a checkpoint committed
-// within the last within (control server clock), looking at the last
-// 10,000 decisions of the commit log at most, but those that said they
-// stopped (AwaitStep with no step: Sink.LeaveMove).
-func RecentDeciders(ctx context.Context, db *sqlx.DB, within time.Duration) ([]string, error) {
+// CountingInstances lists the instances that claimed a partition of the
+// ledger (any group and topic) or committed a checkpoint of one within
+// the last within (partition_offsets.updated_at, by the instances' clocks,
+// which they keep near the control server's), but those that said they
+// stopped (AwaitStep with no step: Sink.LeaveMove). An instance just
+// started counts from its claim, before its first checkpoint.
+func CountingInstances(ctx context.Context, db *sqlx.DB, within time.Duration) ([]string, error) {
 	var out []string
-	err := db.SelectContext(ctx, &out, `SELECT DISTINCT d.decided_by FROM checkpoint_commits c JOIN checkpoint_decisions d ON d.gtrid = c.checkpoint_id
-		WHERE c.commit_seq > (SELECT last_seq - 10000 FROM commit_sequence WHERE singleton = 1)
-		AND c.committed_at > UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND
-		AND d.decided_by NOT IN (SELECT instance FROM ledger_move_waits WHERE announced_below = '')
-		ORDER BY d.decided_by`, within.Microseconds())
+	err := db.SelectContext(ctx, &out, `SELECT DISTINCT owner FROM partition_offsets
+		WHERE updated_at > UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND AND owner <> ''
+		AND owner NOT IN (SELECT instance FROM ledger_move_waits WHERE announced_below = '')
+		ORDER BY owner`, within.Microseconds())
 	if err != nil {
-		return nil, fmt.Errorf("read the commit log's deciders: %w", err)
+		return nil, fmt.Errorf("read the partitions' owners: %w", err)
 	}
 	return out, nil
 }

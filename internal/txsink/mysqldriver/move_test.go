@@ -173,10 +173,11 @@ func TestQuiesceUnfollowingFencesOnlyClaimsOfVersionsBefore(t *testing.T) {
 }
 
 // The instances a step's drain and the mover's rest wait for: those that
-// decided a checkpoint within the window (by the control server's clock),
+// claimed a partition or committed a checkpoint of one within the window
+// (a new instance counts from its claim, before its first checkpoint),
 // but not those that said they stopped (Sink.LeaveMove), nor those whose
-// last decision is older.
-func TestRecentDecidersAreThoseCounting(t *testing.T) {
+// partitions were last written before the window.
+func TestCountingInstancesAreThoseClaimingOrCommitting(t *testing.T) {
 	ctx := context.Background()
 	dsn, db := testenv.LedgerDB(t)
 	d, err := mysqldriver.Open(ctx, []string{dsn}, mysqldriver.Options{LockWaitTimeout: lockWait})
@@ -184,31 +185,27 @@ func TestRecentDecidersAreThoseCounting(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(d.Close)
-	// a and b decided lately, c a minute ago; b then stopped.
-	for i, dec := range []struct {
-		by  string
-		ago time.Duration
-	}{{"c", time.Minute}, {"a", time.Second}, {"b", 2 * time.Second}, {"a", 0}} {
-		gtrid := fmt.Sprintf("g%d", i)
-		if _, err := db.ExecContext(ctx, `INSERT INTO checkpoint_decisions (gtrid, outcome, decided_by, decided_at) VALUES (?, 'commit', ?, UTC_TIMESTAMP(6))`, gtrid, dec.by); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := db.ExecContext(ctx, `INSERT INTO checkpoint_commits (commit_seq, checkpoint_id, committed_at) VALUES (?, ?, UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND)`, i+1, gtrid, dec.ago.Microseconds()); err != nil {
+	now := time.Now().UTC()
+	// a claimed just now (no checkpoint yet), b holds two partitions, one
+	// written lately, in another group; c's was last written a minute ago.
+	for _, c := range []struct {
+		group, owner string
+		part         int32
+		at           time.Time
+	}{{"g", "a", 0, now}, {"g", "b", 1, now.Add(-time.Minute)}, {"h", "b", 0, now.Add(-2 * time.Second)}, {"g", "c", 2, now.Add(-time.Minute)}} {
+		if _, err := d.Control().Claim(ctx, driver.Scope{Group: c.group, Topic: "t"}, c.owner, []int32{c.part}, c.at); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := db.ExecContext(ctx, `UPDATE commit_sequence SET last_seq = 4 WHERE singleton = 1`); err != nil {
-		t.Fatal(err)
-	}
-	recent := func() []string {
-		got, err := mysqldriver.RecentDeciders(ctx, db, 10*time.Second)
+	counting := func() []string {
+		got, err := mysqldriver.CountingInstances(ctx, db, 10*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return got
 	}
-	if got := recent(); !slices.Equal(got, []string{"a", "b"}) {
-		t.Fatalf("recent deciders %q, want a and b", got)
+	if got := counting(); !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("counting instances %q, want a and b", got)
 	}
 	announced := driver.MoveCursor{Version: 2, Moving: true, AnnouncedBelow: "k"}
 	if err := d.Control().AwaitStep(ctx, "a", announced); err != nil {
@@ -217,7 +214,7 @@ func TestRecentDecidersAreThoseCounting(t *testing.T) {
 	if err := d.Control().AwaitStep(ctx, "b", driver.MoveCursor{}); err != nil {
 		t.Fatal(err)
 	}
-	if got := recent(); !slices.Equal(got, []string{"a"}) {
-		t.Fatalf("recent deciders after b stopped: %q, want a (waiting for a step counts on)", got)
+	if got := counting(); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("counting instances after b stopped: %q, want a (waiting for a step, it counts on)", got)
 	}
 }
