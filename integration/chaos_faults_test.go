@@ -109,6 +109,8 @@ func (f plannedFault) String() string {
 		s += fmt.Sprintf(" stopped for session timeout + %s", f.Hold.Round(100*time.Millisecond))
 	case faultStepKill:
 		s += fmt.Sprintf(" failpoint %s=kill@%d", f.Step, f.Nth)
+	case faultAddServer:
+		s += " the command killed at " + f.Step
 	case faultCrashMariaDB, faultCrashKafka:
 		s += fmt.Sprintf(" down for %s", f.Hold.Round(100*time.Millisecond))
 	}
@@ -197,6 +199,11 @@ func planFaults(seed uint64, p chaosProfile, allowed []faultKind, instances int)
 		}
 		if k != faultStepKill {
 			f.Step, f.Nth = "", 0
+		}
+		if k == faultAddServer {
+			// The step of billing shards add it is killed at, from a
+			// draw every fault makes (the schedule's other draws stay).
+			f.Step = addServerSteps[int(hold*float64(len(addServerSteps)))%len(addServerSteps)]
 		}
 		if !k.instanceFault() {
 			f.Slot = 0
@@ -450,13 +457,13 @@ func (d *faultDriver) services(ctx context.Context, res *faultResult, steps ...a
 
 // addServer adds a server to the ledger while the instances count: a new
 // database; every instance restarted with the new server list, one after
-// the other; billing shards add killed at one of its steps (f.Nth picks
-// it), then run to its end, with an instance (f.Slot) killed and
+// the other; billing shards add killed at one of its steps (f.Step,
+// drawn), then run to its end, with an instance (f.Slot) killed and
 // restarted while it runs.
 func (d *faultDriver) addServer(ctx context.Context, f plannedFault, res *faultResult) error {
 	r := d.r
 	dsn := testenv.NewDatabaseOn(r.t, r.admin, testenv.RandomName("t_"))
-	step := addServerSteps[f.Nth%len(addServerSteps)]
+	step := f.Step
 	if !strings.Contains(step, "=") {
 		step += "=kill"
 	}

@@ -44,17 +44,17 @@ type AddOptions struct {
 	// some of its keys), so the steps must leave the instances
 	// checkpoints that commit. The rest ends when the commit log has
 	// grown by that many decisions per counting instance (one that
-	// claimed a partition or committed a checkpoint within the last 10 s), or when no decision came for idleRest (2 s), and never
-	// before Rest's time; with no such instance (an idle ledger) there is
-	// no rest.
+	// claimed a partition or committed a checkpoint within the last
+	// 10 s: countingWithin), or when no decision came for idleRest (2 s),
+	// and never before Rest's time; with no instance counting (an idle
+	// ledger) there is no rest.
 	RestCheckpoints int
-	// Drain bounds the wait, after a step is announced, for the instances
-	// counting (claimed a partition or committed a checkpoint within the
-	// last 10 s) to say they wait for it (2 s when
-	// 0; negative: no wait): each freezes the step only once the
-	// checkpoint it had in flight decided, instead of having it refused.
-	// An instance that does not say so in time (stopped, slow) may have
-	// its checkpoint refused, as without the wait.
+	// Drain bounds the wait, after a step is announced, for the counting
+	// instances to say they wait for it (2 s when 0; negative: no wait):
+	// the mover freezes the step once the checkpoint each had in flight
+	// decided, instead of having it refused. An instance that does not
+	// say so in time (stopped, slow) may have its checkpoint refused, as
+	// without the wait.
 	Drain time.Duration
 	// Batch is how many rows of a table are read at once (1000 when 0).
 	Batch int
@@ -157,14 +157,17 @@ type AddReport struct {
 //     counts on, its checkpoint in flight included, one that lacks the
 //     new server stops (txsink.ErrNotPlaceable, Verify), and one of a
 //     version before stops at its next claim (the layout changed);
-//  2. moves the keys step by step, in byte order: a step freezes the keys
-//     from the cursor to a bound (StepRows rows of each table further,
-//     NextKeyBound), waits until every checkpoint decided before the
-//     freeze is applied, moves the rows of those keys whose slot moves
-//     (mysqldriver.MoveRows: copied, then deleted, batch by batch), then
-//     moves the cursor past them; checkpoints that write a frozen key
-//     wait for the step (or are refused at their decision and built
-//     again), the others are not held;
+//  2. moves the keys step by step, in byte order: a step announces the
+//     keys from the cursor to a bound (StepRows rows of each table
+//     further, NextKeyBound), waits until every counting instance says
+//     it waits for the step (drain: their checkpoints in flight decide
+//     first), freezes them, waits until every checkpoint decided before
+//     the freeze is applied, moves the rows of those keys whose slot
+//     moves (mysqldriver.MoveRows: copied, then deleted, batch by
+//     batch), then moves the cursor past them; checkpoints begun while
+//     the step is announced or frozen wait for it, and one in flight at
+//     the freeze that wrote a frozen key is refused at its decision and
+//     built again;
 //  3. once the cursor is past every key, records the move as done.
 //
 // A move interrupted anywhere (a kill, an error) is resumed by running
@@ -312,8 +315,8 @@ const (
 
 // rest waits after a step that took took (see AddOptions.Rest and
 // RestCheckpoints). On a ledger where no instance counts (none claimed a
-// partition or committed a checkpoint within countingWithin) there is no one
-// to rest for.
+// partition or committed a checkpoint within countingWithin) there is no
+// one to rest for.
 func (m *mover) rest(ctx context.Context, took time.Duration) error {
 	began := time.Now()
 	counting, err := mysqldriver.CountingInstances(ctx, m.control, countingWithin)
