@@ -134,21 +134,45 @@ func TestOutboxIsTheTablesChangelogWithVersions(t *testing.T) {
 	errs := make([]error, len(l.inst))
 	var mu sync.Mutex
 	highest := map[string]event.Event{} // of every record produced
+	// The instances go round by round (concurrent within one): one that
+	// ran far ahead, on a loaded machine, would close nearly every window
+	// before the other amends, and the generation would exercise no
+	// retraction of an open window.
+	const rounds = 30
+	round := make([]sync.WaitGroup, rounds)
+	for r := range round {
+		round[r].Add(len(l.inst))
+	}
 	for i, m := range l.inst {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			passed := 0 // rounds this instance said it finished
+			defer func() {
+				for ; passed < rounds; passed++ {
+					round[passed].Done() // an instance that failed holds no other back
+				}
+			}()
 			rng := rand.New(rand.NewPCG(17, uint64(i)))
-			for range 30 {
+			for r := range rounds {
+				if r > 0 {
+					round[r-1].Done()
+					passed = r
+					round[r-1].Wait()
+				}
 				var recs []Record
 				for range rng.IntN(10) + 1 {
 					// One content per (id, revision): two copies of a
 					// version are a repeat, never a conflict.
-					n, rev := rng.IntN(150), rng.IntN(4)
+					// Ids near the round's, their event times in id
+					// order (about 19 minutes apart, give or take 40):
+					// versions of events whose windows are still open,
+					// and of events whose windows closed (late).
+					n, rev := r*4+rng.IntN(30), rng.IntN(4)
 					vr := rand.New(rand.NewPCG(uint64(n), uint64(rev)))
 					ev := event.Event{EventID: fmt.Sprintf("v-%d", n), Revision: int64(rev),
 						AccountID: accounts[vr.IntN(len(accounts))], AmountMinor: vr.Int64N(2000) - 500, Currency: []string{"EUR", "USD"}[vr.IntN(2)],
-						OccurredAt: base.Add(time.Duration(vr.IntN(48*60)) * time.Minute)}
+						OccurredAt: base.Add(time.Duration(n)*48*time.Hour/150 + time.Duration(vr.IntN(40))*time.Minute)}
 					if rev > 0 && vr.IntN(4) == 0 {
 						ev = event.Event{EventID: ev.EventID, Revision: ev.Revision, Cancelled: true}
 					}

@@ -127,7 +127,7 @@ var access = []TableAccess{
 	{"ledger_move_cursor", Select, FeatureAlways},
 	// Migration 00014: an instance waiting for an announced step says so
 	// (an upsert of its row, read and deleted by billing shards add).
-	{"ledger_move_waits", Insert, FeatureAlways}, {"ledger_move_waits", Update, FeatureAlways},
+	{"ledger_move_waits", Select, FeatureAlways}, {"ledger_move_waits", Insert, FeatureAlways}, {"ledger_move_waits", Update, FeatureAlways},
 	// goose's version table: read at start to see whether migrations are
 	// pending (created by goose, not by a migration).
 	{SchemaVersionTable, Select, FeatureAlways},
