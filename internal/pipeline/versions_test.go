@@ -128,6 +128,51 @@ func TestSubInt64(t *testing.T) {
 // additions that explain the versions included, which sum to the sums.
 func TestOutboxIsTheTablesChangelogWithVersions(t *testing.T) {
 	l := newChangelogLedger(t, 2, 2, 2, func(c *Config) { c.WindowCloseAfter, c.LedgerEntries = 30*time.Minute, true })
+	highest := amendConcurrently(t, l)
+	evs, checkpoints := l.outboxEvents(t)
+	model := changelogtest.NewModel()
+	for i, ev := range evs {
+		if err := model.Apply(ev); err != nil {
+			t.Fatalf("event %d (checkpoint %d): %v", i, ev.Source.CommitSeq, err)
+		}
+	}
+	rows := l.tableRows(t)
+	for _, table := range []string{changelog.AccountBalances, changelog.BillingWindows, changelog.WindowAdjustments, changelog.LedgerEntries} {
+		if d := changelogtest.Diff(rows[table], model.Canonical(table), 5); d != nil {
+			t.Errorf("%s: the changelog ends elsewhere than the table:\n%s", table, strings.Join(d, "\n"))
+		}
+		if len(rows[table]) == 0 {
+			t.Errorf("%s: no row: the generation exercised nothing", table)
+		}
+	}
+	// Every event counts its highest revision, whichever instance
+	// counted which version in which order.
+	want := map[driver.BalanceKey][2]int64{}
+	for _, ev := range highest {
+		if !ev.Cancelled {
+			k := driver.BalanceKey{Account: ev.AccountID, Currency: ev.Currency}
+			want[k] = [2]int64{want[k][0] + ev.AmountMinor, want[k][1] + 1}
+		}
+	}
+	for _, c := range l.servers {
+		for _, b := range c.Tables().Balances {
+			if got := [2]int64{b.Amount, b.Count}; got != want[b.BalanceKey] {
+				t.Errorf("balance %v: %v, want the highest revisions' %v", b.BalanceKey, got, want[b.BalanceKey])
+			}
+			delete(want, b.BalanceKey)
+		}
+	}
+	if len(want) != 0 {
+		t.Errorf("balances missing: %v", want)
+	}
+	t.Logf("%d changes in %d checkpoints; entries by kind (late ones at -kind-1) %v", len(evs), checkpoints, entriesOfVersions(t, l))
+}
+
+// amendConcurrently has l's instances count versions of the same events
+// concurrently, round by round, and returns the highest version of each
+// event produced.
+func amendConcurrently(t *testing.T, l *changelogLedger) map[string]event.Event {
+	t.Helper()
 	base := time.Now().UTC().Add(-48 * time.Hour).Truncate(time.Hour)
 	accounts := []string{"a", "b", "c", "Müller"}
 	var wg sync.WaitGroup
@@ -204,43 +249,7 @@ func TestOutboxIsTheTablesChangelogWithVersions(t *testing.T) {
 			t.Fatalf("instance %d: %v", i, err)
 		}
 	}
-	evs, checkpoints := l.outboxEvents(t)
-	model := changelogtest.NewModel()
-	for i, ev := range evs {
-		if err := model.Apply(ev); err != nil {
-			t.Fatalf("event %d (checkpoint %d): %v", i, ev.Source.CommitSeq, err)
-		}
-	}
-	rows := l.tableRows(t)
-	for _, table := range []string{changelog.AccountBalances, changelog.BillingWindows, changelog.WindowAdjustments, changelog.LedgerEntries} {
-		if d := changelogtest.Diff(rows[table], model.Canonical(table), 5); d != nil {
-			t.Errorf("%s: the changelog ends elsewhere than the table:\n%s", table, strings.Join(d, "\n"))
-		}
-		if len(rows[table]) == 0 {
-			t.Errorf("%s: no row: the generation exercised nothing", table)
-		}
-	}
-	// Every event counts its highest revision, whichever instance
-	// counted which version in which order.
-	want := map[driver.BalanceKey][2]int64{}
-	for _, ev := range highest {
-		if !ev.Cancelled {
-			k := driver.BalanceKey{Account: ev.AccountID, Currency: ev.Currency}
-			want[k] = [2]int64{want[k][0] + ev.AmountMinor, want[k][1] + 1}
-		}
-	}
-	for _, c := range l.servers {
-		for _, b := range c.Tables().Balances {
-			if got := [2]int64{b.Amount, b.Count}; got != want[b.BalanceKey] {
-				t.Errorf("balance %v: %v, want the highest revisions' %v", b.BalanceKey, got, want[b.BalanceKey])
-			}
-			delete(want, b.BalanceKey)
-		}
-	}
-	if len(want) != 0 {
-		t.Errorf("balances missing: %v", want)
-	}
-	t.Logf("%d changes in %d checkpoints; entries by kind (late ones at -kind-1) %v", len(evs), checkpoints, entriesOfVersions(t, l))
+	return highest
 }
 
 // entriesOfVersions checks that the ledger's entries explain its sums,
