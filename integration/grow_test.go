@@ -62,6 +62,40 @@ func newGrowEnv(t *testing.T, prefix string, counted int64, instances ...string)
 // both is the environment of an instance configured with both servers.
 func (g *growEnv) both() map[string]string { return map[string]string{"MYSQL_SHARD_DSNS": g.dsnB} }
 
+// pausedMove starts billing shards add of the second server in one step
+// (--step-rows 1000000), stopped (SIGSTOP) at failpoint, and returns it;
+// it is woken at the test's end.
+func (g *growEnv) pausedMove(t *testing.T, failpoint string) *testenv.Process {
+	t.Helper()
+	mover := testenv.Start(t, "add", g.bin, g.serviceEnv(map[string]string{"BILLING_FAILPOINTS": failpoint + "=stop"}),
+		"shards", "add", "--dsn", g.dsnB, "--step-rows", "1000000")
+	if !mover.WaitOutput(context.Background(), "failpoint "+failpoint+": SIGSTOP", 60*time.Second) {
+		t.Fatalf("the move never paused at %s:\n%s", failpoint, mover.Output())
+	}
+	t.Cleanup(func() { mover.Signal(syscall.SIGCONT) })
+	return mover
+}
+
+// heldCheckpoint stops instance p and starts it again with both servers
+// and its first checkpoint stopped (SIGSTOP) between its prepare and its
+// decision, over the rest of the stream, sent now; it returns the
+// instance, woken at the test's end. (p may not have set up its signal
+// handling yet: how it ends does not matter.)
+func (g *growEnv) heldCheckpoint(t *testing.T, p *testenv.Process) *testenv.Process {
+	t.Helper()
+	p.Signal(syscall.SIGTERM)
+	_ = p.Wait(t, 60*time.Second)
+	env := g.both()
+	env["BILLING_FAILPOINTS"] = "after-prepare=stop@1"
+	a := g.start(t, "a-held", env)
+	testenv.Produce(t, g.brokers, g.topic, g.w.records[g.half:]...)
+	if !a.WaitOutput(context.Background(), "failpoint after-prepare: SIGSTOP", 60*time.Second) {
+		t.Fatalf("the checkpoint never stopped after its prepare:\n%s", lastLines(a.Output(), 20))
+	}
+	t.Cleanup(func() { a.Signal(syscall.SIGCONT) })
+	return a
+}
+
 // moverArgs are billing shards add's: small steps with a rest, so that a
 // move of this ledger takes many steps and counting runs between them.
 func (g *growEnv) moverArgs() []string {
@@ -185,26 +219,10 @@ func addServerKilled(t *testing.T, failpoints string) {
 // lost).
 func TestAddServerRefusesACheckpointHeldAcrossTheMove(t *testing.T) {
 	g, ps := newGrowEnv(t, "held", 1000, "a")
-	e, w, half := g.testEnv, g.w, g.half
+	e, w := g.testEnv, g.w
 	// The move begun (its fence passed), then paused.
-	mover := testenv.Start(t, "add", e.bin, e.serviceEnv(map[string]string{"BILLING_FAILPOINTS": shards.FailAfterBegin + "=stop"}),
-		"shards", "add", "--dsn", g.dsnB, "--step-rows", "1000000")
-	if !mover.WaitOutput(context.Background(), "failpoint "+shards.FailAfterBegin+": SIGSTOP", 60*time.Second) {
-		t.Fatalf("the move never paused after its begin:\n%s", mover.Output())
-	}
-	t.Cleanup(func() { mover.Signal(syscall.SIGCONT) })
-	// Restarted with the failpoint armed (it may not have set up its
-	// signal handling yet: how it ends does not matter).
-	ps[0].Signal(syscall.SIGTERM)
-	_ = ps[0].Wait(t, 60*time.Second)
-	env := g.both()
-	env["BILLING_FAILPOINTS"] = "after-prepare=stop@1"
-	a := e.start(t, "a-held", env)
-	testenv.Produce(t, e.brokers, e.topic, w.records[half:]...)
-	if !a.WaitOutput(context.Background(), "failpoint after-prepare: SIGSTOP", 60*time.Second) {
-		t.Fatalf("the checkpoint never stopped after its prepare:\n%s", lastLines(a.Output(), 20))
-	}
-	t.Cleanup(func() { a.Signal(syscall.SIGCONT) })
+	mover := g.pausedMove(t, shards.FailAfterBegin)
+	a := g.heldCheckpoint(t, ps[0])
 	mover.Signal(syscall.SIGCONT)
 	// The step's delete waits for the held branch's locks (a lock wait
 	// timeout, then the table's step again).
@@ -242,23 +260,9 @@ func TestAddServerBeginKeepsTheCheckpointInFlight(t *testing.T) {
 	}{{shards.FailAfterBegin, false}, {shards.FailAfterAnnounce, false}, {shards.FailAfterFreeze, true}} {
 		t.Run(tc.wake, func(t *testing.T) {
 			g, ps := newGrowEnv(t, "inflight", 1000, "a")
-			e, w, half := g.testEnv, g.w, g.half
-			ps[0].Signal(syscall.SIGTERM)
-			_ = ps[0].Wait(t, 60*time.Second)
-			env := g.both()
-			env["BILLING_FAILPOINTS"] = "after-prepare=stop@1"
-			a := e.start(t, "a-held", env)
-			testenv.Produce(t, e.brokers, e.topic, w.records[half:]...)
-			if !a.WaitOutput(context.Background(), "failpoint after-prepare: SIGSTOP", 60*time.Second) {
-				t.Fatalf("the checkpoint never stopped after its prepare:\n%s", lastLines(a.Output(), 20))
-			}
-			t.Cleanup(func() { a.Signal(syscall.SIGCONT) })
-			mover := testenv.Start(t, "add", e.bin, e.serviceEnv(map[string]string{"BILLING_FAILPOINTS": tc.wake + "=stop"}),
-				"shards", "add", "--dsn", g.dsnB, "--step-rows", "1000000")
-			if !mover.WaitOutput(context.Background(), "failpoint "+tc.wake+": SIGSTOP", 60*time.Second) {
-				t.Fatalf("the move never paused at %s:\n%s", tc.wake, mover.Output())
-			}
-			t.Cleanup(func() { mover.Signal(syscall.SIGCONT) })
+			e, w := g.testEnv, g.w
+			a := g.heldCheckpoint(t, ps[0])
+			mover := g.pausedMove(t, tc.wake)
 			dbs := []*sqlx.DB{e.db, g.dbB}
 			_, before := ledgerOver(t, dbs)
 			a.Signal(syscall.SIGCONT)

@@ -59,10 +59,7 @@ func shardsAdd(args []string, stdout, stderr io.Writer) int {
 		"resumed by running it again. Exit status: 0 the layout is complete, 4 the configured\n"+
 		"servers are not the ledger's, 1 failure. See docs/production.md, Growing.\n",
 		"the new server's DSN (go-sql-driver form, as MYSQL_DSN)", service.AddServer,
-		func(r *shards.AddReport) string {
-			return fmt.Sprintf("layout %s complete: %d slot(s) on the new server, %d row(s) moved by this run in %d step(s) (longest %s, moving %s)\n",
-				r.Layout.Describe(), r.Slots, r.RowsMoved, r.Steps, r.Paused.Round(time.Millisecond), r.Moving.Round(time.Millisecond))
-		}, args, stdout, stderr)
+		"slot(s) on the new server", "", args, stdout, stderr)
 }
 
 func shardsRemove(args []string, stdout, stderr io.Writer) int {
@@ -74,18 +71,15 @@ func shardsRemove(args []string, stdout, stderr io.Writer) int {
 		"status: 0 done, 4 the configured servers are not the ledger's, 1 failure. See\n"+
 		"docs/production.md, Growing.\n",
 		"the DSN of the server to remove (the last configured one)", service.RemoveServer,
-		func(r *shards.AddReport) string {
-			return fmt.Sprintf("layout %s complete: %d slot(s) moved off the removed server, %d row(s) moved by this run in %d step(s) (longest %s, moving %s)\n",
-				r.Layout.Describe(), r.Slots, r.RowsMoved, r.Steps, r.Paused.Round(time.Millisecond), r.Moving.Round(time.Millisecond)) +
-				"configure the instances without the removed server\n"
-		}, args, stdout, stderr)
+		"slot(s) moved off the removed server", "configure the instances without the removed server\n", args, stdout, stderr)
 }
 
 // moveCmd runs billing shards add or remove (name): their flags, the
-// move by run, and the report's lines (done) or the failure's status.
+// move by run, and the report's line (the slots moved, as slots says) and
+// then, if any, then; or the failure's status.
 func moveCmd(name, help, dsnHelp string,
 	run func(context.Context, config.Config, string, shards.AddOptions, *slog.Logger) (*shards.AddReport, error),
-	done func(*shards.AddReport) string, args []string, stdout, stderr io.Writer) int {
+	slots, then string, args []string, stdout, stderr io.Writer) int {
 	fs := newFlags(name, "--dsn DSN [--step-rows N] [--rest R] [--rest-checkpoints N] [--drain D]", help)
 	dsn := fs.String("dsn", "", dsnHelp)
 	stepRows := fs.Int("step-rows", 5000, "a step moves the keys of at most this many rows of each table on each server")
@@ -115,7 +109,8 @@ func moveCmd(name, help, dsnHelp string,
 			}
 			return 1
 		}
-		fmt.Fprint(stdout, done(r))
+		fmt.Fprintf(stdout, "layout %s complete: %d %s, %d row(s) moved by this run in %d step(s) (longest %s, moving %s)\n%s",
+			r.Layout.Describe(), r.Slots, slots, r.RowsMoved, r.Steps, r.Paused.Round(time.Millisecond), r.Moving.Round(time.Millisecond), then)
 		return 0
 	})
 }

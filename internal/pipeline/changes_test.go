@@ -66,6 +66,32 @@ func newChangelogLedger(t *testing.T, servers, branches, instances int, mod func
 	return l
 }
 
+// changelogEndsAtTheTables applies the outbox's events (outboxEvents) to
+// a model of the tables, in commit order, checks that every chain is
+// unbroken and that it ends at exactly the rows stored, none of the
+// result tables empty, and returns the events, the number of
+// checkpoints and the model.
+func (l *changelogLedger) changelogEndsAtTheTables(t *testing.T) ([]changelog.Event, int, *changelogtest.Model) {
+	t.Helper()
+	evs, checkpoints := l.outboxEvents(t)
+	model := changelogtest.NewModel()
+	for i, ev := range evs {
+		if err := model.Apply(ev); err != nil {
+			t.Fatalf("event %d (checkpoint %d): %v", i, ev.Source.CommitSeq, err)
+		}
+	}
+	rows := l.tableRows(t)
+	for _, table := range []string{changelog.AccountBalances, changelog.BillingWindows, changelog.WindowAdjustments, changelog.LedgerEntries} {
+		if d := changelogtest.Diff(rows[table], model.Canonical(table), 5); d != nil {
+			t.Errorf("%s: the changelog ends elsewhere than the table:\n%s", table, strings.Join(d, "\n"))
+		}
+		if len(rows[table]) == 0 {
+			t.Errorf("%s: no row: the generation exercised nothing", table)
+		}
+	}
+	return evs, checkpoints, model
+}
+
 // outboxEvents reads every committed checkpoint's outbox, in commit order,
 // as events (the publisher's reading, without Kafka), and the number of
 // checkpoints.
@@ -177,22 +203,7 @@ func outboxIsTheTablesChangelog(t *testing.T, shared bool) {
 		m.ck.alone.Store(!shared)
 	}
 	l.checkpointConcurrently(t, 30)
-	evs, checkpoints := l.outboxEvents(t)
-	model := changelogtest.NewModel()
-	for i, ev := range evs {
-		if err := model.Apply(ev); err != nil {
-			t.Fatalf("event %d (checkpoint %d): %v", i, ev.Source.CommitSeq, err)
-		}
-	}
-	rows := l.tableRows(t)
-	for _, table := range []string{changelog.AccountBalances, changelog.BillingWindows, changelog.WindowAdjustments, changelog.LedgerEntries} {
-		if d := changelogtest.Diff(rows[table], model.Canonical(table), 5); d != nil {
-			t.Errorf("%s: the changelog ends elsewhere than the table:\n%s", table, strings.Join(d, "\n"))
-		}
-		if len(rows[table]) == 0 {
-			t.Errorf("%s: no row: the generation exercised nothing", table)
-		}
-	}
+	evs, checkpoints, model := l.changelogEndsAtTheTables(t)
 	// closed_windows holds every sealed window once, as billing_windows
 	// holds it (a sealed row never changes).
 	closed := sealedRows(l.servers)

@@ -98,11 +98,7 @@ func TestMoveRowsMovesTheRangeOnly(t *testing.T) {
 func TestQuiesceUnfollowingFencesOnlyClaimsOfVersionsBefore(t *testing.T) {
 	ctx := context.Background()
 	dsn, db := testenv.LedgerDB(t)
-	d, err := mysqldriver.Open(ctx, []string{dsn}, mysqldriver.Options{LockWaitTimeout: lockWait})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(d.Close)
+	d := open(ctx, t, dsn)
 	sc := driver.Scope{Group: "g", Topic: "t"}
 	now := time.Now().UTC()
 	// p0, p1 claimed by this version (p1 twice: the mark follows the
@@ -180,11 +176,7 @@ func TestQuiesceUnfollowingFencesOnlyClaimsOfVersionsBefore(t *testing.T) {
 func TestCountingInstancesAreThoseClaimingOrCommitting(t *testing.T) {
 	ctx := context.Background()
 	dsn, db := testenv.LedgerDB(t)
-	d, err := mysqldriver.Open(ctx, []string{dsn}, mysqldriver.Options{LockWaitTimeout: lockWait})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(d.Close)
+	d := open(ctx, t, dsn)
 	now := time.Now().UTC()
 	// a claimed just now (no checkpoint yet), b holds two partitions, one
 	// written lately, in another group; c's was last written a minute ago.
