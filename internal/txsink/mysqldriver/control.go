@@ -205,7 +205,14 @@ func appendCommit(ctx context.Context, tx *sqlx.Tx, gtrid string, applied bool, 
 }
 
 // MarkApplied sets applied_at on the commit log rows of gtrids not applied
-// yet.
+// yet. It reaches them by checkpoint_id's unique index, forced: left to
+// itself, the optimizer picks the index on applied_at when it estimates
+// one unapplied row, and that range scan locks every unapplied row and
+// the gap after them. That blocked every decision's append meanwhile
+// (its unapplied entry goes into that gap), and two markings by the two
+// paths (unique index then row, or applied_at entry then row) took the
+// same row's two locks in opposite orders: a deadlock, seen on MariaDB
+// 10.11 with eight concurrent coordinators.
 func (c *Control) MarkApplied(ctx context.Context, gtrids []string) (int64, error) {
 	var n int64
 	err := c.chunks(len(gtrids), 128, func(i int) int { return stmt.ArgBytes(gtrids[i]) }, func(start, end int) error {
@@ -213,8 +220,7 @@ func (c *Control) MarkApplied(ctx context.Context, gtrids []string) (int64, erro
 		for i, g := range gtrids[start:end] {
 			args[i] = g
 		}
-		r, err := c.sv.db.ExecContext(ctx, `UPDATE checkpoint_commits SET applied_at = UTC_TIMESTAMP(6)
-			WHERE checkpoint_id IN (`+placeholders(end-start)+`) AND applied_at IS NULL`, args...)
+		r, err := c.sv.db.ExecContext(ctx, markAppliedQuery(end-start), args...)
 		if err != nil {
 			return err
 		}
@@ -223,6 +229,12 @@ func (c *Control) MarkApplied(ctx context.Context, gtrids []string) (int64, erro
 		return nil
 	})
 	return n, err
+}
+
+// markAppliedQuery marks n gtrids applied (MarkApplied).
+func markAppliedQuery(n int) string {
+	return `UPDATE checkpoint_commits FORCE INDEX (checkpoint_commits_checkpoint) SET applied_at = UTC_TIMESTAMP(6)
+		WHERE checkpoint_id IN (` + placeholders(n) + `) AND applied_at IS NULL`
 }
 
 // Commits lists commit log rows from sequence number from on, in order;
