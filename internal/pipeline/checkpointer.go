@@ -30,9 +30,12 @@ type Checkpointer struct {
 	pools []driver.Store
 	stats *Stats
 
-	mu       sync.Mutex // held by the checkpoint running; guards cache and seq
-	cache    *dedup.Cache
-	seq      uint64
+	mu    sync.Mutex // held by the checkpoint running; guards cache, seq and stalled
+	cache *dedup.Cache
+	seq   uint64
+	// stalled is the move's cursor a checkpoint last waited for in vain
+	// (followLayout): the next ones do not wait for it again.
+	stalled  *driver.MoveCursor
 	cacheLen atomic.Int64 // cache.Len() after the last checkpoint, for metrics
 	// eventTimeDue: the last committed checkpoint closed windows that are
 	// not sealed yet (see EventTimeDue).
@@ -247,6 +250,13 @@ const (
 // the layout cannot be followed (txsink.ErrNotPlaceable: the instance
 // stops); a failed read leaves the last layout read, which the decision
 // checks.
+//
+// A step that outlasts the wait has a mover that stopped (killed, or cut
+// off from the control server) or is far slower than its steps should
+// be: the checkpoints after the one that waited in vain do not wait for
+// the same cursor again, or every checkpoint would wait half its timeout
+// until someone resumes the move. They go on and are refused only if they
+// write one of a frozen step's keys.
 func (c *Checkpointer) followLayout(ctx context.Context) error {
 	wait := time.NewTimer(c.cfg.CheckpointTimeout / 2)
 	defer wait.Stop()
@@ -258,7 +268,8 @@ func (c *Checkpointer) followLayout(ctx context.Context) error {
 			c.log.Warn("cannot read the ledger's layout; placing keys by the last read", "err", err)
 			return nil
 		}
-		if !c.sink.Stepping() {
+		cur := c.sink.Cursor()
+		if !c.sink.Stepping() || (c.stalled != nil && *c.stalled == cur) {
 			return nil
 		}
 		c.awaitStep(ctx)
@@ -266,6 +277,9 @@ func (c *Checkpointer) followLayout(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-wait.C:
+			c.stalled = &cur
+			c.log.Warn("a step of the ledger's live move did not end within half a checkpoint's timeout; checkpoints no longer wait for it (is billing shards add or remove still running? run it again to resume the move)",
+				"version", cur.Version, "announced_below", cur.AnnouncedBelow, "frozen_below", cur.FrozenBelow, "mover", cur.Mover)
 			return nil
 		case <-time.After(frozenPoll):
 		}

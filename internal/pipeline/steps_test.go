@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -21,23 +22,8 @@ import (
 // checkpoint is lost to the step.
 func TestCheckpointsWaitForAnAnnouncedStep(t *testing.T) {
 	ctx := context.Background()
-	one, err := place.Modulo(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cluster := memdriver.New(memdriver.Options{AttachPrepared: true, LockWait: time.Second})
-	srv := cluster.As("billing")
-	layouts := func(context.Context, int) (place.Placement, place.Placement, error) { return one, one, nil }
-	sink, err := txsink.New(ctx, txsink.Config{Branches: 1, Group: "g", Topic: "billing", StepTimeout: 5 * time.Second, Logger: testenv.Logger(),
-		Placement: one, LayoutVersion: 1, Layouts: layouts}, srv, []driver.Server{srv})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(sink.Close)
-	m := &memLedger{servers: []*memdriver.Cluster{cluster}, sink: sink, epoch: map[int32]int64{}, offsets: map[int32]int64{}}
-	if m.ck, err = NewCheckpointer(memConfig(m), sink, []driver.Store{srv}); err != nil {
-		t.Fatal(err)
-	}
+	m, srv := stepLedger(t, 5*time.Second)
+	sink := m.sink
 	wctx, stop := context.WithCancel(ctx)
 	watching := make(chan struct{})
 	go func() {
@@ -102,4 +88,76 @@ func TestCheckpointsWaitForAnAnnouncedStep(t *testing.T) {
 	if got := m.balance("acct-1").Amount; got != 105 {
 		t.Fatalf("balance %d, want 105", got)
 	}
+}
+
+// A step that outlasts half a checkpoint's timeout (its mover was killed
+// between the announcement and the freeze, or during the step) holds one
+// checkpoint for that long, not every one: the next checkpoints see the
+// same cursor and go on at once, and commit (nothing is frozen, or they
+// write no frozen key). A new cursor is waited for again.
+func TestCheckpointsWaitOnceForAStalledStep(t *testing.T) {
+	ctx := context.Background()
+	const timeout = 2 * time.Second
+	m, srv := stepLedger(t, timeout)
+	announced := driver.MoveCursor{Version: 2, Moving: true, Mover: "killed", AnnouncedBelow: driver.KeysEnd}
+	if _, err := srv.ChangeMoveCursor(ctx, driver.MoveCursor{}, announced); err != nil {
+		t.Fatal(err)
+	}
+	timed := func(id string, minutes int) time.Duration {
+		t.Helper()
+		start := time.Now()
+		if ok, err := m.checkpoint(t, event1(id, "acct-1", 1, 0, minutes)); !ok || err != nil {
+			t.Fatalf("checkpoint %s: %v, %v", id, ok, err)
+		}
+		return time.Since(start)
+	}
+	if d := timed("e1", 1); d < timeout/2 {
+		t.Fatalf("the first checkpoint under the announced step took %v: it did not wait for it", d)
+	}
+	// Each of these would wait a second more if they waited again.
+	var rest time.Duration
+	for i := range 3 {
+		rest += timed(fmt.Sprintf("e%d", i+2), i+2)
+	}
+	if rest >= 3*timeout/2 {
+		t.Fatalf("three checkpoints after the stalled step took %v: they waited for it again", rest)
+	}
+	again := announced
+	again.Version = 3
+	if _, err := srv.ChangeMoveCursor(ctx, announced, again); err != nil {
+		t.Fatal(err)
+	}
+	if d := timed("e5", 5); d < timeout/2 {
+		t.Fatalf("the checkpoint under a new announced step took %v: it did not wait for it", d)
+	}
+	if got := m.balance("acct-1").Amount; got != 5 {
+		t.Fatalf("balance %d, want 5", got)
+	}
+}
+
+// stepLedger is a one-server memdriver ledger whose checkpointer follows
+// a live move, with checkpoints of the given timeout.
+func stepLedger(t *testing.T, timeout time.Duration) (*memLedger, *memdriver.Server) {
+	t.Helper()
+	ctx := context.Background()
+	one, err := place.Modulo(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cluster := memdriver.New(memdriver.Options{AttachPrepared: true, LockWait: time.Second})
+	srv := cluster.As("billing")
+	layouts := func(context.Context, int) (place.Placement, place.Placement, error) { return one, one, nil }
+	sink, err := txsink.New(ctx, txsink.Config{Branches: 1, Group: "g", Topic: "billing", StepTimeout: 5 * time.Second, Logger: testenv.Logger(),
+		Placement: one, LayoutVersion: 1, Layouts: layouts}, srv, []driver.Server{srv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sink.Close)
+	m := &memLedger{servers: []*memdriver.Cluster{cluster}, sink: sink, epoch: map[int32]int64{}, offsets: map[int32]int64{}}
+	cfg := memConfig(m)
+	cfg.CheckpointTimeout = timeout
+	if m.ck, err = NewCheckpointer(cfg, sink, []driver.Store{srv}); err != nil {
+		t.Fatal(err)
+	}
+	return m, srv
 }
