@@ -300,7 +300,10 @@ func (c *Checkpointer) awaitStep(ctx context.Context) {
 // stepPoll and says it waits for each step announced (followLayout's
 // AwaitStep), so that the mover need not wait for this instance's next
 // checkpoint to freeze a step. A checkpoint that begins meanwhile reads
-// the cursor first, so it waits for the step too.
+// the cursor first, so it waits for the step too, unless one already
+// waited for this very cursor in vain (followLayout): then it may be
+// refused by the freeze, as any checkpoint of an instance that does not
+// wait.
 func (c *Checkpointer) followSteps(ctx context.Context) {
 	t := time.NewTicker(stepPoll)
 	defer t.Stop()
