@@ -53,6 +53,20 @@ func newOpsEnv(t *testing.T, partitions int) *opsEnv {
 	return &opsEnv{testEnv: e, group: "g-" + e.topic}
 }
 
+// producer is a client producing to e's topic, and a context of five
+// minutes for the test's produces; both end with the test.
+func (e *opsEnv) producer(t *testing.T) (context.Context, *kgo.Client) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...), kgo.DefaultProduceTopic(e.topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return ctx, cl
+}
+
 func (e *opsEnv) env(extra map[string]string) map[string]string {
 	env := e.serviceEnv(map[string]string{
 		"MYSQL_SHARD_DSNS":        "",
@@ -564,13 +578,7 @@ func opsDeadLetters(t *testing.T, db *sqlx.DB) []string {
 // dead-lettered as a conflict: the event still counts exactly once.
 func TestDeadLetterReinjectCountsOnce(t *testing.T) {
 	e := newOpsEnv(t, 1)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...), kgo.DefaultProduceTopic(e.topic))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	ctx, cl := e.producer(t)
 	bad := `{"event_id":"dl-b","account_id":"acct-b","amount_minor":250,"currency":"eur","occurred_at":"2026-11-29T10:00:00Z"}`
 	fixed := strings.Replace(bad, `"eur"`, `"EUR"`, 1)
 	conflicting := strings.Replace(fixed, `250`, `999`, 1)
@@ -684,6 +692,82 @@ func TestDeadLetterReinjectCountsOnce(t *testing.T) {
 	opsCompare(t, "ledger", opsLedger(t, e.db), map[string]opsTotal{
 		"acct-a/EUR": {100, 1}, "acct-b/EUR": {250, 1}, "acct-c/USD": {7, 1},
 	})
+	svc.Signal(syscall.SIGTERM)
+	if err := svc.Wait(t, time.Minute); err != nil {
+		t.Fatalf("exit: %v", err)
+	}
+}
+
+// TestReinjectAnAmendment: an amendment (revision 1) of a counted event,
+// dead-lettered for an invalid currency, is re-injected corrected without
+// --force (the tool judges it as the pipeline would: a higher revision
+// amends) and replaces the counted version; a lower revision is then
+// refused, saying the pipeline would drop it as stale.
+func TestReinjectAnAmendment(t *testing.T) {
+	e := newOpsEnv(t, 1)
+	ctx, cl := e.producer(t)
+	original := `{"event_id":"am-1","account_id":"acct-m","amount_minor":250,"currency":"EUR","occurred_at":"2026-11-29T10:00:00Z"}`
+	bad := `{"event_id":"am-1","revision":1,"account_id":"acct-m","amount_minor":300,"currency":"eur","occurred_at":"2026-11-29T10:00:00Z"}`
+	recs := []*kgo.Record{{Key: []byte("acct-m"), Value: []byte(original)}, {Key: []byte("acct-m"), Value: []byte(bad)}}
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	svc := testenv.Start(t, "billing", e.bin, e.env(nil))
+	counted := func(what string, want opsTotal) {
+		t.Helper()
+		testenv.Eventually(t, 2*time.Minute, what, func() (bool, string) {
+			if svc.Exited() {
+				t.Fatalf("service exited:\n%s", svc.Output())
+			}
+			got := opsBalance(t, e.db, "acct-m", "EUR")
+			return got == want, fmt.Sprintf("%+v", got)
+		})
+	}
+	testenv.Eventually(t, 2*time.Minute, "both records committed", func() (bool, string) {
+		if svc.Exited() {
+			t.Fatalf("service exited:\n%s", svc.Output())
+		}
+		got := opsSum(opsPositions(t, e))
+		return got == 2, fmt.Sprint(got)
+	})
+	counted("the original", opsTotal{250, 1})
+	var id int64
+	testenv.Eventually(t, 30*time.Second, "the amendment's dead letter", func() (bool, string) {
+		err := e.db.Get(&id, `SELECT id FROM dead_letters WHERE kafka_offset = ? AND reason = 'invalid_currency'`, recs[1].Offset)
+		return err == nil, fmt.Sprint(err)
+	})
+	ID := strconv.FormatInt(id, 10)
+	file := func(payload string) string {
+		p := filepath.Join(t.TempDir(), "p.json")
+		if err := os.WriteFile(p, []byte(payload), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	out, code := e.cli(t, nil, "deadletters", "reinject", ID, "--payload-file", file(strings.Replace(bad, `"eur"`, `"EUR"`, 1)))
+	if code != 0 || strings.Contains(out, "WARNING") {
+		t.Fatalf("reinject of the corrected amendment: exit %d, want 0 without a warning\n%s", code, out)
+	}
+	counted("the amendment in place of the original", opsTotal{300, 1})
+
+	// A dead letter of revision 0 with other content, against revision 1
+	// counted: refused as stale.
+	stale := strings.Replace(original, `"EUR"`, `"eur"`, 1)
+	r := &kgo.Record{Key: []byte("acct-m"), Value: []byte(stale)}
+	if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 2*time.Minute, "the stale version's dead letter", func() (bool, string) {
+		err := e.db.Get(&id, `SELECT id FROM dead_letters WHERE kafka_offset = ?`, r.Offset)
+		return err == nil, fmt.Sprint(err)
+	})
+	out, code = e.cli(t, nil, "deadletters", "reinject", strconv.FormatInt(id, 10), "--payload-file", file(original))
+	if code != 1 || !strings.Contains(out, "drops revision 0 as stale") {
+		t.Fatalf("reinject of a lower revision: exit %d, want 1 (stale)\n%s", code, out)
+	}
+	if got := opsBalance(t, e.db, "acct-m", "EUR"); got != (opsTotal{300, 1}) {
+		t.Fatalf("after the refusal: %+v, want 300 once", got)
+	}
 	svc.Signal(syscall.SIGTERM)
 	if err := svc.Wait(t, time.Minute); err != nil {
 		t.Fatalf("exit: %v", err)

@@ -22,6 +22,7 @@ import (
 	"github.com/billing/ledger/internal/config"
 	"github.com/billing/ledger/internal/deadletters"
 	"github.com/billing/ledger/internal/event/format"
+	"github.com/billing/ledger/internal/pipeline"
 	"github.com/billing/ledger/internal/reinject"
 	"github.com/billing/ledger/internal/safetext"
 	"github.com/billing/ledger/internal/service"
@@ -396,7 +397,10 @@ func reinjectAll(ctx context.Context, cfg config.Config, log *slog.Logger, ids [
 	if err != nil {
 		return err
 	}
+	versions := pipeline.Config{DedupTTL: cfg.DedupTTL, VersionHorizon: cfg.VersionHorizon}
+	keyTTL, horizon := versions.Versions()
 	r := &reinject.Reinjector{Servers: pools(dbs), Producer: cl, Topic: cfg.KafkaTopic, MaxPayloadBytes: cfg.MaxPayloadBytes, Log: log,
+		KeyTTL: keyTTL, VersionHorizon: horizon,
 		Warn: func(msg string) { fmt.Fprintf(stderr, "WARNING: %s\n", msg) }}
 	if dec != nil {
 		r.Decoder = dec

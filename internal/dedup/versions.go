@@ -1,6 +1,10 @@
 package dedup
 
-import "time"
+import (
+	"time"
+
+	"github.com/billing/ledger/internal/event"
+)
 
 // Versions of an event (docs/corrections.md): records with one event id
 // and a revision each. The ledger counts an event's highest revision
@@ -18,6 +22,14 @@ type Version struct {
 	Currency   string
 	Amount     int64
 	OccurredAt time.Time
+}
+
+// VersionOf is what the dedup state keeps of ev.
+func VersionOf(ev *event.Event) Version {
+	if ev.Cancelled {
+		return Version{Revision: ev.Revision, Cancelled: true}
+	}
+	return Version{Revision: ev.Revision, Account: ev.AccountID, Currency: ev.Currency, Amount: ev.AmountMinor, OccurredAt: ev.OccurredAt}
 }
 
 // Arrival is one arriving record as a version of its event.

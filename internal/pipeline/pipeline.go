@@ -218,6 +218,12 @@ func (c *Config) abortAfter() time.Duration { return c.CheckpointTimeout + ledge
 // than DedupTTL.
 func (c *Config) dedupTTL() time.Duration { return c.DedupTTL + ledgerclock.Margin }
 
+// Versions are how long a dedup key lives and how long after an event's
+// first version a later one is applied, as the checkpoints classify
+// versions by (dedup.ClassifyVersions): for the tools that judge a record
+// as the pipeline would (reinject).
+func (c *Config) Versions() (keyTTL, horizon time.Duration) { return c.dedupTTL(), c.versionHorizon() }
+
 // versionHorizon is VersionHorizon, or its default, within DedupTTL.
 func (c *Config) versionHorizon() time.Duration {
 	if c.VersionHorizon <= 0 {

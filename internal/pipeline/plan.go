@@ -93,7 +93,7 @@ func planClaims(records []record, cache cacheView, now time.Time, ttl time.Durat
 			at := r.Route(ev.EventID)
 			slots = append(slots, [2]int{at, len(cp.claims[at])})
 			cp.claims[at] = append(cp.claims[at], dedup.Insert{ID: ev.EventID, Fingerprint: cp.keys[i].Fingerprint, ExpiresAt: expires})
-			arena = dedup.AppendVersion(arena, versionOf(ev))
+			arena = dedup.AppendVersion(arena, dedup.VersionOf(ev))
 			ends = append(ends, len(arena))
 		}
 	}
@@ -141,7 +141,7 @@ func classify(records []record, dead []deadletters.Letter, cp claimPlan, now tim
 		if v == dedup.New {
 			if in := &inserts[j]; in.Replace {
 				// Claimed keys carry their version already.
-				in.Version = dedup.EncodeVersion(versionOf(&records[i].ev))
+				in.Version = dedup.EncodeVersion(dedup.VersionOf(&records[i].ev))
 			}
 			j++
 		}

@@ -31,14 +31,6 @@ type versionItem struct {
 	refused bool    // it would overflow: nothing applied, the key left as it was
 }
 
-// versionOf is what the dedup state keeps of ev.
-func versionOf(ev *event.Event) dedup.Version {
-	if ev.Cancelled {
-		return dedup.Version{Revision: ev.Revision, Cancelled: true}
-	}
-	return dedup.Version{Revision: ev.Revision, Account: ev.AccountID, Currency: ev.Currency, Amount: ev.AmountMinor, OccurredAt: ev.OccurredAt}
-}
-
 // isVersion reports a record that is not an original: a revision, or a
 // tombstone.
 func isVersion(ev *event.Event) bool { return ev.Revision != 0 || ev.Cancelled }
@@ -96,7 +88,7 @@ func classifyVersions(records []record, dead []deadletters.Letter, cp claimPlan,
 	w event.Windows, closed time.Time) outcomes {
 	arrivals := make([]dedup.Arrival, len(records))
 	for i := range records {
-		arrivals[i] = dedup.Arrival{ID: records[i].ev.EventID, Fingerprint: cp.keys[i].Fingerprint, Version: versionOf(&records[i].ev)}
+		arrivals[i] = dedup.Arrival{ID: records[i].ev.EventID, Fingerprint: cp.keys[i].Fingerprint, Version: dedup.VersionOf(&records[i].ev)}
 	}
 	verdicts, changes, takeBack := dedup.ClassifyVersions(now, ttl, horizon, arrivals, storedRows(cp.known, cp.knownV), storedRows(cp.earlier, cp.earlierV))
 	o := outcomes{verdicts: verdicts, takeBack: takeBack, dead: append([]deadletters.Letter(nil), dead...), overflowed: map[string]bool{},

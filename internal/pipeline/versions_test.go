@@ -61,7 +61,7 @@ func TestVersionItemsOverflow(t *testing.T) {
 			add := rec("v", "acct-1", tt.add, 0, 1)
 			add.ev.Revision = 1
 			o := outcomes{overflowed: map[string]bool{}, items: []versionItem{{
-				change:  dedup.Change{ID: "v", Old: old(tt.old), New: versionOf(&add.ev), Write: dedup.WriteUpdate, Claimed: tt.claimed},
+				change:  dedup.Change{ID: "v", Old: old(tt.old), New: dedup.VersionOf(&add.ev), Write: dedup.WriteUpdate, Claimed: tt.claimed},
 				retract: retraction(tt.old), add: &add, rec: &add,
 			}}}
 			o.count(agg, 64, true)

@@ -16,14 +16,15 @@ func Pool(db *sqlx.DB) Server { return Server{Letters: mysqldriver.NewLetters(db
 // poolKeys looks dedup keys up on a pool (the store's SQL, mysqldriver).
 type poolKeys struct{ db *sqlx.DB }
 
-func (p poolKeys) Lookup(ctx context.Context, ids []string) (map[string]dedup.Seen, error) {
+func (p poolKeys) Lookup(ctx context.Context, ids []string) (map[string]dedup.Stored, error) {
 	keys, err := mysqldriver.LookupKeys(ctx, p.db, ids)
 	if err != nil {
 		return nil, err
 	}
-	seen := make(map[string]dedup.Seen, len(keys))
+	seen := make(map[string]dedup.Stored, len(keys))
 	for _, k := range keys {
-		seen[k.ID] = dedup.Seen{Fingerprint: k.Fingerprint, ExpiresAt: k.ExpiresAt}
+		v, ok := dedup.DecodeVersion(k.Version)
+		seen[k.ID] = dedup.Stored{Fingerprint: k.Fingerprint, ExpiresAt: k.ExpiresAt, Version: v, Unknown: !ok}
 	}
 	return seen, nil
 }

@@ -46,10 +46,10 @@ type Letters interface {
 	Landed(ctx context.Context, id int64, at time.Time, partition int32, offset int64) error
 }
 
-// Keys looks event ids up in one server's dedup_keys (dedup.Lookup):
-// those found, with their expiry.
+// Keys looks event ids up in one server's dedup key tables: those found,
+// with their fingerprint, expiry and the version the ledger counts.
 type Keys interface {
-	Lookup(ctx context.Context, ids []string) (map[string]dedup.Seen, error)
+	Lookup(ctx context.Context, ids []string) (map[string]dedup.Stored, error)
 }
 
 // Server is one of the ledger's servers: its dead letters and its dedup
@@ -115,6 +115,12 @@ type Reinjector struct {
 	// MaxPayloadBytes is the pipeline's MAX_PAYLOAD_BYTES: a payload is
 	// checked by the decoder the pipeline runs.
 	MaxPayloadBytes int
+	// KeyTTL and VersionHorizon are how long the pipeline keeps a dedup
+	// key and applies a later version of its event
+	// (pipeline.Config.Versions): a counted event's dead letter is judged
+	// as the pipeline would judge it (an amendment goes through). Zero
+	// KeyTTL: any counted event is refused.
+	KeyTTL, VersionHorizon time.Duration
 	// Decoder is the pipeline's decoder of EVENT_FORMAT (format.Decoder;
 	// nil: the JSON contract's). A dead letter's headers are not kept, so
 	// a CloudEvent in binary mode does not decode here: it is refused.
@@ -231,7 +237,7 @@ func (r *Reinjector) Reinject(ctx context.Context, req Request) (Result, error) 
 			return Result{}, err
 		}
 	}
-	if err := r.notCounted(ctx, c, ev.EventID); err != nil {
+	if err := r.notCounted(ctx, c, ev); err != nil {
 		return Result{}, err
 	}
 	part, off, err := r.markAndProduce(ctx, req, row, payload, c.overridden)
@@ -278,26 +284,63 @@ func (r *Reinjector) payload(req Request, row *deadletters.Row) ([]byte, event.E
 	return payload, ev, nil
 }
 
-// notCounted is step 3: is the event counted already? The pipeline's
-// dedup is the arbiter, this is the operator's early warning: within
-// DEDUP_TTL an identical copy is dropped and a different one is
-// dead-lettered as a conflict.
-func (r *Reinjector) notCounted(ctx context.Context, c *checks, eventID string) error {
+// notCounted is step 3: is the event counted already, so that the
+// pipeline would not count this version? The pipeline's dedup is the
+// arbiter (dedup.ClassifyVersions, as it classifies: a higher revision
+// within the horizon amends, a repeat is dropped, another content of the
+// same revision is a conflict, a lower revision is stale); this is the
+// operator's early warning, so that a re-injection that changes nothing,
+// or only dead-letters again, is refused unless forced.
+func (r *Reinjector) notCounted(ctx context.Context, c *checks, ev event.Event) error {
 	now := r.now().UTC()
+	arrival := dedup.Arrival{ID: ev.EventID, Fingerprint: ev.Fingerprint(), Version: dedup.VersionOf(&ev)}
 	for i, sv := range r.Servers {
-		seen, err := sv.Keys.Lookup(ctx, []string{eventID})
+		seen, err := sv.Keys.Lookup(ctx, []string{ev.EventID})
 		if err != nil {
 			return fmt.Errorf("server %d: %w", i, err)
 		}
-		if s, ok := seen[eventID]; ok && s.ExpiresAt.After(now) {
-			e := s.ExpiresAt
-			if err := c.refuseOrWarn("already_counted", fmt.Sprintf("event_id %s is already counted (dedup key on server %d until %s); reinjecting cannot change the ledger while the key lives: an identical payload is dropped as a duplicate, a different one is dead-lettered as conflicting_duplicate; consumed after %s, it would count a second time",
-				safetext.Text(eventID, 256), i, e.Format(time.RFC3339), e.Format(time.RFC3339))); err != nil {
-				return err
-			}
+		s, ok := seen[ev.EventID]
+		if !ok || !s.ExpiresAt.After(now) {
+			continue
+		}
+		why := r.countedWhy(now, arrival, s)
+		if why == "" {
+			continue
+		}
+		e := s.ExpiresAt.Format(time.RFC3339)
+		if err := c.refuseOrWarn("already_counted", fmt.Sprintf("event_id %s is already counted (dedup key on server %d until %s); %s; consumed after %s, it would count as a new event",
+			safetext.Text(ev.EventID, 256), i, e, why, e)); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// countedWhy says what the pipeline would do with arrival against the
+// live key s, when that is not to count it ("" when it amends the counted
+// version).
+func (r *Reinjector) countedWhy(now time.Time, a dedup.Arrival, s dedup.Stored) string {
+	if r.KeyTTL <= 0 {
+		return "reinjecting cannot change the ledger while the key lives"
+	}
+	verdicts, _, _ := dedup.ClassifyVersions(now, r.KeyTTL, r.VersionHorizon, []dedup.Arrival{a}, map[string]dedup.Stored{a.ID: s}, nil)
+	counted := fmt.Sprintf("revision %d", s.Version.Revision)
+	if s.Version.Cancelled {
+		counted += " (cancelled)"
+	}
+	switch verdicts[0] {
+	case dedup.Amend:
+		return ""
+	case dedup.Duplicate:
+		return fmt.Sprintf("counted at %s with this content: the pipeline drops this copy as a repeat", counted)
+	case dedup.Conflict:
+		return fmt.Sprintf("counted at %s with other content: the pipeline dead-letters this one as conflicting_duplicate (send a higher revision to amend it)", counted)
+	case dedup.Stale:
+		return fmt.Sprintf("counted at %s: the pipeline drops revision %d as stale", counted, a.Version.Revision)
+	case dedup.PastHorizon:
+		return fmt.Sprintf("revision %d arrives past the version horizon (%s after the event's first version), or the key keeps no version to retract: the pipeline dead-letters it as version_past_horizon", a.Version.Revision, r.VersionHorizon)
+	}
+	return "reinjecting cannot change the ledger while the key lives"
 }
 
 // markAndProduce is steps 4 and 5: mark the row first, atomically (of two
@@ -378,7 +421,9 @@ func identityOf(r *deadletters.Row) (eventID, account string, idKnown, accountKn
 
 // identityProblems lists how the event to produce differs from the dead
 // letter it replaces: another event id or account would count a new event
-// instead of the one that was refused.
+// instead of the one that was refused. A tombstone names no account and
+// moves no money to one (it retracts whatever version is counted): only
+// its event id is checked.
 func identityProblems(r *deadletters.Row, ev event.Event) []string {
 	wantID, wantAccount, idKnown, accountKnown := identityOf(r)
 	var p []string
@@ -389,6 +434,7 @@ func identityProblems(r *deadletters.Row, ev event.Event) []string {
 		p = append(p, fmt.Sprintf("the payload's event_id %s differs from the dead letter's %s", safetext.Text(ev.EventID, 256), safetext.Text(wantID, 256)))
 	}
 	switch {
+	case ev.Cancelled:
 	case !accountKnown:
 		p = append(p, fmt.Sprintf("the dead letter names no account (no account_id in its payload, no record key), so the payload's account_id %s cannot be checked against it", safetext.Text(ev.AccountID, 128)))
 	case wantAccount != ev.AccountID:

@@ -21,6 +21,7 @@ import (
 
 	"github.com/billing/ledger/internal/deadletters"
 	"github.com/billing/ledger/internal/dedup"
+	"github.com/billing/ledger/internal/event"
 	"github.com/billing/ledger/internal/txsink/driver"
 	"github.com/billing/ledger/internal/txsink/memdriver"
 )
@@ -30,10 +31,10 @@ func sameMark(a, b sql.NullTime) bool {
 }
 
 // memKeys are a server's dedup keys.
-type memKeys map[string]dedup.Seen
+type memKeys map[string]dedup.Stored
 
-func (k memKeys) Lookup(_ context.Context, ids []string) (map[string]dedup.Seen, error) {
-	out := map[string]dedup.Seen{}
+func (k memKeys) Lookup(_ context.Context, ids []string) (map[string]dedup.Stored, error) {
+	out := map[string]dedup.Stored{}
 	for _, id := range ids {
 		if s, ok := k[id]; ok {
 			out[id] = s
@@ -54,6 +55,9 @@ func (failing) ProduceSync(_ context.Context, rs ...*kgo.Record) kgo.ProduceResu
 }
 
 const topic = "billing-events"
+
+// keyTTL is the world's dedup key lifetime; its version horizon is half.
+const keyTTL = 24 * time.Hour
 
 // world is a ledger of two servers (dead letters on the in-memory
 // driver, dedup keys in a map) and a topic of three partitions on kfake.
@@ -80,7 +84,7 @@ func newWorld(t *testing.T) *world {
 	}
 	t.Cleanup(cl.Close)
 	w := &world{cluster: cluster, now: time.Date(2026, 11, 29, 13, 0, 0, 0, time.UTC)}
-	w.r = &Reinjector{Producer: cl, Topic: topic, MaxPayloadBytes: 65536,
+	w.r = &Reinjector{Producer: cl, Topic: topic, MaxPayloadBytes: 65536, KeyTTL: keyTTL, VersionHorizon: keyTTL / 2,
 		Warn: func(msg string) { w.warned = append(w.warned, msg) }, Now: func() time.Time { return w.now }}
 	for range 2 {
 		c, k := memdriver.New(memdriver.Options{}), memKeys{}
@@ -246,7 +250,7 @@ func TestReinjectRefusals(t *testing.T) {
 			return w.letter(0, 1, 1, "", []byte("acct-1"), []byte("junk"), "invalid_json"), file(t, payload("e9", "acct-1"))
 		}, "names no event id", "identity"},
 		{"already counted", func(t *testing.T, w *world) (ID, string) {
-			w.keys[1]["e1"] = dedup.Seen{ExpiresAt: w.now.Add(time.Hour)}
+			w.keys[1]["e1"] = dedup.Stored{ExpiresAt: w.now.Add(time.Hour)}
 			return w.letter(0, 1, 1, "e1", []byte("acct-1"), payload("e1", "acct-1"), "rejected_by_database"), ""
 		}, "event_id e1 is already counted (dedup key on server 1", "already_counted"},
 		{"already reinjected", func(t *testing.T, w *world) (ID, string) {
@@ -299,11 +303,75 @@ func TestReinjectRefusals(t *testing.T) {
 	}
 }
 
+// A dead letter of a counted event is judged as the pipeline would judge
+// the version it holds (dedup.ClassifyVersions): a higher revision within
+// the horizon amends the counted one and goes through, unforced; a copy,
+// another content of the counted revision, a lower revision, and one past
+// the horizon or against a key that keeps no version are refused, each
+// saying what the pipeline would do instead.
+func TestReinjectJudgesVersionsAsThePipeline(t *testing.T) {
+	rev := func(r int64, cancelled bool) []byte {
+		if cancelled {
+			return fmt.Appendf(nil, `{"event_id":"e1","revision":%d,"cancelled":true}`, r)
+		}
+		return fmt.Appendf(nil, `{"event_id":"e1","revision":%d,"account_id":"acct-1","amount_minor":1250,"currency":"EUR","occurred_at":"2026-11-29T13:05:00Z"}`, r)
+	}
+	counted := func(w *world, firstAgo time.Duration, content []byte) dedup.Stored {
+		ev, err := event.NewDecoder(65536).Decode(content)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return dedup.Stored{Fingerprint: ev.Fingerprint(), ExpiresAt: w.now.Add(keyTTL - firstAgo), Version: dedup.VersionOf(&ev)}
+	}
+	for _, tc := range []struct {
+		name   string
+		stored func(w *world) dedup.Stored
+		letter []byte
+		want   string // in the refusal; "": produced
+	}{
+		{"a higher revision amends", func(w *world) dedup.Stored { return counted(w, time.Hour, rev(0, false)) }, rev(1, false), ""},
+		{"a tombstone cancels", func(w *world) dedup.Stored { return counted(w, time.Hour, rev(0, false)) }, rev(3, true), ""},
+		{"the same content is a repeat", func(w *world) dedup.Stored { return counted(w, time.Hour, rev(1, false)) }, rev(1, false), "drops this copy as a repeat"},
+		{"other content of the counted revision", func(w *world) dedup.Stored {
+			return counted(w, time.Hour, bytes.Replace(rev(1, false), []byte("1250"), []byte("999"), 1))
+		}, rev(1, false), "conflicting_duplicate"},
+		{"a lower revision is stale", func(w *world) dedup.Stored { return counted(w, time.Hour, rev(2, false)) }, rev(1, false), "drops revision 1 as stale"},
+		{"past the horizon", func(w *world) dedup.Stored { return counted(w, keyTTL/2+time.Hour, rev(0, false)) }, rev(1, false), "version_past_horizon"},
+		{"a key that keeps no version", func(w *world) dedup.Stored {
+			s := counted(w, time.Hour, rev(0, false))
+			s.Version, s.Unknown = dedup.Version{}, true
+			return s
+		}, rev(1, false), "version_past_horizon"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t)
+			w.keys[1]["e1"] = tc.stored(w)
+			id := w.letter(0, 1, 1, "e1", []byte("acct-1"), tc.letter, "rejected_by_database")
+			res, err := w.r.Reinject(t.Context(), Request{ID: id, By: "ops", Timeout: 5 * time.Second})
+			if tc.want != "" {
+				if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "already counted (dedup key on server 1") {
+					t.Fatalf("err %v, want a refusal saying %q", err, tc.want)
+				}
+				if n := len(w.consumed(t)); n != 0 {
+					t.Fatalf("a refusal produced %d records", n)
+				}
+				return
+			}
+			if err != nil || len(res.Overridden) != 0 || len(w.warned) != 0 {
+				t.Fatalf("reinject: %v, overridden %v, warned %q; want it produced unforced", err, res.Overridden, w.warned)
+			}
+			if n := len(w.consumed(t)); n != 1 {
+				t.Fatalf("%d records produced, want 1", n)
+			}
+		})
+	}
+}
+
 // TestExpiredKeyIsNotCounted: a dedup key past its expiry (the janitor
 // has not deleted it yet) does not count as counted.
 func TestExpiredKeyIsNotCounted(t *testing.T) {
 	w := newWorld(t)
-	w.keys[0]["e1"] = dedup.Seen{ExpiresAt: w.now.Add(-time.Second)}
+	w.keys[0]["e1"] = dedup.Stored{ExpiresAt: w.now.Add(-time.Second)}
 	id := w.letter(0, 0, 3, "e1", []byte("acct-1"), payload("e1", "acct-1"), "rejected_by_database")
 	if _, err := w.r.Reinject(t.Context(), Request{ID: id, By: "ops", Timeout: 5 * time.Second}); err != nil {
 		t.Fatal(err)
