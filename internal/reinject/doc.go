@@ -7,8 +7,10 @@
 // A re-injection must not mint money, so each is a protocol of five steps
 // over the dead-letter table, the dedup keys and the topic (Reinject):
 // what to produce must decode; it must be the same event (the dead
-// letter's event id and account); it must not be counted already (an
-// unexpired dedup key on any server); the row is marked first, atomically
+// letter's event id and account; a tombstone's event id only); the
+// pipeline must count it (an unexpired dedup key on any server refuses it
+// unless its version amends the key's, as the pipeline judges versions);
+// the row is marked first, atomically
 // (of two concurrent re-injections one proceeds), with the audit, so that
 // it outlives a crash before the produce; then the record is produced, and
 // where it landed recorded, or the mark put back when the produce failed.
