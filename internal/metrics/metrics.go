@@ -69,6 +69,7 @@ type Metrics struct {
 	mysqlErrors    *prometheus.CounterVec
 	isolations     *prometheus.CounterVec
 	oversizedRows  prometheus.Counter
+	stalledSteps   prometheus.Counter
 	lag            *prometheus.GaugeVec
 	dlWaiting      *prometheus.GaugeVec
 	inDoubt        *prometheus.GaugeVec
@@ -230,7 +231,9 @@ func New(o Options) *Metrics {
 	for _, s := range samples {
 		m.sampleFailures.WithLabelValues(s)
 	}
-	m.reg.MustRegister(m.deadLetters, m.ckptDuration, m.phaseDuration, m.ckptFailures, m.ckptAborts, m.e2eLatency, m.mysqlErrors, m.isolations, m.oversizedRows, m.lag,
+	m.stalledSteps = prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "move_steps_stalled_total",
+		Help: "Steps of a live move (billing shards add or remove) that outlasted half of CHECKPOINT_TIMEOUT under a checkpoint of this instance, which then stopped waiting for them: the move's command stopped (run it again: it resumes). While the step is frozen, checkpoints that write its keys are refused."})
+	m.reg.MustRegister(m.deadLetters, m.ckptDuration, m.phaseDuration, m.ckptFailures, m.ckptAborts, m.e2eLatency, m.mysqlErrors, m.isolations, m.oversizedRows, m.stalledSteps, m.lag,
 		m.dlWaiting, m.inDoubt, m.inDoubtAge, m.foreignInDoubt, m.purgeHistory, m.unapplied, m.unappliedAge, m.dedupRows, m.sampleFailures)
 	if o.Process {
 		m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -323,6 +326,9 @@ func (m *Metrics) OnCheckpoint(info pipeline.CheckpointInfo) {
 	}
 	if info.Isolation != "" {
 		m.isolations.WithLabelValues(known(info.Isolation, pipeline.IsolationOutcomes())).Inc()
+	}
+	if info.StepStalled {
+		m.stalledSteps.Inc()
 	}
 	if !info.Decided {
 		return

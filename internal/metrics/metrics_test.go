@@ -410,3 +410,18 @@ func TestIsolationsAndOversizedRows(t *testing.T) {
 		t.Errorf("oversized rows = %v, want 2", got)
 	}
 }
+
+// A stalled step of a live move counts once per attempt that gave up on
+// it, committed or not; the counter is exported at 0 before.
+func TestStalledMoveSteps(t *testing.T) {
+	m, _, _ := newTest(t)
+	if got := value(t, m, "billing_move_steps_stalled_total", nil); got != 0 {
+		t.Fatalf("starts at %v", got)
+	}
+	m.OnCheckpoint(pipeline.CheckpointInfo{StepStalled: true, Decided: true})
+	m.OnCheckpoint(pipeline.CheckpointInfo{Decided: true})
+	m.OnCheckpoint(pipeline.CheckpointInfo{StepStalled: true, Err: errors.New("refused by the move's freeze"), FailedPhase: "decide"})
+	if got := value(t, m, "billing_move_steps_stalled_total", nil); got != 2 {
+		t.Errorf("stalled steps = %v, want 2", got)
+	}
+}

@@ -125,12 +125,14 @@ func (c *Checkpointer) run(ctx context.Context, s *snapshot) outcome {
 	defer c.mu.Unlock()
 	var l ladder
 	for {
-		if err := c.followLayout(ctx); err != nil {
+		stalled, err := c.followLayout(ctx)
+		if err != nil {
 			return outcome{err: err}
 		}
 		actx, cancel := context.WithTimeout(ctx, c.cfg.CheckpointTimeout)
 		info := c.attempt(actx, s, l.careful, false, l.uncreated)
 		cancel()
+		info.StepStalled = stalled
 		if info.skipped {
 			return outcome{decided: true}
 		}
@@ -256,31 +258,32 @@ const (
 // be: the checkpoints after the one that waited in vain do not wait for
 // the same cursor again, or every checkpoint would wait half its timeout
 // until someone resumes the move. They go on and are refused only if they
-// write one of a frozen step's keys.
-func (c *Checkpointer) followLayout(ctx context.Context) error {
+// write one of a frozen step's keys. It reports whether this call gave up
+// on a step (CheckpointInfo.StepStalled).
+func (c *Checkpointer) followLayout(ctx context.Context) (stalled bool, err error) {
 	wait := time.NewTimer(c.cfg.CheckpointTimeout / 2)
 	defer wait.Stop()
 	for {
 		if err := c.sink.Refresh(ctx); err != nil {
 			if errors.Is(err, txsink.ErrNotPlaceable) {
-				return err
+				return false, err
 			}
 			c.log.Warn("cannot read the ledger's layout; placing keys by the last read", "err", err)
-			return nil
+			return false, nil
 		}
 		cur := c.sink.Cursor()
 		if !c.sink.Stepping() || (c.stalled != nil && *c.stalled == cur) {
-			return nil
+			return false, nil
 		}
 		c.awaitStep(ctx)
 		select {
 		case <-ctx.Done():
-			return nil
+			return false, nil
 		case <-wait.C:
 			c.stalled = &cur
 			c.log.Warn("a step of the ledger's live move did not end within half a checkpoint's timeout; checkpoints no longer wait for it (is billing shards add or remove still running? run it again to resume the move)",
 				"version", cur.Version, "announced_below", cur.AnnouncedBelow, "frozen_below", cur.FrozenBelow, "mover", cur.Mover)
-			return nil
+			return true, nil
 		case <-time.After(frozenPoll):
 		}
 	}

@@ -271,6 +271,7 @@ type CheckpointInfo struct {
 	CommitSeq   int64       // the decision's number in the commit log (0: not decided, or not known)
 	Retrying    bool        // Err is the expected refusal of the fast path; the checkpoint is retried at once in careful mode
 	Isolation   string      // when Err started an isolation of the records the database refuses: its outcome (Isolation*)
+	StepStalled bool        // before this attempt, a step of a live move outlasted half of CheckpointTimeout and is no longer waited for (its mover stopped)
 	RecordTimes []time.Time // Kafka timestamps of the records, for end-to-end latency
 
 	skipped bool // a checkpoint without records that found nothing to do

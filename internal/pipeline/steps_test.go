@@ -133,6 +133,15 @@ func TestCheckpointsWaitOnceForAStalledStep(t *testing.T) {
 	if got := m.balance("acct-1").Amount; got != 5 {
 		t.Fatalf("balance %d, want 5", got)
 	}
+	var stalled []string
+	for _, info := range m.infos {
+		if info.StepStalled {
+			stalled = append(stalled, info.Gtrid)
+		}
+	}
+	if len(stalled) != 2 {
+		t.Fatalf("%d attempts reported a stalled step (%q), want 2: one per cursor", len(stalled), stalled)
+	}
 }
 
 // stepLedger is a one-server memdriver ledger whose checkpointer follows
