@@ -975,6 +975,7 @@ GRANT ALL ON tlsdb.* TO 'tlsuser'@'%';
 socket = `+filepath.Join(dir, "sock")+`
 pid-file = `+filepath.Join(dir, "pid")+`
 log-error = `+filepath.Join(dir, "error.log")+`
+tmpdir = `+dir+`
 bind-address = 127.0.0.1
 port = `+port+`
 skip-name-resolve

@@ -46,12 +46,20 @@ func OwnMariaDB(t testing.TB, env ...string) string {
 	}
 	cnf := filepath.Join(dir, "my.cnf")
 	data := filepath.Join(dir, "data")
+	// Its own tmpdir: a server deletes every #sql* file in its tmpdir when
+	// it starts, which in a shared /tmp are the shared servers' temporary
+	// tables in use (scripts/services.sh).
+	tmp := filepath.Join(dir, "tmp")
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		t.Fatal(err)
+	}
 	conf := fmt.Sprintf(`[mariadbd]
 user = root
 datadir = %[1]s
 socket = %[2]s
 pid-file = %[3]s
 log-error = %[4]s
+tmpdir = %[7]s
 bind-address = 127.0.0.1
 port = %[5]d
 skip-name-resolve
@@ -66,7 +74,7 @@ sql_mode = %[6]s
 [mariadb-install-db]
 auth-root-authentication-method = normal
 skip-test-db
-`, data, sock, filepath.Join(dir, "mariadbd.pid"), filepath.Join(dir, "error.log"), port, mysql84SQLMode)
+`, data, sock, filepath.Join(dir, "mariadbd.pid"), filepath.Join(dir, "error.log"), port, mysql84SQLMode, tmp)
 	if err := os.WriteFile(cnf, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
 	}
