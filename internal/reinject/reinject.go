@@ -316,12 +316,16 @@ func (r *Reinjector) notCounted(ctx context.Context, c *checks, ev event.Event) 
 	return nil
 }
 
+// unchanged is why a counted event's re-injection is refused when its
+// version cannot be judged.
+const unchanged = "reinjecting cannot change the ledger while the key lives"
+
 // countedWhy says what the pipeline would do with arrival against the
 // live key s, when that is not to count it ("" when it amends the counted
 // version).
 func (r *Reinjector) countedWhy(now time.Time, a dedup.Arrival, s dedup.Stored) string {
 	if r.KeyTTL <= 0 {
-		return "reinjecting cannot change the ledger while the key lives"
+		return unchanged
 	}
 	verdicts, _, _ := dedup.ClassifyVersions(now, r.KeyTTL, r.VersionHorizon, []dedup.Arrival{a}, map[string]dedup.Stored{a.ID: s}, nil)
 	counted := fmt.Sprintf("revision %d", s.Version.Revision)
@@ -340,7 +344,7 @@ func (r *Reinjector) countedWhy(now time.Time, a dedup.Arrival, s dedup.Stored) 
 	case dedup.PastHorizon:
 		return fmt.Sprintf("revision %d arrives past the version horizon (%s after the event's first version), or the key keeps no version to retract: the pipeline dead-letters it as version_past_horizon", a.Version.Revision, r.VersionHorizon)
 	}
-	return "reinjecting cannot change the ledger while the key lives"
+	return unchanged
 }
 
 // markAndProduce is steps 4 and 5: mark the row first, atomically (of two

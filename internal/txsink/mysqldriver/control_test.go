@@ -10,16 +10,10 @@ import (
 )
 
 // Marking decisions applied reaches their commit log rows by
-// checkpoint_id's unique index, whatever the table holds. With one
-// unapplied row among applied ones (the steady state: each marking
-// follows its decision), MariaDB 10.11 chose the index on applied_at for
-// the statement without its hint: a range scan that locks every unapplied
-// row and the gap after them, where each new unapplied decision's entry
-// goes. Two markings reaching one row by the two paths (unique index then
-// row, applied_at entry then row) take its two locks in opposite orders:
-// TestConformance/CommitLogInCommitOrder deadlocked once in a CI run, and
-// about once in 200 runs of it alone. The plan is read with EXPLAIN, as
-// the lock waits it causes depend on timing.
+// checkpoint_id's unique index, whatever the table holds (MarkApplied says
+// why; one unapplied row among applied ones is the shape that tempted
+// MariaDB 10.11 to the index on applied_at). The plan is read with
+// EXPLAIN, as the lock waits and deadlocks it causes depend on timing.
 func TestMarkAppliedGoesByCheckpointID(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
